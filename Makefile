@@ -1,0 +1,137 @@
+# space: build, test and run.
+#
+#   make run     install packages, fetch the guest kernel, build templates, start spaced
+#   make test    build with ASan/UBSan and run every test suite (unit, fuzz, e2e, netsec, e2b)
+#   make         build the programs into build/
+#
+# Sources are found by directory, so adding a file never needs a Makefile edit:
+# every src/<component>/**.c except main.c is library code that unit tests link against;
+# main.c is the program's entry point.
+
+CC       ?= gcc
+CLANG    ?= clang
+SAN      ?= 0
+PREFIX   ?= /usr/local
+DATA_DIR ?= /var/lib/space
+LISTEN   ?= 127.0.0.1:7070
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wformat=2 -Wvla
+CSTD    := -std=gnu11 -D_GNU_SOURCE
+INC     := -Isrc -Isrc/common
+ifeq ($(SAN),1)
+  B      := build/san
+  OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDSAN  := -fsanitize=address,undefined
+else
+  B      := build
+  OPT    := -O2 -g -fstack-protector-strong -D_FORTIFY_SOURCE=2
+  LDSAN  :=
+endif
+CFLAGS  := $(CSTD) $(WARN) $(OPT) $(INC) -MMD -MP
+LIBS_DAEMON  := -levent -levent_openssl -levent_pthreads -ljansson -lsqlite3 -lssl -lcrypto -lpthread -lm
+LIBS_GATEWAY := -levent -levent_openssl -ljansson -lssl -lcrypto -lm
+LIBS_CLI     := -ljansson -lm
+
+srcs = $(shell find $(1) -name '*.c' 2>/dev/null | sort)
+objs = $(patsubst src/%.c,$(B)/obj/%.o,$(1))
+lib  = $(filter-out %/main.c,$(call srcs,$(1)))
+
+COMMON_SRC  := $(call srcs,src/common)
+AGENT_LIB   := $(call lib,src/agent)
+DAEMON_LIB  := $(call lib,src/daemon)
+GATEWAY_LIB := $(call lib,src/gateway)
+CLI_LIB     := $(call lib,src/cli)
+
+PROGRAMS := $(B)/spaced $(B)/space-gateway $(B)/space
+AGENT    := build/guest/space-agent
+
+.PHONY: all programs agent guest run test unit fuzz e2e netsec e2b bench install clean deps kernel templates
+all: programs agent
+
+programs: $(PROGRAMS)
+agent: $(AGENT)
+
+$(B)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/spaced: $(call objs,src/daemon/main.c $(DAEMON_LIB) $(COMMON_SRC))
+	$(CC) $(LDSAN) -o $@ $^ $(LIBS_DAEMON)
+
+$(B)/space-gateway: $(call objs,src/gateway/main.c $(GATEWAY_LIB) $(COMMON_SRC))
+	$(CC) $(LDSAN) -o $@ $^ $(LIBS_GATEWAY)
+
+$(B)/space: $(call objs,src/cli/main.c $(CLI_LIB) $(COMMON_SRC))
+	$(CC) $(LDSAN) -o $@ $^ $(LIBS_CLI)
+
+# The guest agent is PID 1 inside the VM: always static, never sanitized (no ASan
+# runtime exists in the guest), built in its own object tree.
+AGENT_CFLAGS := $(CSTD) $(WARN) -O2 -g -fstack-protector-strong $(INC) -MMD -MP
+build/guest/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(AGENT_CFLAGS) -c $< -o $@
+$(AGENT): $(patsubst src/%.c,build/guest/obj/%.o,src/agent/main.c $(AGENT_LIB) $(COMMON_SRC))
+	$(CC) -static -o $@ $^ -ljansson -lutil
+
+# ---- unit tests (cmocka), each tests/unit/test_X.c is one binary linked with all library code
+UNIT_SRC  := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+UNIT_LIBOBJS := $(call objs,$(COMMON_SRC) $(AGENT_LIB) $(DAEMON_LIB) $(GATEWAY_LIB) $(CLI_LIB))
+$(B)/tests/%: tests/unit/%.c $(UNIT_LIBOBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit $(LDSAN) -o $@ $^ -lcmocka $(LIBS_DAEMON) -lutil
+
+# ---- fuzz targets (libFuzzer), each tests/fuzz/fuzz_X.c links with all library code
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
+FUZZ_CFLAGS := $(CSTD) $(WARN) -O1 -g $(INC) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP
+FUZZ_LIBOBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(COMMON_SRC) $(AGENT_LIB) $(DAEMON_LIB) $(GATEWAY_LIB))
+build/fuzz/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -c $< -o $@
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIBOBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CSTD) $(WARN) -O1 -g $(INC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LIBS_DAEMON) -lutil
+FUZZ_SECONDS ?= 15
+
+unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+fuzz: $(FUZZ_BINS)
+	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p build/fuzz/corpus/$$n; \
+	  echo "== $$n ($(FUZZ_SECONDS)s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -print_final_stats=0 build/fuzz/corpus/$$n tests/fuzz/seeds/$$n 2>&1 | tail -n 2; done
+
+# ---- guest side: kernel, initramfs, templates (scripts in guest/)
+kernel:
+	guest/fetch-kernel.sh build/guest
+
+guest: agent kernel
+	guest/build-initramfs.sh build/guest $(AGENT)
+
+templates: guest programs
+	guest/build-template.sh build/guest base
+
+deps:
+	scripts/install-deps.sh
+
+# ---- end-to-end tests: real spaced, real VMs (pytest)
+e2e: guest
+	$(MAKE) SAN=1 programs
+	SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest) python3 -m pytest -q tests/e2e
+
+test: deps
+	$(MAKE) SAN=1 unit
+	$(MAKE) fuzz
+	$(MAKE) e2e
+
+run: deps guest programs
+	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest)
+
+bench: guest programs
+	@for b in bench/*.py; do python3 $$b; done
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)
