@@ -28,7 +28,7 @@ else
   LDSAN  :=
 endif
 CFLAGS  := $(CSTD) $(WARN) $(OPT) $(INC) -MMD -MP
-LIBS_DAEMON  := -levent -levent_openssl -levent_pthreads -ljansson -lsqlite3 -lssl -lcrypto -lpthread -lm
+LIBS_DAEMON  := -levent -levent_openssl -levent_pthreads -ljansson -lsqlite3 -lssl -lcrypto -lpthread -lm -lz
 LIBS_GATEWAY := -levent -levent_openssl -ljansson -lssl -lcrypto -lm
 LIBS_CLI     := -ljansson -lm
 
@@ -73,13 +73,24 @@ build/guest/obj/%.o: src/%.c
 $(AGENT): $(patsubst src/%.c,build/guest/obj/%.o,src/agent/main.c $(AGENT_LIB) $(COMMON_SRC))
 	$(CC) -static -o $@ $^ -ljansson -lutil
 
-# ---- unit tests (cmocka), each tests/unit/test_X.c is one binary linked with all library code
+# ---- library archives: tests link against these so a test pulls in only the modules it
+# uses (a half-finished module elsewhere cannot break an unrelated test's link).
+$(B)/lib/libcommon.a:  $(call objs,$(COMMON_SRC))
+$(B)/lib/libagent.a:   $(call objs,$(AGENT_LIB))
+$(B)/lib/libdaemon.a:  $(call objs,$(DAEMON_LIB))
+$(B)/lib/libgateway.a: $(call objs,$(GATEWAY_LIB))
+$(B)/lib/libcli.a:     $(call objs,$(CLI_LIB))
+$(B)/lib/%.a:
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+ARCHIVES := $(addprefix $(B)/lib/,libdaemon.a libgateway.a libagent.a libcli.a libcommon.a)
+
+# ---- unit tests (cmocka), each tests/unit/test_X.c is one binary
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
-UNIT_LIBOBJS := $(call objs,$(COMMON_SRC) $(AGENT_LIB) $(DAEMON_LIB) $(GATEWAY_LIB) $(CLI_LIB))
-$(B)/tests/%: tests/unit/%.c $(UNIT_LIBOBJS)
+$(B)/tests/%: tests/unit/%.c $(ARCHIVES)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit $(LDSAN) -o $@ $^ -lcmocka $(LIBS_DAEMON) -lutil
+	$(CC) $(CFLAGS) -Itests/unit $(LDSAN) -o $@ $< -Wl,--start-group $(ARCHIVES) -Wl,--end-group -lcmocka $(LIBS_DAEMON) -lutil
 
 # ---- fuzz targets (libFuzzer), each tests/fuzz/fuzz_X.c links with all library code
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
@@ -89,7 +100,9 @@ FUZZ_LIBOBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(COMMON_SRC) $(AGENT_LIB)
 build/fuzz/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_CFLAGS) -c $< -o $@
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIBOBJS)
+build/fuzz/libfuzzlib.a: $(FUZZ_LIBOBJS)
+	rm -f $@ && ar rcs $@ $^
+build/fuzz/%: tests/fuzz/%.c build/fuzz/libfuzzlib.a
 	@mkdir -p $(dir $@)
 	$(CLANG) $(CSTD) $(WARN) -O1 -g $(INC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LIBS_DAEMON) -lutil
 FUZZ_SECONDS ?= 15
