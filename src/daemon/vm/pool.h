@@ -1,0 +1,48 @@
+/* pool: warm pool of restored-and-paused VMs for one template snapshot.
+ *
+ * Keeps up to `size` VMs restored from the template's snapshot with vCPUs stopped, each on
+ * its own fresh overlay and run directory. A claim takes one, resumes it and gives it to
+ * the caller, who then owns it exactly like a VM from vm_restore (its callbacks are
+ * switched to the caller's) and asks the agent to `refresh` (clock, entropy, identity).
+ * The pool refills in the background, one restore at a time so it never starves the
+ * loop or the CPU during a burst of creates.
+ *
+ * The pool needs fresh ids / directories for its VMs; they come from the caller's
+ * `prepare` callback, so the control plane keeps naming and placing sandboxes. */
+#ifndef SPACE_POOL_H
+#define SPACE_POOL_H
+
+#include <stddef.h>
+#include "vm.h"
+
+struct pool;
+
+/* Fills cfg for a new pooled VM: id, run_dir (created), disk path (not yet created: the
+ * pool makes the overlay on `template_overlay`), net, jail. Strings must stay valid until
+ * the matching release/claim callback; return nonzero to stop refilling (e.g. no
+ * capacity). */
+typedef int (*pool_prepare_cb)(struct vm_config *cfg, void *arg);
+
+struct pool_config {
+    const char *snapshot_dir;     /* template snapshot (vm_template_snapshot output) */
+    const char *template_overlay; /* template's frozen overlay: backing of each clone */
+    struct vm_config base;        /* vcpus, mem_mib, accel, kernel, ... shared by all */
+    unsigned size;                /* VMs to keep ready; 0 disables the pool */
+    pool_prepare_cb prepare;
+    void *prepare_arg;
+};
+
+/* cfg is copied (strings duplicated). Starts filling from the loop. */
+struct pool *pool_new(struct event_base *base, const struct pool_config *cfg);
+
+/* Takes a ready VM, resumes it and reports through cbs->on_ready (err == VM_OK) then
+ * cbs->on_agent. Returns NULL when none is ready (the caller then falls back to
+ * vm_restore). */
+struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg);
+
+unsigned pool_ready(const struct pool *p); /* VMs ready to claim now */
+
+/* Kills every pooled VM (removing their overlays) and frees the pool. */
+void pool_free(struct pool *p);
+
+#endif

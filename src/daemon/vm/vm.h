@@ -1,0 +1,237 @@
+/* vm: one QEMU `-M microvm` process per sandbox, driven asynchronously from spaced's
+ * libevent loop.
+ *
+ * This module is the only code that starts QEMU. It builds the command line, speaks QMP
+ * (qmp.h), owns the per-sandbox run directory (sockets, console log, pidfile, state),
+ * supervises the process (death noticed through a pidfd, hangs through a QMP ping that
+ * must answer within VM_PING_TIMEOUT_MS), and jails it (vm_jail.h: unprivileged uid,
+ * own mount + PID namespaces showing only the files it needs, seccomp `-sandbox`, a
+ * cgroup with cpu/memory/pids limits).
+ *
+ * Threading: everything runs on the caller's `struct event_base`; no call blocks the loop
+ * for more than a few syscalls (QEMU start, QMP, migration, `qemu-img` are all watched by
+ * the loop). No callback is ever invoked from inside the call that requested it: results
+ * always come back from the loop, so callers may free their own state in a callback.
+ *
+ * Ownership: a `struct vm` belongs to this module. It is created by vm_boot, vm_restore
+ * or vm_adopt and stays valid until cbs->on_exit has returned (called exactly once, and
+ * always last) or until vm_detach returns. After that the pointer must not be used.
+ *
+ * Run directory (cfg->run_dir, created by the caller, one per sandbox, mode 0700 owned by
+ * root; this module chowns what QEMU must reach when jailed):
+ *   qmp.sock      QMP monitor (QEMU listens; spaced reconnects after a restart)
+ *   agent.sock    virtio-serial port "space.agent" (QEMU listens; the agent client
+ *                 connects, see agentc.h)
+ *   console.log   guest serial console, bounded to cfg->console_max bytes (the oldest
+ *                 half is dropped when full)
+ *   qemu.pid      QEMU's pid as seen from spaced's namespace
+ *   vm.json       what vm_adopt needs: pid, start time, accel, config summary
+ *
+ * Snapshot directory (written by vm_template_snapshot / vm_suspend, read by vm_restore):
+ *   state         QEMU migration stream (device state; plus all RAM for a suspend)
+ *   mem           guest RAM file (template snapshots only; mapped private copy-on-write
+ *                 by every clone, so it must never be written after the snapshot)
+ *   snapshot.json kind ("template" | "suspend"), mem_mib, vcpus, qemu version, sizes;
+ *                 vm_restore refuses a snapshot whose shape differs from the config.
+ *
+ * Disk consistency for templates: the guest page cache inside a template snapshot must
+ * match the disk it was taken on. The template VM therefore boots on its own overlay,
+ * which is frozen by the snapshot and becomes the backing file of every clone's overlay:
+ *   clone overlay (qcow2) -> template overlay (qcow2) -> base rootfs (raw)
+ */
+#ifndef SPACE_VM_H
+#define SPACE_VM_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct event_base;
+struct vm;
+
+/* Error codes passed to completion callbacks. Stable: the control plane maps them to API
+ * error codes with vm_error_code(). */
+enum vm_error {
+    VM_OK = 0,
+    VM_E_INVAL,    /* bad configuration (id, sizes, paths) */
+    VM_E_NOENT,    /* kernel, initramfs, disk image or snapshot file missing */
+    VM_E_START,    /* QEMU failed to start or exited before QMP was up */
+    VM_E_QMP,      /* QMP error reply or malformed QMP traffic */
+    VM_E_TIMEOUT,  /* an operation did not finish in its time limit */
+    VM_E_IO,       /* host I/O error (disk full, permission, ...) */
+    VM_E_SNAPSHOT, /* snapshot missing, corrupt or incompatible with the config */
+    VM_E_EXITED,   /* the VM exited while the operation was in progress */
+    VM_E_BUSY,     /* another operation is in progress on this VM */
+    VM_E_STATE,    /* the VM is not in a state that allows the operation */
+    VM_E_JAIL,     /* namespaces, cgroup or uid switch failed */
+};
+
+/* Short stable identifier for an error ("vm_start_failed", ...). */
+const char *vm_error_code(int err);
+
+enum vm_accel {
+    VM_ACCEL_AUTO = 0, /* KVM if usable for a normal guest (not KVM-PVM), else TCG */
+    VM_ACCEL_KVM,      /* forced; fails to start if KVM is unusable */
+    VM_ACCEL_TCG,      /* forced software emulation */
+};
+
+/* Resolves `auto` once per process (cached) and logs one warning line when falling back
+ * to TCG. Returns VM_ACCEL_KVM or VM_ACCEL_TCG. See accel.h for the probe itself. */
+enum vm_accel vm_accel_resolve(enum vm_accel want);
+const char *vm_accel_name(enum vm_accel a); /* "auto", "kvm", "tcg" */
+
+enum vm_state {
+    VM_STATE_STARTING, /* process started, QMP not yet ready (or migration loading) */
+    VM_STATE_RUNNING,  /* vCPUs running */
+    VM_STATE_PAUSED,   /* vCPUs stopped, memory resident (vm_pause, or restored paused) */
+    VM_STATE_SAVING,   /* vm_suspend / vm_template_snapshot in progress */
+    VM_STATE_STOPPING, /* vm_shutdown / vm_kill in progress */
+    VM_STATE_EXITED,   /* process gone; on_exit is about to be / has been called */
+};
+const char *vm_state_name(enum vm_state s);
+
+enum vm_exit_reason {
+    VM_EXIT_SHUTDOWN, /* guest powered off or vm_shutdown completed */
+    VM_EXIT_KILLED,   /* vm_kill, or vm_shutdown's timeout expired */
+    VM_EXIT_SAVED,    /* quit after a successful vm_suspend / vm_template_snapshot */
+    VM_EXIT_CRASHED,  /* QEMU died on its own (signal, error exit, QMP EOF) */
+    VM_EXIT_HUNG,     /* QMP stopped answering; the process was killed */
+    VM_EXIT_FAILED,   /* start or restore failed (on_ready got the error first) */
+};
+const char *vm_exit_reason_name(enum vm_exit_reason r);
+
+/* Networking (optional). A tap device already created inside the sandbox's network
+ * namespace by the network module; QEMU receives the open fd. */
+struct vm_net {
+    int tap_fd;      /* open /dev/net/tun fd attached to the tap, or -1 for no NIC */
+    const char *mac; /* "52:54:00:xx:xx:xx"; required when tap_fd >= 0 */
+};
+
+/* Jail settings. With enabled=0 QEMU runs as spaced's user in spaced's namespaces (tests,
+ * development); `-sandbox` seccomp is applied either way. */
+struct vm_jail {
+    int enabled;               /* 1: namespaces + uid switch + cgroup */
+    uid_t uid;                 /* unprivileged uid QEMU runs as (never 0) */
+    gid_t gid;                 /* its gid */
+    const char *cgroup_parent; /* cgroup dir under which "space-<id>" is made; NULL: none */
+    unsigned cpu_percent;      /* cpu.max as % of one CPU (100 = 1 CPU); 0 = no limit */
+    unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory) */
+    unsigned pids_max;         /* pids.max; 0 = default (64) */
+};
+
+struct vm_config {
+    const char *id;            /* sandbox id, [A-Za-z0-9_-]{1,48}: -name and cgroup */
+    const char *qemu;          /* QEMU binary; NULL = "qemu-system-x86_64" from PATH */
+    unsigned vcpus;            /* 1..16 */
+    unsigned mem_mib;          /* 64..65536 */
+    enum vm_accel accel;
+    const char *kernel;        /* uncompressed vmlinux (PVH) or bzImage */
+    const char *initramfs;     /* cpio whose /init is space-agent; NULL = none */
+    const char *cmdline_extra; /* appended to the built-in kernel command line; may be NULL */
+    const char *disk;          /* qcow2 overlay (vm_disk_overlay_create); NULL = no disk */
+    const char *run_dir;       /* per-sandbox directory, see above */
+    const char *mem_path;      /* template VMs: RAM file created here, mapped share=on so
+                                  vm_template_snapshot can skip it; NULL = anonymous RAM */
+    size_t console_max;        /* console.log bound in bytes; 0 = 1 MiB */
+    struct vm_net net;
+    struct vm_jail jail;
+};
+
+/* Completion of an asynchronous operation: err is enum vm_error, msg a human message
+ * (NULL when err == VM_OK; valid only during the call). */
+typedef void (*vm_done_cb)(struct vm *vm, int err, const char *msg, void *arg);
+
+struct vm_callbacks {
+    /* Boot / restore / adopt finished: QMP is up and (for restore) the state is loaded.
+     * err != VM_OK means the VM is being torn down; on_exit(VM_EXIT_FAILED) follows. */
+    vm_done_cb on_ready;
+    /* The agent socket is connected: fd (nonblocking, close-on-exec) now belongs to the
+     * callee, who hands it to agentc. Called once after on_ready succeeded; again after
+     * vm_agent_reconnect. Guest readiness is the agent's hello, not this call. */
+    void (*on_agent)(struct vm *vm, int fd, void *arg);
+    /* The VM is gone (see enum vm_exit_reason). msg says why, console_tail holds the last
+     * console lines (may be empty). Both are valid only during the call. The vm is freed
+     * when this returns. Always called exactly once, last. */
+    void (*on_exit)(struct vm *vm, enum vm_exit_reason reason, const char *msg,
+                    const char *console_tail, void *arg);
+};
+
+/* ---- disks ---------------------------------------------------------------------------- */
+
+/* Creates `overlay` as a qcow2 whose backing file is `backing` (format "raw" or "qcow2"),
+ * by running `qemu-img create` watched by the loop. cb gets vm == NULL. The overlay takes
+ * the backing file's virtual size. Fails with VM_E_NOENT if backing is missing. */
+int vm_disk_overlay_create(struct event_base *base, const char *backing,
+                           const char *backing_format, const char *overlay,
+                           vm_done_cb cb, void *arg);
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+/* Cold boot. Validates cfg (missing files fail here, synchronously, with *err/msg set and
+ * NULL returned, nothing left behind), starts QEMU, then reports through cbs. cfg is
+ * copied; the caller may free it after the call. */
+struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
+                   const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
+                   size_t msg_cap);
+
+/* Starts a new QEMU from a snapshot directory (template or suspend). With `paused` the
+ * vCPUs stay stopped after the load (warm pool; vm_resume continues). For template
+ * snapshots cfg->disk must be an overlay whose backing chain contains the template's
+ * frozen overlay, and cfg->mem_path is ignored (the snapshot's mem is used). */
+struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
+                      const char *snapshot_dir, int paused,
+                      const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
+                      size_t msg_cap);
+
+/* Re-attaches to a QEMU still running from a previous spaced (run_dir/vm.json +
+ * qemu.pid, process identity checked by start time so a recycled pid is never adopted).
+ * on_ready reports success, then on_agent hands a fresh agent connection. */
+struct vm *vm_adopt(struct event_base *base, const char *run_dir,
+                    const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
+                    size_t msg_cap);
+
+/* Pause / resume vCPUs (QMP stop / cont). Memory stays resident. */
+int vm_pause(struct vm *vm, vm_done_cb cb, void *arg);
+int vm_resume(struct vm *vm, vm_done_cb cb, void *arg);
+
+/* Writes the VM's full memory + device state to `dir` (created if absent), then quits
+ * QEMU: every host resource is released except the disk overlay and `dir`. cb reports
+ * the result; on success on_exit(VM_EXIT_SAVED) follows. On failure the VM keeps
+ * running (paused state is restored to what it was). */
+int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
+
+/* Template snapshot: only for a VM booted with cfg->mem_path (share=on RAM). Stops the
+ * VM, migrates device state only (x-ignore-shared) to dir/state, links the RAM file as
+ * dir/mem, writes dir/snapshot.json, then quits QEMU (the RAM file and the template's
+ * disk overlay are frozen from then on). Call it after the agent reported ready. */
+int vm_template_snapshot(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
+
+/* Graceful stop: the control plane has already asked the agent to power off; this waits
+ * up to timeout_ms for QEMU to exit (sending QMP system_powerdown meanwhile), then kills.
+ * on_exit(VM_EXIT_SHUTDOWN or VM_EXIT_KILLED) follows cb. */
+int vm_shutdown(struct vm *vm, unsigned timeout_ms, vm_done_cb cb, void *arg);
+
+/* SIGKILL now; on_exit(VM_EXIT_KILLED) follows from the loop. */
+void vm_kill(struct vm *vm);
+
+/* Forgets the VM without touching QEMU (spaced shutting down, to be adopted later):
+ * closes sockets and frees the vm. No callback is called. */
+void vm_detach(struct vm *vm);
+
+/* Opens a new agent connection (e.g. after agentc lost its stream); on_agent follows. */
+int vm_agent_reconnect(struct vm *vm);
+
+/* ---- accessors ------------------------------------------------------------------------ */
+
+pid_t vm_pid(const struct vm *vm);
+enum vm_state vm_state(const struct vm *vm);
+enum vm_accel vm_accel(const struct vm *vm);  /* resolved: KVM or TCG */
+const char *vm_id(const struct vm *vm);
+const char *vm_run_dir(const struct vm *vm);
+/* Copies the last lines of the console log (at most cap-1 bytes, NUL-terminated). */
+size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
+
+/* Supervision constants. */
+#define VM_PING_INTERVAL_MS 500  /* QMP query-status every ... */
+#define VM_PING_TIMEOUT_MS  1000 /* ... and a reply later than this means hung */
+
+#endif
