@@ -1,0 +1,90 @@
+/* spaced: the daemon context shared by every module of the control plane.
+ *
+ * One `struct spaced` exists per process. main.c builds it (options, store, auth, ops
+ * engine, sandbox table, templates, HTTP server, router), calls every module's route
+ * registration, runs the libevent loop and tears everything down in reverse order.
+ * Every module receives it as its first argument; nothing in it is global.
+ *
+ * Threading: the whole control plane runs on `base`, one thread. Store calls are
+ * synchronous (SQLite in WAL mode; each call is a few hundred microseconds) and are made
+ * from the loop.
+ *
+ * Route registration (all called from main.c, in this order, after the core modules are
+ * up; each module registers its own paths on the router and keeps `sp`):
+ *     void routes_health_register(struct router *, struct spaced *);     healthz, metrics
+ *     void routes_keys_register(struct router *, struct spaced *);       /v1/keys
+ *     void routes_sandboxes_register(struct router *, struct spaced *);  /v1/sandboxes...
+ *     void routes_ops_register(struct router *, struct spaced *);        /v1/operations...
+ *     void routes_templates_register(struct router *, struct spaced *);  /v1/templates...
+ *     void routes_sessions_register(struct router *, struct spaced *);   sessions helper
+ *     void routes_files_register(struct router *, struct spaced *);      files helper
+ *     void e2b_register(struct router *, struct spaced *);               E2B compat helper
+ * The last three are optional at link time (weak references in main.c), so the daemon
+ * builds before those modules exist.
+ *
+ * A route handler that acts on a sandbox does, in this order:
+ *     struct auth_principal who;
+ *     if (!auth_require(sp, req, &who)) return;          401 already sent (auth.h)
+ *     struct sbx *s = sbx_find(sp, who.tenant, id);      NULL -> reply 404 (sbx.h)
+ *     struct agentc *a = sbx_agent(s);                   NULL -> reply 409 not running
+ * and reports lifecycle changes through op_submit() (op.h), never by touching the VM. */
+#ifndef SPACE_SPACED_H
+#define SPACE_SPACED_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+struct event_base;
+struct router;
+struct store;
+struct auth;
+struct op_engine;
+struct sbx_table;
+struct tpl_registry;
+struct metrics;
+
+/* Command-line options (main.c fills them; strings point into argv or literals). */
+struct spaced_opts {
+    const char *listen;    /* "ADDR:PORT", default 127.0.0.1:7070 */
+    const char *data_dir;  /* store, admin.key, per-sandbox dirs; default /var/lib/space */
+    const char *guest_dir; /* vmlinux, initramfs.cpio, templates/<name>/ */
+    int accel;             /* enum vm_accel (vm.h) */
+    unsigned pool;         /* warm pool size per template (0 disables) */
+    const char *qemu;      /* QEMU binary override (SPACE_QEMU), NULL = from PATH */
+    int jail;              /* 1: run QEMU jailed (default when root and not disabled) */
+};
+
+struct spaced {
+    struct event_base *base;   /* the one event loop */
+    struct spaced_opts opt;    /* as given on the command line */
+    struct store *store;       /* durable state (store.h) */
+    struct auth *auth;         /* API keys and signed tokens (auth.h) */
+    struct op_engine *ops;     /* operations + reconciler (op.h) */
+    struct sbx_table *sbx;     /* live sandboxes by id (sbx.h) */
+    struct tpl_registry *tpl;  /* templates found under guest_dir and in the store */
+    struct metrics *metrics;   /* Prometheus counters (metrics.h) */
+    struct router *router;     /* HTTP routes (api/router.h) */
+    int64_t started_ms;        /* wall clock at start, for /healthz uptime */
+};
+
+/* An error travelling to the API edge: HTTP status, stable code, human message.
+ * Filled by the module that knows what went wrong; route handlers send it as
+ * {"error":{"code":..., "message":...}}. */
+struct spaced_err {
+    int status;        /* HTTP status (400, 404, 409, 422, 500, 503, ...) */
+    char code[48];     /* stable snake_case identifier, e.g. "invalid_state" */
+    char message[320]; /* one sentence for a human, names the offending value/state */
+};
+
+/* Fills err (if not NULL) and returns -1, so callers can `return spaced_err_set(...)`. */
+int spaced_err_set(struct spaced_err *err, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Milliseconds since the Unix epoch (wall clock, what the store records). */
+int64_t spaced_now_ms(void);
+
+/* Fills out with `prefix` followed by `nhex` random lowercase hex digits from the
+ * CSPRNG (out must hold strlen(prefix) + nhex + 1). Returns 0, or -1 if RAND failed. */
+int spaced_random_id(char *out, const char *prefix, unsigned nhex);
+
+#endif

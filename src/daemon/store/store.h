@@ -1,0 +1,193 @@
+/* store: durable state of the control plane behind a backend-neutral interface.
+ *
+ * Backends: SQLite in WAL mode (store_sqlite.c, the embedded default). The interface is
+ * shaped so a PostgreSQL backend can implement it later: plain rows, ids chosen by the
+ * caller (no autoincrement), times as int64 Unix milliseconds, JSON documents stored as
+ * text (the store never looks inside them except where stated), explicit transactions
+ * and keyset pagination (ORDER BY id, `id > cursor`). No backend-specific SQL leaks out.
+ *
+ * Durability: a call that returns 0 has committed (or, inside store_begin/store_commit,
+ * the commit has). SQLite runs with synchronous=FULL, so a SIGKILL of spaced (or power
+ * loss) after a successful commit loses nothing.
+ *
+ * Ownership: record structs are caller-owned; char * fields inside a record filled by
+ * the store are heap strings owned by the record and released with the matching
+ * store_*_clear(). Fixed-size arrays hold ids and short enums.
+ *
+ * Errors: functions return 0 on success, STORE_NOTFOUND when a looked-up row is absent,
+ * STORE_CONFLICT on a uniqueness violation, -1 on any other failure; store_errmsg() then
+ * describes the last failure (valid until the next call). */
+#ifndef SPACE_STORE_H
+#define SPACE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_NOTFOUND 1
+#define STORE_CONFLICT 2
+
+#define STORE_ID_MAX 64     /* ids: sandbox, op, key, tenant, session, template names */
+#define STORE_STATE_MAX 24  /* enum names stored as text ("running", "succeeded") */
+
+struct store;
+
+/* Opens (creating if needed) the store at `path` (SQLite file). Creates or upgrades the
+ * schema. Returns NULL with a message in errbuf on failure. */
+struct store *store_open(const char *path, char *errbuf, size_t errcap);
+void store_close(struct store *st);
+const char *store_errmsg(struct store *st);
+
+/* Transactions: group several writes into one atomic commit ("intent first": the
+ * sandbox's desired state and the operation row land together). Not nestable. */
+int store_begin(struct store *st);
+int store_commit(struct store *st);
+void store_rollback(struct store *st);
+
+/* ---- tenants and API keys ------------------------------------------------------------- */
+
+struct store_tenant {
+    char id[STORE_ID_MAX];   /* "admin" or "tn" + hex */
+    char name[128];          /* display name given by the admin */
+    int64_t created_ms;
+};
+
+int store_tenant_put(struct store *st, const struct store_tenant *t); /* insert; CONFLICT if id/name taken */
+int store_tenant_get(struct store *st, const char *id, struct store_tenant *out);
+int store_tenant_by_name(struct store *st, const char *name, struct store_tenant *out);
+
+struct store_key {
+    char id[STORE_ID_MAX];     /* public key id ("ak" + hex), shown in listings */
+    char tenant[STORE_ID_MAX]; /* owning tenant */
+    char hash[65];             /* hex SHA-256 of the secret; the secret is never stored */
+    char prefix[16];           /* first characters of the secret, to recognise it */
+    bool admin;                /* may manage keys */
+    int64_t created_ms;
+    int64_t expires_ms;        /* 0 = never */
+    int64_t revoked_ms;        /* 0 = active */
+};
+
+int store_key_put(struct store *st, const struct store_key *k);
+int store_key_by_hash(struct store *st, const char *hash, struct store_key *out);
+int store_key_get(struct store *st, const char *id, struct store_key *out);
+int store_key_revoke(struct store *st, const char *id, int64_t now_ms);
+/* Calls fn for every key (revoked included), ordered by id; fn returns nonzero to stop. */
+int store_key_each(struct store *st, int (*fn)(const struct store_key *, void *), void *arg);
+
+/* ---- sandboxes ------------------------------------------------------------------------ */
+
+struct store_sbx {
+    char id[STORE_ID_MAX];
+    char tenant[STORE_ID_MAX];
+    char template_name[STORE_ID_MAX];
+    unsigned vcpus;
+    unsigned memory_mib;
+    char *env_json;        /* {"NAME":"value",...} */
+    char *metadata_json;   /* {"key":"value",...}, filterable by store_sbx_list */
+    char *network_json;    /* network policy as given ({"mode":"none"|"allowlist"|"open",...}) */
+    int64_t timeout_s;     /* idle lifetime from creation / last wake; 0 = none */
+    int64_t deadline_ms;   /* when the timeout fires; 0 = none */
+    char on_timeout[16];   /* "suspend" | "delete" */
+    char desired[STORE_STATE_MAX]; /* where the reconciler must bring it (sbx.h names) */
+    char state[STORE_STATE_MAX];   /* what it is now (sbx.h names) */
+    char *failure;         /* why it failed (state "failed"), NULL otherwise */
+    char run_dir[256];     /* per-sandbox directory under data_dir */
+    int64_t created_ms;
+    int64_t updated_ms;
+};
+
+void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */
+
+int store_sbx_put(struct store *st, const struct store_sbx *s);    /* insert or replace */
+int store_sbx_get(struct store *st, const char *id, struct store_sbx *out);
+
+struct store_sbx_filter {
+    const char *tenant;        /* required: tenancy is enforced in the store query */
+    const char *state;         /* NULL = any except "deleted" */
+    const char *template_name; /* NULL = any */
+    const char *metadata_json; /* {"k":"v",...}: every pair must match; NULL = any */
+    const char *after_id;      /* keyset cursor: ids strictly greater; NULL = from start */
+    unsigned limit;            /* 1..1000 */
+};
+
+/* Calls fn for each matching sandbox in id order, at most f->limit times. *more is set
+ * when further rows match beyond the limit (the next cursor is the last id seen). */
+int store_sbx_list(struct store *st, const struct store_sbx_filter *f,
+                   int (*fn)(const struct store_sbx *, void *), void *arg, bool *more);
+/* Every sandbox not in state "deleted", any tenant (startup recovery, reconciler). */
+int store_sbx_each_live(struct store *st, int (*fn)(const struct store_sbx *, void *), void *arg);
+/* Counts sandboxes per state (for /metrics): fn(state, count). */
+int store_sbx_count_by_state(struct store *st, void (*fn)(const char *state, int64_t n, void *), void *arg);
+
+/* ---- operations ----------------------------------------------------------------------- */
+
+struct store_op {
+    char id[STORE_ID_MAX];
+    char tenant[STORE_ID_MAX];
+    char kind[24];              /* op.h names: "create", "delete", "template_build", ... */
+    char target[STORE_ID_MAX];  /* sandbox id, or template name for template_build */
+    char state[STORE_STATE_MAX];/* "pending" | "running" | "succeeded" | "failed" | "canceled" */
+    char error_code[48];        /* when failed/canceled */
+    char *error_message;        /* when failed/canceled; heap, may be NULL */
+    int progress;               /* 0..100 */
+    char *detail;               /* current step, human text; heap, may be NULL */
+    char idem_key[128];         /* Idempotency-Key of the creating request, "" if none */
+    char body_hash[65];         /* hex SHA-256 of that request's body (422 on reuse) */
+    int64_t created_ms;
+    int64_t started_ms;         /* 0 until running */
+    int64_t finished_ms;        /* 0 until terminal */
+};
+
+void store_op_clear(struct store_op *o);
+
+int store_op_put(struct store *st, const struct store_op *o);      /* insert or replace */
+int store_op_get(struct store *st, const char *id, struct store_op *out);
+/* Same tenant + idempotency key -> that op (STORE_NOTFOUND if none). */
+int store_op_by_idem(struct store *st, const char *tenant, const char *key, struct store_op *out);
+/* Every op not terminal (pending/running), ordered by creation then id. */
+int store_op_each_open(struct store *st, int (*fn)(const struct store_op *, void *), void *arg);
+/* Ops of one tenant, newest first (at most limit). */
+int store_op_list(struct store *st, const char *tenant, const char *target, unsigned limit,
+                  int (*fn)(const struct store_op *, void *), void *arg);
+
+/* ---- sessions (rows owned by the sessions module) ------------------------------------- */
+
+struct store_session {
+    char id[STORE_ID_MAX];
+    char tenant[STORE_ID_MAX];
+    char sandbox[STORE_ID_MAX];
+    char *spec_json;        /* how it was created (cmd, args, env, cwd, pty...) */
+    char state[STORE_STATE_MAX]; /* sessions module's names */
+    int exit_code;          /* valid when state says exited; -1 otherwise */
+    int exit_signal;        /* 0 if none */
+    int64_t created_ms;
+    int64_t updated_ms;
+};
+
+void store_session_clear(struct store_session *s);
+int store_session_put(struct store *st, const struct store_session *s); /* insert or replace */
+int store_session_get(struct store *st, const char *id, struct store_session *out);
+int store_session_delete(struct store *st, const char *id);
+/* Sessions of one sandbox in id order. */
+int store_session_each(struct store *st, const char *sandbox,
+                       int (*fn)(const struct store_session *, void *), void *arg);
+
+/* ---- templates ------------------------------------------------------------------------ */
+
+struct store_tpl {
+    char name[STORE_ID_MAX];   /* unique; "base", "python" are built in */
+    char tenant[STORE_ID_MAX]; /* "" for built-ins visible to everyone */
+    char state[STORE_STATE_MAX]; /* "building" | "ready" | "failed" */
+    char *spec_json;           /* build spec (may be NULL for built-ins) */
+    char *failure;             /* why the build failed, NULL otherwise */
+    char dir[256];             /* directory holding rootfs.ext4 / template.json / snapshot */
+    int64_t created_ms;
+    int64_t updated_ms;
+};
+
+void store_tpl_clear(struct store_tpl *t);
+int store_tpl_put(struct store *st, const struct store_tpl *t);   /* insert or replace */
+int store_tpl_get(struct store *st, const char *name, struct store_tpl *out);
+int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *), void *arg);
+
+#endif
