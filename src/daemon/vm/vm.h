@@ -118,6 +118,16 @@ struct vm_jail {
     unsigned pids_max;         /* pids.max; 0 = default (64) */
 };
 
+/* One read-only layer under a sandbox's overlay. The chain is given explicitly (from the
+ * store) and passed to QEMU node by node: the overlay's own header is writable by QEMU,
+ * so the backing file name inside it is never trusted, neither by QEMU nor by the jail
+ * deciding which files to expose. */
+struct vm_disk_layer {
+    const char *path;   /* image file */
+    const char *format; /* "qcow2" (template overlay) or "raw" (base rootfs) */
+};
+#define VM_DISK_BACKING_MAX 4
+
 struct vm_config {
     const char *id;            /* sandbox id, [A-Za-z0-9_-]{1,48}: -name and cgroup */
     const char *qemu;          /* QEMU binary; NULL = "qemu-system-x86_64" from PATH */
@@ -128,6 +138,9 @@ struct vm_config {
     const char *initramfs;     /* cpio whose /init is space-agent; NULL = none */
     const char *cmdline_extra; /* appended to the built-in kernel command line; may be NULL */
     const char *disk;          /* qcow2 overlay (vm_disk_overlay_create); NULL = no disk */
+    struct vm_disk_layer backing[VM_DISK_BACKING_MAX]; /* disk's backing chain, nearest
+                                  first (e.g. template overlay, then base rootfs) */
+    unsigned n_backing;        /* entries used in backing[] */
     const char *run_dir;       /* per-sandbox directory, see above */
     const char *mem_path;      /* template VMs: RAM file created here, mapped share=on so
                                   vm_template_snapshot can skip it; NULL = anonymous RAM */
@@ -188,6 +201,9 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
 struct vm *vm_adopt(struct event_base *base, const char *run_dir,
                     const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
                     size_t msg_cap);
+
+/* Operations below return VM_OK when started (cb will be called once, from the loop) or
+ * an error code (VM_E_BUSY, VM_E_STATE, ...) with no callback. */
 
 /* Pause / resume vCPUs (QMP stop / cont). Memory stays resident. */
 int vm_pause(struct vm *vm, vm_done_cb cb, void *arg);
