@@ -104,7 +104,7 @@ void http_chunked_init(struct http_chunked *d);
  * HTTP_PARSE_INCOMPLETE and consumed > 0. Returns HTTP_PARSE_OK once the final CRLF
  * after the last chunk and trailers has been consumed (bytes after it belong to the
  * next request), HTTP_PARSE_ERROR on a malformed size line, missing CRLF, chunk size
- * overflow (> 2^62) or trailers above 8 KiB. Trailers are validated and discarded. */
+ * overflow (> 2^62) or trailers above 8 KiB (431). Trailers are discarded. */
 enum http_parse_result http_chunked_decode(struct http_chunked *d, const char *in, size_t len,
                                            size_t *consumed, size_t *data_off, size_t *data_len,
                                            struct http_parse_error *err);
