@@ -15,18 +15,18 @@ static json_t *parse_object(const char *body, size_t len, struct spaced_err *err
 {
     json_error_t je;
     if (!body || len == 0) {
-        spaced_err_set(err, 400, BAD, "request body must be a JSON object");
+        spaced_err_set(err, 400, "invalid_json", "request body must be a JSON object");
         return NULL;
     }
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        spaced_err_set(err, 400, BAD, "body is not valid JSON: %s (line %d, column %d)",
+        spaced_err_set(err, 400, "invalid_json", "body is not valid JSON: %s (line %d, column %d)",
                        je.text, je.line, je.column);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        spaced_err_set(err, 400, BAD, "request body must be a JSON object");
+        spaced_err_set(err, 400, "invalid_json", "request body must be a JSON object");
         return NULL;
     }
     return root;
@@ -47,7 +47,7 @@ static int only_fields(json_t *obj, const char *const *known, struct spaced_err 
             for (char *p = shown; *p; p++)
                 if (!isprint((unsigned char)*p))
                     *p = '?';
-            return spaced_err_set(err, 400, BAD, "unknown field \"%s\"", shown);
+            return spaced_err_set(err, 400, "unknown_field", "unknown field \"%s\"", shown);
         }
     }
     return 0;
