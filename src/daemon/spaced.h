@@ -87,4 +87,8 @@ int64_t spaced_now_ms(void);
  * CSPRNG (out must hold strlen(prefix) + nhex + 1). Returns 0, or -1 if RAND failed. */
 int spaced_random_id(char *out, const char *prefix, unsigned nhex);
 
+/* Formats ms since the epoch as RFC 3339 UTC with milliseconds
+ * ("2026-11-30T04:55:00.123Z") into out[32]. Returns out. */
+const char *spaced_fmt_time(int64_t ms, char out[32]);
+
 #endif

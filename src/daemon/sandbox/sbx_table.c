@@ -1,0 +1,211 @@
+/* sbx_table.c: the in-memory table of live sandboxes, their persisted record, state
+ * changes (persist + log + listeners), timeouts and the API representation. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/agentc/agentc.h"
+#include "daemon/vm/vm.h"
+#include "log.h"
+#include "sbx_internal.h"
+
+struct sbx_table *sbx_table_new(struct spaced *sp)
+{
+    (void)sp;
+    return calloc(1, sizeof(struct sbx_table));
+}
+
+static void sbx_free(struct sbx *s)
+{
+    if (s->vm)
+        vm_detach(s->vm);
+    agentc_free(s->agent);
+    store_sbx_clear(&s->rec);
+    free(s);
+}
+
+void sbx_table_free(struct sbx_table *t)
+{
+    if (!t)
+        return;
+    while (t->head) {
+        struct sbx *s = t->head;
+        t->head = s->next;
+        sbx_free(s);
+    }
+    free(t);
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec)
+{
+    struct sbx *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->sp = sp;
+    s->rec = *rec;
+    s->rec.env_json = dup_or_null(rec->env_json);
+    s->rec.metadata_json = dup_or_null(rec->metadata_json);
+    s->rec.network_json = dup_or_null(rec->network_json);
+    s->rec.failure = dup_or_null(rec->failure);
+    int st = sbx_state_parse(rec->state), de = sbx_state_parse(rec->desired);
+    s->state = st < 0 ? SBX_FAILED : (enum sbx_state)st;
+    s->desired = de < 0 ? SBX_RUNNING : (enum sbx_state)de;
+    s->next = sp->sbx->head;
+    sp->sbx->head = s;
+    return s;
+}
+
+static int load_one(const struct store_sbx *rec, void *arg)
+{
+    return sbx_table_add(arg, rec) ? 0 : 1;
+}
+
+int sbx_table_load(struct spaced *sp)
+{
+    return store_sbx_each_live(sp->store, load_one, sp);
+}
+
+void sbx_table_remove(struct spaced *sp, struct sbx *s)
+{
+    for (struct sbx **pp = &sp->sbx->head; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            sbx_free(s);
+            return;
+        }
+}
+
+struct sbx *sbx_find(struct spaced *sp, const char *tenant, const char *id)
+{
+    if (!id)
+        return NULL;
+    for (struct sbx *s = sp->sbx->head; s; s = s->next)
+        if (strcmp(s->rec.id, id) == 0)
+            return s->state == SBX_DELETED || (tenant && strcmp(s->rec.tenant, tenant) != 0) ? NULL : s;
+    return NULL;
+}
+
+const char *sbx_id(const struct sbx *s) { return s->rec.id; }
+const char *sbx_tenant(const struct sbx *s) { return s->rec.tenant; }
+enum sbx_state sbx_state(const struct sbx *s) { return s->state; }
+enum sbx_state sbx_desired(const struct sbx *s) { return s->desired; }
+const struct store_sbx *sbx_record(const struct sbx *s) { return &s->rec; }
+bool sbx_busy(const struct sbx *s) { return s->op_id[0] != '\0' || s->recovering; }
+
+struct agentc *sbx_agent(struct sbx *s)
+{
+    return s->state == SBX_RUNNING && s->agent_ready ? s->agent : NULL;
+}
+
+void sbx_each(struct spaced *sp, void (*fn)(struct sbx *s, void *arg), void *arg)
+{
+    struct sbx *next;
+    for (struct sbx *s = sp->sbx->head; s; s = next) {
+        next = s->next;
+        fn(s, arg);
+    }
+}
+
+int sbx_listen(struct spaced *sp, sbx_state_fn fn, void *arg)
+{
+    struct sbx_table *t = sp->sbx;
+    if (t->nlisteners == SBX_LISTENERS_MAX)
+        return -1;
+    t->listeners[t->nlisteners].fn = fn;
+    t->listeners[t->nlisteners].arg = arg;
+    t->nlisteners++;
+    return 0;
+}
+
+void sbx_set_desired(struct sbx *s, enum sbx_state desired)
+{
+    s->desired = desired;
+    snprintf(s->rec.desired, sizeof s->rec.desired, "%s", sbx_state_name(desired));
+}
+
+int sbx_persist(struct sbx *s)
+{
+    s->rec.updated_ms = spaced_now_ms();
+    if (store_sbx_put(s->sp->store, &s->rec) != 0) {
+        log_error("store.error", "sandbox=%s op=persist msg=%s", s->rec.id,
+                  store_errmsg(s->sp->store));
+        return -1;
+    }
+    return 0;
+}
+
+void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
+{
+    enum sbx_state old = s->state;
+    s->state = state;
+    snprintf(s->rec.state, sizeof s->rec.state, "%s", sbx_state_name(state));
+    free(s->rec.failure);
+    s->rec.failure = failure ? strdup(failure) : NULL;
+    sbx_persist(s);
+    char why[300];
+    log_event(state == SBX_FAILED ? LOG_WARN : LOG_INFO, "sandbox.state",
+              "sandbox=%s tenant=%s from=%s to=%s desired=%s%s%s", s->rec.id, s->rec.tenant,
+              sbx_state_name(old), sbx_state_name(state), sbx_state_name(s->desired),
+              failure ? " failure=" : "", failure ? log_quote(failure, why, sizeof why) : "");
+    struct sbx_table *t = s->sp->sbx;
+    for (unsigned i = 0; i < t->nlisteners && old != state; i++)
+        t->listeners[i].fn(s->sp, s, old, state, t->listeners[i].arg);
+}
+
+void sbx_path(const struct sbx *s, const char *leaf, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/sandboxes/%s%s%s", s->sp->opt.data_dir, s->rec.id, leaf ? "/" : "",
+             leaf ? leaf : "");
+}
+
+int sbx_set_timeout(struct spaced *sp, struct sbx *s, int64_t timeout_s, const char *on_timeout,
+                    struct spaced_err *err)
+{
+    (void)sp;
+    if (timeout_s < 0 || timeout_s > SBX_TIMEOUT_MAX_S)
+        return spaced_err_set(err, 400, "invalid_request", "timeout must be in 0..%lld",
+                              (long long)SBX_TIMEOUT_MAX_S);
+    if (on_timeout && strcmp(on_timeout, "suspend") != 0 && strcmp(on_timeout, "delete") != 0)
+        return spaced_err_set(err, 400, "invalid_request",
+                              "on_timeout must be \"suspend\" or \"delete\"");
+    s->rec.timeout_s = timeout_s;
+    s->rec.deadline_ms = timeout_s ? spaced_now_ms() + timeout_s * 1000 : 0;
+    if (on_timeout)
+        snprintf(s->rec.on_timeout, sizeof s->rec.on_timeout, "%s", on_timeout);
+    if (sbx_persist(s) < 0)
+        return spaced_err_set(err, 500, "internal", "cannot store the new timeout");
+    log_info("sandbox.timeout", "sandbox=%s timeout_s=%lld on_timeout=%s", s->rec.id,
+             (long long)timeout_s, s->rec.on_timeout);
+    return 0;
+}
+
+static json_t *json_time(int64_t ms)
+{
+    char buf[32];
+    return ms ? json_string(spaced_fmt_time(ms, buf)) : json_null();
+}
+
+static json_t *json_doc(const char *text, const char *fallback)
+{
+    json_t *v = text ? json_loads(text, 0, NULL) : NULL;
+    return v ? v : json_loads(fallback, 0, NULL);
+}
+
+json_t *sbx_record_to_json(const struct store_sbx *r)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:I, s:s, s:o, s:o, s:o, s:o}",
+                     "id", r->id, "template", r->template_name, "state", r->state,
+                     "desired_state", r->desired, "vcpus", (json_int_t)r->vcpus,
+                     "memory_mib", (json_int_t)r->memory_mib, "env", json_doc(r->env_json, "{}"),
+                     "metadata", json_doc(r->metadata_json, "{}"),
+                     "network", json_doc(r->network_json, "{\"mode\":\"none\"}"),
+                     "timeout", (json_int_t)r->timeout_s, "on_timeout", r->on_timeout,
+                     "expires_at", json_time(r->deadline_ms),
+                     "failure", r->failure ? json_string(r->failure) : json_null(),
+                     "created_at", json_time(r->created_ms), "updated_at", json_time(r->updated_ms));
+}
+
+json_t *sbx_to_json(const struct sbx *s) { return sbx_record_to_json(&s->rec); }

@@ -1,0 +1,19 @@
+/* tpl_internal.h: registry internals shared by tpl.c and tpl_snapshot.c. */
+#ifndef SPACE_TPL_INTERNAL_H
+#define SPACE_TPL_INTERNAL_H
+
+#include "tpl.h"
+
+struct tpl_snap; /* one (template, shape) snapshot, built or being built */
+
+struct tpl_registry {
+    char kernel[TPL_PATH_MAX];    /* <guest-dir>/vmlinux */
+    char initramfs[TPL_PATH_MAX]; /* <guest-dir>/initramfs.cpio */
+    struct tpl_snap *snaps;       /* list, owned */
+};
+
+void tpl_snapshots_free(struct tpl_registry *r);
+/* Number of ready snapshot shapes of template `name` (for the API). */
+unsigned tpl_snapshots_ready(struct spaced *sp, const char *name);
+
+#endif
