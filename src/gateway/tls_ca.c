@@ -120,6 +120,17 @@ static int ca_load(struct tls_ca *ca, const char *crt, const char *keyp)
     return ca->cert && ca->key && X509_check_private_key(ca->cert, ca->key) ? 0 : -1;
 }
 
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned inlen, void *arg)
+{
+    static const unsigned char h11[] = "\x08http/1.1";
+    unsigned char *sel;
+    if (SSL_select_next_proto(&sel, outlen, h11, sizeof h11 - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
 int tls_ca_open(const char *dir, const char *trust_file, struct tls_ca **out, char *err,
                 size_t errlen)
 {
@@ -148,6 +159,7 @@ int tls_ca_open(const char *dir, const char *trust_file, struct tls_ca **out, ch
         snprintf(err, errlen, "TLS context setup failed");
         goto fail;
     }
+    SSL_CTX_set_alpn_select_cb(ca->server, alpn_select, NULL);
     SSL_CTX_set_verify(ca->client, SSL_VERIFY_PEER, NULL);
     if (trust_file ? SSL_CTX_load_verify_locations(ca->client, trust_file, NULL) != 1
                    : SSL_CTX_set_default_verify_paths(ca->client) != 1) {
@@ -199,24 +211,12 @@ static X509 *leaf_for(struct tls_ca *ca, const char *name)
     return c;
 }
 
-static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
-                       const unsigned char *in, unsigned inlen, void *arg)
-{
-    static const unsigned char h11[] = "\x08http/1.1";
-    unsigned char *sel;
-    if (SSL_select_next_proto(&sel, outlen, h11, sizeof h11 - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
-        return SSL_TLSEXT_ERR_NOACK;
-    *out = sel;
-    return SSL_TLSEXT_ERR_OK;
-}
-
 SSL *tls_ca_server_ssl(struct tls_ca *ca, const char *name)
 {
     X509 *leaf = leaf_for(ca, name);
     SSL *ssl = leaf ? SSL_new(ca->server) : NULL;
     if (!ssl)
         return NULL;
-    SSL_CTX_set_alpn_select_cb(ca->server, alpn_select, NULL);
     if (SSL_use_certificate(ssl, leaf) != 1 || SSL_use_PrivateKey(ssl, ca->leaf_key) != 1 ||
         SSL_add1_chain_cert(ssl, ca->cert) != 1) {
         SSL_free(ssl);

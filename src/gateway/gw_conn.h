@@ -1,0 +1,61 @@
+/* gw_conn: one proxied TCP connection from a sandbox (internal to gw_conn.c and
+ * gw_mitm.c; the rest of the gateway uses gw_conn_accept / gw_conns_recheck in gw.h).
+ *
+ * Life: HELLO (reading the ClientHello on 443 or the first request head on 80) ->
+ * RESOLVE (the gateway's own lookup of the name) -> CONNECT (dialling an address it
+ * resolved, from its own namespace) -> OPEN (splicing bytes; on port 80 and on the
+ * credential path every further request head is checked) -> freed. Any refusal frees
+ * the connection: a TCP reset before anything was answered on 443, a 4xx and close
+ * where HTTP can be spoken. */
+#ifndef SPACE_GW_CONN_H
+#define SPACE_GW_CONN_H
+
+#include "gw.h"
+
+enum gw_conn_state { CS_HELLO, CS_RESOLVE, CS_CONNECT, CS_OPEN, CS_CLOSING };
+
+struct gw_conn {
+    struct gw_sandbox *sb;
+    struct gw_conn *prev, *next;      /* in sb->conns */
+    bool tls;                         /* arrived on 443 */
+    bool mitm;                        /* TLS terminated here for credential injection */
+    enum gw_conn_state state;
+    int down_fd;                      /* the accepted socket (owned by down) */
+    struct bufferevent *down;         /* owned: guest side (socket, or TLS filter on it) */
+    struct bufferevent *up;           /* owned: upstream side, NULL until dialled */
+    struct gw_lookup *lookup;         /* pending resolution, NULL if none */
+    struct event *timer;              /* owned: deadline for HELLO..CONNECT */
+    char name[POLICY_NAME_MAX + 1];   /* the checked name; "" until known */
+    uint16_t port;                    /* 80 or 443 */
+    uint32_t orig_dst;                /* guest's intended address (log only) */
+    uint32_t up_addr;                 /* address dialled (resolved by the gateway) */
+    bool in_body;                     /* HTTP: forwarding a request body */
+    bool opaque;                      /* HTTP: after a websocket upgrade, plain splice */
+    bool down_eof;
+    struct gwhttp_body body;
+    char cred_header[GW_HEADER_MAX + 1]; /* mitm: header to replace */
+    char *cred_value;                 /* mitm: owned copy of the secret, wiped on free */
+};
+
+/* Frees c; `reset` sends a TCP RST to the guest instead of a FIN. */
+void gw_conn_free(struct gw_conn *c, bool reset);
+/* Refuses: logs, then HTTP status (if > 0 and HTTP can be spoken) or reset. */
+void gw_conn_deny(struct gw_conn *c, const char *reason, int status);
+/* Callbacks shared by both paths. */
+void gw_conn_up_event(struct bufferevent *bev, short what, void *arg);
+void gw_conn_up_read(struct bufferevent *bev, void *arg);
+void gw_conn_down_read(struct bufferevent *bev, void *arg);
+void gw_conn_down_event(struct bufferevent *bev, short what, void *arg);
+void gw_conn_write_done(struct bufferevent *bev, void *arg);
+/* gw_resolve callback for a connection waiting on its name. */
+void gw_conn_resolved(void *arg, int rcode, const struct gw_cache_entry *e);
+
+/* gw_mitm.c: switches c to the credential path: TLS towards the guest with a minted
+ * leaf, verified TLS towards `addr`. Returns 0, or -1 after which the caller must deny
+ * (free) c: it may already hold the new bufferevents. */
+int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred);
+/* Writes head (of r) to out without any copy of the credential header, plus the real one. */
+void gw_mitm_rewrite_head(const struct gw_conn *c, const char *head, const struct gwhttp_req *r,
+                          struct evbuffer *out);
+
+#endif

@@ -1,0 +1,77 @@
+/* gw_mitm.c: the credential-injection path. For a host with a credential rule the
+ * gateway terminates the guest's TLS with a leaf minted by the per-deployment CA,
+ * opens its own TLS connection to an address it resolved, verifying the real
+ * certificate chain and host name, then treats the decrypted stream like port 80:
+ * every request's Host must be the SNI name (421 otherwise), and the credential header
+ * is removed from what the guest sent and the real value added. The secret exists
+ * only here, in gateway memory. */
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_conn.h"
+
+int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred)
+{
+    struct event_base *base = c->sb->gw->base;
+    SSL *srv = tls_ca_server_ssl(c->sb->gw->ca, c->name);
+    SSL *cli = tls_ca_client_ssl(c->sb->gw->ca, c->name);
+    char *secret = strdup(cred->value);
+    struct bufferevent *up = NULL;
+    if (!srv || !cli || !secret)
+        goto fail;
+    up = bufferevent_openssl_socket_new(base, -1, cli, BUFFEREVENT_SSL_CONNECTING,
+                                        BEV_OPT_CLOSE_ON_FREE);
+    if (!up)
+        goto fail;
+    cli = NULL; /* owned by up now */
+    /* The ClientHello is still unread in the socket bufferevent's input: the TLS filter
+     * reads it from there. The filter takes ownership of the socket bufferevent. */
+    struct bufferevent *down = bufferevent_openssl_filter_new(base, c->down, srv,
+                                                              BUFFEREVENT_SSL_ACCEPTING,
+                                                              BEV_OPT_CLOSE_ON_FREE);
+    if (!down)
+        goto fail;
+    struct bufferevent *sock = c->down;
+    c->down = down;
+    c->mitm = true;
+    c->up = up;
+    c->cred_value = secret;
+    snprintf(c->cred_header, sizeof c->cred_header, "%s", cred->header);
+    bufferevent_setwatermark(sock, EV_READ, 0, 0);
+    bufferevent_setwatermark(down, EV_READ, 0, GWHTTP_HEAD_MAX + 65536);
+    bufferevent_setcb(down, gw_conn_down_read, gw_conn_write_done, gw_conn_down_event, c);
+    bufferevent_enable(down, EV_READ | EV_WRITE);
+    /* Bytes already buffered raise no new read event: kick the handshake once. */
+    bufferevent_trigger(sock, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    bufferevent_setcb(up, gw_conn_up_read, gw_conn_write_done, gw_conn_up_event, c);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(c->port),
+                             .sin_addr.s_addr = htonl(addr)};
+    if (bufferevent_socket_connect(up, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        /* c is now fully set up; the caller's deny frees both sides */
+        return -1;
+    }
+    return 0;
+fail:
+    SSL_free(srv);
+    SSL_free(cli);
+    free(secret);
+    if (up)
+        bufferevent_free(up);
+    return -1;
+}
+
+void gw_mitm_rewrite_head(const struct gw_conn *c, const char *head, const struct gwhttp_req *r,
+                          struct evbuffer *out)
+{
+    /* request line: up to the first header (or the blank line if there is none) */
+    size_t first = r->nheaders ? r->headers[0].off : r->head_len - 2;
+    evbuffer_add(out, head, first);
+    for (size_t i = 0; i < r->nheaders; i++)
+        if (!gwhttp_header_is(head, &r->headers[i], c->cred_header))
+            evbuffer_add(out, head + r->headers[i].off, r->headers[i].len);
+    evbuffer_add_printf(out, "%s: %s\r\n\r\n", c->cred_header, c->cred_value);
+}
