@@ -77,7 +77,6 @@ struct agent_conn *agent_conn_new(const struct agent_conn_hooks *hooks)
     if (!c)
         return NULL;
     c->hooks = hooks;
-    conn_send_hello(c);
     return c;
 }
 
@@ -165,9 +164,9 @@ static void conn_on_hello(struct agent_conn *c, const struct frame *f)
         conn_drop_channels(c);
         agent_buf_free(&c->out);
         c->congested = false;
-        conn_send_hello(c);
     }
     c->hello = true;
+    conn_send_hello(c);
 }
 
 static void conn_on_open(struct agent_conn *c, const struct frame *f)

@@ -61,11 +61,11 @@ struct agent_conn_hooks {
     /* An OPEN for a new channel (request borrowed, an object). The hook answers on ch
      * (event/error + close) or attaches ops/impl. */
     void (*open)(struct agent_chan *ch, json_t *request);
-    /* Our HELLO payload (new reference); called at start and on each host HELLO. */
+    /* Our HELLO payload (new reference); sent in answer to each host HELLO. */
     json_t *(*hello)(void);
 };
 
-/* Creates a connection and queues our HELLO. hooks are borrowed (static). NULL on OOM. */
+/* Creates a connection (it answers the host's HELLO with ours). hooks are borrowed (static). NULL on OOM. */
 struct agent_conn *agent_conn_new(const struct agent_conn_hooks *hooks);
 /* Connection gone: every attached op gets on_close, then everything is freed. */
 void agent_conn_free(struct agent_conn *c);

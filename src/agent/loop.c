@@ -13,6 +13,7 @@ static bool loop_stopping;
 /* The batch being dispatched, so agent_loop_del can cancel events already fetched. */
 static struct epoll_event loop_batch[LOOP_BATCH];
 static int loop_batch_n;
+static void (*loop_after_batch)(void);
 
 int agent_loop_init(void)
 {
@@ -53,6 +54,11 @@ void agent_loop_del(struct agent_watch *w)
             loop_batch[i].data.ptr = NULL;
 }
 
+void agent_loop_on_batch(void (*fn)(void))
+{
+    loop_after_batch = fn;
+}
+
 int agent_loop_run(void)
 {
     loop_stopping = false;
@@ -70,6 +76,8 @@ int agent_loop_run(void)
                 w->fn(w, loop_batch[i].events);
         }
         loop_batch_n = 0;
+        if (loop_after_batch)
+            loop_after_batch();
     }
     return 0;
 }

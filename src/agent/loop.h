@@ -33,6 +33,10 @@ int agent_loop_set(struct agent_watch *w, uint32_t events);
 /* Unregisters w (no-op if not added). Does not close the fd. */
 void agent_loop_del(struct agent_watch *w);
 
+/* Sets a function called after every batch of events (the serve layer flushes output
+ * to the host there, once per batch instead of once per frame). NULL for none. */
+void agent_loop_on_batch(void (*fn)(void));
+
 /* Runs until agent_loop_stop(). Returns 0, or -1 if epoll failed. */
 int agent_loop_run(void);
 void agent_loop_stop(void);

@@ -1,0 +1,204 @@
+/* files.c: stat, list, mkdir, remove, rename (synchronous: local disk, short calls). */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/fs.h"
+#include "agent/ops.h"
+#include "agent/req.h"
+
+#define LIST_MAX_ENTRIES 100000
+#define LIST_MAX_DEPTH   16
+#define LIST_BATCH_BYTES 40000   /* estimated JSON bytes per "entries" event (< 64 KiB) */
+
+/* Common start of every file op: the user, then one path field. */
+static int files_begin(struct agent_chan *ch, json_t *req, const char *key,
+                       struct agent_user *u, char *path)
+{
+    if (agent_req_user(ch, req, u) < 0 || agent_req_path(ch, req, key, u, path) < 0) {
+        agent_chan_close(ch);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends the stat of path as the result, or its errno error. */
+static void files_result_stat(struct agent_chan *ch, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return agent_chan_fail_errno(ch, errno, path);
+    agent_op_result(ch, agent_fs_stat_json(path, &st));
+}
+
+void agent_op_stat(struct agent_chan *ch, json_t *req)
+{
+    struct agent_user u;
+    char path[PATH_MAX];
+    if (files_begin(ch, req, "path", &u, path) == 0)
+        files_result_stat(ch, path);
+}
+
+/* A list in progress: entries accumulate in `batch` and go out as "entries" events. */
+struct list_walk {
+    struct agent_chan *ch;
+    json_t *batch;         /* current batch (owned) */
+    size_t batch_bytes;    /* estimated JSON size of batch */
+    size_t count;          /* entries sent or batched */
+    int max_depth;
+};
+
+static void list_flush(struct list_walk *w)
+{
+    if (json_array_size(w->batch) == 0)
+        return;
+    agent_chan_event(w->ch, json_pack("{s:s, s:O}", "type", "entries", "entries", w->batch));
+    json_array_clear(w->batch);
+    w->batch_bytes = 0;
+}
+
+/* Walks dir (depth 1 = its own entries). Returns 0, or -1 with errno. */
+static int list_dir(struct list_walk *w, const char *dir, int depth)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (errno = 0, de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char path[PATH_MAX];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", de->d_name) >=
+                (int)sizeof path ||
+            lstat(path, &st) < 0)
+            continue; /* vanished or unreachable: a listing is a snapshot anyway */
+        if (++w->count > LIST_MAX_ENTRIES) {
+            errno = E2BIG;
+            rc = -1;
+            break;
+        }
+        json_t *e = agent_fs_stat_json(path, &st);
+        if (e) {
+            /* JSON escaping can make a byte 6 bytes (\u00XX): estimate the worst. */
+            w->batch_bytes += 300 + 12 * strlen(path);
+            json_array_append_new(w->batch, e);
+        }
+        if (w->batch_bytes > LIST_BATCH_BYTES)
+            list_flush(w);
+        if (S_ISDIR(st.st_mode) && depth < w->max_depth && list_dir(w, path, depth + 1) < 0 &&
+            errno == E2BIG)
+            rc = -1;
+    }
+    if (rc == 0 && errno != 0)
+        rc = -1;
+    int e = errno;
+    closedir(d);
+    errno = e;
+    return rc;
+}
+
+void agent_op_list(struct agent_chan *ch, json_t *req)
+{
+    struct agent_user u;
+    char path[PATH_MAX];
+    long long depth;
+    if (files_begin(ch, req, "path", &u, path) < 0)
+        return;
+    if (agent_req_int(ch, req, "depth", 1, LIST_MAX_DEPTH, 1, &depth) < 0)
+        return agent_chan_close(ch);
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return agent_chan_fail_errno(ch, errno, path);
+    if (!S_ISDIR(st.st_mode))
+        return agent_chan_fail(ch, FRAME_E_NOT_DIR, "%s: not a directory", path);
+    struct list_walk w = {.ch = ch, .batch = json_array(), .max_depth = (int)depth};
+    if (!w.batch)
+        return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
+    int rc = list_dir(&w, path, 1);
+    int e = errno;
+    list_flush(&w);
+    json_decref(w.batch);
+    if (rc < 0 && e == E2BIG)
+        return agent_chan_fail(ch, FRAME_E_TOO_MANY, "more than %d entries", LIST_MAX_ENTRIES);
+    if (rc < 0)
+        return agent_chan_fail_errno(ch, e, path);
+    agent_op_result(ch, json_pack("{s:I}", "count", (json_int_t)w.count));
+}
+
+void agent_op_mkdir(struct agent_chan *ch, json_t *req)
+{
+    struct agent_user u;
+    char path[PATH_MAX];
+    bool parents;
+    long long mode;
+    if (files_begin(ch, req, "path", &u, path) < 0)
+        return;
+    if (agent_req_bool(ch, req, "parents", true, &parents) < 0 ||
+        agent_req_int(ch, req, "mode", 0, 07777, 0755, &mode) < 0)
+        return agent_chan_close(ch);
+    int rc;
+    if (parents) {
+        rc = agent_fs_mkdirs(path, (mode_t)mode, &u, true);
+    } else {
+        rc = mkdir(path, (mode_t)mode);
+        if (rc == 0 && (lchown(path, u.uid, u.gid) < 0 || chmod(path, (mode_t)mode) < 0))
+            rc = -1;
+    }
+    if (rc < 0 && errno == EEXIST) {
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+            errno = ENOTDIR;
+    }
+    if (rc < 0)
+        return agent_chan_fail_errno(ch, errno, path);
+    files_result_stat(ch, path);
+}
+
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
+}
+
+void agent_op_remove(struct agent_chan *ch, json_t *req)
+{
+    struct agent_user u;
+    char path[PATH_MAX];
+    bool recursive;
+    if (files_begin(ch, req, "path", &u, path) < 0)
+        return;
+    if (agent_req_bool(ch, req, "recursive", false, &recursive) < 0)
+        return agent_chan_close(ch);
+    if (strcmp(path, "/") == 0)
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "refusing to remove /");
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return agent_chan_fail_errno(ch, errno, path);
+    int rc;
+    if (!S_ISDIR(st.st_mode))
+        rc = unlink(path);
+    else if (recursive)
+        rc = nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    else
+        rc = rmdir(path);
+    if (rc < 0)
+        return agent_chan_fail_errno(ch, errno == EEXIST ? ENOTEMPTY : errno, path);
+    agent_op_result(ch, NULL);
+}
+
+void agent_op_rename(struct agent_chan *ch, json_t *req)
+{
+    struct agent_user u;
+    char from[PATH_MAX], to[PATH_MAX];
+    if (files_begin(ch, req, "from", &u, from) < 0)
+        return;
+    if (agent_req_path(ch, req, "to", &u, to) < 0)
+        return agent_chan_close(ch);
+    if (rename(from, to) < 0)
+        return agent_chan_fail_errno(ch, errno, from);
+    files_result_stat(ch, to);
+}

@@ -1,0 +1,23 @@
+/* agent_fs: filesystem helpers shared by the file ops (files.c, xfer.c, watch.c). */
+#ifndef SPACE_AGENT_FS_H
+#define SPACE_AGENT_FS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+
+#include "agent/users.h"
+
+/* The protocol's stat object for `path` (its lstat in *st): name, path, type, size,
+ * mode, uid, gid, owner, group, mtime_ns, symlink_target. New reference, NULL on OOM. */
+json_t *agent_fs_stat_json(const char *path, const struct stat *st);
+
+/* Creates directory `path` and missing parents with `mode`, owned by u (only the ones
+ * it creates). 0, or -1 with errno (EEXIST if path itself existed and must_create). */
+int agent_fs_mkdirs(const char *path, mode_t mode, const struct agent_user *u, bool must_create);
+
+/* The parent directory part of an absolute normalised path into out[PATH_MAX] ("/" for
+ * top-level names). */
+void agent_fs_dirname(const char *path, char *out);
+
+#endif

@@ -1,0 +1,711 @@
+/* proc.c: exec / attach / ps, process I/O under credits, reaping; see proc.h. */
+#include "agent/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "agent/loop.h"
+#include "agent/ops.h"
+#include "agent/req.h"
+#include "log.h"
+
+#define PROC_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define PROC_MAX_ARGS 4096
+
+struct proc;
+
+/* One output stream of a process (OUT, or ERR for pipes). */
+struct proc_out {
+    struct proc *p;          /* owner */
+    enum frame_stream id;    /* FRAME_STREAM_OUT or FRAME_STREAM_ERR */
+    int fd;                  /* read end (or the PTY master), -1 once ended */
+    struct agent_watch w;    /* EPOLLIN while there is room in buf */
+    struct agent_buf buf;    /* read, not yet sent (<= AGENT_PROC_OUTBUF) */
+    bool ended;              /* no more bytes will come from fd */
+    bool eof_sent;           /* EOF frame sent on the current channel */
+};
+
+struct proc {
+    pid_t pid;
+    json_t *info;            /* what `ps` shows (owned) */
+    bool pty;
+    int in_fd;               /* stdin write end (PTY: a dup of the master), -1 if none */
+    struct agent_watch in_w; /* EPOLLOUT while in_buf has bytes */
+    struct agent_buf in_buf; /* stdin accepted from the host, not yet written */
+    bool in_eof;             /* host closed stdin: finish after in_buf */
+    struct proc_out out[2];  /* [0] OUT, [1] ERR (unused with a PTY) */
+    bool exited;
+    int status;              /* waitpid status once exited */
+    struct agent_chan *chan; /* attached channel, NULL when detached */
+    struct proc *next;       /* proc_list */
+};
+
+static struct proc *proc_list;   /* every process (owned) */
+static json_t *proc_env;         /* sandbox default env (owned), may be NULL */
+
+static void proc_service(struct proc *p);
+
+/* ---- lifetime ---- */
+
+static void proc_out_close(struct proc_out *o)
+{
+    if (o->fd >= 0) {
+        agent_loop_del(&o->w);
+        close(o->fd);
+        o->fd = -1;
+    }
+    o->ended = true;
+}
+
+static void proc_in_close(struct proc *p)
+{
+    if (p->in_fd >= 0) {
+        agent_loop_del(&p->in_w);
+        close(p->in_fd);
+        p->in_fd = -1;
+    }
+    agent_buf_free(&p->in_buf);
+}
+
+static void proc_free(struct proc *p)
+{
+    for (struct proc **pp = &proc_list; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    proc_in_close(p);
+    for (int i = 0; i < 2; i++) {
+        proc_out_close(&p->out[i]);
+        agent_buf_free(&p->out[i].buf);
+    }
+    json_decref(p->info);
+    free(p);
+}
+
+unsigned agent_proc_count(void)
+{
+    unsigned n = 0;
+    for (struct proc *p = proc_list; p; p = p->next)
+        n++;
+    return n;
+}
+
+void agent_proc_set_env(json_t *env)
+{
+    json_decref(proc_env);
+    proc_env = env;
+}
+
+void agent_proc_fini(void)
+{
+    while (proc_list)
+        proc_free(proc_list);
+    agent_proc_set_env(NULL);
+}
+
+/* Keeps at most AGENT_PROC_KEEP detached exited processes: drops the oldest. */
+static void proc_trim_exited(void)
+{
+    unsigned kept = 0;
+    struct proc *oldest = NULL;
+    for (struct proc *p = proc_list; p; p = p->next)
+        if (p->exited && !p->chan) {
+            kept++;
+            oldest = p; /* list is newest-first */
+        }
+    if (kept > AGENT_PROC_KEEP)
+        proc_free(oldest);
+}
+
+/* ---- output: fill buffers from fds, pump buffers to the channel ---- */
+
+static void proc_out_watch(struct proc_out *o)
+{
+    if (o->fd >= 0)
+        agent_loop_set(&o->w, o->buf.len < AGENT_PROC_OUTBUF ? EPOLLIN : 0);
+}
+
+/* One read into the buffer's free room. Returns true if it made progress. */
+static bool proc_out_fill(struct proc_out *o)
+{
+    if (o->fd < 0 || o->buf.len >= AGENT_PROC_OUTBUF)
+        return false;
+    uint8_t tmp[AGENT_PROC_OUTBUF];
+    ssize_t n = read(o->fd, tmp, AGENT_PROC_OUTBUF - o->buf.len);
+    if (n > 0)
+        return agent_buf_add(&o->buf, tmp, (size_t)n) == 0;
+    if (n < 0 && errno == EINTR)
+        return true;
+    /* EAGAIN while running: wait. EAGAIN after exit: whatever still holds the pipe (a
+     * background child) must not keep the exit from being reported. EIO is how a PTY
+     * master says the last slave closed. */
+    if (n < 0 && (errno == EAGAIN) && !o->p->exited)
+        return false;
+    proc_out_close(o);
+    return true;
+}
+
+/* Sends buffered output within credit. Returns true if it sent anything. */
+static bool proc_out_pump(struct proc_out *o)
+{
+    struct agent_chan *ch = o->p->chan;
+    bool sent = false;
+    if (!ch)
+        return false;
+    while (o->buf.len) {
+        size_t room = agent_chan_room(ch, o->id);
+        if (room == 0)
+            break;
+        size_t n = o->buf.len < room ? o->buf.len : room;
+        agent_chan_data(ch, o->id, agent_buf_peek(&o->buf), n);
+        agent_buf_drop(&o->buf, n);
+        sent = true;
+    }
+    if (o->ended && o->buf.len == 0 && !o->eof_sent) {
+        agent_chan_eof(ch, o->id);
+        o->eof_sent = true;
+    }
+    return sent;
+}
+
+static json_t *proc_exit_event(const struct proc *p)
+{
+    json_t *ev = json_pack("{s:s, s:i}", "type", "exit", "pid", (int)p->pid);
+    if (!ev)
+        return NULL;
+    json_object_set_new(ev, "code", WIFEXITED(p->status) ? json_integer(WEXITSTATUS(p->status))
+                                                         : json_null());
+    json_object_set_new(ev, "signal", WIFSIGNALED(p->status) ? json_integer(WTERMSIG(p->status))
+                                                             : json_null());
+    return ev;
+}
+
+/* Moves bytes as far as buffers and credit allow; reports the exit once every stream
+ * has ended and been flushed. May free p. */
+static void proc_service(struct proc *p)
+{
+    int nout = p->pty ? 1 : 2;
+    /* Bounded rounds: a fast writer must not starve the rest of the loop; epoll is
+     * level-triggered and calls us again. */
+    for (int round = 0; round < 16; round++) {
+        bool progress = false;
+        for (int i = 0; i < nout; i++) {
+            progress |= proc_out_fill(&p->out[i]);
+            progress |= proc_out_pump(&p->out[i]);
+        }
+        if (!progress)
+            break;
+    }
+    for (int i = 0; i < nout; i++)
+        proc_out_watch(&p->out[i]);
+    if (!p->exited || !p->chan)
+        return;
+    for (int i = 0; i < nout; i++)
+        if (!p->out[i].eof_sent)
+            return;
+    struct agent_chan *ch = p->chan;
+    agent_chan_event(ch, proc_exit_event(p));
+    agent_chan_close(ch);
+    proc_free(p);
+}
+
+static void proc_out_ready(struct agent_watch *w, uint32_t events)
+{
+    struct proc_out *o = w->arg;
+    proc_service(o->p);
+}
+
+/* ---- stdin ---- */
+
+static void proc_in_flush(struct proc *p)
+{
+    while (p->in_fd >= 0 && p->in_buf.len) {
+        ssize_t n = write(p->in_fd, agent_buf_peek(&p->in_buf), p->in_buf.len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) {
+            /* EPIPE: the process closed stdin; what is left is dropped (granted, so the
+             * host's writer never stalls on a reader that is gone). */
+            if (p->chan)
+                agent_chan_grant(p->chan, (uint32_t)p->in_buf.len);
+            proc_in_close(p);
+            break;
+        }
+        agent_buf_drop(&p->in_buf, (size_t)n);
+        if (p->chan)
+            agent_chan_grant(p->chan, (uint32_t)n);
+    }
+    if (p->in_fd >= 0 && p->in_buf.len == 0 && p->in_eof) {
+        if (p->pty) {
+            /* A terminal has no "close": send the EOF character (works at line start). */
+            static const char veof = 4;
+            if (write(p->in_fd, &veof, 1) < 0)
+                log_debug("agent.pty_eof", "errno=%d", errno);
+        }
+        proc_in_close(p);
+    }
+    if (p->in_fd >= 0)
+        agent_loop_set(&p->in_w, p->in_buf.len ? EPOLLOUT : 0);
+}
+
+static void proc_in_ready(struct agent_watch *w, uint32_t events)
+{
+    proc_in_flush(w->arg);
+}
+
+/* ---- channel ops of an exec/attach channel ---- */
+
+static void proc_on_data(struct agent_chan *ch, const uint8_t *data, size_t n)
+{
+    struct proc *p = ch->impl;
+    if (p->in_fd < 0 || agent_buf_add(&p->in_buf, data, n) < 0) {
+        agent_chan_grant(ch, (uint32_t)n);
+        return;
+    }
+    proc_in_flush(p);
+}
+
+static void proc_on_eof(struct agent_chan *ch)
+{
+    struct proc *p = ch->impl;
+    p->in_eof = true;
+    proc_in_flush(p);
+}
+
+static void proc_on_ctrl(struct agent_chan *ch, json_t *ctrl)
+{
+    struct proc *p = ch->impl;
+    const char *op;
+    if (agent_req_str(ch, ctrl, "op", true, NULL, &op) < 0)
+        return;
+    if (strcmp(op, "signal") == 0) {
+        long long sig;
+        bool group;
+        if (agent_req_int(ch, ctrl, "signal", 1, 64, SIGTERM, &sig) < 0 ||
+            agent_req_bool(ch, ctrl, "group", true, &group) < 0)
+            return;
+        if (p->exited)
+            agent_chan_error(ch, FRAME_E_NOT_FOUND, "process %d already exited", (int)p->pid);
+        else if (kill(group ? -p->pid : p->pid, (int)sig) < 0)
+            agent_chan_errno(ch, errno, "kill");
+    } else if (strcmp(op, "resize") == 0) {
+        long long rows, cols;
+        if (agent_req_int(ch, ctrl, "rows", 1, 65535, 24, &rows) < 0 ||
+            agent_req_int(ch, ctrl, "cols", 1, 65535, 80, &cols) < 0)
+            return;
+        struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+        if (!p->pty)
+            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "resize needs a pty");
+        else if (p->out[0].fd >= 0 && ioctl(p->out[0].fd, TIOCSWINSZ, &ws) < 0)
+            agent_chan_errno(ch, errno, "TIOCSWINSZ");
+    } else {
+        agent_chan_error(ch, FRAME_E_UNSUPPORTED, "unknown ctrl op \"%.64s\"", op);
+    }
+}
+
+static void proc_on_writable(struct agent_chan *ch)
+{
+    proc_service(ch->impl);
+}
+
+static void proc_on_close(struct agent_chan *ch)
+{
+    struct proc *p = ch->impl;
+    p->chan = NULL;
+    proc_trim_exited();
+}
+
+static const struct agent_chan_ops proc_chan_ops = {
+    .on_data = proc_on_data,
+    .on_eof = proc_on_eof,
+    .on_ctrl = proc_on_ctrl,
+    .on_writable = proc_on_writable,
+    .on_close = proc_on_close,
+};
+
+static void proc_attach(struct proc *p, struct agent_chan *ch)
+{
+    if (p->chan)
+        agent_chan_close(p->chan); /* moved: the old channel ends */
+    p->chan = ch;
+    ch->impl = p;
+    ch->ops = &proc_chan_ops;
+    for (int i = 0; i < 2; i++)
+        p->out[i].eof_sent = false;
+}
+
+/* ---- spawning ---- */
+
+/* Everything exec needs, built before fork so the child only makes syscalls. */
+struct spawn {
+    char **argv;             /* NULL-terminated (owned) */
+    char **envp;             /* NULL-terminated "K=V" (owned) */
+    char cwd[PATH_MAX];
+    struct agent_user user;
+    bool pty;
+    bool stdin_pipe;
+    struct winsize ws;
+};
+
+static void strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* Env precedence: login basics < sandbox default env (refresh) < request env (may be
+ * NULL). */
+static char **spawn_env(struct agent_chan *ch, const struct spawn *s, json_t *req_env)
+{
+    json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s}", "HOME", s->user.home, "USER",
+                            s->user.name, "LOGNAME", s->user.name, "SHELL", s->user.shell,
+                            "PATH", PROC_DEFAULT_PATH);
+    if (!env)
+        return NULL;
+    if (s->pty)
+        json_object_set_new(env, "TERM", json_string("xterm-256color"));
+    if (proc_env)
+        json_object_update(env, proc_env);
+    const char *k;
+    json_t *v;
+    json_object_foreach(req_env, k, v) {
+        if (!json_is_string(v) || !k[0] || strchr(k, '=') ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
+            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT,
+                             "env \"%.64s\": names are non-empty without '=', values strings", k);
+            json_decref(env);
+            return NULL;
+        }
+        json_object_set(env, k, v);
+    }
+    char **envp = calloc(json_object_size(env) + 1, sizeof *envp);
+    size_t n = 0;
+    json_object_foreach(env, k, v) {
+        if (envp && asprintf(&envp[n], "%s=%s", k, json_string_value(v)) >= 0)
+            n++;
+    }
+    json_decref(env);
+    return envp;
+}
+
+static char **spawn_argv(struct agent_chan *ch, json_t *req, json_t *info)
+{
+    json_t *jargv = json_object_get(req, "argv");
+    const char *cmd;
+    if (agent_req_str(ch, req, "cmd", false, NULL, &cmd) < 0)
+        return NULL;
+    if ((jargv != NULL) == (cmd != NULL)) {
+        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "exec needs exactly one of argv, cmd");
+        return NULL;
+    }
+    if (cmd) {
+        json_object_set_new(info, "cmd", json_string(cmd));
+        char **argv = calloc(4, sizeof *argv);
+        if (argv && (!(argv[0] = strdup("/bin/sh")) || !(argv[1] = strdup("-c")) ||
+                     !(argv[2] = strdup(cmd)))) {
+            strv_free(argv);
+            return NULL;
+        }
+        return argv;
+    }
+    size_t n = json_array_size(jargv);
+    if (!json_is_array(jargv) || n == 0 || n > PROC_MAX_ARGS) {
+        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "argv must be 1..%d strings", PROC_MAX_ARGS);
+        return NULL;
+    }
+    char **argv = calloc(n + 1, sizeof *argv);
+    for (size_t i = 0; argv && i < n; i++) {
+        json_t *a = json_array_get(jargv, i);
+        if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a)) {
+            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "argv[%zu] must be a string without NUL", i);
+            strv_free(argv);
+            return NULL;
+        }
+        if (!(argv[i] = strdup(json_string_value(a)))) {
+            strv_free(argv);
+            return NULL;
+        }
+    }
+    json_object_set(info, "argv", jargv);
+    return argv;
+}
+
+/* The child between fork and exec: report failures through errfd as {stage, errno}. */
+__attribute__((noreturn)) static void spawn_child(const struct spawn *s, int errfd, int in_fd,
+                                                   int out_fd, int err_fd)
+{
+    int stage = 0;
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, NULL);
+    for (int sig = 1; sig < NSIG; sig++)
+        signal(sig, SIG_DFL);
+    if (setsid() < 0)
+        goto fail;
+    if (s->pty && ioctl(out_fd, TIOCSCTTY, 0) < 0)
+        goto fail;
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+        goto fail;
+    stage = 1;
+    if (setgroups((size_t)s->user.ngroups, s->user.groups) < 0 || setgid(s->user.gid) < 0 ||
+        setuid(s->user.uid) < 0)
+        goto fail;
+    stage = 2;
+    if (chdir(s->cwd) < 0)
+        goto fail;
+    stage = 3;
+    environ = s->envp;
+    execvp(s->argv[0], s->argv);
+fail:;
+    int report[2] = {stage, errno};
+    if (write(errfd, report, sizeof report) < 0)
+        _exit(126);
+    _exit(127);
+}
+
+static void close_pair(int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* Forks and execs; on success fills p's fds and returns the pid, else -1 after
+ * sending ERROR on ch. */
+static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct proc *p)
+{
+    int errp[2] = {-1, -1}, in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    int master = -1, slave = -1;
+    int ok = pipe2(errp, O_CLOEXEC) == 0;
+    if (ok && s->pty) {
+        struct winsize ws = s->ws;
+        ok = openpty(&master, &slave, NULL, NULL, &ws) == 0;
+        if (ok) {
+            fcntl(master, F_SETFD, FD_CLOEXEC);
+            fcntl(slave, F_SETFD, FD_CLOEXEC);
+        }
+    } else if (ok) {
+        ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0 &&
+             (s->stdin_pipe ? pipe2(in, O_CLOEXEC) == 0
+                            : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+    }
+    pid_t pid = ok ? fork() : -1;
+    int e = errno;
+    if (pid == 0) {
+        if (s->pty)
+            spawn_child(s, errp[1], slave, slave, slave);
+        spawn_child(s, errp[1], in[0], out[1], err[1]);
+    }
+    close(errp[1]);
+    errp[1] = -1;
+    if (slave >= 0)
+        close(slave);
+    if (in[0] >= 0)
+        close(in[0]);
+    if (out[1] >= 0)
+        close(out[1]);
+    if (err[1] >= 0)
+        close(err[1]);
+    int report[2] = {0, 0};
+    ssize_t n = 0;
+    if (pid > 0) {
+        do
+            n = read(errp[0], report, sizeof report);
+        while (n < 0 && errno == EINTR);
+    }
+    close(errp[0]);
+    if (pid < 0 || n == (ssize_t)sizeof report) {
+        static const char *const stages[] = {"setting up stdio", "switching user",
+                                              "changing to cwd", "executing"};
+        if (pid > 0) {
+            waitpid(pid, NULL, 0);
+            e = report[1];
+        }
+        const char *what = pid < 0 ? "starting process" : stages[report[0] & 3];
+        char msg[PATH_MAX + 64];
+        snprintf(msg, sizeof msg, "%s %s", what,
+                 report[0] == 2 ? s->cwd : report[0] == 3 ? s->argv[0] : "");
+        agent_chan_errno(ch, e, msg);
+        if (master >= 0)
+            close(master);
+        close_pair(in);
+        close_pair(out);
+        close_pair(err);
+        return -1;
+    }
+    if (s->pty) {
+        p->out[0].fd = master;
+        p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 0);
+    } else {
+        p->out[0].fd = out[0];
+        p->out[1].fd = err[0];
+        p->in_fd = in[1];
+    }
+    for (int i = 0; i < 2; i++)
+        if (p->out[i].fd >= 0)
+            fcntl(p->out[i].fd, F_SETFL, O_NONBLOCK);
+    if (p->in_fd >= 0)
+        fcntl(p->in_fd, F_SETFL, O_NONBLOCK);
+    return pid;
+}
+
+static struct proc *proc_new(json_t *info)
+{
+    struct proc *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->info = info;
+    p->in_fd = -1;
+    p->in_w = (struct agent_watch){.fd = -1, .fn = proc_in_ready, .arg = p};
+    for (int i = 0; i < 2; i++) {
+        struct proc_out *o = &p->out[i];
+        o->p = p;
+        o->id = i == 0 ? FRAME_STREAM_OUT : FRAME_STREAM_ERR;
+        o->fd = -1;
+        o->w = (struct agent_watch){.fd = -1, .fn = proc_out_ready, .arg = o};
+    }
+    return p;
+}
+
+static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_t *info)
+{
+    const char *tag;
+    json_t *jpty = json_object_get(req, "pty"), *env = json_object_get(req, "env");
+    if (agent_req_user(ch, req, &s->user) < 0 || agent_req_str(ch, req, "tag", false, NULL, &tag) < 0 ||
+        agent_req_bool(ch, req, "stdin", false, &s->stdin_pipe) < 0)
+        return -1;
+    if (json_object_get(req, "cwd")) {
+        if (agent_req_path(ch, req, "cwd", &s->user, s->cwd) < 0)
+            return -1;
+    } else {
+        snprintf(s->cwd, sizeof s->cwd, "%s", s->user.home);
+    }
+    if (env && !json_is_object(env)) {
+        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "env must be an object");
+        return -1;
+    }
+    if (jpty && !json_is_null(jpty)) {
+        long long rows, cols;
+        if (!json_is_object(jpty)) {
+            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "pty must be an object {rows, cols}");
+            return -1;
+        }
+        if (agent_req_int(ch, jpty, "rows", 1, 65535, 24, &rows) < 0 ||
+            agent_req_int(ch, jpty, "cols", 1, 65535, 80, &cols) < 0)
+            return -1;
+        s->pty = true;
+        s->ws = (struct winsize){.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    }
+    json_object_set_new(info, "user", json_string(s->user.name));
+    json_object_set_new(info, "cwd", json_string(s->cwd));
+    json_object_set_new(info, "pty", json_boolean(s->pty));
+    if (tag)
+        json_object_set_new(info, "tag", json_string(tag));
+    if (!(s->argv = spawn_argv(ch, req, info)))
+        return -1;
+    if (!(s->envp = spawn_env(ch, s, env)))
+        return -1;
+    return 0;
+}
+
+void agent_op_exec(struct agent_chan *ch, json_t *req)
+{
+    unsigned running = 0;
+    for (struct proc *q = proc_list; q; q = q->next)
+        running += !q->exited;
+    if (running >= AGENT_PROC_MAX)
+        return agent_chan_fail(ch, FRAME_E_TOO_MANY, "%d processes are running", AGENT_PROC_MAX);
+    struct spawn s = {0};
+    json_t *info = json_object();
+    struct proc *p = info ? proc_new(info) : NULL;
+    if (!p) {
+        json_decref(info);
+        return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
+    }
+    pid_t pid = -1;
+    if (exec_parse(ch, req, &s, info) == 0)
+        pid = spawn_start(ch, &s, p);
+    strv_free(s.argv);
+    strv_free(s.envp);
+    if (pid < 0) {
+        proc_free(p);
+        return agent_chan_close(ch);
+    }
+    p->pid = pid;
+    p->pty = s.pty;
+    json_object_set_new(info, "pid", json_integer(pid));
+    for (int i = 0; i < 2; i++)
+        p->out[i].w.fd = p->out[i].fd;
+    p->in_w.fd = p->in_fd;
+    if (p->out[1].fd < 0)
+        p->out[1].ended = p->out[1].eof_sent = true;
+    p->next = proc_list;
+    proc_list = p;
+    proc_attach(p, ch);
+    agent_chan_event(ch, json_pack("{s:s, s:i}", "type", "started", "pid", (int)pid));
+    if (p->in_fd >= 0)
+        agent_loop_set(&p->in_w, 0);
+    proc_service(p);
+}
+
+void agent_op_attach(struct agent_chan *ch, json_t *req)
+{
+    long long pid;
+    if (agent_req_int(ch, req, "pid", 1, 0x7fffffff, 0, &pid) < 0)
+        return agent_chan_close(ch);
+    struct proc *found = NULL;
+    for (struct proc *p = proc_list; p; p = p->next)
+        if (p->pid == pid && (!found || found->exited))
+            found = p; /* a running process wins over an old record of the same pid */
+    if (!found)
+        return agent_chan_fail(ch, FRAME_E_NOT_FOUND, "no process %lld", pid);
+    proc_attach(found, ch);
+    agent_chan_event(ch, json_pack("{s:s, s:i, s:b}", "type", "attached", "pid", (int)pid, "pty",
+                                   found->pty));
+    proc_service(found);
+}
+
+void agent_op_ps(struct agent_chan *ch, json_t *req)
+{
+    json_t *list = json_array();
+    for (struct proc *p = proc_list; p && list; p = p->next) {
+        json_t *e = json_deep_copy(p->info);
+        if (!e)
+            continue;
+        json_object_set_new(e, "attached", json_boolean(p->chan != NULL));
+        json_object_set_new(e, "exited", json_boolean(p->exited));
+        json_array_append_new(list, e);
+    }
+    agent_op_result(ch, json_pack("{s:o}", "processes", list ? list : json_array()));
+}
+
+void agent_proc_reap(void)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (struct proc *p = proc_list; p; p = p->next) {
+            if (p->pid != pid || p->exited)
+                continue;
+            p->exited = true;
+            p->status = status;
+            proc_service(p);
+            break;
+        }
+    }
+    proc_trim_exited();
+}

@@ -1,0 +1,207 @@
+/* sys.c: refresh, health, shutdown, HELLO; see sys.h. */
+#include "agent/sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/random.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/loop.h"
+#include "agent/ops.h"
+#include "agent/proc.h"
+#include "agent/req.h"
+#include "b64.h"
+
+#define SYS_ENTROPY_MIN 32
+#define SYS_ENTROPY_MAX 4096
+#define SYS_TOKEN_MAX   1024
+
+static bool sys_pid1;
+static bool sys_shutdown;
+static struct timespec sys_started;
+static char sys_boot_id[33];       /* hex of 16 random bytes */
+static char *sys_token;            /* access token from refresh (owned), NULL if none */
+
+static void sys_new_boot_id(void)
+{
+    uint8_t r[16] = {0};
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        /* Early boot without entropy yet: the id need not be secret, only distinct. */
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        memcpy(r, &t, sizeof t < sizeof r ? sizeof t : sizeof r);
+    }
+    for (int i = 0; i < 16; i++)
+        snprintf(sys_boot_id + 2 * i, 3, "%02x", r[i]);
+}
+
+void agent_sys_init(bool pid1)
+{
+    sys_pid1 = pid1;
+    sys_shutdown = false;
+    clock_gettime(CLOCK_MONOTONIC, &sys_started);
+    sys_new_boot_id();
+}
+
+bool agent_sys_is_pid1(void)
+{
+    return sys_pid1;
+}
+
+bool agent_sys_shutdown_requested(void)
+{
+    return sys_shutdown;
+}
+
+void agent_sys_fini(void)
+{
+    free(sys_token);
+    sys_token = NULL;
+}
+
+json_t *agent_sys_hello(void)
+{
+    return json_pack("{s:i, s:i, s:s, s:[ssssssss], s:s, s:i}", "version", FRAME_VERSION,
+                     "min_version", FRAME_MIN_VERSION, "software", AGENT_SOFTWARE, "features",
+                     "exec", "pty", "attach", "ps", "files", "watch", "refresh", "shutdown",
+                     "boot_id", sys_boot_id, "pid", (int)getpid());
+}
+
+/* Credits `n` bytes into the kernel RNG (counts as entropy, unlike a plain write). */
+static int sys_add_entropy(const uint8_t *p, size_t n)
+{
+    struct rand_pool_info *info = calloc(1, sizeof *info + n);
+    if (!info)
+        return -1;
+    info->entropy_count = (int)(n * 8);
+    info->buf_size = (int)n;
+    memcpy(info->buf, p, n);
+    int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    int rc = fd < 0 ? -1 : ioctl(fd, RNDADDENTROPY, info);
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    explicit_bzero(info, sizeof *info + n);
+    free(info);
+    errno = e;
+    return rc;
+}
+
+static bool sys_hostname_ok(const char *h)
+{
+    size_t n = strlen(h);
+    if (n == 0 || n > 63)
+        return false;
+    for (const char *c = h; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '-' || *c == '.'))
+            return false;
+    return true;
+}
+
+/* Applies one system setting if we are PID 1, else records it as skipped. */
+static int sys_apply(struct agent_chan *ch, json_t *applied, json_t *skipped, const char *what,
+                     int rc_if_pid1)
+{
+    if (rc_if_pid1 < 0) {
+        agent_chan_errno(ch, errno, what);
+        return -1;
+    }
+    json_array_append_new(sys_pid1 ? applied : skipped, json_string(what));
+    return 0;
+}
+
+void agent_op_refresh(struct agent_chan *ch, json_t *req)
+{
+    long long time_ns;
+    const char *entropy, *hostname, *token;
+    json_t *env = json_object_get(req, "env");
+    uint8_t rnd[SYS_ENTROPY_MAX];
+    long nrnd = 0;
+    /* Validate everything first: a bad field changes nothing. */
+    if (agent_req_int(ch, req, "time_ns", 0, INT64_MAX, -1, &time_ns) < 0 ||
+        agent_req_str(ch, req, "entropy", false, NULL, &entropy) < 0 ||
+        agent_req_str(ch, req, "hostname", false, NULL, &hostname) < 0 ||
+        agent_req_str(ch, req, "token", false, NULL, &token) < 0)
+        return agent_chan_close(ch);
+    if (entropy && ((nrnd = b64_decode(entropy, rnd, sizeof rnd)) < SYS_ENTROPY_MIN))
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT,
+                               "entropy must be base64 of %d..%d bytes", SYS_ENTROPY_MIN,
+                               SYS_ENTROPY_MAX);
+    if (hostname && !sys_hostname_ok(hostname))
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "bad hostname \"%.64s\"", hostname);
+    if (token && strlen(token) > SYS_TOKEN_MAX)
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "token over %d bytes", SYS_TOKEN_MAX);
+    if (env) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(env))
+            return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "env must be an object");
+        json_object_foreach(env, k, v) {
+            if (!json_is_string(v) || !k[0] || strchr(k, '=') ||
+                strlen(json_string_value(v)) != json_string_length(v))
+                return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT,
+                                       "env \"%.64s\": names are non-empty without '=', values strings", k);
+        }
+    }
+
+    json_t *applied = json_array(), *skipped = json_array();
+    int rc = 0;
+    if (time_ns >= 0) {
+        struct timespec t = {.tv_sec = time_ns / 1000000000, .tv_nsec = time_ns % 1000000000};
+        rc = sys_apply(ch, applied, skipped, "time", sys_pid1 ? clock_settime(CLOCK_REALTIME, &t) : 0);
+    }
+    if (rc == 0 && nrnd > 0)
+        rc = sys_apply(ch, applied, skipped, "entropy",
+                       sys_pid1 ? sys_add_entropy(rnd, (size_t)nrnd) : 0);
+    explicit_bzero(rnd, sizeof rnd);
+    if (rc == 0 && hostname)
+        rc = sys_apply(ch, applied, skipped, "hostname",
+                       sys_pid1 ? sethostname(hostname, strlen(hostname)) : 0);
+    if (rc < 0) {
+        json_decref(applied);
+        json_decref(skipped);
+        return agent_chan_close(ch);
+    }
+    if (env) {
+        agent_proc_set_env(json_deep_copy(env));
+        json_array_append_new(applied, json_string("env"));
+    }
+    if (token) {
+        free(sys_token);
+        sys_token = strdup(token);
+        json_array_append_new(applied, json_string("token"));
+    }
+    /* A restored clone is a new machine: give it a new identity. */
+    sys_new_boot_id();
+    agent_op_result(ch, json_pack("{s:o, s:o, s:s}", "applied", applied, "skipped", skipped,
+                                  "boot_id", sys_boot_id));
+}
+
+void agent_op_health(struct agent_chan *ch, json_t *req)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long up = (now.tv_sec - sys_started.tv_sec) * 1000LL +
+                   (now.tv_nsec - sys_started.tv_nsec) / 1000000;
+    agent_op_result(ch, json_pack("{s:s, s:I, s:i, s:i, s:I, s:I, s:s, s:b}", "status", "ok",
+                                  "uptime_ms", (json_int_t)up, "processes",
+                                  (int)agent_proc_count(), "channels",
+                                  (int)agent_conn_channels(ch->conn), "buffered",
+                                  (json_int_t)agent_buf_total(), "buffered_peak",
+                                  (json_int_t)agent_buf_peak(), "boot_id", sys_boot_id,
+                                  "token_set", sys_token != NULL));
+}
+
+void agent_op_shutdown(struct agent_chan *ch, json_t *req)
+{
+    sys_shutdown = true;
+    agent_op_result(ch, NULL);
+    agent_loop_stop();
+}
