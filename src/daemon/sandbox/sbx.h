@@ -164,6 +164,11 @@ void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op
  * Called by op_engine_recover for each live sandbox before ops are resumed. */
 void sbx_recover(struct spaced *sp, struct sbx *s);
 
+/* Reconciler backstop for an idle sandbox with no open op: makes the recorded state
+ * agree with the VM (vanished VM -> failed, stuck transitional state -> what the VM is,
+ * lost agent connection -> reconnect) and the desired state agree with the state. */
+void sbx_reconcile(struct spaced *sp, struct sbx *s);
+
 /* True while an action is in progress on the sandbox (the engine queues behind it). */
 bool sbx_busy(const struct sbx *s);
 

@@ -8,6 +8,7 @@
 struct vm;
 struct agentc;
 struct agentc_chan;
+struct event;
 
 struct sbx {
     struct spaced *sp;
@@ -24,6 +25,9 @@ struct sbx {
     bool expect_exit;            /* the current action ends QEMU: on_exit is not a failure */
     bool restored;               /* started from a snapshot (template or suspend) */
     bool cold_fallback;          /* create: snapshot restore failed, now cold booting */
+    struct event *timer;         /* agent-hello deadline of the current action (owned) */
+    bool refresh_ok;             /* refresh request got its result */
+    char refresh_err[256];       /* or why it failed */
     struct sbx *next;            /* table list */
 };
 

@@ -1,5 +1,6 @@
 /* sbx_table.c: the in-memory table of live sandboxes, their persisted record, state
  * changes (persist + log + listeners), timeouts and the API representation. */
+#include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@ static void sbx_free(struct sbx *s)
     if (s->vm)
         vm_detach(s->vm);
     agentc_free(s->agent);
+    if (s->timer)
+        event_free(s->timer);
     store_sbx_clear(&s->rec);
     free(s);
 }

@@ -1,0 +1,735 @@
+/* sbx_act.c: carrying out lifecycle operations on a sandbox's VM (vm.h) and agent
+ * (agentc.h), and recovering sandboxes after a restart.
+ *
+ * Each action runs asynchronously from the loop and ends in exactly one op_finish()
+ * (act_ok / act_fail). The sandbox holds at most one action (s->op_id); the ops engine
+ * never starts a second one while sbx_busy() is true. Every callback from vm.c or
+ * agentc.c gets the sandbox as arg; the sandbox outlives them because it is only freed
+ * after its VM's on_exit (delete) or at shutdown after vm_detach/agentc_free. */
+#include <errno.h>
+#include <event2/event.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/agentc/agentc.h"
+#include "daemon/template/tpl.h"
+#include "daemon/vm/vm.h"
+#include "log.h"
+#include "sbx_internal.h"
+
+#define SBX_AGENT_TIMEOUT_S 120   /* boot/restore until the agent's HELLO */
+#define SBX_SHUTDOWN_TIMEOUT_MS 10000
+#define SBX_PATH_MAX 600
+
+static void act_continue_after_agent(struct sbx *s);
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static int mkdir_p(const char *path)
+{
+    char tmp[SBX_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        log_warn("sandbox.cleanup", "path=%s errno=%d", path, errno);
+    return 0;
+}
+
+static void rm_rf(const char *path)
+{
+    if (access(path, F_OK) == 0)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* ---- finishing ---------------------------------------------------------------------- */
+
+static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
+{
+    char op[STORE_ID_MAX];
+    snprintf(op, sizeof op, "%s", s->op_id);
+    s->op_id[0] = '\0';
+    s->expect_exit = false;
+    s->cold_fallback = false;
+    if (s->timer)
+        event_del(s->timer);
+    if (op[0])
+        op_finish(s->sp, op, ok, code, msg);
+}
+
+static void act_ok(struct sbx *s, enum sbx_state state)
+{
+    sbx_set_state(s, state, NULL);
+    act_end(s, true, NULL, NULL);
+}
+
+/* Fails the current action. back: the state the sandbox is in afterwards (the state it
+ * was in when nothing changed, or SBX_FAILED with msg as the failure). The desired state
+ * follows what it really is, so later verbs are judged against reality. */
+static void act_fail(struct sbx *s, enum sbx_state back, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void act_fail(struct sbx *s, enum sbx_state back, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (back != SBX_DELETED)
+        sbx_set_desired(s, back == SBX_FAILED ? SBX_RUNNING : back);
+    if (back == SBX_FAILED && s->vm && vm_state(s->vm) < VM_STATE_STOPPING) {
+        s->expect_exit = true; /* a failed sandbox holds no VM */
+        vm_kill(s->vm);
+    }
+    sbx_set_state(s, back, back == SBX_FAILED ? msg : NULL);
+    act_end(s, false, code, msg);
+}
+
+/* ---- agent -------------------------------------------------------------------------- */
+
+static void on_agent_hello(void *arg, json_t *hello)
+{
+    struct sbx *s = arg;
+    (void)hello;
+    s->agent_ready = true;
+    log_info("sandbox.agent", "sandbox=%s event=ready", s->rec.id);
+    act_continue_after_agent(s);
+}
+
+static void on_agent_closed(void *arg, const char *code, const char *message)
+{
+    struct sbx *s = arg;
+    char q[200];
+    log_warn("sandbox.agent", "sandbox=%s event=closed code=%s msg=%s", s->rec.id, code,
+             log_quote(message, q, sizeof q));
+    s->agent_ready = false;
+    s->pending = NULL;
+    agentc_free(s->agent);
+    s->agent = NULL;
+    /* A running VM whose agent dropped the stream gets one fresh connection. */
+    if (s->vm && vm_state(s->vm) == VM_STATE_RUNNING && !s->expect_exit)
+        vm_agent_reconnect(s->vm);
+}
+
+static const struct agentc_callbacks sbx_agent_cbs = {on_agent_hello, on_agent_closed};
+
+/* The refresh request after boot/restore: one channel, result then close. */
+static void refresh_event(void *arg, json_t *ev)
+{
+    struct sbx *s = arg;
+    if (strcmp(json_string_value(json_object_get(ev, "type")), "result") == 0)
+        s->refresh_ok = true;
+}
+
+static void refresh_error(void *arg, const char *code, const char *message)
+{
+    struct sbx *s = arg;
+    snprintf(s->refresh_err, sizeof s->refresh_err, "%s: %s", code, message);
+}
+
+static void refresh_close(void *arg)
+{
+    struct sbx *s = arg;
+    s->pending = NULL;
+    if (!s->op_id[0])
+        return;
+    if (!s->refresh_ok) {
+        act_fail(s, SBX_FAILED, "agent_refresh_failed", "agent refresh failed: %s",
+                 s->refresh_err[0] ? s->refresh_err : "no result");
+        return;
+    }
+    if (s->rec.timeout_s && (s->op_kind == OP_CREATE || s->op_kind == OP_RESTORE ||
+                             s->op_kind == OP_WAKE || s->op_kind == OP_START))
+        s->rec.deadline_ms = spaced_now_ms() + s->rec.timeout_s * 1000;
+    act_ok(s, SBX_RUNNING);
+}
+
+static const struct agentc_chan_ops refresh_ops = {
+    .on_event = refresh_event, .on_error = refresh_error, .on_close = refresh_close};
+
+/* Sends refresh: wall clock, >= 32 bytes of host entropy, hostname = id, env. */
+static void send_refresh(struct sbx *s)
+{
+    unsigned char raw[64];
+    char b64[100];
+    if (RAND_bytes(raw, sizeof raw) != 1) {
+        act_fail(s, SBX_FAILED, "internal", "host random source failed");
+        return;
+    }
+    EVP_EncodeBlock((unsigned char *)b64, raw, sizeof raw);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    json_t *env = s->rec.env_json ? json_loads(s->rec.env_json, 0, NULL) : NULL;
+    json_t *req = json_pack("{s:s, s:I, s:s, s:s, s:o}", "op", "refresh", "time_ns",
+                            (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec, "entropy", b64,
+                            "hostname", s->rec.id, "env", env ? env : json_object());
+    s->refresh_ok = false;
+    s->refresh_err[0] = '\0';
+    char err[128] = "";
+    s->pending = req ? agentc_open(s->agent, req, &refresh_ops, s, 0, err, sizeof err) : NULL;
+    json_decref(req);
+    if (!s->pending)
+        act_fail(s, SBX_FAILED, "agent_unavailable", "cannot send refresh to the agent: %s", err);
+}
+
+/* ---- VM callbacks ------------------------------------------------------------------- */
+
+static void on_vm_ready(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct sbx *s = arg;
+    (void)vm;
+    if (s->recovering) {
+        if (err == VM_OK) {
+            s->recovering = false;
+            sbx_set_state(s, vm_state(vm) == VM_STATE_PAUSED ? SBX_PAUSED : SBX_RUNNING, NULL);
+            log_info("sandbox.adopted", "sandbox=%s pid=%d", s->rec.id, (int)vm_pid(vm));
+            op_reconcile_soon(s->sp);
+        }
+        return; /* on error on_exit follows and settles the state */
+    }
+    if (err != VM_OK)
+        log_warn("sandbox.vm", "sandbox=%s event=ready_failed code=%s", s->rec.id,
+                 vm_error_code(err));
+    (void)msg; /* the failure is reported by on_exit, which always follows */
+}
+
+static void on_vm_agent(struct vm *vm, int fd, void *arg)
+{
+    struct sbx *s = arg;
+    (void)vm;
+    agentc_free(s->agent);
+    s->agent_ready = false;
+    s->pending = NULL;
+    s->agent = agentc_new(s->sp->base, fd, &sbx_agent_cbs, s);
+}
+
+static void start_vm(struct sbx *s, const char *snapshot_dir);
+static void act_create(struct sbx *s);
+
+static void finish_delete(struct sbx *s)
+{
+    char p[SBX_PATH_MAX];
+    sbx_path(s, NULL, p, sizeof p);
+    rm_rf(p);
+    rm_rf(s->rec.run_dir);
+    sbx_set_desired(s, SBX_DELETED);
+    sbx_set_state(s, SBX_DELETED, NULL);
+    act_end(s, true, NULL, NULL);
+    sbx_table_remove(s->sp, s);
+}
+
+static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *msg,
+                       const char *tail, void *arg)
+{
+    struct sbx *s = arg;
+    (void)vm;
+    s->vm = NULL;
+    agentc_free(s->agent);
+    s->agent = NULL;
+    s->agent_ready = false;
+    s->pending = NULL;
+    log_info("sandbox.vm", "sandbox=%s event=exit reason=%s", s->rec.id,
+             vm_exit_reason_name(reason));
+    if (s->recovering) {
+        s->recovering = false;
+        if (!s->op_id[0] && s->state != SBX_CREATING && s->state != SBX_DELETING)
+            sbx_set_state(s, SBX_FAILED, "the VM stopped while spaced was restarting");
+        op_reconcile_soon(s->sp);
+        return;
+    }
+    if (s->op_id[0] && s->expect_exit) {
+        switch (s->op_kind) {
+        case OP_DELETE: finish_delete(s); return;
+        case OP_STOP: act_ok(s, SBX_STOPPED); return;
+        case OP_SUSPEND:
+            if (reason == VM_EXIT_SAVED)
+                act_ok(s, SBX_SUSPENDED);
+            else
+                act_fail(s, SBX_FAILED, "vm_failed", "the VM exited while suspending: %s",
+                         msg ? msg : vm_exit_reason_name(reason));
+            return;
+        case OP_CREATE: /* the adopted half-created VM is gone: start over */
+            s->expect_exit = false;
+            act_create(s);
+            return;
+        default:
+            if (s->state == SBX_FAILED) {
+                s->expect_exit = false;
+                return;
+            }
+            break;
+        }
+    }
+    char why[1536];
+    snprintf(why, sizeof why, "VM %s: %s%s%.1000s", vm_exit_reason_name(reason),
+             msg ? msg : "no message", tail && tail[0] ? "; console: " : "", tail ? tail : "");
+    if (s->op_id[0] && s->op_kind == OP_CREATE && s->restored && !s->cold_fallback) {
+        /* The template snapshot did not restore here: boot the clone's disk cold. */
+        log_warn("sandbox.vm", "sandbox=%s event=restore_failed fallback=cold_boot", s->rec.id);
+        s->cold_fallback = true;
+        start_vm(s, NULL);
+        return;
+    }
+    if (s->op_id[0]) {
+        act_fail(s, SBX_FAILED, "vm_failed", "%s", why);
+        return;
+    }
+    if (s->state != SBX_FAILED && s->state != SBX_STOPPED && s->state != SBX_SUSPENDED)
+        sbx_set_state(s, SBX_FAILED, why);
+}
+
+static const struct vm_callbacks sbx_vm_cbs = {on_vm_ready, on_vm_agent, on_vm_exit};
+
+static void on_agent_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    (void)fd;
+    (void)what;
+    if (s->op_id[0])
+        act_fail(s, SBX_FAILED, "agent_timeout", "the guest agent did not answer within %d s",
+                 SBX_AGENT_TIMEOUT_S);
+}
+
+static void arm_agent_timeout(struct sbx *s)
+{
+    if (!s->timer)
+        s->timer = evtimer_new(s->sp->base, on_agent_timeout, s);
+    struct timeval tv = {SBX_AGENT_TIMEOUT_S, 0};
+    if (s->timer)
+        event_add(s->timer, &tv);
+}
+
+/* ---- starting a VM ---------------------------------------------------------------- */
+
+/* Boots (snapshot_dir NULL) or restores the sandbox's VM on its disk, then waits for the
+ * agent (act_continue_after_agent sends refresh). */
+static void start_vm(struct sbx *s, const char *snapshot_dir)
+{
+    struct vm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    struct spaced_err e;
+    if (tpl_vm_base(s->sp, &cfg, &e) < 0) {
+        act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+        return;
+    }
+    char disk[SBX_PATH_MAX];
+    sbx_path(s, "disk.qcow2", disk, sizeof disk);
+    if (mkdir_p(s->rec.run_dir) < 0) {
+        act_fail(s, SBX_FAILED, "host_io", "cannot create %s: %s", s->rec.run_dir, strerror(errno));
+        return;
+    }
+    cfg.id = s->rec.id;
+    cfg.vcpus = s->rec.vcpus;
+    cfg.mem_mib = s->rec.memory_mib;
+    cfg.disk = disk;
+    cfg.run_dir = s->rec.run_dir;
+    int verr = 0;
+    char msg[256] = "";
+    s->restored = snapshot_dir != NULL;
+    s->vm = snapshot_dir
+                ? vm_restore(s->sp->base, &cfg, snapshot_dir, 0, &sbx_vm_cbs, s, &verr, msg, sizeof msg)
+                : vm_boot(s->sp->base, &cfg, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
+    if (!s->vm) {
+        if (snapshot_dir && s->op_kind == OP_CREATE && !s->cold_fallback) {
+            s->cold_fallback = true;
+            start_vm(s, NULL);
+            return;
+        }
+        act_fail(s, SBX_FAILED, vm_error_code(verr), "cannot start the VM: %s",
+                 msg[0] ? msg : vm_error_code(verr));
+        return;
+    }
+    arm_agent_timeout(s);
+}
+
+/* The agent said hello: if an action waits for it, refresh the guest. */
+static void act_continue_after_agent(struct sbx *s)
+{
+    if (!s->op_id[0] || s->pending)
+        return;
+    switch (s->op_kind) {
+    case OP_CREATE:
+    case OP_START:
+    case OP_RESTORE:
+    case OP_WAKE:
+        if (s->state == SBX_CREATING || s->state == SBX_STARTING || s->state == SBX_RESTORING)
+            send_refresh(s);
+        break;
+    default: break;
+    }
+}
+
+/* ---- create ------------------------------------------------------------------------- */
+
+struct create_ctx {
+    struct sbx *s;
+    char snap[SBX_PATH_MAX]; /* template snapshot dir, "" for a cold boot */
+};
+
+static void on_create_disk(struct vm *unused, int err, const char *msg, void *arg)
+{
+    struct create_ctx *c = arg;
+    struct sbx *s = c->s;
+    (void)unused;
+    if (err != VM_OK)
+        act_fail(s, SBX_FAILED, vm_error_code(err), "cannot create the disk overlay: %s",
+                 msg ? msg : vm_error_code(err));
+    else
+        start_vm(s, c->snap[0] ? c->snap : NULL);
+    free(c);
+}
+
+static void act_create(struct sbx *s)
+{
+    struct tpl_info t;
+    struct spaced_err e;
+    if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &t, &e) < 0) {
+        act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+        return;
+    }
+    char dir[SBX_PATH_MAX], disk[SBX_PATH_MAX];
+    sbx_path(s, NULL, dir, sizeof dir);
+    sbx_path(s, "disk.qcow2", disk, sizeof disk);
+    /* A create resumed after a crash starts over: nothing of it was acknowledged. */
+    rm_rf(dir);
+    rm_rf(s->rec.run_dir);
+    if (mkdir_p(dir) < 0) {
+        act_fail(s, SBX_FAILED, "host_io", "cannot create %s: %s", dir, strerror(errno));
+        return;
+    }
+    struct create_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        act_fail(s, SBX_FAILED, "internal", "out of memory");
+        return;
+    }
+    c->s = s;
+    char overlay[SBX_PATH_MAX];
+    bool snap = tpl_snapshot(s->sp, &t, s->rec.vcpus, s->rec.memory_mib, c->snap, sizeof c->snap,
+                             overlay, sizeof overlay);
+    if (!snap)
+        c->snap[0] = '\0';
+    op_progress(s->sp, s->op_id, 10, snap ? "restoring from the template snapshot"
+                                         : "cold booting (template snapshot not built yet)");
+    if (vm_disk_overlay_create(s->sp->base, snap ? overlay : t.rootfs, snap ? "qcow2" : "raw",
+                               disk, on_create_disk, c) != 0) {
+        free(c);
+        act_fail(s, SBX_FAILED, "host_io", "cannot start qemu-img for %s", disk);
+    }
+}
+
+/* ---- other verbs -------------------------------------------------------------------- */
+
+static void on_paused(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct sbx *s = arg;
+    (void)vm;
+    if (err != VM_OK)
+        act_fail(s, SBX_RUNNING, vm_error_code(err), "pause failed: %s", msg ? msg : "");
+    else
+        act_ok(s, SBX_PAUSED);
+}
+
+static void on_resumed(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct sbx *s = arg;
+    (void)vm;
+    if (err != VM_OK) {
+        act_fail(s, SBX_PAUSED, vm_error_code(err), "resume failed: %s", msg ? msg : "");
+        return;
+    }
+    if (s->rec.timeout_s && s->op_kind == OP_WAKE)
+        s->rec.deadline_ms = spaced_now_ms() + s->rec.timeout_s * 1000;
+    act_ok(s, SBX_RUNNING);
+}
+
+static void on_suspend_saved(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct sbx *s = arg;
+    (void)vm;
+    if (err != VM_OK) {
+        enum sbx_state back = s->vm && vm_state(s->vm) == VM_STATE_PAUSED ? SBX_PAUSED : SBX_RUNNING;
+        act_fail(s, back, vm_error_code(err), "suspend failed: %s", msg ? msg : "");
+    }
+    /* success: on_exit(VM_EXIT_SAVED) follows and completes the op */
+}
+
+static void on_stopped(struct vm *vm, int err, const char *msg, void *arg)
+{
+    (void)vm;
+    (void)arg;
+    (void)err;
+    (void)msg; /* on_exit follows either way (shutdown or kill) and completes the op */
+}
+
+static void act_stop(struct sbx *s)
+{
+    char dir[SBX_PATH_MAX];
+    if (!s->vm) {
+        sbx_path(s, "suspend", dir, sizeof dir);
+        rm_rf(dir);
+        act_ok(s, SBX_STOPPED);
+        return;
+    }
+    sbx_set_state(s, SBX_STOPPING, NULL);
+    s->expect_exit = true;
+    if (vm_state(s->vm) == VM_STATE_PAUSED) {
+        vm_kill(s->vm); /* a paused guest cannot shut itself down */
+        return;
+    }
+    if (s->agent && s->agent_ready) {
+        json_t *req = json_pack("{s:s}", "op", "shutdown");
+        char err[64];
+        /* Fire and forget: the VM's exit is what counts. */
+        struct agentc_chan *ch = agentc_open(s->agent, req, NULL, NULL, 0, err, sizeof err);
+        (void)ch;
+        json_decref(req);
+    }
+    if (vm_shutdown(s->vm, SBX_SHUTDOWN_TIMEOUT_MS, on_stopped, s) != 0)
+        vm_kill(s->vm);
+}
+
+static void act_suspend(struct sbx *s)
+{
+    char dir[SBX_PATH_MAX], meta[SBX_PATH_MAX + 32];
+    sbx_path(s, "suspend", dir, sizeof dir);
+    snprintf(meta, sizeof meta, "%s/snapshot.json", dir);
+    if (!s->vm) {
+        if (file_exists(meta))
+            act_ok(s, SBX_SUSPENDED); /* finished before a restart */
+        else
+            act_fail(s, SBX_FAILED, "vm_gone", "cannot suspend: the VM is not running");
+        return;
+    }
+    rm_rf(dir);
+    sbx_set_state(s, SBX_SUSPENDING, NULL);
+    s->expect_exit = true;
+    if (vm_suspend(s->vm, dir, on_suspend_saved, s) != 0)
+        act_fail(s, SBX_RUNNING, "vm_busy", "the VM refused to suspend now");
+}
+
+static void act_restore(struct sbx *s)
+{
+    char dir[SBX_PATH_MAX];
+    sbx_path(s, "suspend", dir, sizeof dir);
+    if (s->vm) { /* restored before a restart and adopted */
+        sbx_set_state(s, SBX_RESTORING, NULL);
+        if (s->agent_ready)
+            send_refresh(s);
+        else
+            arm_agent_timeout(s);
+        return;
+    }
+    sbx_set_state(s, SBX_RESTORING, NULL);
+    start_vm(s, dir);
+}
+
+static void act_start(struct sbx *s)
+{
+    if (s->vm) {
+        sbx_set_state(s, SBX_STARTING, NULL);
+        if (s->agent_ready)
+            send_refresh(s);
+        else
+            arm_agent_timeout(s);
+        return;
+    }
+    char disk[SBX_PATH_MAX];
+    sbx_path(s, "disk.qcow2", disk, sizeof disk);
+    if (!file_exists(disk)) {
+        act_fail(s, SBX_FAILED, "disk_missing", "the sandbox disk %s is gone", disk);
+        return;
+    }
+    sbx_set_state(s, SBX_STARTING, NULL);
+    start_vm(s, NULL);
+}
+
+static void act_delete(struct sbx *s)
+{
+    sbx_set_state(s, SBX_DELETING, NULL);
+    if (s->vm) {
+        s->expect_exit = true;
+        if (vm_state(s->vm) < VM_STATE_STOPPING)
+            vm_kill(s->vm);
+        return; /* on_exit -> finish_delete */
+    }
+    finish_delete(s);
+}
+
+void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op_id)
+{
+    (void)sp;
+    snprintf(s->op_id, sizeof s->op_id, "%s", op_id);
+    s->op_kind = kind;
+    s->expect_exit = false;
+    s->cold_fallback = false;
+    bool has_vm = s->vm != NULL;
+    enum vm_state vs = has_vm ? vm_state(s->vm) : VM_STATE_EXITED;
+    switch (kind) {
+    case OP_CREATE:
+        sbx_set_state(s, SBX_CREATING, NULL);
+        if (has_vm) { /* adopted half-created VM: end it, on_exit starts over */
+            s->expect_exit = true;
+            if (vs < VM_STATE_STOPPING)
+                vm_kill(s->vm);
+            return;
+        }
+        act_create(s);
+        return;
+    case OP_DELETE: act_delete(s); return;
+    case OP_STOP: act_stop(s); return;
+    case OP_START: act_start(s); return;
+    case OP_PAUSE:
+        if (has_vm && vs == VM_STATE_PAUSED) {
+            act_ok(s, SBX_PAUSED);
+        } else if (has_vm && vs == VM_STATE_RUNNING) {
+            sbx_set_state(s, SBX_PAUSING, NULL);
+            if (vm_pause(s->vm, on_paused, s) != 0)
+                act_fail(s, SBX_RUNNING, "vm_busy", "the VM refused to pause now");
+        } else {
+            act_fail(s, s->state, "invalid_state", "cannot pause: the sandbox is %s",
+                     sbx_state_name(s->state));
+        }
+        return;
+    case OP_RESUME:
+        if (has_vm && vs == VM_STATE_RUNNING) {
+            act_ok(s, SBX_RUNNING);
+        } else if (has_vm && vs == VM_STATE_PAUSED) {
+            sbx_set_state(s, SBX_RESUMING, NULL);
+            if (vm_resume(s->vm, on_resumed, s) != 0)
+                act_fail(s, SBX_PAUSED, "vm_busy", "the VM refused to resume now");
+        } else {
+            act_fail(s, s->state, "invalid_state", "cannot resume: the sandbox is %s",
+                     sbx_state_name(s->state));
+        }
+        return;
+    case OP_SUSPEND: act_suspend(s); return;
+    case OP_RESTORE:
+        if (s->state == SBX_SUSPENDED || s->state == SBX_RESTORING || has_vm)
+            act_restore(s);
+        else
+            act_fail(s, s->state, "invalid_state", "cannot restore: the sandbox is %s",
+                     sbx_state_name(s->state));
+        return;
+    case OP_WAKE:
+        if (has_vm && vs == VM_STATE_RUNNING && s->state == SBX_RUNNING)
+            act_ok(s, SBX_RUNNING);
+        else if (has_vm && vs == VM_STATE_PAUSED) {
+            sbx_set_state(s, SBX_RESUMING, NULL);
+            if (vm_resume(s->vm, on_resumed, s) != 0)
+                act_fail(s, SBX_PAUSED, "vm_busy", "the VM refused to resume now");
+        } else if (s->state == SBX_SUSPENDED)
+            act_restore(s);
+        else
+            act_start(s);
+        return;
+    default:
+        act_fail(s, s->state, "internal", "%s is not a sandbox action", op_kind_name(kind));
+        return;
+    }
+}
+
+/* ---- recovery ----------------------------------------------------------------------- */
+
+void sbx_recover(struct spaced *sp, struct sbx *s)
+{
+    char vmjson[SBX_PATH_MAX + 16], suspended[SBX_PATH_MAX + 32], dir[SBX_PATH_MAX];
+    snprintf(vmjson, sizeof vmjson, "%s/vm.json", s->rec.run_dir);
+    sbx_path(s, "suspend", dir, sizeof dir);
+    snprintf(suspended, sizeof suspended, "%s/snapshot.json", dir);
+    switch (s->state) {
+    case SBX_STOPPED:
+    case SBX_SUSPENDED:
+    case SBX_FAILED:
+    case SBX_DELETED:
+        return;
+    default: break;
+    }
+    if (file_exists(vmjson)) {
+        int verr = 0;
+        char msg[256] = "";
+        s->recovering = true;
+        s->vm = vm_adopt(sp->base, s->rec.run_dir, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
+        if (s->vm)
+            return; /* on_ready / on_exit settle the state */
+        s->recovering = false;
+        log_info("sandbox.recover", "sandbox=%s adopt=failed code=%s", s->rec.id,
+                 vm_error_code(verr));
+    }
+    /* No VM: decide from what is on disk. Creates and deletes are redone by their op. */
+    switch (s->state) {
+    case SBX_CREATING:
+    case SBX_DELETING:
+        return;
+    case SBX_SUSPENDING:
+    case SBX_RESTORING:
+        if (file_exists(suspended)) {
+            sbx_set_state(s, SBX_SUSPENDED, NULL);
+            return;
+        }
+        break;
+    case SBX_STOPPING:
+    case SBX_STARTING:
+        sbx_set_state(s, SBX_STOPPED, NULL);
+        return;
+    default: break;
+    }
+    sbx_set_state(s, SBX_FAILED, "the VM was no longer running when spaced restarted");
+}
+
+/* ---- reconciler backstop -------------------------------------------------------------- */
+
+void sbx_reconcile(struct spaced *sp, struct sbx *s)
+{
+    (void)sp;
+    if (sbx_busy(s))
+        return;
+    bool vm_up = s->vm && vm_state(s->vm) <= VM_STATE_PAUSED;
+    enum sbx_state vm_is = vm_up && vm_state(s->vm) == VM_STATE_PAUSED ? SBX_PAUSED : SBX_RUNNING;
+    switch (s->state) {
+    case SBX_STOPPED:
+    case SBX_SUSPENDED:
+    case SBX_FAILED:
+    case SBX_DELETED:
+        break;
+    case SBX_RUNNING:
+        if (vm_up && vm_is == SBX_RUNNING && !s->agent && vm_state(s->vm) == VM_STATE_RUNNING)
+            vm_agent_reconnect(s->vm);
+        /* fall through */
+    default:
+        if (!vm_up && !s->vm) {
+            char why[96];
+            snprintf(why, sizeof why, "the VM is gone (sandbox was %s with no operation)",
+                     sbx_state_name(s->state));
+            sbx_set_state(s, SBX_FAILED, why);
+        } else if (vm_up && s->state != vm_is) {
+            sbx_set_state(s, vm_is, NULL);
+        }
+        break;
+    }
+    if (s->desired != s->state && s->state != SBX_FAILED) {
+        sbx_set_desired(s, s->state);
+        sbx_persist(s);
+    }
+}
