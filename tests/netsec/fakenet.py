@@ -1,0 +1,236 @@
+"""Fake internet for the gateway attack suite (runs inside the test's "internet"
+namespace; python standard library only).
+
+Serves, on TEST-NET addresses the test put on this namespace's interfaces:
+  * an authoritative DNS server for the zone `test.` (UDP+TCP 53 on 192.0.2.53), with
+    fixed records (ZONE) and one rebinding name; it records every query it gets;
+  * canary "public resolvers" (198.51.100.53 UDP/TCP 53 and TCP 853) that record every
+    query or connection and answer nothing useful;
+  * HTTP (80) and HTTPS (443, certificates from the test CA chosen by SNI) on the web
+    addresses; every request is answered with a JSON echo of what the server saw
+    (address, SNI, Host, path, headers); `api.test` answers 401 without the expected
+    bearer token; `/redirect?to=URL` answers 302;
+  * plain TCP listeners on other ports (22, 25, 8443) that record connections.
+Every event is appended as one JSON line to EVENTS (argv[1]); the test reads it.
+"""
+import json
+import os
+import socket
+import socketserver
+import ssl
+import struct
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+EVENTS = sys.argv[1]
+CERTDIR = sys.argv[2]
+TOKEN = sys.argv[3]
+_lock = threading.Lock()
+
+ZONE = {
+    "allowed.test": ["203.0.113.10"],
+    "www.allowed.test": ["203.0.113.10"],
+    "blocked.test": ["203.0.113.10"],
+    "api.test": ["203.0.113.30"],
+    "evil.test": ["203.0.113.20"],
+    "evilallowed.test": ["203.0.113.20"],
+    "allowed.test.evil.test": ["203.0.113.20"],
+    "private.allowed.test": ["10.1.2.3"],
+    "loop.allowed.test": ["127.0.0.1"],
+    "meta.allowed.test": ["169.254.169.254"],
+    "cgnat.allowed.test": ["100.64.0.1"],
+    "zero.allowed.test": ["0.0.0.0"],
+    "mcast.allowed.test": ["224.0.0.251"],
+    "self.allowed.test": ["192.0.2.2"],
+    "mixed.allowed.test": ["10.0.0.1", "203.0.113.10"],
+    "echo.allowed.test": ["203.0.113.20"],
+    "badcert.allowed.test": ["203.0.113.10"],
+}
+_rebind = [0]
+
+
+def event(kind, **kw):
+    kw["kind"] = kind
+    with _lock, open(EVENTS, "a") as f:
+        f.write(json.dumps(kw) + "\n")
+
+
+def parse_qname(msg):
+    off, labels = 12, []
+    while off < len(msg) and msg[off]:
+        n = msg[off]
+        if n & 0xC0:
+            return None, off
+        labels.append(msg[off + 1:off + 1 + n].decode("latin-1"))
+        off += 1 + n
+    return ".".join(labels).lower(), off + 1
+
+
+def dns_answer(msg, server):
+    if len(msg) < 12:
+        return None
+    name, off = parse_qname(msg)
+    qtype = struct.unpack("!H", msg[off:off + 2])[0] if name is not None and off + 2 <= len(msg) else 0
+    event("dns", server=server, name=name, qtype=qtype)
+    if server != "auth" or name is None:
+        return msg[:2] + b"\x81\x05" + msg[4:6] + b"\0\0\0\0\0\0" + msg[12:off + 4]
+    addrs, ttl = ZONE.get(name), 60
+    if name == "rebind.allowed.test":
+        addrs, ttl = [["203.0.113.10"], ["127.0.0.1"]][_rebind[0] % 2], 0
+        _rebind[0] += 1
+    elif name and name.endswith(".evil.test"):
+        addrs = ["203.0.113.20"]
+    rcode = 0 if addrs is not None else 3
+    answers = b""
+    if addrs and qtype == 1:
+        for a in addrs:
+            answers += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, ttl, 4) + socket.inet_aton(a)
+    n = len(answers) // 16
+    hdr = msg[:2] + struct.pack("!HHHHH", 0x8400 | rcode, 1, n, 0, 0)
+    return hdr + msg[12:off + 4] + answers
+
+
+class DNSUDP(socketserver.BaseRequestHandler):
+    def handle(self):
+        data, sock = self.request
+        out = dns_answer(data, self.server.kind)
+        if out:
+            sock.sendto(out, self.client_address)
+
+
+class DNSTCP(socketserver.BaseRequestHandler):
+    def handle(self):
+        event("tcp", addr=self.server.server_address[0], port=self.server.server_address[1])
+        try:
+            ln = struct.unpack("!H", self.request.recv(2))[0]
+            out = dns_answer(self.request.recv(ln), self.server.kind)
+            if out:
+                self.request.sendall(struct.pack("!H", len(out)) + out)
+        except Exception:
+            pass
+
+
+class Plain(socketserver.BaseRequestHandler):
+    def handle(self):
+        event("tcp", addr=self.server.server_address[0], port=self.server.server_address[1])
+
+
+class Web(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def _answer(self):
+        host = self.headers.get("Host", "")
+        sni = getattr(self.connection, "sni", None)
+        body_len = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(body_len) if body_len else b""
+        seen = {"addr": self.server.server_address[0], "port": self.server.server_address[1],
+                "sni": sni, "host": host, "method": self.command, "path": self.path,
+                "headers": {k: v for k, v in self.headers.items()}, "body": body.decode("latin-1")}
+        event("http", **seen)
+        status = 200
+        if host.split(":")[0] == "api.test":
+            # The protected API never reflects the token back (a real one would not).
+            ok = self.headers.get("Authorization") == "Bearer " + TOKEN
+            n_auth = len(self.headers.get_all("Authorization") or [])
+            event("api", authorized=ok, n_auth=n_auth, sni=sni, host=host)
+            status = 200 if ok else 401
+            seen = {"authorized": ok, "n_auth": n_auth, "path": self.path}
+        extra = []
+        if self.path.startswith("/redirect?to="):
+            status = 302
+            extra.append(("Location", self.path.split("=", 1)[1]))
+        out = json.dumps(seen).encode()
+        if self.path.startswith("/big"):
+            out = b"x" * int(self.path.split("/")[2])
+        self.send_response(status)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = do_HEAD = _answer
+
+
+class WebServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class TLSWebServer(WebServer):
+    def __init__(self, addr, contexts):
+        super().__init__(addr, Web)
+        self.contexts = contexts
+        base = contexts["allowed.test"]
+
+        def pick(sock, name, _ctx):
+            sock.sni = name
+            event("tls", addr=addr[0], sni=name)
+            if name == "badcert.allowed.test":
+                sock.context = contexts["blocked.test"]  # wrong name: verification must fail
+            elif name in contexts:
+                sock.context = contexts[name]
+            elif name and name.endswith(".allowed.test"):
+                sock.context = contexts["allowed.test"]
+        base.sni_callback = pick
+        self.base_ctx = base
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        event("tcp", addr=self.server_address[0], port=self.server_address[1])
+        sock.settimeout(10)
+        try:
+            tls = self.base_ctx.wrap_socket(sock, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            event("tls_fail", addr=self.server_address[0], error=str(e)[:80])
+            sock.close()
+            raise OSError("handshake failed")
+        tls.sni = getattr(tls, "sni", None) or getattr(sock, "sni", None)
+        return tls, addr
+
+    def handle_error(self, request, client_address):
+        pass
+
+
+class TCP(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class UDP(socketserver.ThreadingUDPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def serve(srv):
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+
+def main():
+    contexts = {}
+    for name in ("allowed.test", "blocked.test", "api.test", "evil.test"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(CERTDIR, name + ".crt"), os.path.join(CERTDIR, name + ".key"))
+        contexts[name] = ctx
+    for kind, ip in (("auth", "192.0.2.53"), ("canary", "198.51.100.53")):
+        for cls, handler in ((UDP, DNSUDP), (TCP, DNSTCP)):
+            s = cls((ip, 53), handler)
+            s.kind = kind
+            serve(s)
+    serve(TCP(("198.51.100.53", 853), Plain))
+    for ip in ("203.0.113.10", "203.0.113.20", "203.0.113.30"):
+        serve(WebServer((ip, 80), Web))
+        serve(TLSWebServer((ip, 443), contexts))
+        for port in (22, 25, 8443):
+            serve(TCP((ip, port), Plain))
+    event("ready")
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""Builds and tears down the attack lab: a fake internet, the gateway's namespace and
+sandbox namespaces wired exactly as spaced wires a real sandbox (namespace + tap-like
+device with the gateway address; the gateway installs the rules and sockets through
+its own `attach` call). Everything lives in namespaces this module created; nothing
+has a route off the machine.
+
+    inet   (fake internet)  192.0.2.1/24 on veth; on lo: 192.0.2.53 (DNS, zone test.),
+                            198.51.100.53 (canary public resolver), 203.0.113.10/.20/.30
+                            (web servers); nft counters per destination
+    gw     (gateway)        192.0.2.2/24, default via 192.0.2.1; space-gateway runs here
+    sbxN   (sandbox netns)  tapN-like veth "tap0" with 10.0.2.2/24 (the gateway address)
+    guestN (stands for the VM) veth "eth0" 10.0.2.15/24, MAC GUEST_MAC, default via 10.0.2.2
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+GUEST_MAC = "02:00:00:00:00:0f"
+GUEST_IP = "10.0.2.15"
+GW_IP = "10.0.2.2"
+GW_UPLINK = "192.0.2.2"
+TOKEN = "s3cret-token-7f1c9b"
+COUNTED = ["192.0.2.53", "198.51.100.53", "203.0.113.10", "203.0.113.20", "203.0.113.30"]
+
+
+def sh(*cmd, ns=None, check=True, input=None, timeout=30):
+    if ns:
+        cmd = ("ip", "netns", "exec", ns) + cmd
+    r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed: %s %s" % (" ".join(cmd), r.stdout, r.stderr))
+    return r
+
+
+def can_run():
+    """None if the lab can be built here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, nftables)"
+    for tool in ("ip", "nft", "openssl", "curl", "dig"):
+        if not shutil.which(tool):
+            return "needs %s (Debian: iproute2 nftables openssl curl bind9-dnsutils)" % tool
+    probe = "spnsprobe%d" % os.getpid()
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "cannot create a network namespace: " + r.stderr.strip()
+    subprocess.run(["ip", "netns", "del", probe])
+    return None
+
+
+def make_certs(d):
+    def run(*a):
+        subprocess.run(["openssl"] + list(a), check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", d + "/testca.key", "-out", d + "/testca.crt", "-days", "2",
+        "-subj", "/CN=space netsec test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign")
+    for name, sans in (("allowed.test", "DNS:allowed.test,DNS:*.allowed.test"),
+                       ("blocked.test", "DNS:blocked.test"), ("api.test", "DNS:api.test"),
+                       ("evil.test", "DNS:evil.test,DNS:*.evil.test")):
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "%s/%s.key" % (d, name), "-out", "%s/%s.csr" % (d, name), "-subj", "/CN=" + name)
+        ext = "%s/%s.ext" % (d, name)
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\nextendedKeyUsage=serverAuth\n" % sans)
+        run("x509", "-req", "-in", "%s/%s.csr" % (d, name), "-CA", d + "/testca.crt",
+            "-CAkey", d + "/testca.key", "-CAcreateserial", "-out", "%s/%s.crt" % (d, name),
+            "-days", "2", "-extfile", ext)
+
+
+class Sandbox:
+    def __init__(self, lab, idx, policy):
+        self.lab, self.id = lab, "sb%d" % idx
+        self.ns = "%s-sbx%d" % (lab.prefix, idx)
+        self.guest = "%s-guest%d" % (lab.prefix, idx)
+        self.policy = policy
+
+    def create(self):
+        p = self.lab.prefix
+        for ns in (self.ns, self.guest):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "set", "lo", "up", ns=ns)
+        sh("ip", "link", "add", "tap0", "netns", self.ns, "type", "veth", "peer", "name", "eth0",
+           "netns", self.guest)
+        sh("ip", "addr", "add", GW_IP + "/24", "dev", "tap0", ns=self.ns)
+        sh("ip", "link", "set", "tap0", "up", ns=self.ns)
+        sh("ip", "link", "set", "eth0", "address", GUEST_MAC, ns=self.guest)
+        sh("ip", "addr", "add", GUEST_IP + "/24", "dev", "eth0", ns=self.guest)
+        sh("ip", "link", "set", "eth0", "up", ns=self.guest)
+        sh("ip", "route", "add", "default", "via", GW_IP, ns=self.guest)
+        etc = "/etc/netns/" + self.guest
+        os.makedirs(etc, exist_ok=True)
+        with open(etc + "/resolv.conf", "w") as f:
+            f.write("nameserver %s\noptions timeout:2 attempts:1\n" % GW_IP)
+        with open(etc + "/hosts", "w") as f:
+            f.write("127.0.0.1 localhost\n")
+        del p
+
+    def attach(self):
+        return self.lab.ctl({"op": "attach", "sandbox": self.id, "netns": "/run/netns/" + self.ns,
+                             "dev": "tap0", "guest_mac": GUEST_MAC, "guest_ip": GUEST_IP,
+                             "gateway_ip": GW_IP, "policy": self.policy})
+
+    def set_policy(self, policy):
+        self.policy = policy
+        return self.lab.ctl({"op": "policy", "sandbox": self.id, "policy": policy})
+
+    def log(self, since=0):
+        return self.lab.ctl({"op": "log", "sandbox": self.id, "since": since})
+
+    def run(self, *cmd, timeout=30, input=None):
+        """Runs a command as the guest (inside the guest namespace)."""
+        return sh(*cmd, ns=self.guest, check=False, timeout=timeout, input=input)
+
+    def py(self, *args, timeout=60):
+        """Runs tests/netsec/guestpy.py as the guest; returns its JSON result."""
+        r = self.run("python3", os.path.join(HERE, "guestpy.py"), *args, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError("guestpy %s: %s" % (args, r.stderr[-2000:]))
+        return json.loads(r.stdout)
+
+    def destroy(self):
+        for ns in (self.ns, self.guest):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree("/etc/netns/" + self.guest, ignore_errors=True)
+
+
+class Lab:
+    def __init__(self):
+        self.prefix = "spn%d" % (os.getpid() % 100000)
+        self.inet, self.gwns = self.prefix + "-inet", self.prefix + "-gw"
+        self.dir = tempfile.mkdtemp(prefix="space-netsec-")
+        self.events_path = os.path.join(self.dir, "events.jsonl")
+        self.procs = []
+        self.sandboxes = []
+        build = os.environ.get("SPACE_BUILD", os.path.join(ROOT, "build", "san"))
+        self.gateway_bin = os.path.join(build, "space-gateway")
+
+    # ---- building
+    def start(self, policies):
+        if not os.path.exists(self.gateway_bin):
+            raise RuntimeError("missing %s (make SAN=1 programs, or set SPACE_BUILD)" % self.gateway_bin)
+        make_certs(self.dir)
+        with open(os.path.join(self.dir, "trust.pem"), "w") as f:
+            f.write(open(self.dir + "/testca.crt").read())
+        for ns in (self.inet, self.gwns):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "set", "lo", "up", ns=ns)
+        sh("ip", "link", "add", "up0", "netns", self.gwns, "type", "veth", "peer", "name", "inet0",
+           "netns", self.inet)
+        sh("ip", "addr", "add", GW_UPLINK + "/24", "dev", "up0", ns=self.gwns)
+        sh("ip", "link", "set", "up0", "up", ns=self.gwns)
+        sh("ip", "route", "add", "default", "via", "192.0.2.1", ns=self.gwns)
+        sh("ip", "addr", "add", "192.0.2.1/24", "dev", "inet0", ns=self.inet)
+        sh("ip", "link", "set", "inet0", "up", ns=self.inet)
+        for a in COUNTED:
+            sh("ip", "addr", "add", a + "/32", "dev", "lo", ns=self.inet)
+        rules = ["table inet count {"]
+        for a in COUNTED:
+            rules.append(" counter c_%s { }" % a.replace(".", "_"))
+        for port in (22, 25, 8443, 853):
+            rules.append(" counter tcp_%d { }" % port)
+        rules += [" counter udp_other { }", " counter icmp_in { }", " chain in {",
+                  "  type filter hook input priority -10; policy accept;"]
+        for a in COUNTED:
+            rules.append("  ip daddr %s counter name c_%s" % (a, a.replace(".", "_")))
+        for port in (22, 25, 8443, 853):
+            rules.append("  tcp dport %d counter name tcp_%d" % (port, port))
+        rules += ["  udp dport != 53 counter name udp_other", "  meta l4proto icmp counter name icmp_in",
+                  " }", "}"]
+        sh("nft", "-f", "-", ns=self.inet, input="\n".join(rules) + "\n")
+        self._spawn(self.inet, ["python3", os.path.join(HERE, "fakenet.py"), self.events_path,
+                                self.dir, TOKEN], "fakenet")
+        self._wait(lambda: any(e["kind"] == "ready" for e in self.events()), "fake internet")
+        # Canary listeners on the gateway host's own addresses: must never be dialled.
+        self._spawn(self.gwns, ["python3", os.path.join(HERE, "guestpy.py"), "canary",
+                                self.events_path, "127.0.0.1", GW_UPLINK], "canary")
+        self.ctl_path = os.path.join(self.dir, "gateway.sock")
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
+        self.gw_log = open(os.path.join(self.dir, "gateway.log"), "w")
+        self.gateway = subprocess.Popen(
+            ["ip", "netns", "exec", self.gwns, self.gateway_bin, "--data-dir", self.dir,
+             "--upstream-dns", "192.0.2.53", "--trust", self.dir + "/trust.pem"],
+            stdout=self.gw_log, stderr=subprocess.STDOUT, env=env)
+        self._wait(lambda: os.path.exists(self.ctl_path), "gateway control socket")
+        with open(os.path.join(self.dir, "guest-ca.pem"), "w") as f:
+            f.write(open(self.dir + "/testca.crt").read())
+            f.write(open(self.dir + "/ca/space-ca.crt").read())
+        for i, pol in enumerate(policies, 1):
+            sb = Sandbox(self, i, pol)
+            self.sandboxes.append(sb)
+            sb.create()
+            r = sb.attach()
+            if not r.get("ok"):
+                raise RuntimeError("attach failed: %s" % r)
+        return self
+
+    def _spawn(self, ns, cmd, name):
+        log = open(os.path.join(self.dir, name + ".log"), "w")
+        self.procs.append(subprocess.Popen(["ip", "netns", "exec", ns] + cmd, stdout=log,
+                                           stderr=subprocess.STDOUT))
+
+    def _wait(self, cond, what, secs=30):
+        end = time.time() + secs
+        while time.time() < end:
+            if cond():
+                return
+            time.sleep(0.05)
+        raise RuntimeError("timed out waiting for " + what)
+
+    def stop(self):
+        if getattr(self, "gateway", None) and self.gateway.poll() is None:
+            self.gateway.send_signal(signal.SIGTERM)
+            try:
+                self.gateway.wait(10)
+            except subprocess.TimeoutExpired:
+                self.gateway.kill()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        for sb in self.sandboxes:
+            sb.destroy()
+        for ns in (self.inet, self.gwns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if os.environ.get("SPACE_NETSEC_KEEP") is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---- observing
+    def ctl(self, req):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(self.ctl_path)
+        s.sendall((json.dumps(req) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        s.close()
+        return json.loads(buf)
+
+    def events(self):
+        try:
+            with open(self.events_path) as f:
+                return [json.loads(l) for l in f if l.strip()]
+        except FileNotFoundError:
+            return []
+
+    def mark(self):
+        return len(self.events())
+
+    def since(self, mark, kind=None):
+        return [e for e in self.events()[mark:] if kind is None or e["kind"] == kind]
+
+    def counters(self):
+        out = json.loads(sh("nft", "-j", "list", "counters", ns=self.inet).stdout)
+        return {c["counter"]["name"]: c["counter"]["packets"] for c in out["nftables"] if "counter" in c}
+
+    def gateway_alive(self):
+        return self.gateway.poll() is None and self.ctl({"op": "ping"}).get("ok")
