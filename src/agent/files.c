@@ -31,7 +31,7 @@ static void files_result_stat(struct agent_chan *ch, const char *path)
     struct stat st;
     if (lstat(path, &st) < 0)
         return agent_chan_fail_errno(ch, errno, path);
-    agent_op_result(ch, agent_fs_stat_json(path, &st));
+    agent_op_result(ch, json_pack("{s:o}", "stat", agent_fs_stat_json(path, &st)));
 }
 
 void agent_op_stat(struct agent_chan *ch, json_t *req)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -592,7 +593,9 @@ static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_
         if (agent_req_path(ch, req, "cwd", &s->user, s->cwd) < 0)
             return -1;
     } else {
-        snprintf(s->cwd, sizeof s->cwd, "%s", s->user.home);
+        /* Service users often have a home that does not exist (/nonexistent). */
+        struct stat st;
+        snprintf(s->cwd, sizeof s->cwd, "%s", stat(s->user.home, &st) == 0 ? s->user.home : "/");
     }
     if (env && !json_is_object(env)) {
         agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "env must be an object");

@@ -94,10 +94,7 @@ void agent_op_read(struct agent_chan *ch, json_t *req)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     }
     *r = (struct xfer_read){.fd = fd, .off = (off_t)offset, .left = (uint64_t)length};
-    json_t *ev = agent_fs_stat_json(path, &st);
-    if (ev)
-        json_object_set_new(ev, "type", json_string("stat"));
-    agent_chan_event(ch, ev);
+    agent_chan_event(ch, json_pack("{s:s, s:o}", "type", "stat", "stat", agent_fs_stat_json(path, &st)));
     ch->impl = r;
     ch->ops = &read_ops;
     read_pump(ch);
@@ -145,7 +142,7 @@ static void write_on_eof(struct agent_chan *ch)
         write_free(w, false);
         return agent_chan_close(ch);
     }
-    json_t *res = lstat(w->path, &st) == 0 ? agent_fs_stat_json(w->path, &st) : NULL;
+    json_t *res = lstat(w->path, &st) == 0 ? json_pack("{s:o}", "stat", agent_fs_stat_json(w->path, &st)) : NULL;
     write_free(w, true);
     agent_op_result(ch, res);
 }
