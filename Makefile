@@ -147,4 +147,4 @@ bench: guest programs
 clean:
 	rm -rf build
 
--include $(shell find build -name '*.d' -type f -not -path 'build/guest/*' 2>/dev/null)
+-include $(shell find build -name '*.d' -type f -not -path 'build/guest/cache/*' 2>/dev/null)
