@@ -1,12 +1,15 @@
 #!/bin/busybox sh
 # /init of the boot-test initramfs (not the agent): checks what the agent will rely on,
-# printing one line per fact for tests/e2e/test_guest_boot.py, then powers off.
-/bin/busybox echo "SPACE-TEST: init started"
+# printing one "SPACE-TEST:" line per fact for tests/e2e/test_guest_boot.py, then reboots
+# (reboot=t on the kernel command line and -no-reboot on QEMU's: a clean VM exit).
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+# An archive built without root has no /dev/console, and then init starts with no output.
+exec </dev/console >/dev/console 2>&1
+echo "SPACE-TEST: init started"
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
 while read -r mod; do
     [ -n "$mod" ] || continue
     if insmod "/modules/$mod"; then echo "SPACE-TEST: module $mod loaded"; else echo "SPACE-TEST: module $mod FAILED"; fi
@@ -31,5 +34,4 @@ if mount -t ext4 -o ro /dev/vda /newroot; then
 fi
 echo "SPACE-TEST: uptime $(cut -d' ' -f1 /proc/uptime)"
 echo "SPACE-TEST: done"
-# reboot=t on the command line and -no-reboot on QEMU's: a reboot is a clean VM exit.
 reboot -f
