@@ -27,13 +27,24 @@
 
 enum fop_kind { FOP_RESULT, FOP_LIST, FOP_READ, FOP_WRITE };
 
+struct fop;
+
+/* Route context: lives as long as the process (registered once at startup). */
+struct files_ctx {
+    struct spaced *sp;
+    struct fop *head; /* transfers in flight (each owned as described at struct fop) */
+};
+
 /* One file request in flight. Owned jointly by its HTTP request and its agent channel:
  * freed by whichever lets go last (fop_release). */
 struct fop {
-    struct spaced *sp;
+    struct files_ctx *fc;    /* owner of the in-flight list */
+    struct fop *nx;          /* next in fc->head */
+    char sbx[STORE_ID_MAX];  /* sandbox the channel is on */
     enum fop_kind kind;
     struct http_req *req;    /* NULL once replied or closed */
     struct agentc_chan *ch;  /* NULL once closed */
+    bool orphan;             /* ch was forgotten unclosed: wait for its on_close */
     int status;              /* success status for FOP_RESULT / FOP_WRITE */
     json_t *entries;         /* FOP_LIST: collected entries (owned) */
     bool truncated;          /* FOP_LIST: more than FILES_LIST_MAX */
@@ -45,8 +56,13 @@ struct fop {
 
 static void fop_release(struct fop *f)
 {
-    if (f->req || f->ch)
+    if (f->req || f->ch || f->orphan)
         return;
+    for (struct fop **pp = &f->fc->head; *pp; pp = &(*pp)->nx)
+        if (*pp == f) {
+            *pp = f->nx;
+            break;
+        }
     json_decref(f->entries);
     free(f);
 }
@@ -212,6 +228,7 @@ static void fop_on_close(void *arg)
 {
     struct fop *f = arg;
     f->ch = NULL;
+    f->orphan = false;
     fop_fail(f, 502, "agent_error", "the agent ended the request without a result");
     fop_release(f);
 }
@@ -273,7 +290,7 @@ static struct agentc *files_agent(struct spaced *sp, struct http_req *req)
 }
 
 /* Opens the agent channel for `request` (taken) on behalf of req. NULL after replying. */
-static struct fop *fop_start(struct spaced *sp, struct http_req *req, struct agentc *a,
+static struct fop *fop_start(struct files_ctx *fc, struct http_req *req, struct agentc *a,
                              enum fop_kind kind, int status, json_t *request)
 {
     struct fop *f = calloc(1, sizeof *f);
@@ -288,7 +305,8 @@ static struct fop *fop_start(struct spaced *sp, struct http_req *req, struct age
         http_reply_error(req, 500, "internal", "out of memory");
         return NULL;
     }
-    f->sp = sp;
+    f->fc = fc;
+    snprintf(f->sbx, sizeof f->sbx, "%s", router_param(req, "id"));
     f->kind = kind;
     f->status = status;
     f->req = req;
@@ -303,6 +321,8 @@ static struct fop *fop_start(struct spaced *sp, struct http_req *req, struct age
         return NULL;
     }
     http_req_on_close(req, fop_req_closed, f);
+    f->nx = fc->head;
+    fc->head = f;
     return f;
 }
 
@@ -343,10 +363,10 @@ static void upload_end(struct http_req *req, void *arg)
 
 static void h_put(struct http_req *req, void *arg)
 {
-    struct spaced *sp = arg;
+    struct files_ctx *fc = arg;
     struct spaced_err e;
     int mode = -1;
-    struct agentc *a = files_agent(sp, req);
+    struct agentc *a = files_agent(fc->sp, req);
     if (!a)
         return;
     if (sess_req_mode(http_req_query(req, "mode"), &mode, &e) < 0) {
@@ -358,35 +378,35 @@ static void h_put(struct http_req *req, void *arg)
         return;
     if (mode >= 0)
         json_object_set_new(r, "mode", json_integer(mode));
-    struct fop *f = fop_start(sp, req, a, FOP_WRITE, 200, r);
+    struct fop *f = fop_start(fc, req, a, FOP_WRITE, 200, r);
     if (f && http_req_stream_body(req, upload_chunk, upload_end, f) < 0)
         fop_fail(f, 500, "internal", "request body already claimed");
 }
 
 static void h_get(struct http_req *req, void *arg)
 {
-    struct spaced *sp = arg;
-    struct agentc *a = files_agent(sp, req);
+    struct files_ctx *fc = arg;
+    struct agentc *a = files_agent(fc->sp, req);
     json_t *r = a ? path_request(req, "read") : NULL;
     if (r)
-        fop_start(sp, req, a, FOP_READ, 200, r);
+        fop_start(fc, req, a, FOP_READ, 200, r);
 }
 
 static void h_stat(struct http_req *req, void *arg)
 {
-    struct spaced *sp = arg;
-    struct agentc *a = files_agent(sp, req);
+    struct files_ctx *fc = arg;
+    struct agentc *a = files_agent(fc->sp, req);
     json_t *r = a ? path_request(req, "stat") : NULL;
     if (r)
-        fop_start(sp, req, a, FOP_RESULT, 200, r);
+        fop_start(fc, req, a, FOP_RESULT, 200, r);
 }
 
 static void h_list(struct http_req *req, void *arg)
 {
-    struct spaced *sp = arg;
+    struct files_ctx *fc = arg;
     struct spaced_err e;
     int64_t depth = 1;
-    struct agentc *a = files_agent(sp, req);
+    struct agentc *a = files_agent(fc->sp, req);
     if (!a)
         return;
     if (sess_req_uint(http_req_query(req, "depth"), "depth", 1, SESS_LIST_DEPTH_MAX, &depth,
@@ -397,16 +417,16 @@ static void h_list(struct http_req *req, void *arg)
     json_t *r = path_request(req, "list");
     if (r) {
         json_object_set_new(r, "depth", json_integer(depth));
-        fop_start(sp, req, a, FOP_LIST, 200, r);
+        fop_start(fc, req, a, FOP_LIST, 200, r);
     }
 }
 
 static void h_delete(struct http_req *req, void *arg)
 {
-    struct spaced *sp = arg;
+    struct files_ctx *fc = arg;
     struct spaced_err e;
     bool recursive = false;
-    struct agentc *a = files_agent(sp, req);
+    struct agentc *a = files_agent(fc->sp, req);
     if (!a)
         return;
     if (sess_req_bool(http_req_query(req, "recursive"), "recursive", &recursive, &e) < 0) {
@@ -416,7 +436,7 @@ static void h_delete(struct http_req *req, void *arg)
     json_t *r = path_request(req, "remove");
     if (r) {
         json_object_set_new(r, "recursive", json_boolean(recursive));
-        fop_start(sp, req, a, FOP_RESULT, 204, r);
+        fop_start(fc, req, a, FOP_RESULT, 204, r);
     }
 }
 
@@ -424,16 +444,16 @@ static void h_delete(struct http_req *req, void *arg)
 static void body_op(struct http_req *req, const char *data, size_t len, void *arg, int status,
                     json_t *(*parse)(const char *, size_t, struct spaced_err *))
 {
-    struct spaced *sp = arg;
+    struct files_ctx *fc = arg;
     struct spaced_err e;
-    struct agentc *a = files_agent(sp, req);
+    struct agentc *a = files_agent(fc->sp, req);
     if (!a)
         return;
     json_t *r = parse(data, len, &e);
     if (!r)
         reply_err(req, &e);
     else
-        fop_start(sp, req, a, FOP_RESULT, status, r);
+        fop_start(fc, req, a, FOP_RESULT, status, r);
 }
 
 static void mkdir_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -448,14 +468,46 @@ static void rename_body(struct http_req *req, const char *data, size_t len, void
 
 static void h_mkdir(struct http_req *req, void *arg)
 {
-    if (files_agent(arg, req))
+    struct files_ctx *fc = arg;
+    if (files_agent(fc->sp, req))
         http_req_read_body(req, FILES_BODY_MAX, mkdir_body, arg);
 }
 
 static void h_rename(struct http_req *req, void *arg)
 {
-    if (files_agent(arg, req))
+    struct files_ctx *fc = arg;
+    if (files_agent(fc->sp, req))
         http_req_read_body(req, FILES_BODY_MAX, rename_body, arg);
+}
+
+/* Transfers end when their sandbox leaves "running" for anything but a pause. Entering
+ * suspending/stopping/deleting the agent connection is alive and channels are closed;
+ * once the VM has exited sbx has freed the connection without channel callbacks, so the
+ * channel is forgotten unclosed (the fop stays allocated in case a late on_close comes). */
+static void files_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
+                         enum sbx_state now, void *arg)
+{
+    struct files_ctx *fc = arg;
+    bool alive = now == SBX_SUSPENDING || now == SBX_STOPPING || now == SBX_DELETING;
+    bool gone = now == SBX_SUSPENDED || now == SBX_STOPPED || now == SBX_FAILED ||
+                now == SBX_DELETED;
+    struct fop *nx;
+    if (!alive && !gone)
+        return;
+    for (struct fop *f = fc->head; f; f = nx) {
+        nx = f->nx;
+        if (strcmp(f->sbx, sbx_id(x)) || !f->ch)
+            continue;
+        if (alive)
+            agentc_close(f->ch);
+        else
+            f->orphan = true;
+        f->ch = NULL;
+        char msg[96];
+        snprintf(msg, sizeof msg, "the sandbox became %s during the request", sbx_state_name(now));
+        fop_fail(f, 409, "not_running", msg);
+        fop_release(f);
+    }
 }
 
 void routes_files_register(struct router *r, struct spaced *sp);
@@ -473,6 +525,13 @@ void routes_files_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/files/mkdir", h_mkdir},
         {"POST", "/v1/sandboxes/{id}/files/rename", h_rename},
     };
+    struct files_ctx *fc = calloc(1, sizeof *fc);
+    if (!fc || sbx_listen(sp, files_on_sbx, fc) < 0) {
+        free(fc);
+        log_error("files.init", "msg=%s", "cannot register the files routes");
+        return;
+    }
+    fc->sp = sp;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        router_add(r, routes[i].method, routes[i].path, routes[i].fn, sp);
+        router_add(r, routes[i].method, routes[i].path, routes[i].fn, fc);
 }

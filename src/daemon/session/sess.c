@@ -103,11 +103,33 @@ static void sess_fail(struct sess *s, enum sess_state st, const char *code, cons
 
 /* ---- agent channel ----------------------------------------------------------------------- */
 
+/* Each channel's callbacks get a link, not the session: a link outlives its session or
+ * its agent connection as needed. sbx frees an agentc without channel callbacks when the
+ * VM exits, so a channel may vanish silently; its link is then orphaned (s = NULL) and
+ * any late callback is ignored. Owned by the channel: freed at its on_close, or at once
+ * when we close the channel ourselves. */
+struct sess_link {
+    struct sess *s; /* NULL once the session let go of the channel */
+};
+
+/* Closes the channel while its agent connection is known to be alive. */
 static void sess_drop_chan(struct sess *s)
 {
-    if (s->chan)
+    if (s->chan) {
         agentc_close(s->chan);
+        free(s->link);
+    }
     s->chan = NULL;
+    s->link = NULL;
+}
+
+/* Lets go of a channel whose agent connection may already be freed: never touch it. */
+static void sess_forget_chan(struct sess *s)
+{
+    if (s->link)
+        s->link->s = NULL;
+    s->chan = NULL;
+    s->link = NULL;
 }
 
 /* Opens the exec channel (first attach) or re-attaches a detached process. */
@@ -131,10 +153,17 @@ static int sess_open_chan(struct sess *s, struct agentc *agent, struct spaced_er
         return spaced_err_set(err, 409, "session_finished", "session %s was lost", s->id);
     }
     char why[160] = "";
-    s->chan = req ? agentc_open(agent, req, &sess_chan_ops, s, AGENTC_MANUAL_CREDIT, why,
-                                sizeof why)
-                  : NULL;
+    struct sess_link *link = req ? malloc(sizeof *link) : NULL;
+    if (link) {
+        link->s = s;
+        s->chan = agentc_open(agent, req, &sess_chan_ops, link, AGENTC_MANUAL_CREDIT, why,
+                              sizeof why);
+    }
     json_decref(req);
+    if (!s->chan)
+        free(link);
+    else
+        s->link = link;
     if (!s->chan)
         return spaced_err_set(err, 503, "unavailable", "cannot reach the sandbox's agent: %s",
                               why[0] ? why : "out of memory");
@@ -187,7 +216,9 @@ static bool json_small_int(json_t *v, json_int_t lo, json_int_t hi)
 
 static void sess_on_event(void *arg, json_t *ev)
 {
-    struct sess *s = arg;
+    struct sess *s = ((struct sess_link *)arg)->s;
+    if (!s)
+        return;
     const char *type = json_string_value(json_object_get(ev, "type"));
     json_t *pid = json_object_get(ev, "pid");
     if ((!strcmp(type, "started") || !strcmp(type, "attached")) &&
@@ -221,7 +252,9 @@ static void sess_on_event(void *arg, json_t *ev)
 
 static void sess_on_data(void *arg, enum frame_stream st, const uint8_t *buf, size_t len)
 {
-    struct sess *s = arg;
+    struct sess *s = ((struct sess_link *)arg)->s;
+    if (!s)
+        return;
     if (st != FRAME_STREAM_OUT && st != FRAME_STREAM_ERR)
         return;
     s->credit[st] = s->credit[st] > len ? s->credit[st] - (uint32_t)len : 0;
@@ -232,14 +265,18 @@ static void sess_on_data(void *arg, enum frame_stream st, const uint8_t *buf, si
 
 static void sess_on_eof(void *arg, enum frame_stream st)
 {
-    struct sess *s = arg;
+    struct sess *s = ((struct sess_link *)arg)->s;
+    if (!s)
+        return;
     if (st < FRAME_STREAM_COUNT)
         s->eof[st] = true;
 }
 
 static void sess_on_error(void *arg, const char *code, const char *message)
 {
-    struct sess *s = arg;
+    struct sess *s = ((struct sess_link *)arg)->s;
+    if (!s)
+        return;
     if (!strcmp(code, FRAME_E_DISCONNECTED))
         return; /* on_close follows; the process may still run: detached */
     if (s->state == SESS_STARTING) {
@@ -252,8 +289,13 @@ static void sess_on_error(void *arg, const char *code, const char *message)
 
 static void sess_on_close(void *arg)
 {
-    struct sess *s = arg;
+    struct sess_link *link = arg;
+    struct sess *s = link->s;
+    free(link);
+    if (!s)
+        return;
     s->chan = NULL;
+    s->link = NULL;
     if (!sess_finished(s) && s->state == SESS_RUNNING)
         s->state = SESS_STARTING; /* detached: re-attach by pid when next used */
     sess_stdin_abort(s, "the agent connection to the process ended");
@@ -261,7 +303,9 @@ static void sess_on_close(void *arg)
 
 static void sess_on_drain(void *arg)
 {
-    sess_stdin_drained(arg);
+    struct sess *s = ((struct sess_link *)arg)->s;
+    if (s)
+        sess_stdin_drained(s);
 }
 
 /* The sandbox's live agent, or NULL. */
@@ -350,7 +394,7 @@ static void sess_free(struct sess *s)
 {
     sess_readers_end(s);
     sess_stdin_abort(s, "the session was removed");
-    sess_drop_chan(s);
+    sess_forget_chan(s);
     if (s->timer)
         event_free(s->timer);
     sess_ring_free(&s->ring);
@@ -372,8 +416,11 @@ static void sess_unlink(struct sess_table *t, struct sess *s)
         t->tail = prev;
 }
 
-/* Sandbox state changes: processes die with a stopped VM; a paused or suspended VM's
- * agent connection goes away and comes back, so running sessions detach and re-attach. */
+/* Sandbox state changes. Pause keeps the agent connection, so channels stay. Entering
+ * suspending/stopping/deleting, the connection is still alive: close our channels
+ * cleanly. After the VM has exited (suspended, stopped, failed, deleted) sbx has freed
+ * the connection already: forget channels without touching them. A process survives
+ * suspend/restore (re-attached by pid once running again), not stop, failure or delete. */
 static void sess_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
                         enum sbx_state now, void *arg)
 {
@@ -384,23 +431,27 @@ static void sess_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
         nx = s->nx;
         if (strcmp(s->sbx, id))
             continue;
-        if (now == SBX_DELETING || now == SBX_DELETED) {
+        if (now == SBX_SUSPENDING || now == SBX_STOPPING || now == SBX_DELETING)
+            sess_drop_chan(s);
+        else if (now == SBX_SUSPENDED || now == SBX_STOPPED || now == SBX_FAILED ||
+                 now == SBX_DELETED)
+            sess_forget_chan(s);
+        if (now == SBX_RUNNING && !sess_finished(s) && s->state != SESS_CREATED) {
+            sess_open_chan(s, sbx_agent(x), NULL);
+        } else if (s->state == SESS_RUNNING && !s->chan) {
+            s->state = SESS_STARTING; /* detached until the sandbox runs again */
+        }
+        if (now == SBX_STOPPING || now == SBX_STOPPED || now == SBX_FAILED) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "the sandbox is %s; its processes ended",
+                     sbx_state_name(now));
+            sess_fail(s, SESS_LOST, "sandbox_stopped", msg);
+        } else if (now == SBX_DELETING || now == SBX_DELETED) {
             sess_fail(s, SESS_LOST, "sandbox_deleted", "the sandbox was deleted");
             if (now == SBX_DELETED) {
                 sess_unlink(t, s);
                 sess_free(s);
             }
-        } else if (now == SBX_STOPPING || now == SBX_STOPPED || now == SBX_FAILED) {
-            sess_drop_chan(s);
-            char msg[96];
-            snprintf(msg, sizeof msg, "the sandbox is %s; its processes ended", sbx_state_name(now));
-            sess_fail(s, SESS_LOST, "sandbox_stopped", msg);
-        } else if (now == SBX_RUNNING && !sess_finished(s) && s->state != SESS_CREATED) {
-            sess_open_chan(s, sbx_agent(x), NULL);
-        } else if (now != SBX_RUNNING && old == SBX_RUNNING) {
-            sess_drop_chan(s);
-            if (s->state == SESS_RUNNING)
-                s->state = SESS_STARTING;
         }
     }
 }

@@ -11,6 +11,7 @@
 #include "frame.h"
 
 struct event;
+struct sess_link;
 
 /* One attached SSE client. Owned by its session's reader list; freed when the stream
  * ends or the request closes. */
@@ -40,6 +41,7 @@ struct sess {
     int64_t created_ms, started_ms, finished_ms;
     struct sess_ring ring;             /* replayable events */
     struct agentc_chan *chan;          /* exec/attach channel; NULL when detached */
+    struct sess_link *link;            /* callback arg of chan (see sess.c) */
     uint32_t credit[FRAME_STREAM_COUNT]; /* OUT/ERR credit the agent still holds */
     bool eof[FRAME_STREAM_COUNT];      /* agent ended OUT/ERR */
     bool stdin_closed;                 /* close-stdin sent (or stdin never open) */
