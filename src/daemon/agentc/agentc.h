@@ -67,6 +67,8 @@ struct agentc_chan_ops {
     void (*on_drain)(void *arg);
 };
 
+#define AGENTC_MAX_CHANNELS 1024    /* channels per connection, tombstones included */
+
 /* agentc_open flags */
 #define AGENTC_MANUAL_CREDIT 0x1u   /* caller grants OUT/ERR credit with agentc_grant */
 
