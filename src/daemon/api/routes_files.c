@@ -149,7 +149,8 @@ static void fop_on_event(void *arg, json_t *ev)
     struct fop *f = arg;
     const char *type = json_string_value(json_object_get(ev, "type"));
     if (f->kind == FOP_READ && !strcmp(type, "stat") && f->req && !f->streaming) {
-        json_t *size = json_object_get(ev, "size");
+        json_t *st = json_object_get(ev, "stat");
+        json_t *size = json_object_get(json_is_object(st) ? st : ev, "size");
         f->remaining = json_is_integer(size) && json_integer_value(size) >= 0
                            ? json_integer_value(size)
                            : -1;
@@ -177,6 +178,8 @@ static void fop_on_event(void *arg, json_t *ev)
                           (json_int_t)json_array_size(f->entries), "truncated", f->truncated);
         else if (f->status == 204)
             o = NULL;
+        else if (json_is_object(json_object_get(ev, "stat")))
+            o = json_pack("{s:O}", "file", json_object_get(ev, "stat"));
         else if ((o = json_copy(ev)) != NULL) {
             json_object_del(o, "type");
             o = json_pack("{s:o}", "file", o);
