@@ -352,7 +352,7 @@ int store_sbx_put(struct store *st, const struct store_sbx *s)
         " deadline_ms=excluded.deadline_ms, on_timeout=excluded.on_timeout,"
         " desired=excluded.desired, state=excluded.state, failure=excluded.failure,"
         " run_dir=excluded.run_dir, created_ms=excluded.created_ms, updated_ms=excluded.updated_ms",
-        "sssuussssiissssii", s->id, s->tenant, s->template_name, s->vcpus, s->memory_mib,
+        "sssuusssiisssssii", s->id, s->tenant, s->template_name, s->vcpus, s->memory_mib,
         s->env_json, s->metadata_json, s->network_json, s->timeout_s, s->deadline_ms,
         s->on_timeout, s->desired, s->state, s->failure, s->run_dir, s->created_ms,
         s->updated_ms));

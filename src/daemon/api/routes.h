@@ -1,0 +1,42 @@
+/* routes: the control-plane routes (lifecycle, operations, templates, keys, health,
+ * metrics) and the helpers every route file shares. Registration functions are called
+ * once from main.c (see spaced.h for the full list and order). */
+#ifndef SPACE_ROUTES_H
+#define SPACE_ROUTES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "daemon/api/http.h"
+#include "daemon/api/router.h"
+#include "daemon/spaced.h"
+#include "daemon/store/store.h"
+
+#define ROUTES_BODY_MAX (1024 * 1024) /* control-plane JSON bodies; larger -> 413 */
+
+void routes_health_register(struct router *r, struct spaced *sp);
+void routes_keys_register(struct router *r, struct spaced *sp);
+void routes_sandboxes_register(struct router *r, struct spaced *sp);
+void routes_ops_register(struct router *r, struct spaced *sp);
+void routes_templates_register(struct router *r, struct spaced *sp);
+
+/* Sends err as the JSON error reply and counts it in the metrics. */
+void routes_reply_err(struct spaced *sp, struct http_req *req, const struct spaced_err *err);
+/* Same from parts. */
+void routes_reply_error(struct spaced *sp, struct http_req *req, int status, const char *code,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* 202 {"operation": op, "sandbox": <sandbox or omitted>} with Location. Takes no
+ * ownership of sandbox. */
+void routes_reply_op(struct http_req *req, int status, const struct store_op *op,
+                     const json_t *sandbox);
+
+/* Parses a body that must be empty or a JSON object whose keys are all in `known`
+ * (NULL-terminated). Returns the object (new reference; {} for an empty body) or NULL
+ * after replying 400 itself. */
+json_t *routes_parse_object(struct spaced *sp, struct http_req *req, const char *data,
+                            size_t len, const char *const *known);
+
+#endif

@@ -1,0 +1,72 @@
+/* routes_common.c: error replies, operation replies and strict JSON body parsing shared
+ * by the control-plane route files. */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/metrics.h"
+#include "daemon/ops/op.h"
+#include "routes.h"
+
+void routes_reply_err(struct spaced *sp, struct http_req *req, const struct spaced_err *err)
+{
+    metrics_http_error(sp->metrics, err->status);
+    http_reply_error(req, err->status, err->code, "%s", err->message);
+}
+
+void routes_reply_error(struct spaced *sp, struct http_req *req, int status, const char *code,
+                        const char *fmt, ...)
+{
+    struct spaced_err e;
+    e.status = status;
+    snprintf(e.code, sizeof e.code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    routes_reply_err(sp, req, &e);
+}
+
+void routes_reply_op(struct http_req *req, int status, const struct store_op *op,
+                     const json_t *sandbox)
+{
+    char loc[128];
+    snprintf(loc, sizeof loc, "/v1/operations/%s", op->id);
+    http_reply_add_header(req, "Location", loc);
+    json_t *body = json_pack("{s:o}", "operation", op_to_json(op));
+    if (sandbox)
+        json_object_set(body, "sandbox", (json_t *)sandbox);
+    http_reply_json(req, status, body);
+    json_decref(body);
+}
+
+json_t *routes_parse_object(struct spaced *sp, struct http_req *req, const char *data,
+                            size_t len, const char *const *known)
+{
+    if (len == 0)
+        return json_object();
+    json_error_t jerr;
+    json_t *o = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o) {
+        routes_reply_error(sp, req, 400, "invalid_json", "body is not valid JSON: %s (at byte %d)",
+                           jerr.text, jerr.position);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        routes_reply_error(sp, req, 400, "invalid_json", "body must be a JSON object");
+        return NULL;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        int i = 0;
+        while (known && known[i] && strcmp(known[i], k) != 0)
+            i++;
+        if (!known || !known[i]) {
+            routes_reply_error(sp, req, 400, "unknown_field", "\"%.64s\" is not a known field", k);
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}

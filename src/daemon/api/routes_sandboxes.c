@@ -1,0 +1,339 @@
+/* routes_sandboxes.c: /v1/sandboxes — create, list, get, delete, lifecycle verbs and
+ * timeout. Every mutation goes through the ops engine (op.h) and answers 202. */
+#include <ctype.h>
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/auth/auth.h"
+#include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx.h"
+#include "routes.h"
+
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+
+/* The path's {id}: 404 for a malformed id too (it cannot name a sandbox). */
+static const char *sandbox_param(struct spaced *sp, struct http_req *req)
+{
+    const char *id = router_param(req, "id");
+    if (!sbx_id_valid(id)) {
+        routes_reply_error(sp, req, 404, "not_found", "sandbox %.64s not found", id ? id : "");
+        return NULL;
+    }
+    return id;
+}
+
+/* ---- create ------------------------------------------------------------------------- */
+
+static void hex_sha256(const char *data, size_t len, char out[65])
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)data, len, md);
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static void create_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    struct spaced_err err;
+    struct sbx_spec spec;
+    if (sbx_spec_parse(data, len, &spec, &err) < 0) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    const char *idem = http_req_header(req, "Idempotency-Key");
+    char hash[65];
+    hex_sha256(data, len, hash);
+    struct store_op op;
+    int rc = op_submit_create(sp, who.tenant, &spec, idem, hash, &op, &err);
+    sbx_spec_clear(&spec);
+    if (rc < 0) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    json_t *sb = NULL;
+    struct sbx *s = sbx_find(sp, who.tenant, op.target);
+    if (s) {
+        sb = sbx_to_json(s);
+    } else {
+        struct store_sbx rec;
+        if (store_sbx_get(sp->store, op.target, &rec) == 0) {
+            sb = sbx_record_to_json(&rec);
+            store_sbx_clear(&rec);
+        }
+    }
+    routes_reply_op(req, 202, &op, sb);
+    json_decref(sb);
+    store_op_clear(&op);
+}
+
+static void h_create(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, ROUTES_BODY_MAX, create_body, arg);
+}
+
+/* ---- list --------------------------------------------------------------------------- */
+
+static int hexval(int c)
+{
+    return isdigit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+}
+
+/* Percent-decodes src[0..n) into out[cap] ('+' is a space). -1 if malformed/too long. */
+static int pct_decode(const char *src, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)src[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                return -1;
+            int h = hexval((unsigned char)src[i + 1]), l = hexval((unsigned char)src[i + 2]);
+            if (h < 0 || l < 0)
+                return -1;
+            c = h * 16 + l;
+            i += 2;
+        } else if (c == '+') {
+            c = ' ';
+        }
+        if (c == 0 || o + 1 >= cap)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+/* Collects metadata.<key>=<value> query parameters into a JSON object (NULL if none);
+ * -1 on a malformed parameter. */
+static int metadata_filter(struct http_req *req, json_t **out)
+{
+    *out = NULL;
+    const char *q = strchr(http_req_target(req), '?');
+    if (!q)
+        return 0;
+    q++;
+    while (*q) {
+        size_t n = strcspn(q, "&");
+        const char *eq = memchr(q, '=', n);
+        char key[128], val[SBX_META_VALUE_MAX + 1];
+        if (eq && pct_decode(q, (size_t)(eq - q), key, sizeof key) == 0 &&
+            strncmp(key, "metadata.", 9) == 0) {
+            if (key[9] == '\0' || pct_decode(eq + 1, n - (size_t)(eq - q) - 1, val, sizeof val) < 0) {
+                json_decref(*out);
+                *out = NULL;
+                return -1;
+            }
+            if (!*out)
+                *out = json_object();
+            json_object_set_new(*out, key + 9, json_string(val));
+        }
+        q += n;
+        if (*q == '&')
+            q++;
+    }
+    return 0;
+}
+
+static int list_one(const struct store_sbx *r, void *arg)
+{
+    json_t **ctx = arg;
+    json_array_append_new(ctx[0], sbx_record_to_json(r));
+    json_decref(ctx[1]);
+    ctx[1] = json_string(r->id);
+    return 0;
+}
+
+static void h_list(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    struct store_sbx_filter f = {.tenant = who.tenant, .limit = LIST_LIMIT_DEFAULT};
+    f.state = http_req_query(req, "state");
+    if (f.state && (sbx_state_parse(f.state) < 0)) {
+        routes_reply_error(sp, req, 400, "invalid_request", "state \"%.32s\" is not a sandbox state", f.state);
+        return;
+    }
+    f.template_name = http_req_query(req, "template");
+    const char *lim = http_req_query(req, "limit");
+    if (lim) {
+        char *end = NULL;
+        long v = strtol(lim, &end, 10);
+        if (!*lim || *end || v < 1 || v > LIST_LIMIT_MAX) {
+            routes_reply_error(sp, req, 400, "invalid_request", "limit must be an integer in 1..%d", LIST_LIMIT_MAX);
+            return;
+        }
+        f.limit = (unsigned)v;
+    }
+    f.after_id = http_req_query(req, "cursor");
+    if (f.after_id && !sbx_id_valid(f.after_id)) {
+        routes_reply_error(sp, req, 400, "invalid_request", "cursor is not a value returned as next_cursor");
+        return;
+    }
+    json_t *meta = NULL;
+    if (metadata_filter(req, &meta) < 0) {
+        routes_reply_error(sp, req, 400, "invalid_request", "malformed metadata.<key>=<value> filter");
+        return;
+    }
+    char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+    json_decref(meta);
+    f.metadata_json = meta_text;
+    json_t *ctx[2] = {json_array(), json_null()};
+    bool more = false;
+    int rc = store_sbx_list(sp->store, &f, list_one, ctx, &more);
+    free(meta_text);
+    if (rc != 0) {
+        json_decref(ctx[0]);
+        json_decref(ctx[1]);
+        routes_reply_error(sp, req, 500, "internal", "listing sandboxes failed: %s", store_errmsg(sp->store));
+        return;
+    }
+    json_t *body = json_pack("{s:o, s:o}", "sandboxes", ctx[0], "next_cursor", more ? ctx[1] : json_null());
+    if (!more)
+        json_decref(ctx[1]);
+    http_reply_json(req, 200, body);
+    json_decref(body);
+}
+
+/* ---- get / delete / verbs ----------------------------------------------------------- */
+
+static void h_get(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    const char *id = sandbox_param(sp, req);
+    if (!id)
+        return;
+    struct sbx *s = sbx_find(sp, who.tenant, id);
+    if (!s) {
+        routes_reply_error(sp, req, 404, "not_found", "sandbox %s not found", id);
+        return;
+    }
+    json_t *body = json_pack("{s:o}", "sandbox", sbx_to_json(s));
+    http_reply_json(req, 200, body);
+    json_decref(body);
+}
+
+struct verb_ctx {
+    struct spaced *sp;
+    enum op_kind kind;
+};
+
+static void submit_verb(struct spaced *sp, struct http_req *req, const struct auth_principal *who,
+                        const char *id, enum op_kind kind)
+{
+    struct store_op op;
+    struct spaced_err err;
+    if (op_submit(sp, who->tenant, kind, id, &op, &err) < 0) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    struct sbx *s = sbx_find(sp, who->tenant, id);
+    json_t *sb = s ? sbx_to_json(s) : NULL;
+    routes_reply_op(req, 202, &op, sb);
+    json_decref(sb);
+    store_op_clear(&op);
+}
+
+static void verb_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct verb_ctx *v = arg;
+    struct auth_principal who;
+    if (!auth_require(v->sp, req, &who))
+        return;
+    const char *id = sandbox_param(v->sp, req);
+    if (!id)
+        return;
+    static const char *const none[] = {NULL};
+    json_t *o = routes_parse_object(v->sp, req, data, len, none);
+    if (!o)
+        return;
+    json_decref(o);
+    submit_verb(v->sp, req, &who, id, v->kind);
+}
+
+static void h_verb(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, ROUTES_BODY_MAX, verb_body, arg);
+}
+
+static void h_delete(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    const char *id = sandbox_param(sp, req);
+    if (id)
+        submit_verb(sp, req, &who, id, OP_DELETE);
+}
+
+/* ---- timeout ------------------------------------------------------------------------ */
+
+static void timeout_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    const char *id = sandbox_param(sp, req);
+    if (!id)
+        return;
+    static const char *const known[] = {"timeout", "on_timeout", NULL};
+    json_t *o = routes_parse_object(sp, req, data, len, known);
+    if (!o)
+        return;
+    json_t *t = json_object_get(o, "timeout"), *ot = json_object_get(o, "on_timeout");
+    struct spaced_err err;
+    struct sbx *s = sbx_find(sp, who.tenant, id);
+    int rc;
+    if (!json_is_integer(t) || (ot && !json_is_string(ot)))
+        rc = spaced_err_set(&err, 400, "invalid_request",
+                            "timeout (integer seconds) is required; on_timeout must be a string");
+    else if (!s)
+        rc = spaced_err_set(&err, 404, "not_found", "sandbox %s not found", id);
+    else
+        rc = sbx_set_timeout(sp, s, json_integer_value(t), json_string_value(ot), &err);
+    json_decref(o);
+    if (rc < 0) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    json_t *body = json_pack("{s:o}", "sandbox", sbx_to_json(s));
+    http_reply_json(req, 200, body);
+    json_decref(body);
+}
+
+static void h_timeout(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, ROUTES_BODY_MAX, timeout_body, arg);
+}
+
+void routes_sandboxes_register(struct router *r, struct spaced *sp)
+{
+    static struct verb_ctx verbs[] = {
+        {NULL, OP_START}, {NULL, OP_STOP},    {NULL, OP_PAUSE}, {NULL, OP_RESUME},
+        {NULL, OP_SUSPEND}, {NULL, OP_RESTORE}, {NULL, OP_WAKE},
+    };
+    router_add(r, "POST", "/v1/sandboxes", h_create, sp);
+    router_add(r, "GET", "/v1/sandboxes", h_list, sp);
+    router_add(r, "GET", "/v1/sandboxes/{id}", h_get, sp);
+    router_add(r, "DELETE", "/v1/sandboxes/{id}", h_delete, sp);
+    router_add(r, "POST", "/v1/sandboxes/{id}/timeout", h_timeout, sp);
+    for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
+        char path[64];
+        verbs[i].sp = sp;
+        snprintf(path, sizeof path, "/v1/sandboxes/{id}/%s", op_kind_name(verbs[i].kind));
+        router_add(r, "POST", path, h_verb, &verbs[i]);
+    }
+}

@@ -1,0 +1,219 @@
+/* main.c: spaced, the space daemon — options, start-up (store, auth, sandboxes,
+ * recovery, routes, HTTP), the event loop, and an orderly shutdown that leaves
+ * sandboxes running for the next spaced to adopt. */
+#include <errno.h>
+#include <event2/event.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/api/http.h"
+#include "daemon/api/router.h"
+#include "daemon/api/routes.h"
+#include "daemon/auth/auth.h"
+#include "daemon/metrics.h"
+#include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx.h"
+#include "daemon/spaced.h"
+#include "daemon/store/store.h"
+#include "daemon/template/tpl.h"
+#include "daemon/vm/vm.h"
+#include "log.h"
+
+/* Registered by other modules; weak so spaced links before they exist. */
+void routes_sessions_register(struct router *r, struct spaced *sp) __attribute__((weak));
+void routes_files_register(struct router *r, struct spaced *sp) __attribute__((weak));
+void e2b_register(struct router *r, struct spaced *sp) __attribute__((weak));
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: spaced [options]\n"
+            "  --listen ADDR:PORT   API address (default 127.0.0.1:7070; port 0 = any free port)\n"
+            "  --data-dir DIR       store, keys, sandbox disks (default /var/lib/space)\n"
+            "  --guest-dir DIR      vmlinux, initramfs.cpio, templates/ (default build/guest if\n"
+            "                       present, else /usr/local/share/space/guest)\n"
+            "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
+            "  --pool N             warm VMs per template (default 0)\n"
+            "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
+            "  --help\n");
+}
+
+static int parse_opts(int argc, char **argv, struct spaced_opts *o)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'}, {"data-dir", required_argument, NULL, 'd'},
+        {"guest-dir", required_argument, NULL, 'g'}, {"accel", required_argument, NULL, 'a'},
+        {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    o->listen = "127.0.0.1:7070";
+    o->data_dir = "/var/lib/space";
+    o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
+    o->accel = VM_ACCEL_AUTO;
+    o->qemu = getenv("SPACE_QEMU");
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l': o->listen = optarg; break;
+        case 'd': o->data_dir = optarg; break;
+        case 'g': o->guest_dir = optarg; break;
+        case 'q': o->qemu = optarg; break;
+        case 'a':
+            if (strcmp(optarg, "auto") == 0)
+                o->accel = VM_ACCEL_AUTO;
+            else if (strcmp(optarg, "kvm") == 0)
+                o->accel = VM_ACCEL_KVM;
+            else if (strcmp(optarg, "tcg") == 0)
+                o->accel = VM_ACCEL_TCG;
+            else {
+                fprintf(stderr, "spaced: --accel must be auto, kvm or tcg\n");
+                return -1;
+            }
+            break;
+        case 'p': {
+            char *end = NULL;
+            long n = strtol(optarg, &end, 10);
+            if (*end || n < 0 || n > 64) {
+                fprintf(stderr, "spaced: --pool must be 0..64\n");
+                return -1;
+            }
+            o->pool = (unsigned)n;
+            break;
+        }
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* Creates the data directory layout (0700: it holds keys and guest disks). */
+static int make_dirs(const char *data_dir)
+{
+    static const char *const sub[] = {"", "/sandboxes", "/run", "/templates"};
+    for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s%s", data_dir, sub[i]);
+        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+            fprintf(stderr, "spaced: cannot create %s: %s\n", p, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    log_info("shutdown", "signal=%d", (int)sig);
+    event_base_loopexit(arg, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    log_init("spaced", LOG_INFO);
+    struct spaced sp;
+    memset(&sp, 0, sizeof sp);
+    if (parse_opts(argc, argv, &sp.opt) < 0)
+        return 2;
+    if (make_dirs(sp.opt.data_dir) < 0)
+        return 1;
+    /* Absolute paths: they end up in QEMU command lines and vm.json for adoption. */
+    static char data_abs[PATH_MAX], guest_abs[PATH_MAX];
+    if (!realpath(sp.opt.data_dir, data_abs)) {
+        fprintf(stderr, "spaced: %s: %s\n", sp.opt.data_dir, strerror(errno));
+        return 1;
+    }
+    sp.opt.data_dir = data_abs;
+    if (realpath(sp.opt.guest_dir, guest_abs))
+        sp.opt.guest_dir = guest_abs;
+    else
+        log_warn("guest.missing", "guest_dir=%s msg=\"sandboxes cannot start until `make guest` built it\"",
+                 sp.opt.guest_dir);
+    signal(SIGPIPE, SIG_IGN);
+    sp.started_ms = spaced_now_ms();
+    sp.base = event_base_new();
+    char err[512], path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/space.db", sp.opt.data_dir);
+    if (!sp.base || !(sp.store = store_open(path, err, sizeof err))) {
+        fprintf(stderr, "spaced: %s\n", sp.base ? err : "cannot create the event loop");
+        return 1;
+    }
+    if (!(sp.auth = auth_new(sp.store, sp.opt.data_dir, err, sizeof err))) {
+        fprintf(stderr, "spaced: %s\n", err);
+        return 1;
+    }
+    sp.metrics = metrics_new();
+    sp.sbx = sbx_table_new(&sp);
+    sp.tpl = tpl_registry_new(&sp);
+    sp.ops = op_engine_new(&sp);
+    sp.router = router_new();
+    if (!sp.metrics || !sp.sbx || !sp.tpl || !sp.ops || !sp.router) {
+        fprintf(stderr, "spaced: out of memory\n");
+        return 1;
+    }
+    if (sbx_table_load(&sp) != 0) {
+        fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
+        return 1;
+    }
+    if (sp.opt.pool)
+        log_warn("pool.unavailable", "pool=%u msg=\"warm pool not wired yet; creates restore from the template snapshot\"",
+                 sp.opt.pool);
+    op_engine_recover(&sp);
+
+    routes_health_register(sp.router, &sp);
+    routes_keys_register(sp.router, &sp);
+    routes_sandboxes_register(sp.router, &sp);
+    routes_ops_register(sp.router, &sp);
+    routes_templates_register(sp.router, &sp);
+    if (routes_sessions_register)
+        routes_sessions_register(sp.router, &sp);
+    if (routes_files_register)
+        routes_files_register(sp.router, &sp);
+    if (e2b_register)
+        e2b_register(sp.router, &sp);
+
+    struct http_limits lim;
+    http_limits_default(&lim);
+    struct http_server *srv = http_server_new(sp.base, &lim, router_dispatch, sp.router);
+    if (!srv || http_server_listen(srv, sp.opt.listen, err, sizeof err) != 0) {
+        fprintf(stderr, "spaced: cannot listen on %s: %s\n", sp.opt.listen, srv ? err : "out of memory");
+        return 1;
+    }
+    char q1[PATH_MAX + 8], q2[PATH_MAX + 8];
+    log_info("listening", "addr=%s port=%d data_dir=%s guest_dir=%s accel=%s", sp.opt.listen,
+             http_server_port(srv), log_quote(sp.opt.data_dir, q1, sizeof q1),
+             log_quote(sp.opt.guest_dir, q2, sizeof q2),
+             vm_accel_name(vm_accel_resolve((enum vm_accel)sp.opt.accel)));
+
+    struct event *sigint = evsignal_new(sp.base, SIGINT, on_signal, sp.base);
+    struct event *sigterm = evsignal_new(sp.base, SIGTERM, on_signal, sp.base);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+    event_base_dispatch(sp.base);
+
+    /* Sandboxes keep running: the next spaced adopts them (vm_detach in the table). */
+    http_server_free(srv);
+    event_free(sigint);
+    event_free(sigterm);
+    tpl_registry_free(sp.tpl);
+    sbx_table_free(sp.sbx);
+    op_engine_free(sp.ops);
+    router_free(sp.router);
+    auth_free(sp.auth);
+    metrics_free(sp.metrics);
+    store_close(sp.store);
+    event_base_free(sp.base);
+    log_info("stopped", NULL);
+    return 0;
+}
