@@ -135,12 +135,14 @@ while [ $i -lt "$NSTEPS" ]; do
             # A clean environment: PATH/HOME/USER, then the spec's env, nothing from the host.
             set -- PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
                    HOME="$home" USER="$RUNAS" LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive
-            while IFS= read -r kv; do set -- "$@" "$kv"; done <<EOF
+            while IFS= read -r kv; do [ -z "$kv" ] || set -- "$@" "$kv"; done <<EOF
 $(echo "$ENV_JSON" | jq -r 'to_entries[] | "\(.key)=\(.value)"')
 EOF
             # The pipeline's status would be sed's, so chroot's goes through a file.
-            { env -i "$@" chroot --userspec="$uid:$gid" "$ROOT" /bin/sh -c 'cd "$1" && eval "$2"' sh "$WORKDIR" "$cmd"
-              echo $? > "$WORK/rc"; } 2>&1 | sed -u 's/^/    /'
+            # (set -e would end the group at a failing command, so the status is caught.)
+            { rc=0
+              env -i "$@" chroot --userspec="$uid:$gid" "$ROOT" /bin/sh -c 'cd "$1" && eval "$2"' sh "$WORKDIR" "$cmd" || rc=$?
+              echo $rc > "$WORK/rc"; } 2>&1 | sed -u 's/^/    /'
             [ "$(cat "$WORK/rc")" = 0 ] || die "step $i failed with status $(cat "$WORK/rc"): $cmd"
             ;;
         copy)

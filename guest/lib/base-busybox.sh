@@ -36,6 +36,7 @@ nobody:x:65534:65534:nobody:/nonexistent:/bin/false
 PASSWD
     cat > "$dir/etc/group" <<'GROUP'
 root:x:0:
+tty:x:5:
 user:x:1000:
 nogroup:x:65534:
 GROUP
