@@ -3,7 +3,8 @@
 #
 # Reads guest/templates/NAME.json (format: docs/templates.md) and writes
 #   OUTDIR/templates/NAME/rootfs.ext4     sparse raw ext4 image (mkfs.ext4 -d: no mount, no loop)
-#   OUTDIR/templates/NAME/template.json   name, kernel, image, built_at, defaults, spec
+#   OUTDIR/templates/NAME/template.json   name, boot settings, kernel, image, built_at,
+#                                         defaults (env, workdir, user), start, ready, spec
 # Bases handled here: "scratch-busybox" and "debootstrap:SUITE". A spec built on another
 # template is built by spaced inside a build VM, not by this script.
 # "run" steps execute with chroot(8) in the tree, without /proc or /dev mounted; env, workdir
@@ -50,7 +51,10 @@ jq -e '
           (.user | type == "string"))))
   and ((.start // null) | type == "string" or type == "null")
   and ((.ready // null) | type == "string" or type == "null")
-  and ((.size_mib // 256) | type == "number" and . >= 16 and . <= 65536)
+  and ((.size_mib // 256) | type == "number" and . >= 16 and . <= 65536 and . == floor)
+  and ((.description // "") | type == "string")
+  and ((.vcpus // 1) | type == "number" and . >= 1 and . <= 64 and . == floor)
+  and ((.memory_mib // 256) | type == "number" and . >= 64 and . <= 65536 and . == floor)
 ' "$SPEC" >/dev/null || die "$SPEC is not a valid template spec (see docs/templates.md)"
 [ "$(jq -r .name "$SPEC")" = "$NAME" ] || die "$SPEC names itself '$(jq -r .name "$SPEC")', not '$NAME'"
 BASE=$(jq -r .base "$SPEC")
@@ -213,6 +217,9 @@ jq -n --arg name "$NAME" --argjson kernel "$KERNEL_JSON" \
       --argjson env "$ENV_JSON" --arg workdir "$WORKDIR" --arg user "$RUNAS" \
       --arg ca "$CA_SHA" --arg key "$KEY" --slurpfile spec "$SPEC" '
   { name: $name,
+    description: ($spec[0].description // ""),
+    vcpus: ($spec[0].vcpus // 1),
+    memory_mib: ($spec[0].memory_mib // 256),
     kernel: $kernel,
     image: { file: "rootfs.ext4", format: "raw", fs: "ext4", size_bytes: $size, allocated_bytes: $alloc },
     built_at: $built_at,
