@@ -211,12 +211,17 @@ def serve(srv):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
 
 
-def main():
+def tls_contexts():
+    # One set per server: the SNI callback on the base context knows its server.
     contexts = {}
     for name in ("allowed.test", "blocked.test", "api.test", "evil.test"):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(os.path.join(CERTDIR, name + ".crt"), os.path.join(CERTDIR, name + ".key"))
         contexts[name] = ctx
+    return contexts
+
+
+def main():
     for kind, ip in (("auth", "192.0.2.53"), ("canary", "198.51.100.53")):
         for cls, handler in ((UDP, DNSUDP), (TCP, DNSTCP)):
             s = cls((ip, 53), handler)
@@ -225,7 +230,7 @@ def main():
     serve(TCP(("198.51.100.53", 853), Plain))
     for ip in ("203.0.113.10", "203.0.113.20", "203.0.113.30"):
         serve(WebServer((ip, 80), Web))
-        serve(TLSWebServer((ip, 443), contexts))
+        serve(TLSWebServer((ip, 443), tls_contexts()))
         for port in (22, 25, 8443):
             serve(TCP((ip, port), Plain))
     event("ready")
