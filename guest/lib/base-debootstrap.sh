@@ -6,10 +6,12 @@
 # and packages, so a rebuild copies it instead of downloading and installing again.
 
 # apt_mirror SUITE: print the URI of the first apt source that carries SUITE itself (not
-# SUITE-security or SUITE-updates), from deb822 *.sources files or one-line *.list files.
+# SUITE-security or SUITE-updates), from deb822 *.sources files or one-line *.list files
+# under SPACE_APT_ETC (default /etc/apt; tests point it elsewhere).
 apt_mirror() {
     suite=$1
-    for f in /etc/apt/sources.list.d/*.sources; do
+    etc=${SPACE_APT_ETC:-/etc/apt}
+    for f in "$etc"/sources.list.d/*.sources; do
         [ -f "$f" ] || continue
         # deb822: stanzas separated by blank lines; take URIs of a "deb" stanza whose
         # Suites field lists SUITE exactly and which is not disabled.
@@ -27,7 +29,7 @@ apt_mirror() {
               else if (key == "uris") uris = $0; else if (key == "enabled") enabled = tolower($0) }
             END { if (!found) flush() }' "$f"
     done
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    for f in "$etc"/sources.list "$etc"/sources.list.d/*.list; do
         [ -f "$f" ] || continue
         # one-line: deb [options] URI SUITE COMPONENT...
         sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" |
@@ -40,7 +42,7 @@ base_debootstrap() {
     shift 3
     command -v debootstrap >/dev/null 2>&1 || die "debootstrap not found (apt-get install debootstrap)"
     mirror=$(apt_mirror "$suite" | head -n 1)
-    [ -n "$mirror" ] || die "no apt source for suite $suite in /etc/apt (cannot pick a mirror)"
+    [ -n "$mirror" ] || die "no apt source for suite $suite in ${SPACE_APT_ETC:-/etc/apt} (cannot pick a mirror)"
     include=$(echo "$@" | tr ' ' ',')
     key=$(printf '%s\n' "$suite" "$mirror" "$include" | sha256sum | cut -c1-16)
     tree="$cachedir/debootstrap-$suite-$key"
