@@ -75,27 +75,6 @@ int e2b_code_rest(enum e2b_code code)
     return code == E2B_UNAVAILABLE ? 502 : e2b_code_http(code);
 }
 
-enum e2b_code e2b_code_from_agent(const char *c)
-{
-    static const struct {
-        const char *agent;
-        enum e2b_code code;
-    } map[] = {
-        {"not_found", E2B_NOT_FOUND},       {"noent", E2B_NOT_FOUND},
-        {"exists", E2B_ALREADY_EXISTS},     {"already_exists", E2B_ALREADY_EXISTS},
-        {"not_dir", E2B_INVALID_ARGUMENT},  {"is_dir", E2B_INVALID_ARGUMENT},
-        {"invalid", E2B_INVALID_ARGUMENT},  {"invalid_argument", E2B_INVALID_ARGUMENT},
-        {"bad_request", E2B_INVALID_ARGUMENT}, {"permission", E2B_PERMISSION_DENIED},
-        {"permission_denied", E2B_PERMISSION_DENIED}, {"no_space", E2B_RESOURCE_EXHAUSTED},
-        {"too_many", E2B_RESOURCE_EXHAUSTED}, {"disconnected", E2B_UNAVAILABLE},
-        {"unsupported", E2B_UNIMPLEMENTED},
-    };
-    for (size_t i = 0; c && i < sizeof map / sizeof map[0]; i++)
-        if (strcmp(map[i].agent, c) == 0)
-            return map[i].code;
-    return E2B_INTERNAL;
-}
-
 json_t *e2b_connect_error_json(const struct e2b_err *err)
 {
     return json_pack("{s:s, s:s}", "code", e2b_code_name(err->code), "message", err->msg);

@@ -57,8 +57,6 @@ int e2b_code_http(enum e2b_code code);
 /* The status an envd REST endpoint (/files) uses for a code. Same as e2b_code_http except
  * that `unavailable` becomes 502, which the SDK reads as "sandbox gone". */
 int e2b_code_rest(enum e2b_code code);
-/* Maps an agent protocol error code ("not_found", "exists", "not_dir", ...) to ours. */
-enum e2b_code e2b_code_from_agent(const char *agent_code);
 
 /* New JSON objects (caller owns; NULL only on allocation failure):
  * {"code":"<name>","message":msg}  -- Connect unary error body */

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,43 +217,9 @@ int e2b_sign_check(const char *path, const char *op, const char *user, const cha
     return 0;
 }
 
-/* Hex of the first 16 bytes of HMAC-SHA256(key, "envd:" id) into mac[33]. */
-static int token_mac(const uint8_t *key, size_t keylen, const char *id, char mac[33])
-{
-    char msg[E2B_TOKEN_MAX];
-    int n = snprintf(msg, sizeof msg, "envd:%s", id);
-    if (n < 0 || (size_t)n >= sizeof msg)
-        return -1;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned mdlen = 0;
-    if (!HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg, (size_t)n, md, &mdlen))
-        return -1;
-    for (int i = 0; i < 16; i++)
-        snprintf(mac + 2 * i, 3, "%02x", md[i]);
-    return 0;
-}
-
-int e2b_token_make(const uint8_t *key, size_t keylen, const char *id, char *out)
-{
-    char mac[33];
-    if (strlen(id) > E2B_TOKEN_MAX - 40 || token_mac(key, keylen, id, mac) < 0)
-        return -1;
-    snprintf(out, E2B_TOKEN_MAX, "%s.%s", id, mac);
-    return 0;
-}
-
-bool e2b_token_check(const uint8_t *key, size_t keylen, const char *id, const char *token)
-{
-    char want[E2B_TOKEN_MAX];
-    if (!token || e2b_token_make(key, keylen, id, want) < 0)
-        return false;
-    size_t wl = strlen(want);
-    return strlen(token) == wl && CRYPTO_memcmp(want, token, wl) == 0;
-}
-
 int e2b_token_sandbox(const char *token, char *id, size_t cap)
 {
-    const char *dot = token ? strrchr(token, '.') : NULL;
+    const char *dot = token ? strchr(token, '.') : NULL;
     if (!dot || dot == token || (size_t)(dot - token) >= cap)
         return -1;
     memcpy(id, token, (size_t)(dot - token));

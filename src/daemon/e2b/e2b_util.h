@@ -5,10 +5,10 @@
  * home; every response carries the absolute form. e2b_path_resolve produces it,
  * normalised (no "//", ".", ".."; ".." never climbs above "/").
  *
- * Tokens: envdAccessToken = "<sandbox id>.<hex of HMAC-SHA256(key, "envd:" id)[0:32]>",
- * so a token alone names its sandbox (the SDK's fallback routing when E2b-Sandbox-Id is
- * missing) and the daemon stores nothing per sandbox; `key` is a secret that survives
- * restarts so tokens do too. */
+ * Tokens: envdAccessToken = "<sandbox id>.<auth token for scope e2b-envd:<id>>" (auth.h
+ * signs it with the daemon's persistent secret), so a token alone names its sandbox (the
+ * SDK's fallback routing when E2b-Sandbox-Id is missing), survives restarts, and the
+ * daemon stores nothing per sandbox. */
 #ifndef SPACE_E2B_UTIL_H
 #define SPACE_E2B_UTIL_H
 
@@ -54,12 +54,8 @@ int e2b_sign_check(const char *path, const char *op, const char *user, const cha
                    const char *signature, const char *expiration, time_t now,
                    struct e2b_err *err);
 
-#define E2B_TOKEN_MAX 192
-/* Builds the envd access token of sandbox `id` into out[E2B_TOKEN_MAX]. 0 or -1. */
-int e2b_token_make(const uint8_t *key, size_t keylen, const char *id, char *out);
-/* Checks that token belongs to id (constant-time). true if it does. */
-bool e2b_token_check(const uint8_t *key, size_t keylen, const char *id, const char *token);
-/* The sandbox id a token claims (not verified), copied into id[cap]. 0 or -1. */
+/* The sandbox id a token claims (text before the first '.'; not verified), copied into
+ * id[cap]. 0, or -1 when there is none or it does not fit. */
 int e2b_token_sandbox(const char *token, char *id, size_t cap);
 
 #endif

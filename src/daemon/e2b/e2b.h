@@ -1,0 +1,25 @@
+/* e2b: E2B-compatible API, so the unmodified `e2b` SDKs (JS and Python) work against
+ * spaced by pointing E2B_API_URL and E2B_SANDBOX_URL at it (docs/e2b.md).
+ *
+ * Two protocols share spaced's port (their paths do not collide):
+ *   - the control plane (e2b_api.c): /sandboxes..., /v2/sandboxes... with X-API-KEY =
+ *     a key spaced issued, mapped onto our sandboxes and asynchronous operations (E2B's
+ *     calls are synchronous: the route submits the op and answers when it finishes);
+ *   - envd (e2b_envd.c): Connect-RPC with the JSON codec (process.Process,
+ *     filesystem.Filesystem), /files and /health, terminated here and translated to the
+ *     agent protocol. A router hook takes these requests first, choosing the sandbox by
+ *     the E2b-Sandbox-Id header, a Host of "49983-<id>.<domain>", or the access token.
+ *
+ * Environment: SPACE_E2B_DOMAIN (optional) is returned as the sandboxes' `domain`, which
+ * the SDK uses to build getHost(port) = "<port>-<id>.<domain>". */
+#ifndef SPACE_E2B_H
+#define SPACE_E2B_H
+
+struct router;
+struct spaced;
+
+/* Registers the control-plane routes and the envd hook on `r`. Called once by main.c
+ * after the core modules are up; the E2B state lives until the process exits. */
+void e2b_register(struct router *r, struct spaced *sp);
+
+#endif

@@ -1,0 +1,665 @@
+/* e2b_api: the E2B control plane (/sandboxes..., /v2/sandboxes...) over our sandboxes.
+ *
+ * E2B's lifecycle calls are synchronous, ours are operations: each route submits the op
+ * (op.h) and answers when op_watch reports it terminal. Mapping: create -> create,
+ * kill -> delete, pause -> suspend (memory and running processes kept on disk),
+ * resume/connect -> wake (by whatever path brings the sandbox back). Every error body is
+ * {"code": <status>, "message": ...}: the SDK tests body.code (404 -> not found,
+ * 409 -> already paused). Sandbox ids are ours ("sb" + 16 hex, valid in host names). */
+#include <openssl/sha.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/api/router.h"
+#include "daemon/auth/auth.h"
+#include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx.h"
+#include "e2b.h"
+#include "e2b_internal.h"
+#include "e2b_util.h"
+
+#define BODY_MAX (256u * 1024)
+#define TIMEOUT_DEFAULT_S 300
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+
+/* ---- tokens ------------------------------------------------------------------------- */
+
+int e2b_token_for(struct e2b *e, const char *id, char *out, size_t cap)
+{
+    char scope[STORE_ID_MAX + 16], tok[AUTH_TOKEN_MAX];
+    snprintf(scope, sizeof scope, "e2b-envd:%s", id);
+    if (auth_token_mint(e->sp->auth, scope, E2B_TOKEN_EXPIRES_MS, tok, sizeof tok) < 0)
+        return -1;
+    int n = snprintf(out, cap, "%s.%s", id, tok);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+bool e2b_token_valid(struct e2b *e, const char *id, const char *token)
+{
+    size_t il = strlen(id);
+    if (!token || strncmp(token, id, il) != 0 || token[il] != '.')
+        return false;
+    char scope[STORE_ID_MAX + 16];
+    snprintf(scope, sizeof scope, "e2b-envd:%s", id);
+    return auth_token_verify(e->sp->auth, scope, token + il + 1, spaced_now_ms());
+}
+
+/* ---- replies -------------------------------------------------------------------------- */
+
+static void rest_error(struct http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void rest_error(struct http_req *req, int status, const char *fmt, ...)
+{
+    char msg[E2B_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    e2b_reply_rest_error(req, status, "%s", msg);
+}
+
+static void reply_spaced_err(struct http_req *req, const struct spaced_err *err)
+{
+    rest_error(req, err->status ? err->status : 500, "%s", err->message);
+}
+
+static void reply_empty(struct http_req *req, int status)
+{
+    http_reply(req, status, NULL, NULL, 0);
+}
+
+/* Authenticates X-API-KEY (our "space_<hex>" keys; "e2b_<hex>" is accepted as the same
+ * key so SDK versions that check the E2B key format client-side work too). */
+static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal *who)
+{
+    const char *key = http_req_header(req, "X-API-KEY");
+    char buf[AUTH_SECRET_LEN + 8], why[128];
+    if (!key) {
+        rest_error(req, 401, "missing X-API-KEY header");
+        return false;
+    }
+    if (strncmp(key, "e2b_", 4) == 0 && strlen(key) < sizeof buf - 6) {
+        snprintf(buf, sizeof buf, "%s%s", AUTH_SECRET_PREFIX, key + 4);
+        key = buf;
+    }
+    if (auth_check_key(e->sp->auth, key, who, why, sizeof why) < 0) {
+        rest_error(req, 401, "%s", why);
+        return false;
+    }
+    return true;
+}
+
+/* E2B knows two states: everything on its way to running counts as running. */
+static const char *e2b_state(const char *ours)
+{
+    int s = sbx_state_parse(ours);
+    switch (s) {
+    case SBX_CREATING:
+    case SBX_STARTING:
+    case SBX_RUNNING:
+    case SBX_RESUMING:
+    case SBX_RESTORING:
+        return "running";
+    case SBX_DELETING:
+    case SBX_DELETED:
+        return NULL;
+    default:
+        return "paused";
+    }
+}
+
+static bool is_running(struct sbx *s)
+{
+    return sbx_state(s) == SBX_RUNNING && sbx_desired(s) == SBX_RUNNING;
+}
+
+/* Sandbox (create/connect/resume). */
+static json_t *sandbox_json(struct e2b *e, const char *id, const char *tpl)
+{
+    char tok[AUTH_TOKEN_MAX + STORE_ID_MAX + 2];
+    if (e2b_token_for(e, id, tok, sizeof tok) < 0)
+        return NULL;
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:n}", "sandboxID", id, "templateID",
+                     tpl, "alias", tpl, "clientID", "space", "envdVersion", E2B_ENVD_VERSION,
+                     "envdAccessToken", tok, "domain",
+                     e->domain[0] ? json_string(e->domain) : json_null(), "trafficAccessToken");
+}
+
+/* ListedSandbox / SandboxDetail from a record; NULL for states E2B does not show. */
+static json_t *listed_json(const struct store_sbx *r)
+{
+    const char *state = e2b_state(r->state);
+    if (!state)
+        return NULL;
+    char started[32], end[32];
+    int64_t end_ms = r->deadline_ms ? r->deadline_ms : r->created_ms + 30LL * 24 * 3600 * 1000;
+    spaced_fmt_time(r->created_ms, started);
+    spaced_fmt_time(end_ms, end);
+    json_t *meta = r->metadata_json ? json_loads(r->metadata_json, 0, NULL) : NULL;
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:o}",
+                     "sandboxID", r->id, "templateID", r->template_name, "alias",
+                     r->template_name, "clientID", "space", "cpuCount", (json_int_t)r->vcpus,
+                     "memoryMB", (json_int_t)r->memory_mib, "diskSizeMB", (json_int_t)0,
+                     "startedAt", started, "endAt", end, "state", state, "envdVersion",
+                     E2B_ENVD_VERSION, "metadata", json_is_object(meta) ? meta : json_object());
+}
+
+/* The sandbox {id} of the tenant, or NULL after replying 404. */
+static struct sbx *find_or_404(struct e2b *e, struct http_req *req, const char *tenant)
+{
+    const char *id = router_param(req, "id");
+    struct sbx *s = id && sbx_id_valid(id) ? sbx_find(e->sp, tenant, id) : NULL;
+    if (!s || sbx_desired(s) == SBX_DELETED)
+        rest_error(req, 404, "sandbox %.64s not found", id ? id : "");
+    return s;
+}
+
+/* Sets the deadline to timeout_s from now; extend_only keeps a later existing one. */
+static void apply_timeout(struct e2b *e, struct sbx *s, int64_t timeout_s, bool extend_only)
+{
+    if (timeout_s <= 0)
+        return;
+    const struct store_sbx *r = sbx_record(s);
+    int64_t want = spaced_now_ms() + timeout_s * 1000;
+    if (extend_only && r && r->deadline_ms >= want)
+        return;
+    struct spaced_err err;
+    sbx_set_timeout(e->sp, s, timeout_s, NULL, &err);
+}
+
+/* ---- waiting for an operation ------------------------------------------------------------ */
+
+enum after { AFTER_CREATE, AFTER_EMPTY, AFTER_WAKE };
+
+struct wait {
+    struct e2b *e;
+    struct http_req *req;
+    struct op_watch *w;
+    enum after after;
+    char sandbox[STORE_ID_MAX];
+    char tenant[STORE_ID_MAX];
+    char tpl[STORE_ID_MAX];
+    int64_t timeout_s;
+};
+
+static void wait_close(struct http_req *req, void *arg)
+{
+    (void)req;
+    struct wait *w = arg;
+    op_unwatch(w->e->sp, w->w);
+    free(w);
+}
+
+static void wait_done(struct wait *w, const struct store_op *op)
+{
+    struct http_req *req = w->req;
+    if (strcmp(op->state, "succeeded") != 0) {
+        rest_error(req, strcmp(op->error_code, "not_found") == 0 ? 404 : 500,
+                   "%s %s: %s", op->kind, op->state,
+                   op->error_message ? op->error_message : op->error_code);
+        return;
+    }
+    if (w->after == AFTER_EMPTY) {
+        reply_empty(req, 204);
+        return;
+    }
+    struct sbx *s = sbx_find(w->e->sp, w->tenant, w->sandbox);
+    if (!s) {
+        rest_error(req, 404, "sandbox %s not found", w->sandbox);
+        return;
+    }
+    if (w->after == AFTER_WAKE)
+        apply_timeout(w->e, s, w->timeout_s, false);
+    const struct store_sbx *r = sbx_record(s);
+    json_t *body = sandbox_json(w->e, w->sandbox, r ? r->template_name : w->tpl);
+    http_reply_json(req, 201, body);
+    json_decref(body);
+}
+
+static void wait_fn(const struct store_op *op, void *arg)
+{
+    struct wait *w = arg;
+    if (!op_state_terminal(op_state_parse(op->state)))
+        return;
+    op_unwatch(w->e->sp, w->w);
+    wait_done(w, op); /* finishes the request: wait_close will not run */
+    free(w);
+}
+
+/* Follows op until it is terminal, then answers per `after`. */
+static void wait_op(struct e2b *e, struct http_req *req, const struct store_op *op,
+                    enum after after, const char *tenant, int64_t timeout_s)
+{
+    struct wait *w = calloc(1, sizeof *w);
+    if (!w) {
+        rest_error(req, 500, "out of memory");
+        return;
+    }
+    w->e = e;
+    w->req = req;
+    w->after = after;
+    w->timeout_s = timeout_s;
+    snprintf(w->sandbox, sizeof w->sandbox, "%s", op->target);
+    snprintf(w->tenant, sizeof w->tenant, "%s", tenant);
+    w->w = op_watch(e->sp, op->id, wait_fn, w);
+    if (!w->w) {
+        free(w);
+        rest_error(req, 500, "operation %s vanished", op->id);
+        return;
+    }
+    http_req_on_close(req, wait_close, w);
+}
+
+/* Submits `kind` on the path's sandbox and waits. */
+static void submit_and_wait(struct e2b *e, struct http_req *req, const char *tenant,
+                            const char *id, enum op_kind kind, enum after after,
+                            int64_t timeout_s)
+{
+    struct store_op op;
+    struct spaced_err err;
+    if (op_submit(e->sp, tenant, kind, id, &op, &err) < 0) {
+        reply_spaced_err(req, &err);
+        return;
+    }
+    wait_op(e, req, &op, after, tenant, timeout_s);
+    store_op_clear(&op);
+}
+
+/* ---- bodies ------------------------------------------------------------------------------- */
+
+/* Parses an optional JSON object body; replies 400 and returns NULL when invalid.
+ * An empty body is {}. */
+static json_t *parse_body(struct http_req *req, const char *data, size_t len)
+{
+    if (len == 0)
+        return json_object();
+    json_error_t jerr;
+    json_t *j = json_loadb(data, len, 0, &jerr);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        rest_error(req, 400, "body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* "timeout" in seconds: absent -> dflt; invalid -> -1 (after replying 400). */
+static int64_t body_timeout(struct http_req *req, json_t *body, const char *field, int64_t dflt)
+{
+    json_t *t = json_object_get(body, field);
+    if (!t || json_is_null(t))
+        return dflt;
+    if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+        json_integer_value(t) > SBX_TIMEOUT_MAX_S) {
+        rest_error(req, 400, "%s must be an integer number of seconds in 0..%lld", field,
+                   (long long)SBX_TIMEOUT_MAX_S);
+        return -1;
+    }
+    return json_integer_value(t);
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+struct body_ctx {
+    struct e2b *e;
+    void (*fn)(struct e2b *e, struct http_req *req, struct auth_principal *who, json_t *body,
+               const char *raw, size_t len);
+};
+
+static void with_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    const struct body_ctx *bc = arg;
+    struct auth_principal who;
+    if (!api_auth(bc->e, req, &who))
+        return;
+    json_t *body = parse_body(req, data, len);
+    if (!body)
+        return;
+    bc->fn(bc->e, req, &who, body, data, len);
+    json_decref(body);
+}
+
+static void create(struct e2b *e, struct http_req *req, struct auth_principal *who, json_t *body,
+                   const char *raw, size_t len)
+{
+    json_t *tpl = json_object_get(body, "templateID");
+    json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
+    int64_t timeout = body_timeout(req, body, "timeout", TIMEOUT_DEFAULT_S);
+    if (timeout < 0)
+        return;
+    if ((tpl && !json_is_string(tpl)) || (meta && !json_is_null(meta) && !json_is_object(meta)) ||
+        (env && !json_is_null(env) && !json_is_object(env))) {
+        rest_error(req, 400, "templateID must be a string, metadata and envVars objects");
+        return;
+    }
+    json_t *spec_json = json_pack("{s:s, s:I, s:s}", "template",
+                                  tpl ? json_string_value(tpl) : "base", "timeout",
+                                  (json_int_t)timeout, "on_timeout",
+                                  json_is_true(json_object_get(body, "autoPause")) ? "suspend"
+                                                                                   : "delete");
+    if (json_is_object(meta))
+        json_object_set(spec_json, "metadata", meta);
+    if (json_is_object(env))
+        json_object_set(spec_json, "env", env);
+    char *text = spec_json ? json_dumps(spec_json, JSON_COMPACT) : NULL;
+    json_decref(spec_json);
+    struct sbx_spec spec;
+    struct spaced_err err;
+    if (!text) {
+        rest_error(req, 500, "out of memory");
+        return;
+    }
+    int rc = sbx_spec_parse(text, strlen(text), &spec, &err);
+    free(text);
+    if (rc < 0) {
+        reply_spaced_err(req, &err);
+        return;
+    }
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char hash[65];
+    SHA256((const unsigned char *)raw, len, md);
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+        snprintf(hash + 2 * i, 3, "%02x", md[i]);
+    struct store_op op;
+    rc = op_submit_create(e->sp, who->tenant, &spec, NULL, hash, &op, &err);
+    sbx_spec_clear(&spec);
+    if (rc < 0) {
+        reply_spaced_err(req, &err);
+        return;
+    }
+    wait_op(e, req, &op, AFTER_CREATE, who->tenant, 0);
+    store_op_clear(&op);
+}
+
+static void timeout_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                          json_t *body, const char *raw, size_t len)
+{
+    struct sbx *s = find_or_404(e, req, who->tenant);
+    int64_t t = s ? body_timeout(req, body, "timeout", -1) : -1;
+    if (!s || t < 0) {
+        if (s && !json_object_get(body, "timeout"))
+            rest_error(req, 400, "timeout is required");
+        return;
+    }
+    struct spaced_err err;
+    if (sbx_set_timeout(e->sp, s, t, NULL, &err) < 0)
+        reply_spaced_err(req, &err);
+    else
+        reply_empty(req, 204);
+}
+
+static void refresh_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                          json_t *body, const char *raw, size_t len)
+{
+    struct sbx *s = find_or_404(e, req, who->tenant);
+    int64_t t = s ? body_timeout(req, body, "duration", TIMEOUT_DEFAULT_S) : -1;
+    if (!s || t < 0)
+        return;
+    apply_timeout(e, s, t, true);
+    reply_empty(req, 204);
+}
+
+static void pause_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                        json_t *body, const char *raw, size_t len)
+{
+    struct sbx *s = find_or_404(e, req, who->tenant);
+    if (!s)
+        return;
+    enum sbx_state d = sbx_desired(s);
+    if (d == SBX_SUSPENDED || d == SBX_PAUSED || d == SBX_STOPPED) {
+        rest_error(req, 409, "sandbox %s is already paused", sbx_id(s));
+        return;
+    }
+    char id[STORE_ID_MAX];
+    snprintf(id, sizeof id, "%s", sbx_id(s));
+    submit_and_wait(e, req, who->tenant, id, OP_SUSPEND, AFTER_EMPTY, 0);
+}
+
+/* connect (v1, v2) and the legacy resume: wake if needed, then answer with a Sandbox. */
+static void wake(struct e2b *e, struct http_req *req, struct auth_principal *who, json_t *body,
+                 bool legacy_resume)
+{
+    struct sbx *s = find_or_404(e, req, who->tenant);
+    int64_t t = s ? body_timeout(req, body, "timeout", legacy_resume ? TIMEOUT_DEFAULT_S : 0)
+                  : -1;
+    if (!s || t < 0)
+        return;
+    if (is_running(s)) {
+        if (legacy_resume) {
+            rest_error(req, 409, "sandbox %s is already running", sbx_id(s));
+            return;
+        }
+        apply_timeout(e, s, t, true);
+        const struct store_sbx *r = sbx_record(s);
+        json_t *sb = sandbox_json(e, sbx_id(s), r ? r->template_name : "base");
+        http_reply_json(req, 200, sb);
+        json_decref(sb);
+        return;
+    }
+    char id[STORE_ID_MAX];
+    snprintf(id, sizeof id, "%s", sbx_id(s));
+    submit_and_wait(e, req, who->tenant, id, OP_WAKE, AFTER_WAKE, t);
+}
+
+static void connect_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                          json_t *body, const char *raw, size_t len)
+{
+    wake(e, req, who, body, false);
+}
+
+static void resume_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                         json_t *body, const char *raw, size_t len)
+{
+    wake(e, req, who, body, true);
+}
+
+/* Route table entries that take a JSON body. */
+static struct body_ctx ctx_create, ctx_timeout, ctx_refresh, ctx_pause, ctx_connect, ctx_resume;
+
+static void h_body(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, BODY_MAX, with_body, arg);
+}
+
+static void h_get(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    if (!api_auth(e, req, &who))
+        return;
+    struct sbx *s = find_or_404(e, req, who.tenant);
+    const struct store_sbx *r = s ? sbx_record(s) : NULL;
+    if (!s)
+        return;
+    json_t *d = r ? listed_json(r) : NULL;
+    char tok[AUTH_TOKEN_MAX + STORE_ID_MAX + 2];
+    if (!d || e2b_token_for(e, sbx_id(s), tok, sizeof tok) < 0) {
+        json_decref(d);
+        rest_error(req, 404, "sandbox %s not found", sbx_id(s));
+        return;
+    }
+    json_object_set_new(d, "envdAccessToken", json_string(tok));
+    json_object_set_new(d, "domain", e->domain[0] ? json_string(e->domain) : json_null());
+    json_object_set_new(d, "lifecycle",
+                        json_pack("{s:s, s:b}", "onTimeout",
+                                  strcmp(r->on_timeout, "suspend") == 0 ? "pause" : "kill",
+                                  "autoResume", 0));
+    http_reply_json(req, 200, d);
+    json_decref(d);
+}
+
+static void h_kill(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    if (!api_auth(e, req, &who))
+        return;
+    struct sbx *s = find_or_404(e, req, who.tenant);
+    if (!s)
+        return;
+    char id[STORE_ID_MAX];
+    snprintf(id, sizeof id, "%s", sbx_id(s));
+    submit_and_wait(e, req, who.tenant, id, OP_DELETE, AFTER_EMPTY, 0);
+}
+
+static void h_metrics(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    if (!api_auth(e, req, &who) || !find_or_404(e, req, who.tenant))
+        return;
+    json_t *empty = json_array();
+    http_reply_json(req, 200, empty);
+    json_decref(empty);
+}
+
+/* ---- list ---------------------------------------------------------------------------------- */
+
+struct list_ctx {
+    json_t *out;
+    bool running, paused;
+    unsigned limit;
+    bool more;            /* a further match exists beyond limit */
+    char last[STORE_ID_MAX];
+};
+
+static int list_row(const struct store_sbx *r, void *arg)
+{
+    struct list_ctx *l = arg;
+    snprintf(l->last, sizeof l->last, "%s", r->id);
+    const char *st = e2b_state(r->state);
+    if (!st || (strcmp(st, "running") == 0 ? !l->running : !l->paused))
+        return 0;
+    if (json_array_size(l->out) == l->limit) {
+        l->more = true;
+        return 1;
+    }
+    json_t *j = listed_json(r);
+    if (j)
+        json_array_append_new(l->out, j);
+    return 0;
+}
+
+static void list(struct e2b *e, struct http_req *req, bool paged)
+{
+    struct auth_principal who;
+    if (!api_auth(e, req, &who))
+        return;
+    struct e2b_err err = {0};
+    const char *mq = http_req_query(req, "metadata");
+    json_t *meta = mq ? e2b_metadata_filter(mq, &err) : NULL;
+    if (mq && !meta) {
+        rest_error(req, 400, "%s", err.msg);
+        return;
+    }
+    char *meta_text = meta && json_object_size(meta) ? json_dumps(meta, JSON_COMPACT) : NULL;
+    json_decref(meta);
+    const char *state = http_req_query(req, "state");
+    struct list_ctx l = {.out = json_array(), .limit = UINT32_MAX};
+    l.running = !state || e2b_csv_has(state, "running");
+    l.paused = paged && (!state || e2b_csv_has(state, "paused"));
+    const char *lim = http_req_query(req, "limit");
+    if (paged) {
+        char *end;
+        long n = lim ? strtol(lim, &end, 10) : LIST_LIMIT_DEFAULT;
+        if (lim && (*end || n < 1 || n > LIST_LIMIT_MAX)) {
+            free(meta_text);
+            json_decref(l.out);
+            rest_error(req, 400, "limit must be an integer in 1..%d", LIST_LIMIT_MAX);
+            return;
+        }
+        l.limit = (unsigned)n;
+    }
+    const char *next = http_req_query(req, "nextToken");
+    snprintf(l.last, sizeof l.last, "%s", next && paged ? next : "");
+    struct store_sbx_filter f = {.tenant = who.tenant,
+                                 .template_name = http_req_query(req, "template"),
+                                 .metadata_json = meta_text,
+                                 .limit = LIST_LIMIT_MAX};
+    bool store_more = true;
+    int rc = 0;
+    while (store_more && !l.more && rc == 0) {
+        f.after_id = l.last[0] ? l.last : NULL;
+        rc = store_sbx_list(e->sp->store, &f, list_row, &l, &store_more);
+    }
+    free(meta_text);
+    if (rc < 0) {
+        json_decref(l.out);
+        rest_error(req, 500, "cannot list sandboxes: %s", store_errmsg(e->sp->store));
+        return;
+    }
+    if (l.more) {
+        /* The cursor is the last sandbox returned, so the next page starts after it. */
+        json_t *lastj = json_array_get(l.out, json_array_size(l.out) - 1);
+        const char *lid = json_string_value(json_object_get(lastj, "sandboxID"));
+        if (lid)
+            http_reply_add_header(req, "X-Next-Token", lid);
+    }
+    http_reply_json(req, 200, l.out);
+    json_decref(l.out);
+}
+
+static void h_list_v2(struct http_req *req, void *arg)
+{
+    list(arg, req, true);
+}
+
+static void h_list_v1(struct http_req *req, void *arg)
+{
+    list(arg, req, false);
+}
+
+/* ---- registration ---------------------------------------------------------------------------- */
+
+/* Frees a sandbox's envd state when the sandbox goes away. */
+static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum sbx_state now,
+                     void *arg)
+{
+    (void)sp;
+    (void)old;
+    struct e2b *e = arg;
+    if (now != SBX_DELETED && now != SBX_DELETING)
+        return;
+    for (struct e2b_box **pp = &e->boxes; *pp; pp = &(*pp)->next) {
+        struct e2b_box *b = *pp;
+        if (strcmp(b->id, sbx_id(s)) == 0) {
+            *pp = b->next;
+            e2b_box_procs_free(b);
+            e2b_box_watchers_free(b);
+            free(b);
+            return;
+        }
+    }
+}
+
+void e2b_register(struct router *r, struct spaced *sp)
+{
+    static struct e2b e;
+    e.sp = sp;
+    const char *domain = getenv("SPACE_E2B_DOMAIN");
+    snprintf(e.domain, sizeof e.domain, "%s", domain ? domain : "");
+    ctx_create = (struct body_ctx){&e, create};
+    ctx_timeout = (struct body_ctx){&e, timeout_route};
+    ctx_refresh = (struct body_ctx){&e, refresh_route};
+    ctx_pause = (struct body_ctx){&e, pause_route};
+    ctx_connect = (struct body_ctx){&e, connect_route};
+    ctx_resume = (struct body_ctx){&e, resume_route};
+    router_add_hook(r, e2b_envd_hook, &e);
+    router_add(r, "POST", "/sandboxes", h_body, &ctx_create);
+    router_add(r, "POST", "/v2/sandboxes", h_body, &ctx_create);
+    router_add(r, "GET", "/v2/sandboxes", h_list_v2, &e);
+    router_add(r, "GET", "/sandboxes", h_list_v1, &e);
+    router_add(r, "GET", "/sandboxes/{id}", h_get, &e);
+    router_add(r, "DELETE", "/sandboxes/{id}", h_kill, &e);
+    router_add(r, "GET", "/sandboxes/{id}/metrics", h_metrics, &e);
+    router_add(r, "POST", "/sandboxes/{id}/timeout", h_body, &ctx_timeout);
+    router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &ctx_refresh);
+    router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &ctx_pause);
+    router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &ctx_resume);
+    router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &ctx_connect);
+    router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &ctx_connect);
+    sbx_listen(sp, on_state, &e);
+}

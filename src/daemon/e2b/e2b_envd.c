@@ -1,0 +1,231 @@
+/* e2b_envd: the envd side of the E2B protocol on the host: which requests are envd's,
+ * which sandbox they address, access-token checks, and dispatch to the methods. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "daemon/api/http.h"
+#include "daemon/sandbox/sbx.h"
+#include "e2b_internal.h"
+#include "e2b_pbjson.h"
+#include "e2b_util.h"
+
+static const struct e2b_method methods[] = {
+    {"/process.Process/Start", true, e2b_proc_start},
+    {"/process.Process/Connect", true, e2b_proc_connect},
+    {"/process.Process/List", false, e2b_proc_list},
+    {"/process.Process/SendInput", false, e2b_proc_send_input},
+    {"/process.Process/SendSignal", false, e2b_proc_send_signal},
+    {"/process.Process/CloseStdin", false, e2b_proc_close_stdin},
+    {"/process.Process/Update", false, e2b_proc_update},
+    {"/filesystem.Filesystem/Stat", false, e2b_fs_stat},
+    {"/filesystem.Filesystem/MakeDir", false, e2b_fs_make_dir},
+    {"/filesystem.Filesystem/Move", false, e2b_fs_move},
+    {"/filesystem.Filesystem/ListDir", false, e2b_fs_list_dir},
+    {"/filesystem.Filesystem/Remove", false, e2b_fs_remove},
+    {"/filesystem.Filesystem/WatchDir", true, e2b_fs_watch_dir},
+    {"/filesystem.Filesystem/CreateWatcher", false, e2b_fs_create_watcher},
+    {"/filesystem.Filesystem/GetWatcherEvents", false, e2b_fs_get_watcher_events},
+    {"/filesystem.Filesystem/RemoveWatcher", false, e2b_fs_remove_watcher},
+};
+
+void e2b_reply_rest_error(struct http_req *req, int status, const char *fmt, ...)
+{
+    char msg[E2B_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct e2b_err err;
+    e2b_err_set(&err, E2B_UNKNOWN, "%s", msg); /* sanitises the text */
+    json_t *body = e2b_rest_error_json(status, err.msg);
+    http_reply_json(req, status, body);
+    json_decref(body);
+}
+
+/* A Connect-shaped error for RPC paths, a REST one for the others. */
+static void reply_error(struct http_req *req, bool rpc, enum e2b_code code, int rest_status,
+                        const char *msg)
+{
+    if (!rpc) {
+        e2b_reply_rest_error(req, rest_status, "%s", msg);
+        return;
+    }
+    struct e2b_err err;
+    e2b_err_set(&err, code, "%s", msg);
+    json_t *body = e2b_connect_error_json(&err);
+    http_reply_json(req, rest_status, body);
+    json_decref(body);
+}
+
+void e2b_user_home(const char *user, char *out, size_t cap)
+{
+    if (strcmp(user, "root") == 0)
+        snprintf(out, cap, "/root");
+    else
+        snprintf(out, cap, "/home/%s", user);
+}
+
+struct e2b_box *e2b_box_get(struct e2b *e, const char *id)
+{
+    for (struct e2b_box *b = e->boxes; b; b = b->next)
+        if (strcmp(b->id, id) == 0)
+            return b;
+    struct e2b_box *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->e = e;
+    snprintf(b->id, sizeof b->id, "%s", id);
+    b->next = e->boxes;
+    e->boxes = b;
+    return b;
+}
+
+struct agentc *e2b_call_agent(struct e2b_call *c)
+{
+    struct sbx *s = sbx_find(c->e->sp, NULL, c->box->id);
+    return s ? sbx_agent(s) : NULL;
+}
+
+/* The user an RPC asks for: `Authorization: Basic base64("<user>:")`, else the default.
+ * Returns false if the header is present but malformed. */
+static bool rpc_user(struct http_req *req, char *out, size_t cap)
+{
+    const char *auth = http_req_header(req, "Authorization");
+    snprintf(out, cap, "%s", E2B_DEFAULT_USER);
+    if (!auth)
+        return true;
+    if (strncasecmp(auth, "Basic ", 6) != 0)
+        return false;
+    size_t n;
+    uint8_t *dec = e2b_b64_decode(auth + 6, strlen(auth + 6), &n);
+    if (!dec)
+        return false;
+    char *colon = memchr(dec, ':', n);
+    size_t ul = colon ? (size_t)(colon - (char *)dec) : n;
+    bool ok = ul > 0 && ul < cap && !memchr(dec, '\0', ul);
+    for (size_t i = 0; ok && i < ul; i++)
+        ok = dec[i] > 0x20 && dec[i] < 0x7f && dec[i] != '/';
+    if (ok) {
+        memcpy(out, dec, ul);
+        out[ul] = '\0';
+    }
+    free(dec);
+    return ok;
+}
+
+/* "<port>-<id>.<anything>" Host header: port and id. */
+static bool host_target(const char *host, unsigned *port, char *id, size_t cap)
+{
+    if (!host)
+        return false;
+    char *end;
+    unsigned long p = strtoul(host, &end, 10);
+    if (end == host || *end != '-' || p == 0 || p > 65535)
+        return false;
+    const char *s = end + 1, *dot = strchr(s, '.');
+    if (!dot || dot == s || (size_t)(dot - s) >= cap)
+        return false;
+    memcpy(id, s, (size_t)(dot - s));
+    id[dot - s] = '\0';
+    *port = (unsigned)p;
+    return true;
+}
+
+static bool is_envd_path(const char *path)
+{
+    return strcmp(path, "/health") == 0 || strcmp(path, "/files") == 0 ||
+           strncmp(path, "/process.Process/", 17) == 0 ||
+           strncmp(path, "/filesystem.Filesystem/", 23) == 0;
+}
+
+bool e2b_envd_hook(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    const char *path = http_req_path(req);
+    char id[STORE_ID_MAX] = "";
+    unsigned port = 0;
+    bool by_host = host_target(http_req_header(req, "Host"), &port, id, sizeof id);
+    if (by_host && port != E2B_ENVD_PORT) {
+        e2b_reply_rest_error(req, 502,
+                             "forwarding to sandbox port %u is not supported by this server",
+                             port);
+        return true;
+    }
+    const char *sid = http_req_header(req, "E2b-Sandbox-Id");
+    if (!by_host && !sid && !is_envd_path(path))
+        return false;
+    bool rpc = path[0] == '/' && strchr(path + 1, '/') && strchr(path, '.');
+    const char *token = http_req_header(req, "X-Access-Token");
+    if (sid)
+        snprintf(id, sizeof id, "%s", sid);
+    else if (!by_host && e2b_token_sandbox(token, id, sizeof id) < 0) {
+        reply_error(req, rpc, E2B_UNAVAILABLE, 502, "no sandbox addressed (E2b-Sandbox-Id)");
+        return true;
+    }
+    struct sbx *s = sbx_find(e->sp, NULL, id);
+    if (!s || !sbx_agent(s)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "sandbox %.64s %s", id,
+                 s ? "is not running" : "not found");
+        reply_error(req, rpc, E2B_UNAVAILABLE, 502, msg);
+        return true;
+    }
+    bool token_ok = token && e2b_token_valid(e, id, token);
+    if (token && !token_ok) {
+        reply_error(req, rpc, E2B_UNAUTHENTICATED, 401, "invalid access token");
+        return true;
+    }
+    if (strcmp(path, "/health") == 0) {
+        http_reply(req, 204, NULL, NULL, 0);
+        return true;
+    }
+    struct e2b_box *box = e2b_box_get(e, id);
+    if (!box) {
+        reply_error(req, rpc, E2B_INTERNAL, 500, "out of memory");
+        return true;
+    }
+    if (strcmp(path, "/files") == 0) {
+        const char *user = http_req_query(req, "username");
+        if (!user || !*user)
+            user = E2B_DEFAULT_USER;
+        if (strcmp(http_req_method(req), "GET") == 0 || http_req_is_head(req))
+            e2b_files_get(e, req, box, user, token_ok);
+        else if (strcmp(http_req_method(req), "POST") == 0)
+            e2b_files_post(e, req, box, user, token_ok);
+        else
+            e2b_reply_rest_error(req, 405, "/files supports GET and POST");
+        return true;
+    }
+    if (!token_ok) {
+        reply_error(req, rpc, E2B_UNAUTHENTICATED, 401, "missing access token (X-Access-Token)");
+        return true;
+    }
+    const struct e2b_method *m = NULL;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (strcmp(methods[i].path, path) == 0)
+            m = &methods[i];
+    if (!m) {
+        reply_error(req, true, E2B_UNIMPLEMENTED, 404, "unknown method");
+        return true;
+    }
+    struct e2b_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        reply_error(req, true, E2B_INTERNAL, 500, "out of memory");
+        return true;
+    }
+    c->e = e;
+    c->req = req;
+    c->box = box;
+    c->m = m;
+    if (!rpc_user(req, c->user, sizeof c->user)) {
+        free(c);
+        reply_error(req, true, E2B_UNAUTHENTICATED, 401, "malformed Authorization header");
+        return true;
+    }
+    e2b_user_home(c->user, c->home, sizeof c->home);
+    e2b_rpc_begin(c);
+    return true;
+}

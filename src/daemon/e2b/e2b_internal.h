@@ -1,0 +1,143 @@
+/* e2b_internal: state shared by the files of the E2B layer (not for other modules).
+ *
+ * Ownership in one picture:
+ *   struct e2b (one per daemon, lives until exit)
+ *     -> struct e2b_box per sandbox that has envd state (processes the SDK started,
+ *        polling watchers); freed when the sandbox is deleted.
+ *   struct e2b_call per envd request: created by the hook, freed when its reply is
+ *     finished (e2b_call_reply / e2b_call_fail / e2b_stream_finish) or when the client
+ *     goes away (http on_close -> the method's cancel callback, then free).
+ * Method implementations that outlive a call (a process keeps running after its Start
+ * stream is cancelled) keep their own objects and only point at calls they subscribe. */
+#ifndef SPACE_E2B_INTERNAL_H
+#define SPACE_E2B_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/api/http.h"
+#include "daemon/spaced.h"
+#include "daemon/store/store.h"
+#include "e2b_error.h"
+
+#define E2B_ENVD_VERSION "0.5.7"   /* envd feature level we implement (protocol doc §6) */
+#define E2B_ENVD_PORT 49983
+#define E2B_DEFAULT_USER "user"    /* the SDK's default user; home /home/user */
+#define E2B_USER_MAX 64
+#define E2B_HIGH_WATER (1024u * 1024) /* bytes queued before we stop reading a producer */
+#define E2B_TOKEN_EXPIRES_MS 4102444800000LL /* 2100-01-01: tokens live as long as the box */
+
+struct agentc;
+struct e2b_proc;
+struct e2b_watcher;
+
+struct e2b {
+    struct spaced *sp;
+    char domain[256];        /* returned as `domain` in Sandbox objects; "" -> null */
+    struct e2b_box *boxes;   /* envd state per sandbox (list) */
+};
+
+struct e2b_box {
+    struct e2b *e;
+    char id[STORE_ID_MAX];
+    struct e2b_proc *procs;        /* processes we hold a channel for (e2b_proc.c) */
+    struct e2b_watcher *watchers;  /* CreateWatcher watchers (e2b_fs.c) */
+    struct e2b_box *next;
+};
+
+struct e2b_call;
+typedef void (*e2b_method_fn)(struct e2b_call *c);
+
+/* One envd RPC method. */
+struct e2b_method {
+    const char *path;   /* "/process.Process/Start" */
+    bool streaming;     /* server-streaming (connect+json envelopes) or unary */
+    e2b_method_fn fn;
+};
+
+/* One envd request. */
+struct e2b_call {
+    struct e2b *e;
+    struct http_req *req;
+    struct e2b_box *box;
+    char user[E2B_USER_MAX];   /* requested user or the default */
+    char home[E2B_USER_MAX + 16];
+    const struct e2b_method *m;
+    json_t *msg;               /* the request message (owned) */
+    bool head_sent;            /* streaming: 200 + content type sent */
+    struct event *keepalive;   /* streaming: periodic keepalive message */
+    struct event *deadline;    /* streaming: Connect-Timeout-Ms */
+    /* Set by the method: runs once if the call dies before it finished (client gone or
+     * deadline), so the method drops its pointers to the call. */
+    void (*cancel)(struct e2b_call *c, bool deadline);
+    void *impl;
+    /* Streaming: builds a keepalive message (process and watch streams differ). */
+    json_t *(*keepalive_msg)(void);
+};
+
+/* ---- e2b_api.c */
+/* envdAccessToken of sandbox id into out[AUTH_TOKEN_MAX + STORE_ID_MAX]. 0 or -1. */
+int e2b_token_for(struct e2b *e, const char *id, char *out, size_t cap);
+bool e2b_token_valid(struct e2b *e, const char *id, const char *token);
+
+/* ---- e2b_envd.c */
+/* The router hook: takes envd and port-proxy requests. */
+bool e2b_envd_hook(struct http_req *req, void *arg);
+struct e2b_box *e2b_box_get(struct e2b *e, const char *id); /* creates; NULL on OOM */
+/* The live agent of the call's sandbox, or NULL when it is not running. */
+struct agentc *e2b_call_agent(struct e2b_call *c);
+/* Sends a REST error {"code":status,"message":...} (envd /files, /health, 502s). */
+void e2b_reply_rest_error(struct http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- e2b_rpc.c: replies (each of the finishing ones frees the call) */
+void e2b_rpc_begin(struct e2b_call *c);          /* reads/parses the body, runs m->fn */
+void e2b_call_reply(struct e2b_call *c, json_t *msg);  /* unary 200; steals msg */
+void e2b_call_fail(struct e2b_call *c, const struct e2b_err *err); /* unary or stream */
+int e2b_stream_send(struct e2b_call *c, json_t *msg);  /* steals msg; 0 or -1 */
+void e2b_stream_finish(struct e2b_call *c, const struct e2b_err *err);
+void e2b_call_free(struct e2b_call *c);
+
+/* ---- e2b_agent.c: one agent request whose result the call waits for */
+/* result: the last "result"/"stat" EVENT (borrowed, may be NULL); entries: every
+ * "entries" element collected (borrowed array, list only); err NULL on success. */
+typedef void (*e2b_agent_done)(struct e2b_call *c, json_t *result, json_t *entries,
+                               const struct e2b_err *err);
+void e2b_agent_call(struct e2b_call *c, json_t *request, e2b_agent_done done);
+/* Maps an agent ERROR to our error. */
+void e2b_agent_err(struct e2b_err *err, const char *code, const char *message);
+/* Fills an EntryInfo JSON from an agent stat object (NULL if malformed). */
+json_t *e2b_stat_entry(json_t *st);
+
+/* ---- methods */
+void e2b_proc_start(struct e2b_call *c);
+void e2b_proc_connect(struct e2b_call *c);
+void e2b_proc_list(struct e2b_call *c);
+void e2b_proc_send_input(struct e2b_call *c);
+void e2b_proc_send_signal(struct e2b_call *c);
+void e2b_proc_close_stdin(struct e2b_call *c);
+void e2b_proc_update(struct e2b_call *c);
+void e2b_box_procs_free(struct e2b_box *b);
+
+void e2b_fs_stat(struct e2b_call *c);
+void e2b_fs_make_dir(struct e2b_call *c);
+void e2b_fs_move(struct e2b_call *c);
+void e2b_fs_list_dir(struct e2b_call *c);
+void e2b_fs_remove(struct e2b_call *c);
+void e2b_fs_watch_dir(struct e2b_call *c);
+void e2b_fs_create_watcher(struct e2b_call *c);
+void e2b_fs_get_watcher_events(struct e2b_call *c);
+void e2b_fs_remove_watcher(struct e2b_call *c);
+void e2b_box_watchers_free(struct e2b_box *b);
+
+/* ---- e2b_files.c: GET/POST /files (REST, not RPC) */
+void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, const char *user,
+                   bool token_ok);
+void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
+                    const char *user, bool token_ok);
+
+/* Home directory of a guest user ("/root" or "/home/<user>") into out[cap]. */
+void e2b_user_home(const char *user, char *out, size_t cap);
+
+#endif
