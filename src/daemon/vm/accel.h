@@ -22,4 +22,9 @@ enum accel_kvm {
 enum accel_kvm accel_probe_kvm(const char *dev, const char *pvm_marker, char *why,
                                size_t cap);
 
+/* The host TSC frequency in kHz: rdtsc against CLOCK_MONOTONIC_RAW over 20 ms (blocks
+ * that long, so callers cache it), falling back to /proc/cpuinfo's "cpu MHz". 0 if
+ * neither works. A TCG guest's TSC ticks at this rate. */
+unsigned accel_host_tsc_khz(void);
+
 #endif

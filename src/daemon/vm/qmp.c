@@ -91,7 +91,8 @@ static void close_conn(struct qmp *q, const char *why)
     while (q->pending && !q->dead) {
         struct qmp_pending *p = q->pending;
         q->pending = p->next;
-        p->cb(q, VM_E_EXITED, why, NULL, p->arg);
+        if (p->cb)
+            p->cb(q, VM_E_EXITED, why, NULL, p->arg);
         pending_free(p);
     }
     if (!q->dead && q->h.on_close)
@@ -213,9 +214,9 @@ static void dispatch(struct qmp *q, struct qmp_msg *m)
         struct qmp_pending *p = m->has_id ? pending_take(q, m->id) : NULL;
         if (!p)
             return;
-        if (m->kind == QMP_MSG_RETURN) {
+        if (p->cb && m->kind == QMP_MSG_RETURN) {
             p->cb(q, 0, NULL, m->ret, p->arg);
-        } else {
+        } else if (p->cb) {
             char msg[512];
             snprintf(msg, sizeof(msg), "%s: %s", m->err_class, m->err_desc);
             p->cb(q, VM_E_QMP, msg, NULL, p->arg);
@@ -289,7 +290,8 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     if (!pending_take(q, p->id))
         return;
     q->depth++;
-    p->cb(q, VM_E_TIMEOUT, "QMP command timed out", NULL, p->arg);
+    if (p->cb)
+        p->cb(q, VM_E_TIMEOUT, "QMP command timed out", NULL, p->arg);
     pending_free(p);
     q->depth--;
     if (q->dead && q->depth == 0)

@@ -75,7 +75,7 @@ struct qmp *qmp_new(struct event_base *base, int fd, const struct qmp_handlers *
  * the descriptor is sent along with the command (SCM_RIGHTS), as `getfd` and `add-fd`
  * expect; the caller keeps its own copy. timeout_ms > 0 fails the command with
  * VM_E_TIMEOUT if no reply comes in time (the connection stays usable; a late reply is
- * dropped). Returns 0, or -1 if the connection is closed or the monitor is not reading
+ * dropped). cb may be NULL (reply ignored). Returns 0, or -1 if the connection is closed or the monitor is not reading
  * (cb is then not called). */
 int qmp_command(struct qmp *q, const char *cmd, json_t *args, int pass_fd,
                 unsigned timeout_ms, qmp_reply_cb cb, void *arg);

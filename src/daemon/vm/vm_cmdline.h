@@ -26,6 +26,7 @@ struct vm_launch {
     int mem_share;        /* 1: share=on (template VM), 0: private copy-on-write */
     int incoming;         /* 1: -incoming defer (restore) */
     int paused;           /* 1: -S, vCPUs do not start by themselves */
+    unsigned tsc_khz;     /* TCG: host TSC rate for the guest (accel_host_tsc_khz) */
 };
 
 /* NULL-terminated argv; every string is owned by the struct. */

@@ -1,0 +1,92 @@
+/* vm_adopt: re-attaching to a QEMU that outlived the spaced that started it.
+ *
+ * run_dir/vm.json names the pid and its start time; the pair must still match a live
+ * process (a recycled pid never gets adopted). The QMP and agent sockets are files in
+ * run_dir that QEMU still listens on, so reconnecting needs nothing from the old spaced. */
+#include "vm_internal.h"
+#include "vm_spawn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_status(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "adopted VM does not answer query-status");
+        return;
+    }
+    const char *st = json_string_value(json_object_get(ret, "status"));
+    vm->adopting = 0;
+    vm_started(vm, st && !strcmp(st, "running") ? VM_STATE_RUNNING : VM_STATE_PAUSED);
+}
+
+void vm_adopt_ready(struct vm *vm)
+{
+    if (qmp_command(vm->qmp, "query-status", NULL, -1, VM_PING_TIMEOUT_MS * 5, on_status, vm) < 0)
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "monitor unavailable");
+}
+
+struct vm *vm_adopt(struct event_base *base, const char *run_dir,
+                    const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
+                    size_t msg_cap)
+{
+    char p[4096];
+    json_error_t je;
+    *err = VM_E_EXITED;
+    if (snprintf(p, sizeof(p), "%s/vm.json", run_dir) >= (int)sizeof(p)) {
+        *err = VM_E_INVAL;
+        snprintf(msg, msg_cap, "run_dir too long");
+        return NULL;
+    }
+    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        snprintf(msg, msg_cap, "%s: no adoption record (VM not running)", p);
+        return NULL;
+    }
+    json_int_t pid = json_integer_value(json_object_get(j, "pid"));
+    json_int_t start = json_integer_value(json_object_get(j, "starttime"));
+    const char *id = json_string_value(json_object_get(j, "id"));
+    const char *accel = json_string_value(json_object_get(j, "accel"));
+    const char *cg = json_string_value(json_object_get(j, "cgroup_parent"));
+    struct vm_config cfg = { .id = id, .run_dir = run_dir, .vcpus = 1, .mem_mib = 64,
+                             .kernel = "-", .net.tap_fd = -1,
+                             .accel = accel && !strcmp(accel, "kvm") ? VM_ACCEL_KVM : VM_ACCEL_TCG,
+                             .jail = { .enabled = json_integer_value(json_object_get(j, "jail")) != 0,
+                                       .cgroup_parent = cg } };
+    struct vm *vm = NULL;
+    if (pid <= 1 || !vm_id_valid(id) || start <= 0) {
+        *err = VM_E_INVAL;
+        snprintf(msg, msg_cap, "%s: malformed adoption record", p);
+    } else if (vm_proc_starttime((pid_t)pid) != (unsigned long long)start) {
+        snprintf(msg, msg_cap, "QEMU pid %lld is no longer running", (long long)pid);
+    } else if ((vm = calloc(1, sizeof(*vm))) == NULL || vm_config_copy(&vm->cfg, &cfg) < 0) {
+        *err = VM_E_IO;
+        snprintf(msg, msg_cap, "out of memory");
+        free(vm);
+        vm = NULL;
+    }
+    json_decref(j);
+    if (!vm)
+        return NULL;
+    vm->base = base;
+    if (cbs)
+        vm->cbs = *cbs;
+    vm->arg = arg;
+    vm->pidfd = vm->con_fd = vm->log_fd = vm->state_fd = vm->save_fd = -1;
+    vm->state = VM_STATE_STARTING;
+    vm->accel = vm->cfg.accel;
+    vm->pid = (pid_t)pid;
+    vm->starttime = (unsigned long long)start;
+    vm->adopting = 1;
+    vm->op = VM_OP_START;
+    if (vm_attach_process(vm, msg, msg_cap) < 0) {
+        *err = VM_E_IO;
+        /* attach may have opened the pidfd / events: free through the normal path */
+        vm_detach(vm);
+        return NULL;
+    }
+    return vm;
+}

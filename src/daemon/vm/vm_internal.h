@@ -1,0 +1,127 @@
+/* vm_internal: struct vm and the helpers shared by the vm_*.c files. Not for callers
+ * outside src/daemon/vm. */
+#ifndef SPACE_VM_INTERNAL_H
+#define SPACE_VM_INTERNAL_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include "qmp.h"
+#include "vm.h"
+
+struct event;
+
+/* What the current operation is (one at a time; the QMP ping is not an operation). */
+enum vm_op {
+    VM_OP_NONE,
+    VM_OP_START,    /* boot / restore / adopt until on_ready */
+    VM_OP_PAUSE,
+    VM_OP_RESUME,
+    VM_OP_SAVE,     /* vm_suspend or vm_template_snapshot */
+    VM_OP_SHUTDOWN,
+};
+
+struct vm {
+    struct event_base *base;
+    struct vm_config cfg;     /* deep copy: strings owned (see vm_config_copy) */
+    struct vm_callbacks cbs;
+    void *arg;
+    enum vm_state state;
+    enum vm_accel accel;      /* resolved */
+    pid_t pid;
+    unsigned long long starttime; /* /proc/<pid>/stat field 22 */
+    int is_child;             /* spawned by this spaced (waitpid possible) */
+    int pidfd;                /* -1 if none */
+    struct event *pid_ev;     /* owned: pidfd readable = process gone */
+    struct qmp *qmp;          /* owned */
+    struct event *ping_timer; /* owned: periodic query-status */
+    int ping_outstanding;
+    int con_fd;               /* console socket, -1 if not connected */
+    struct event *con_ev;     /* owned */
+    int log_fd;               /* console.log, O_APPEND */
+    size_t log_size;
+    struct event *kill_timer; /* owned: vm_shutdown deadline */
+
+    enum vm_op op;            /* operation in progress */
+    vm_done_cb op_cb;
+    void *op_arg;
+
+    /* restore (VM_OP_START with a snapshot) */
+    char *snap_dir;           /* owned */
+    int snap_template;        /* snapshot kind: template (x-ignore-shared) or suspend */
+    int restore_paused;
+    int adopting;             /* VM_OP_START is a re-attach (vm_adopt) */
+    int start_timed_out;      /* the start deadline killed it */
+    int state_fd;             /* snapshot state file while loading, or -1 */
+
+    /* save (VM_OP_SAVE) */
+    char *save_dir;           /* owned */
+    int save_template;
+    int save_was_running;
+    int save_fd;              /* state.tmp while writing */
+
+    /* exit bookkeeping */
+    int exit_reason_set;
+    enum vm_exit_reason exit_reason;
+    char exit_msg[512];
+    int finished;             /* on_exit delivered (vm is being freed) */
+    int depth;                /* nested callbacks into the owner */
+    int detached;
+};
+
+/* Records why the VM is going away (first writer wins: the cause, not the echo). */
+void vm_set_exit(struct vm *vm, enum vm_exit_reason r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Completes the current operation (clears it first so cb may start another). */
+void vm_op_done(struct vm *vm, int err, const char *msg);
+
+/* Starts the QEMU process for vm->cfg with launch settings; connects QMP and console.
+ * On failure returns -1 with *err/msg (nothing left running). */
+int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int incoming,
+                     int paused, int *err, char *msg, size_t cap);
+
+/* Allocates a vm for cfg after checking it (files readable, id valid, accel usable). */
+struct vm *vm_new(struct event_base *base, const struct vm_config *cfg,
+                  const struct vm_callbacks *cbs, void *arg, int *err, char *msg, size_t cap);
+/* Frees a vm that never started a process. */
+void vm_free_unstarted(struct vm *vm);
+/* Watches vm->pid (pidfd), connects QMP and the console. */
+int vm_attach_process(struct vm *vm, char *msg, size_t cap);
+
+/* Adopt side: QMP is up again for an adopted VM. */
+void vm_adopt_ready(struct vm *vm);
+
+/* Restore side: called when QMP is ready during a restore start. */
+void vm_restore_begin(struct vm *vm);
+/* Save/restore side: a MIGRATION event (status string). */
+void vm_save_on_migration(struct vm *vm, const char *status);
+
+/* Moves to running/paused after a successful start; reports on_ready and connects the
+ * agent. */
+void vm_started(struct vm *vm, enum vm_state st);
+
+/* Kills QEMU (SIGKILL) with a reason; the pidfd event finishes the VM. */
+void vm_kill_reason(struct vm *vm, enum vm_exit_reason r, const char *msg);
+
+/* Console: connect to run_dir/console.sock and start copying into console.log. */
+void vm_console_attach(struct vm *vm);
+void vm_console_drain(struct vm *vm);
+void vm_console_close(struct vm *vm);
+
+/* Tail of run_dir/qemu.log (QEMU's own stderr) for start failure messages. */
+size_t vm_qemu_log_tail(const struct vm *vm, char *out, size_t cap);
+
+/* Writes run_dir/vm.json (adoption record). */
+int vm_write_record(struct vm *vm);
+
+/* Path helper: run_dir + "/" + name into out[cap]; -1 if it does not fit. */
+int vm_path(const struct vm *vm, const char *name, char *out, size_t cap);
+
+/* Deep copy / free of a config's strings. */
+int vm_config_copy(struct vm_config *dst, const struct vm_config *src);
+void vm_config_free(struct vm_config *c);
+
+/* Writes a whole file atomically (tmp + fsync + rename). */
+int vm_write_file_atomic(const char *path, const char *data, size_t len);
+
+#endif

@@ -1,0 +1,390 @@
+/* vm_save: memory snapshots through QEMU migration to a file.
+ *
+ *   vm_suspend            stop, migrate everything (RAM + devices) to dir/state, quit
+ *   vm_template_snapshot  stop, migrate devices only (x-ignore-shared skips the share=on
+ *                         RAM file, which becomes dir/mem), quit
+ *   vm_restore            new QEMU with -incoming defer -S (template: the RAM file mapped
+ *                         share=off, i.e. private copy-on-write), load dir/state, cont
+ *
+ * The migration stream goes through a descriptor passed over QMP (getfd), never a path
+ * or a command: QEMU's -sandbox spawn=deny forbids exec: migration, and the jailed QEMU
+ * cannot see the snapshot directory at all. */
+#include "vm_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SAVE_FDNAME "space-save"
+#define LOAD_FDNAME "space-load"
+#define SAVE_STEP_TIMEOUT_MS 10000
+
+/* ---- shared ------------------------------------------------------------------------- */
+
+static json_t *caps_args(int ignore_shared)
+{
+    return json_pack("{s:[{s:s, s:b}, {s:s, s:b}]}", "capabilities",
+                     "capability", "x-ignore-shared", "state", ignore_shared,
+                     "capability", "events", "state", 1);
+}
+
+static int snap_path(const char *dir, const char *name, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* ---- saving ------------------------------------------------------------------------- */
+
+static void save_fail(struct vm *vm, int err, const char *msg)
+{
+    char p[4096];
+    if (vm->save_fd >= 0)
+        close(vm->save_fd);
+    vm->save_fd = -1;
+    if (snap_path(vm->save_dir, "state.tmp", p, sizeof(p)) == 0)
+        unlink(p);
+    vm->state = vm->save_was_running ? VM_STATE_RUNNING : VM_STATE_PAUSED;
+    if (vm->save_was_running && vm->qmp)
+        qmp_command(vm->qmp, "cont", NULL, -1, 0, NULL, NULL);
+    vm_op_done(vm, err, msg);
+}
+
+static int write_meta(struct vm *vm, const char *dir, int tmpl, long long state_bytes)
+{
+    char p[4096];
+    json_t *j = json_pack("{s:s, s:i, s:i, s:I, s:I, s:s}", "kind",
+                          tmpl ? "template" : "suspend", "mem_mib", (int)vm->cfg.mem_mib,
+                          "vcpus", (int)vm->cfg.vcpus, "state_bytes", (json_int_t)state_bytes,
+                          "created", (json_int_t)time(NULL), "accel", vm_accel_name(vm->accel));
+    char *s = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+    json_decref(j);
+    int r = s && snap_path(dir, "snapshot.json", p, sizeof(p)) == 0
+                ? vm_write_file_atomic(p, s, strlen(s)) : -1;
+    free(s);
+    return r;
+}
+
+/* Migration finished: make the files durable and final, then quit QEMU. */
+static void save_complete(struct vm *vm)
+{
+    char tmp[4096], fin[4096], mem[4096];
+    struct stat st;
+    int fd = vm->save_fd;
+    vm->save_fd = -1;
+    if (fsync(fd) < 0 || fstat(fd, &st) < 0) {
+        close(fd);
+        save_fail(vm, VM_E_IO, "fsync of snapshot state failed");
+        return;
+    }
+    close(fd);
+    if (snap_path(vm->save_dir, "state.tmp", tmp, sizeof(tmp)) < 0 ||
+        snap_path(vm->save_dir, "state", fin, sizeof(fin)) < 0 ||
+        snap_path(vm->save_dir, "mem", mem, sizeof(mem)) < 0 || rename(tmp, fin) < 0) {
+        save_fail(vm, VM_E_IO, "cannot rename snapshot state");
+        return;
+    }
+    if (vm->save_template && strcmp(vm->cfg.mem_path, mem) != 0) {
+        unlink(mem);
+        if (link(vm->cfg.mem_path, mem) < 0) {
+            save_fail(vm, VM_E_IO, "cannot link RAM file into snapshot (same filesystem?)");
+            return;
+        }
+    }
+    if (vm->save_template) {
+        /* From now on every clone maps this file privately: nobody may write it. */
+        chmod(mem, 0600);
+    }
+    if (write_meta(vm, vm->save_dir, vm->save_template, (long long)st.st_size) < 0) {
+        save_fail(vm, VM_E_IO, "cannot write snapshot.json");
+        return;
+    }
+    vm_set_exit(vm, VM_EXIT_SAVED, "saved to %s", vm->save_dir);
+    /* The op completes when the process is gone (finish()), so "host resources
+     * released" is true when the caller hears success. */
+    qmp_command(vm->qmp, "quit", NULL, -1, 0, NULL, NULL);
+}
+
+static void on_migrate_reply(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err)
+        save_fail(vm, err, msg);
+}
+
+static void on_getfd_save(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    json_t *a = json_pack("{s:s}", "uri", "fd:" SAVE_FDNAME);
+    if (qmp_command(q, "migrate", a, -1, SAVE_STEP_TIMEOUT_MS, on_migrate_reply, vm) < 0)
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+}
+
+static void on_params_save(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    json_t *a = json_pack("{s:s}", "fdname", SAVE_FDNAME);
+    if (qmp_command(q, "getfd", a, vm->save_fd, SAVE_STEP_TIMEOUT_MS, on_getfd_save, vm) < 0)
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+}
+
+static void on_caps_save(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    /* The default migration bandwidth cap (128 MiB/s) would make a suspend of a large
+     * guest needlessly slow; the destination is a local file. */
+    json_t *a = json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40);
+    if (qmp_command(q, "migrate-set-parameters", a, -1, SAVE_STEP_TIMEOUT_MS, on_params_save,
+                    vm) < 0)
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+}
+
+static void on_stop_save(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    if (qmp_command(q, "migrate-set-capabilities", caps_args(vm->save_template), -1,
+                    SAVE_STEP_TIMEOUT_MS, on_caps_save, vm) < 0)
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+}
+
+static int save_begin(struct vm *vm, const char *dir, int tmpl, vm_done_cb cb, void *arg)
+{
+    char p[4096];
+    if (vm->detached || vm->state == VM_STATE_EXITED)
+        return VM_E_STATE;
+    if (vm->op != VM_OP_NONE)
+        return VM_E_BUSY;
+    if (vm->state != VM_STATE_RUNNING && vm->state != VM_STATE_PAUSED)
+        return VM_E_STATE;
+    if (tmpl && !vm->cfg.mem_path)
+        return VM_E_STATE;
+    if ((mkdir(dir, 0700) < 0 && errno != EEXIST) ||
+        snap_path(dir, "state.tmp", p, sizeof(p)) < 0)
+        return VM_E_IO;
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return VM_E_IO;
+    char *d = strdup(dir);
+    if (!d) {
+        close(fd);
+        unlink(p);
+        return VM_E_IO;
+    }
+    free(vm->save_dir);
+    vm->save_dir = d;
+    vm->save_fd = fd;
+    vm->save_template = tmpl;
+    vm->save_was_running = vm->state == VM_STATE_RUNNING;
+    vm->op = VM_OP_SAVE;
+    vm->op_cb = cb;
+    vm->op_arg = arg;
+    vm->state = VM_STATE_SAVING;
+    /* `stop` also when already paused: harmless, and one path is easier to trust. */
+    if (qmp_command(vm->qmp, "stop", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_stop_save, vm) < 0) {
+        vm->op = VM_OP_NONE;
+        vm->state = vm->save_was_running ? VM_STATE_RUNNING : VM_STATE_PAUSED;
+        close(fd);
+        vm->save_fd = -1;
+        unlink(p);
+        return VM_E_QMP;
+    }
+    return VM_OK;
+}
+
+int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg)
+{
+    return save_begin(vm, dir, 0, cb, arg);
+}
+
+int vm_template_snapshot(struct vm *vm, const char *dir, vm_done_cb cb, void *arg)
+{
+    return save_begin(vm, dir, 1, cb, arg);
+}
+
+/* ---- restoring ---------------------------------------------------------------------- */
+
+static void restore_fail(struct vm *vm, const char *msg)
+{
+    char m[600];
+    snprintf(m, sizeof(m), "snapshot restore failed: %s", msg ? msg : "?");
+    vm_kill_reason(vm, VM_EXIT_CRASHED, m);
+}
+
+static void on_cont_restore(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err)
+        restore_fail(vm, msg);
+    else
+        vm_started(vm, VM_STATE_RUNNING);
+}
+
+static void restore_loaded(struct vm *vm)
+{
+    if (vm->state_fd >= 0)
+        close(vm->state_fd);
+    vm->state_fd = -1;
+    if (vm->restore_paused) {
+        vm_started(vm, VM_STATE_PAUSED);
+        return;
+    }
+    if (qmp_command(vm->qmp, "cont", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_cont_restore, vm) < 0)
+        restore_fail(vm, "monitor unavailable");
+}
+
+void vm_save_on_migration(struct vm *vm, const char *status)
+{
+    int done = !strcmp(status, "completed");
+    int bad = !strcmp(status, "failed") || !strcmp(status, "cancelled");
+    if (vm->op == VM_OP_SAVE && vm->save_fd >= 0) {
+        if (done)
+            save_complete(vm);
+        else if (bad)
+            save_fail(vm, VM_E_IO, "migration to the snapshot file failed");
+    } else if (vm->op == VM_OP_START && vm->snap_dir) {
+        if (done)
+            restore_loaded(vm);
+        else if (bad)
+            restore_fail(vm, "QEMU could not load the snapshot state");
+    }
+}
+
+static void on_incoming_reply(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    if (err)
+        restore_fail(arg, msg);
+}
+
+static void on_getfd_load(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        restore_fail(vm, msg);
+        return;
+    }
+    json_t *a = json_pack("{s:s}", "uri", "fd:" LOAD_FDNAME);
+    if (qmp_command(q, "migrate-incoming", a, -1, SAVE_STEP_TIMEOUT_MS, on_incoming_reply, vm) < 0)
+        restore_fail(vm, "monitor unavailable");
+}
+
+static void on_caps_load(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (err) {
+        restore_fail(vm, msg);
+        return;
+    }
+    json_t *a = json_pack("{s:s}", "fdname", LOAD_FDNAME);
+    if (qmp_command(q, "getfd", a, vm->state_fd, SAVE_STEP_TIMEOUT_MS, on_getfd_load, vm) < 0)
+        restore_fail(vm, "monitor unavailable");
+}
+
+void vm_restore_begin(struct vm *vm)
+{
+    if (qmp_command(vm->qmp, "migrate-set-capabilities", caps_args(vm->snap_template), -1,
+                    SAVE_STEP_TIMEOUT_MS, on_caps_load, vm) < 0)
+        restore_fail(vm, "monitor unavailable");
+}
+
+/* Reads and checks dir/snapshot.json against cfg. Returns 0 with *tmpl set. */
+static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, char *msg,
+                      size_t cap)
+{
+    char p[4096];
+    json_error_t je;
+    if (snap_path(dir, "snapshot.json", p, sizeof(p)) < 0) {
+        snprintf(msg, cap, "snapshot path too long");
+        return -1;
+    }
+    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        snprintf(msg, cap, "snapshot %s: missing or corrupt snapshot.json", dir);
+        return -1;
+    }
+    const char *kind = json_string_value(json_object_get(j, "kind"));
+    json_int_t mem = json_integer_value(json_object_get(j, "mem_mib"));
+    json_int_t cpus = json_integer_value(json_object_get(j, "vcpus"));
+    json_int_t bytes = json_integer_value(json_object_get(j, "state_bytes"));
+    int r = -1;
+    struct stat st;
+    if (!kind || (strcmp(kind, "template") && strcmp(kind, "suspend")))
+        snprintf(msg, cap, "snapshot %s: unknown kind", dir);
+    else if (mem != cfg->mem_mib || cpus != cfg->vcpus)
+        snprintf(msg, cap, "snapshot %s was taken with %lld MiB / %lld vCPUs, config asks "
+                 "%u MiB / %u vCPUs", dir, (long long)mem, (long long)cpus, cfg->mem_mib,
+                 cfg->vcpus);
+    else if (snap_path(dir, "state", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
+             st.st_size != bytes)
+        snprintf(msg, cap, "snapshot %s: state file missing or truncated", dir);
+    else if ((*tmpl = !strcmp(kind, "template")) &&
+             (snap_path(dir, "mem", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
+              st.st_size != (off_t)cfg->mem_mib << 20))
+        snprintf(msg, cap, "snapshot %s: RAM file missing or of the wrong size", dir);
+    else
+        r = 0;
+    json_decref(j);
+    return r;
+}
+
+struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
+                      const char *snapshot_dir, int paused,
+                      const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
+                      size_t msg_cap)
+{
+    char state[4096], mem[4096];
+    int tmpl = 0;
+    if (!snapshot_dir || check_meta(snapshot_dir, cfg, &tmpl, msg, msg_cap) < 0) {
+        if (!snapshot_dir)
+            snprintf(msg, msg_cap, "no snapshot directory");
+        *err = VM_E_SNAPSHOT;
+        return NULL;
+    }
+    struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msg_cap);
+    if (!vm)
+        return NULL;
+    snap_path(snapshot_dir, "state", state, sizeof(state));
+    snap_path(snapshot_dir, "mem", mem, sizeof(mem));
+    vm->snap_dir = strdup(snapshot_dir);
+    vm->snap_template = tmpl;
+    vm->restore_paused = paused;
+    vm->state_fd = open(state, O_RDONLY | O_CLOEXEC);
+    if (!vm->snap_dir || vm->state_fd < 0) {
+        *err = VM_E_SNAPSHOT;
+        snprintf(msg, msg_cap, "open %s: %s", state, strerror(errno));
+        if (vm->state_fd >= 0)
+            close(vm->state_fd);
+        vm_free_unstarted(vm);
+        return NULL;
+    }
+    /* A restored VM keeps no RAM file of its own: the template's is mapped private,
+     * a suspended VM's RAM comes back from the stream into anonymous memory. */
+    free((char *)vm->cfg.mem_path);
+    vm->cfg.mem_path = NULL;
+    if (vm_start_process(vm, tmpl ? mem : NULL, 0, 1, 1, err, msg, msg_cap) < 0) {
+        close(vm->state_fd);
+        vm_free_unstarted(vm);
+        return NULL;
+    }
+    return vm;
+}
