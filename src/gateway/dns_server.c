@@ -40,7 +40,8 @@ static void answer(struct gw_sandbox *sb, const struct sockaddr_in *to, const st
         uint64_t now = gw_now_ms();
         ttl = e->expires_ms > now ? (uint32_t)((e->expires_ms - now) / 1000) : 0;
         gw_decide(sb, "dns", n > 0, q->name, n ? "resolved" :
-                  (e->naddrs ? "forbidden_addresses" : "no_addresses"), 0, 53);
+                  (e->naddrs ? "policy_addresses" :
+                   e->nforbidden ? "forbidden_addresses" : "no_addresses"), 0, 53);
     }
     reply(sb, to, out, dns_answer_build(out, sizeof out, q, rcode, addrs, n, ttl));
 }

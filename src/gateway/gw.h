@@ -74,6 +74,7 @@ struct gw_cache_entry {
     char name[POLICY_NAME_MAX + 1];
     uint32_t addrs[DNS_ANSWERS_MAX]; /* upstream answer minus forbidden addresses */
     size_t naddrs;
+    size_t nforbidden;               /* upstream addresses dropped as forbidden */
     uint64_t expires_ms;
 };
 

@@ -215,7 +215,8 @@ static void conn_dial(struct gw_conn *c, const struct gw_cache_entry *e)
 {
     uint32_t addr = gw_pick_addr(c->sb, e, c->orig_dst, c->port);
     if (!addr) {
-        gw_conn_deny(c, e->naddrs ? "no_allowed_address" : "no_address", 403);
+        gw_conn_deny(c, e->naddrs ? "no_allowed_address" :
+                     e->nforbidden ? "forbidden_addresses" : "no_address", 403);
         return;
     }
     c->up_addr = addr;

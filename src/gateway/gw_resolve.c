@@ -46,10 +46,13 @@ static struct gw_cache_entry *cache_store(struct gw_sandbox *sb, const char *nam
     if (ttl > TTL_MAX)
         ttl = TTL_MAX;
     snprintf(slot->name, sizeof slot->name, "%s", name);
-    slot->naddrs = 0;
-    for (size_t i = 0; i < n && slot->naddrs < DNS_ANSWERS_MAX; i++)
-        if (!policy_addr_forbidden(addrs[i]))
+    slot->naddrs = slot->nforbidden = 0;
+    for (size_t i = 0; i < n && slot->naddrs < DNS_ANSWERS_MAX; i++) {
+        if (policy_addr_forbidden(addrs[i]))
+            slot->nforbidden++;
+        else
             slot->addrs[slot->naddrs++] = addrs[i];
+    }
     slot->expires_ms = now + (uint64_t)ttl * 1000;
     return slot;
 }
