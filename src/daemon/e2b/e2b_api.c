@@ -196,6 +196,13 @@ static void wait_close(struct http_req *req, void *arg)
 static void wait_done(struct wait *w, const struct store_op *op)
 {
     struct http_req *req = w->req;
+    if (strcmp(op->state, "succeeded") != 0 && w->after == AFTER_CREATE) {
+        /* E2B has no failed sandboxes: a create that failed leaves nothing behind. */
+        struct store_op del;
+        struct spaced_err derr;
+        if (op_submit(w->e->sp, w->tenant, OP_DELETE, w->sandbox, &del, &derr) == 0)
+            store_op_clear(&del);
+    }
     if (strcmp(op->state, "succeeded") != 0) {
         rest_error(req, strcmp(op->error_code, "not_found") == 0 ? 404 : 500,
                    "%s %s: %s", op->kind, op->state,
@@ -378,6 +385,12 @@ static void timeout_route(struct e2b *e, struct http_req *req, struct auth_princ
                           json_t *body, const char *raw, size_t len)
 {
     struct sbx *s = find_or_404(e, req, who->tenant);
+    if (s && sbx_desired(s) != SBX_RUNNING) {
+        /* As in E2B: a paused sandbox has no timeout to change (older SDKs rely on this
+         * 404 to fall back to /resume). */
+        rest_error(req, 404, "sandbox %s is not running", sbx_id(s));
+        return;
+    }
     int64_t t = s ? body_timeout(req, body, "timeout", -1) : -1;
     if (!s || t < 0) {
         if (s && !json_object_get(body, "timeout"))
