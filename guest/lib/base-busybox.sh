@@ -9,7 +9,7 @@ base_busybox() {
     dir=$1
     bb=${SPACE_BUSYBOX:-/bin/busybox}
     [ -x "$bb" ] || die "$bb not found (apt-get install busybox-static)"
-    file -L "$bb" | grep -q 'statically linked' || die "$bb is not static (need busybox-static)"
+    ldd "$bb" 2>&1 | grep -q -E 'not a dynamic executable|statically linked' || die "$bb is not static (need busybox-static)"
 
     mkdir -p "$dir/bin" "$dir/sbin" "$dir/usr/bin" "$dir/usr/sbin" "$dir/usr/local/bin" \
              "$dir/etc/ssl/certs" "$dir/dev" "$dir/proc" "$dir/sys" "$dir/run" "$dir/mnt" \

@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=$1
 BUSYBOX=${SPACE_BUSYBOX:-/bin/busybox}
 [ -x "$BUSYBOX" ] || die "$BUSYBOX not found (apt-get install busybox-static)"
-file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || die "$BUSYBOX is not static (need busybox-static)"
+ldd "$BUSYBOX" 2>&1 | grep -q -E 'not a dynamic executable|statically linked' || die "$BUSYBOX is not static (need busybox-static)"
 EXTRA=$(mktemp -d "${TMPDIR:-/tmp}/space-test-extra.XXXXXX")
 trap 'rm -rf "$EXTRA"' EXIT INT TERM
 mkdir -p "$EXTRA/bin"
