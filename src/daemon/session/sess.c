@@ -8,6 +8,7 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/sandbox/sbx.h"
+#include "daemon/metrics.h"
 #include "log.h"
 
 #define SESS_GC_PERIOD_S 30
@@ -78,6 +79,16 @@ static void sess_append_json(struct sess *s, enum sess_ev_kind kind, json_t *obj
     json_decref(obj);
 }
 
+/* Reports the number of unfinished sessions to /metrics. */
+static void sess_report(struct sess_table *t)
+{
+    int64_t open = 0;
+    for (struct sess *s = t->head; s; s = s->nx)
+        open += !sess_finished(s);
+    if (t->sp->metrics)
+        metrics_sessions_set(t->sp->metrics, open);
+}
+
 static void sess_set_done(struct sess *s, enum sess_state st)
 {
     s->state = st;
@@ -85,6 +96,7 @@ static void sess_set_done(struct sess *s, enum sess_state st)
     if (s->timer)
         evtimer_del(s->timer);
     sess_stdin_abort(s, "the process has ended");
+    sess_report(s->t);
 }
 
 /* Ends the session as failed/lost with an `error` event readers see. */
@@ -160,13 +172,12 @@ static int sess_open_chan(struct sess *s, struct agentc *agent, struct spaced_er
                               sizeof why);
     }
     json_decref(req);
-    if (!s->chan)
+    if (!s->chan) {
         free(link);
-    else
-        s->link = link;
-    if (!s->chan)
         return spaced_err_set(err, 503, "unavailable", "cannot reach the sandbox's agent: %s",
                               why[0] ? why : "out of memory");
+    }
+    s->link = link;
     /* Every stream of a fresh channel starts with the protocol's initial window. */
     for (int i = 0; i < FRAME_STREAM_COUNT; i++) {
         s->credit[i] = FRAME_WINDOW_INITIAL;
@@ -545,6 +556,7 @@ struct sess *sess_create(struct sess_table *t, const char *tenant, const char *s
         t->head = s;
     t->tail = s;
     log_info("session.create", "session=%s sandbox=%s tenant=%s", s->id, s->sbx, s->tenant);
+    sess_report(t);
     return s;
 }
 
