@@ -53,15 +53,16 @@ fi
 mkdir -p "$OUT/cache"
 OUT=$(cd "$OUT" && pwd)
 DEB="$OUT/cache/${PKG}_${VERSION}_amd64.deb"
-# apt-get download names the file with the version's epoch escaped; find it by prefix.
 if [ ! -f "$DEB" ]; then
     say "downloading $PKG=$VERSION"
-    WORKDL=$(mktemp -d "$OUT/cache/dl.XXXXXX")
-    # _apt must be able to write the directory, or apt warns and downloads unsandboxed.
-    chmod 755 "$WORKDL"
+    # apt downloads as the unprivileged _apt user when it can reach the directory (else
+    # it warns and downloads as root): so a world-writable temporary directory, not OUT.
+    WORKDL=$(mktemp -d "${TMPDIR:-/tmp}/space-kernel-dl.XXXXXX")
+    chmod 1777 "$WORKDL"
     (cd "$WORKDL" && apt-get download -q "$PKG=$VERSION") || { rm -rf "$WORKDL"; die "apt-get download failed"; }
-    mv "$WORKDL"/*.deb "$DEB"
-    rmdir "$WORKDL"
+    mv "$WORKDL"/*.deb "$DEB.tmp"
+    mv "$DEB.tmp" "$DEB"
+    rm -rf "$WORKDL"
 else
     say "using cached $DEB"
 fi
