@@ -464,3 +464,37 @@ def test_sessions_need_a_running_sandbox(spaced):
     assert spaced.wait_op(op["id"])["state"] == "succeeded"
     r = spaced.request("GET", "%s/%s" % (URL_SESS % sid, s["id"]))
     assert r.status == 404
+
+
+def test_validation_without_a_vm(api_spaced):
+    """Paths that never reach a guest: they run even where VMs cannot."""
+    sp = api_spaced
+    fake = "sb" + "1" * 16
+    ss = "ss" + "2" * 24
+    cases = [
+        ("GET", "/v1/sandboxes/x/sessions", "admin", None, 400, "invalid_id"),
+        ("GET", "/v1/sandboxes/%s/sessions/zz" % fake, "admin", None, 400, "invalid_id"),
+        ("GET", "/v1/sandboxes/%s/sessions" % fake, "admin", None, 404, "not_found"),
+        ("POST", "/v1/sandboxes/%s/sessions" % fake, "admin", b'{"cmd":"x"}', 404, "not_found"),
+        ("GET", "/v1/sandboxes/%s/sessions/%s" % (fake, ss), "admin", None, 404, "not_found"),
+        ("GET", "/v1/sandboxes/%s/sessions" % fake, None, None, 401, "unauthorized"),
+        ("GET", "/v1/sandboxes/%s/files/stat?path=/" % fake, "admin", None, 404, "not_found"),
+        ("GET", "/v1/sandboxes/%s/files/stat?path=/" % fake, None, None, 401, "unauthorized"),
+    ]
+    for method, path, key, raw, want, code in cases:
+        r = sp.request(method, path, raw=raw, key=key)
+        assert (r.status, r.error_code()) == (want, code), (method, path, r)
+    # An attach token for a session that does not exist opens nothing.
+    r = sp.request("GET", "/v1/sandboxes/%s/sessions/%s/attach" % (fake, ss), key=None,
+                   headers={"Authorization": "Bearer sat_" + "x" * 43})
+    assert r.status == 403 and r.error_code() == "forbidden"
+    # A sandbox that is not running (the fake template cannot boot) refuses sessions.
+    created = sp.create({"template": "fake"})
+    sp.wait_op(created["operation"]["id"])
+    sid = created["sandbox"]["id"]
+    r = sp.request("POST", "/v1/sandboxes/%s/sessions" % sid, {"cmd": "true"})
+    assert r.status == 409 and r.error_code() == "not_running", r
+    r = sp.request("GET", "/v1/sandboxes/%s/files?path=/etc/hostname" % sid)
+    assert r.status == 409 and r.error_code() == "not_running", r
+    r = sp.request("GET", "/v1/sandboxes/%s/sessions" % sid)
+    assert r.status == 200 and r.json == {"sessions": []}
