@@ -5,7 +5,8 @@ as /init) and a qcow2 overlay of the base template's rootfs under QEMU microvm, 
 command line documented in docs/guest.md, and checks what the agent relies on: the
 modules in /modules/order load, /dev/vda exists and holds the template, and the
 virtio-serial port named space.agent is visible. Skips, saying what to build, when the
-kernel, the base template, QEMU or busybox-static are missing.
+kernel, the base template, QEMU or busybox-static are missing. A last test boots the real
+agent initramfs (build/guest/initramfs.cpio) the same way, when it has been built.
 """
 
 import os
@@ -61,12 +62,12 @@ def artifacts():
     return kernel, initrd, rootfs, order
 
 
-def boot(tmp_path, kernel, initrd, rootfs, extra_machine="", extra_args=()):
-    """Run one VM to completion; returns (exit status, console lines, seconds)."""
+def qemu_cmd(tmp_path, kernel, initrd, rootfs, extra_machine="", extra_args=()):
+    """The docs/guest.md command line, booting a fresh qcow2 overlay of rootfs."""
     overlay = tmp_path / "disk.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(rootfs),
                     "-F", "raw", str(overlay)], check=True)
-    cmd = ["qemu-system-x86_64",
+    return ["qemu-system-x86_64",
            "-M", MACHINE + extra_machine, "-accel", "tcg", "-cpu", "max",
            "-m", "256", "-smp", "1",
            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -79,6 +80,11 @@ def boot(tmp_path, kernel, initrd, rootfs, extra_machine="", extra_args=()):
            "-chardev", f"socket,id=agent,path={tmp_path / 'agent.sock'},server=on,wait=off",
            "-device", "virtserialport,chardev=agent,name=space.agent",
            "-device", "virtio-rng-device", *extra_args]
+
+
+def boot(tmp_path, kernel, initrd, rootfs, extra_machine="", extra_args=()):
+    """Run one VM to completion; returns (exit status, console lines, seconds)."""
+    cmd = qemu_cmd(tmp_path, kernel, initrd, rootfs, extra_machine, extra_args)
     started = time.monotonic()
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -120,3 +126,33 @@ def test_boot_with_shared_file_memory(artifacts, tmp_path):
         extra_args=("-object", f"memory-backend-file,id=mem,size=256M,mem-path={mem},share=on"))
     check_boot(status, lines, order)
     assert mem.stat().st_size == 256 << 20
+
+
+def test_agent_initramfs_reaches_ready(artifacts, tmp_path):
+    """The packaging works for the real agent: it loads the modules, switches to the base
+    rootfs and finds its port (it logs event=init.ready then), within the timeout."""
+    kernel, _, rootfs, _ = artifacts
+    initrd = GUEST / "initramfs.cpio"
+    need(initrd, "make guest (guest/build-initramfs.sh build/guest build/guest/space-agent)")
+    proc = subprocess.Popen(qemu_cmd(tmp_path, kernel, initrd, rootfs), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    try:
+        os.set_blocking(proc.stdout.fileno(), False)
+        pending = b""
+        while time.monotonic() < deadline and proc.poll() is None:
+            chunk = proc.stdout.read() or b""
+            pending += chunk
+            *done, pending = pending.split(b"\n")
+            lines += [d.decode(errors="replace").rstrip("\r") for d in done]
+            if any("event=init.ready" in line for line in lines):
+                break
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    console = "\n".join(lines[-60:])
+    assert any("event=init.ready" in line for line in lines), \
+        f"agent never logged event=init.ready; console:\n{console}"
+    assert any("port=/dev/vport" in line for line in lines if "init.ready" in line), console
