@@ -161,7 +161,8 @@ bool e2b_envd_hook(struct http_req *req, void *arg)
     const char *token = http_req_header(req, "X-Access-Token");
     if (sid)
         snprintf(id, sizeof id, "%s", sid);
-    else if (!by_host && e2b_token_sandbox(token, id, sizeof id) < 0) {
+    else if (!by_host && e2b_token_sandbox(token, id, sizeof id) < 0 &&
+             !(strcmp(path, "/files") == 0 && e2b_files_signer(e, req, id, sizeof id))) {
         reply_error(req, rpc, E2B_UNAVAILABLE, 502, "no sandbox addressed (E2b-Sandbox-Id)");
         return true;
     }

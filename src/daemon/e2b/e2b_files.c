@@ -18,6 +18,7 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/auth/auth.h"
+#include "daemon/sandbox/sbx.h"
 #include "e2b_gzip.h"
 #include "e2b_internal.h"
 #include "e2b_multipart.h"
@@ -58,6 +59,43 @@ static bool files_auth(struct e2b *e, struct http_req *req, struct e2b_box *box,
 }
 
 static struct agentc *box_agent(struct e2b *e, struct e2b_box *box);
+
+/* Finding the sandbox a signed URL is for: uploadUrl()/downloadUrl() with a shared
+ * E2B_SANDBOX_URL name no sandbox, so the signature itself is checked against each
+ * running sandbox's token (a SHA-256 per sandbox). */
+struct signer {
+    struct e2b *e;
+    struct http_req *req;
+    const char *op;
+    char *id;
+    size_t cap;
+    bool found;
+};
+
+static void try_signer(struct sbx *s, void *arg)
+{
+    struct signer *f = arg;
+    char tok[AUTH_TOKEN_MAX + STORE_ID_MAX + 2];
+    const char *path = http_req_query(f->req, "path"), *user = http_req_query(f->req, "username");
+    if (f->found || !sbx_agent(s) || e2b_token_for(f->e, sbx_id(s), tok, sizeof tok) < 0)
+        return;
+    if (e2b_sign_check(path ? path : "", f->op, user ? user : "", tok,
+                       http_req_query(f->req, "signature"),
+                       http_req_query(f->req, "signature_expiration"), time(NULL), NULL) == 0) {
+        snprintf(f->id, f->cap, "%s", sbx_id(s));
+        f->found = true;
+    }
+}
+
+bool e2b_files_signer(struct e2b *e, struct http_req *req, char *id, size_t cap)
+{
+    if (!http_req_query(req, "signature"))
+        return false;
+    struct signer f = {e, req, strcmp(http_req_method(req), "POST") == 0 ? "write" : "read",
+                       id, cap, false};
+    sbx_each(e->sp, try_signer, &f);
+    return f.found;
+}
 
 /* ---- download ---------------------------------------------------------------------------- */
 

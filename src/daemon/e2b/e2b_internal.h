@@ -137,6 +137,10 @@ void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, con
 void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
                     const char *user, bool token_ok);
 
+/* For a signed /files URL that names no sandbox: the running sandbox whose token the
+ * signature matches, into id[cap]. */
+bool e2b_files_signer(struct e2b *e, struct http_req *req, char *id, size_t cap);
+
 /* Home directory of a guest user ("/root" or "/home/<user>") into out[cap]. */
 void e2b_user_home(const char *user, char *out, size_t cap);
 

@@ -1,0 +1,93 @@
+// files.*: read/write (text, binary, multipart, octet-stream, gzip, several files),
+// list, exists, getInfo, makeDir, remove, rename, watchDir; uploadUrl/downloadUrl.
+import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, eventually } from './lib.mjs'
+
+await main(async () => {
+  const sbx = killLater(await Sandbox.create('base', { timeoutMs: 300_000 }))
+  const fs = sbx.files
+  const bin = new Uint8Array(70000).map((_, i) => (i * 31 + 7) & 255)
+
+  await step('write and read text (absolute and home-relative paths)', async () => {
+    const w = await fs.write('/home/user/a.txt', 'content-A')
+    assert.equal(w.path, '/home/user/a.txt')
+    assert.equal(w.name, 'a.txt')
+    assert.equal(await fs.read('/home/user/a.txt'), 'content-A')
+    const rel = await fs.write('rel/dir/b.txt', 'B')
+    assert.equal(rel.path, '/home/user/rel/dir/b.txt')
+    assert.equal(await fs.read('~/rel/dir/b.txt'), 'B')
+  })
+  await step('binary round trip (multipart upload)', async () => {
+    await fs.write('/tmp/bin.dat', bin)
+    const back = await fs.read('/tmp/bin.dat', { format: 'bytes' })
+    assert.deepEqual(Buffer.from(back), Buffer.from(bin))
+  })
+  await step('octet-stream and gzip uploads', async () => {
+    await fs.write('/tmp/octet.dat', bin, { useOctetStream: true })
+    assert.deepEqual(Buffer.from(await fs.read('/tmp/octet.dat', { format: 'bytes' })), Buffer.from(bin))
+    await fs.write('/tmp/gz.txt', 'compressed '.repeat(1000), { gzip: true })
+    assert.equal(await fs.read('/tmp/gz.txt', { gzip: true }), 'compressed '.repeat(1000))
+  })
+  await step('empty file', async () => {
+    await fs.write('/tmp/empty', '')
+    assert.equal(await fs.read('/tmp/empty'), '')
+  })
+  await step('several files in one request', async () => {
+    const infos = await fs.write([{ path: '/tmp/m/1.txt', data: 'one' }, { path: '/tmp/m/2.txt', data: 'two' }])
+    assert.deepEqual(infos.map((i) => i.path).sort(), ['/tmp/m/1.txt', '/tmp/m/2.txt'])
+    assert.equal(await fs.read('/tmp/m/2.txt'), 'two')
+  })
+  await step('read a missing file -> FileNotFoundError', async () => {
+    await rejectsWith(fs.read('/nope/missing.txt'), sdk.FileNotFoundError ?? sdk.NotFoundError)
+  })
+  await step('list, exists, getInfo', async () => {
+    const entries = await fs.list('/tmp/m')
+    assert.deepEqual(entries.map((e) => [e.name, e.type, e.path]).sort(),
+      [['1.txt', 'file', '/tmp/m/1.txt'], ['2.txt', 'file', '/tmp/m/2.txt']])
+    assert.equal(await fs.exists('/tmp/m/1.txt'), true)
+    assert.equal(await fs.exists('/tmp/m/none'), false)
+    const info = await fs.getInfo('/tmp/bin.dat')
+    assert.equal(info.type, 'file')
+    assert.equal(info.size, bin.length)
+    assert.match(info.permissions, /^-rw/)
+    assert.ok(info.modifiedTime instanceof Date && !isNaN(info.modifiedTime))
+    const dir = await fs.getInfo('/tmp/m')
+    assert.equal(dir.type, 'dir')
+    await rejectsWith(fs.getInfo('/tmp/m/none'), sdk.FileNotFoundError ?? sdk.NotFoundError)
+    const deep = await fs.list('/home/user', { depth: 3 })
+    assert.ok(deep.some((e) => e.path === '/home/user/rel/dir/b.txt'))
+  })
+  await step('makeDir, rename, remove', async () => {
+    assert.equal(await fs.makeDir('/tmp/d1/d2'), true)
+    assert.equal(await fs.makeDir('/tmp/d1/d2'), false)
+    const moved = await fs.rename('/tmp/m/1.txt', '/tmp/d1/d2/one.txt')
+    assert.equal(moved.path, '/tmp/d1/d2/one.txt')
+    assert.equal(await fs.read('/tmp/d1/d2/one.txt'), 'one')
+    await fs.remove('/tmp/d1')
+    assert.equal(await fs.exists('/tmp/d1'), false)
+  })
+  await step('watchDir reports creates and writes', async () => {
+    await fs.makeDir('/tmp/w')
+    const events = []
+    const h = await fs.watchDir('/tmp/w', (e) => events.push(e))
+    await fs.write('/tmp/w/x.txt', 'x')
+    await eventually(async () => events.some((e) => e.name === 'x.txt'), 'a watch event for x.txt')
+    assert.ok(events.every((e) => typeof e.type === 'string'))
+    await h.stop()
+    await rejectsWith(fs.watchDir('/tmp/no-such-dir', () => {}), sdk.SandboxError)
+  })
+  await step('uploadUrl / downloadUrl signatures', async () => {
+    const up = await sbx.uploadUrl('/tmp/signed.txt')
+    assert.match(up, /signature=v1_/)
+    const form = new FormData()
+    form.append('file', new Blob(['signed upload']), '/tmp/signed.txt')
+    const r = await fetch(up, { method: 'POST', body: form})
+    assert.equal(r.status, 200, await r.clone().text())
+    const down = await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: 60 })
+    const d = await fetch(down) // the signature alone finds the sandbox
+    assert.equal(d.status, 200)
+    assert.equal(await d.text(), 'signed upload')
+    const bad = await fetch(down.replace(/signature=v1_[^&]+/, 'signature=v1_AAAA'), { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } })
+    assert.equal(bad.status, 401)
+    assert.equal((await bad.json()).code, 401)
+  })
+})

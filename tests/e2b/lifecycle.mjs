@@ -1,0 +1,84 @@
+// Sandbox lifecycle through the SDK: create (template, timeout, metadata, envs), getInfo,
+// list with filters and paging, setTimeout, isRunning, connect, pause/resume keeping id,
+// token, files and running processes, kill.
+import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, eventually } from './lib.mjs'
+
+await main(async () => {
+  let a, b
+  await step('create with template, timeout, metadata and envs', async () => {
+    a = killLater(await Sandbox.create('base', {
+      timeoutMs: 300_000, metadata: { run: runId, 'odd key': 'v&=1', n: '1' }, envs: { GREETING: 'hello e2b' },
+    }))
+    assert.match(a.sandboxId, /^sb[0-9a-f]{16}$/)
+    b = killLater(await Sandbox.create('base', { timeoutMs: 300_000, metadata: { run: runId, n: '2' } }))
+    assert.notEqual(a.sandboxId, b.sandboxId)
+  })
+  await step('sandbox-level envs reach commands', async () => {
+    const r = await a.commands.run('echo "$GREETING"')
+    assert.equal(r.stdout, 'hello e2b\n')
+  })
+  await step('getInfo', async () => {
+    const info = await a.getInfo()
+    assert.equal(info.sandboxId, a.sandboxId)
+    assert.equal(info.templateId, 'base')
+    assert.equal(info.state, 'running')
+    assert.deepEqual(info.metadata, { run: runId, 'odd key': 'v&=1', n: '1' })
+    assert.ok(info.endAt.getTime() - Date.now() > 200_000, 'endAt reflects the 300 s timeout')
+  })
+  await step('list: metadata filter (encoded keys/values) and paging', async () => {
+    const only = await Sandbox.list({ query: { metadata: { run: runId, 'odd key': 'v&=1' } } }).nextItems()
+    assert.deepEqual(only.map((s) => s.sandboxId), [a.sandboxId])
+    const p = Sandbox.list({ query: { metadata: { run: runId } }, limit: 1 })
+    const page1 = await p.nextItems()
+    assert.equal(page1.length, 1)
+    assert.equal(p.hasNext, true)
+    const page2 = await p.nextItems()
+    assert.equal(page2.length, 1)
+    assert.deepEqual(new Set([...page1, ...page2].map((s) => s.sandboxId)), new Set([a.sandboxId, b.sandboxId]))
+    assert.equal(p.hasNext, false)
+    assert.equal(page1[0].state, 'running')
+  })
+  await step('setTimeout shortens and extends the deadline', async () => {
+    await a.setTimeout(120_000)
+    let info = await a.getInfo()
+    assert.ok(info.endAt.getTime() - Date.now() < 130_000)
+    await a.setTimeout(600_000)
+    info = await a.getInfo()
+    assert.ok(info.endAt.getTime() - Date.now() > 500_000)
+  })
+  await step('isRunning', async () => {
+    assert.equal(await a.isRunning(), true)
+  })
+  let bg
+  await step('pause keeps files and processes; a second pause returns false', async () => {
+    await a.files.write('/home/user/before-pause.txt', 'kept')
+    bg = await a.commands.run('sleep 3000', { background: true })
+    assert.equal(await a.pause(), true)
+    assert.equal(await a.isRunning(), false)
+    const listed = await Sandbox.list({ query: { metadata: { run: runId, n: '1' }, state: ['paused'] } }).nextItems()
+    assert.deepEqual(listed.map((s) => [s.sandboxId, s.state]), [[a.sandboxId, 'paused']])
+    assert.equal(await a.pause(), false)
+  })
+  await step('connect resumes with the same id and token', async () => {
+    const c = await Sandbox.connect(a.sandboxId)
+    assert.equal(c.sandboxId, a.sandboxId)
+    assert.equal(await c.isRunning(), true)
+    assert.equal(await c.files.read('/home/user/before-pause.txt'), 'kept')
+    const procs = await c.commands.list()
+    assert.ok(procs.some((p) => p.pid === bg.pid), 'background process survived pause/resume')
+    // The old handle (same token) works again too.
+    assert.equal((await a.commands.run('echo again')).stdout, 'again\n')
+    assert.equal(await c.commands.kill(bg.pid), true)
+  })
+  await step('connect to a running sandbox', async () => {
+    const c = await Sandbox.connect(b.sandboxId)
+    assert.equal((await c.commands.run('echo b')).stdout, 'b\n')
+  })
+  await step('kill, then kill again returns false and connect fails', async () => {
+    assert.equal(await b.kill(), true)
+    assert.equal(await Sandbox.kill(b.sandboxId), false)
+    await rejectsWith(Sandbox.connect(b.sandboxId), sdk.SandboxError)
+    await eventually(async () => !(await Sandbox.list({ query: { metadata: { run: runId } } }).nextItems())
+      .some((s) => s.sandboxId === b.sandboxId), 'killed sandbox to leave the list')
+  })
+})
