@@ -204,10 +204,275 @@ static void test_boot_pause_kill(void **state)
     assert_int_equal(access(p, F_OK), -1); /* runtime files cleaned up */
 }
 
+
+/* Template snapshot, then clones restored from it (running and paused-then-resumed),
+ * each greeted by the agent; a clone is then suspended and restored from its own
+ * snapshot. */
+static char tmpl_overlay[160], tmpl_snap[160];
+
+static void make_template(void)
+{
+    struct box t;
+    struct obs o;
+    if (tmpl_snap[0])
+        return;
+    box_init(&t, "tmpl", NULL);
+    char mem[200];
+    snprintf(tmpl_snap, sizeof(tmpl_snap), "%s/tmpl-snap", work);
+    mkdir(tmpl_snap, 0700);
+    snprintf(mem, sizeof(mem), "%s/mem", tmpl_snap);
+    t.cfg.mem_path = mem;
+    struct vm *vm = boot(&t, &o);
+    /* The clone's agent must greet a new host: the template's connection is closed
+     * before the snapshot. */
+    vmh_hello_stop(&o.hello);
+    struct vmh_done d = { 0 };
+    double t0 = vmh_now_ms();
+    assert_int_equal(vm_template_snapshot(vm, tmpl_snap, vmh_done_cb, &d), VM_OK);
+    vmh_run_until(base, &d.done, 60000);
+    if (d.err)
+        fail_msg("template snapshot: %s", d.msg);
+    fprintf(stderr, "template snapshot: %.0f ms\n", vmh_now_ms() - t0);
+    vmh_run_until(base, &o.exited, 10000);
+    assert_int_equal(o.reason, VM_EXIT_SAVED);
+    snprintf(tmpl_overlay, sizeof(tmpl_overlay), "%s", t.disk);
+}
+
+static struct vm *restore(struct box *b, struct obs *o, const char *dir, int paused)
+{
+    int err;
+    char msg[512];
+    obs_init(o);
+    struct vm *vm = vm_restore(base, &b->cfg, dir, paused, &cbs, o, &err, msg, sizeof(msg));
+    if (!vm)
+        fail_msg("vm_restore: %s", msg);
+    return vm;
+}
+
+static void test_template_snapshot_restore(void **state)
+{
+    NEED_GUEST();
+    make_template();
+    struct box c;
+    struct obs o;
+    box_init(&c, "clone1", tmpl_overlay);
+    double t0 = vmh_now_ms();
+    struct vm *vm = restore(&c, &o, tmpl_snap, 0);
+    wait_ready_hello(&o);
+    fprintf(stderr, "template restore to agent HELLO: %.0f ms\n", o.hello.at_ms - t0);
+    assert_int_equal(vm_state(vm), VM_STATE_RUNNING);
+
+    /* suspend the clone, restore it from its own snapshot */
+    char sdir[200];
+    snprintf(sdir, sizeof(sdir), "%s/clone1-susp", work);
+    vmh_hello_stop(&o.hello);
+    struct vmh_done d = { 0 };
+    assert_int_equal(vm_suspend(vm, sdir, vmh_done_cb, &d), VM_OK);
+    vmh_run_until(base, &d.done, 60000);
+    if (d.err)
+        fail_msg("suspend: %s", d.msg);
+    vmh_run_until(base, &o.exited, 10000);
+    assert_int_equal(o.reason, VM_EXIT_SAVED);
+    vm = restore(&c, &o, sdir, 0);
+    wait_ready_hello(&o);
+    kill_and_wait(vm, &o);
+
+    /* paused restore (warm pool shape), then resume */
+    struct box c2;
+    box_init(&c2, "clone2", tmpl_overlay);
+    vm = restore(&c2, &o, tmpl_snap, 1);
+    vmh_run_until(base, &o.ready, BOOT_LIMIT_MS);
+    assert_int_equal(o.ready_err, VM_OK);
+    assert_int_equal(vm_state(vm), VM_STATE_PAUSED);
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(vm_resume(vm, vmh_done_cb, &d), VM_OK);
+    vmh_run_until(base, &o.hello.got, BOOT_LIMIT_MS);
+    assert_int_equal(o.hello.got, 1);
+    assert_int_equal(vm_state(vm), VM_STATE_RUNNING);
+    kill_and_wait(vm, &o);
+}
+
+/* QEMU killed from outside: noticed, reported as crashed, with the console tail. */
+static void test_crash_detected(void **state)
+{
+    NEED_GUEST();
+    struct box b;
+    struct obs o;
+    box_init(&b, "crash1", NULL);
+    struct vm *vm = boot(&b, &o);
+    kill(vm_pid(vm), SIGKILL);
+    double t0 = vmh_now_ms();
+    vmh_run_until(base, &o.exited, 30000);
+    assert_int_equal(o.exited, 1);
+    fprintf(stderr, "death noticed after %.0f ms: %s\n", o.exit_at - t0, o.exit_msg);
+    assert_int_equal(o.reason, VM_EXIT_CRASHED);
+    assert_non_null(strstr(o.tail, "space-agent"));
+}
+
+/* A QEMU that stops answering (SIGSTOP) is declared hung and killed. */
+static void test_hang_detected(void **state)
+{
+    NEED_GUEST();
+    struct box b;
+    struct obs o;
+    box_init(&b, "hang1", NULL);
+    struct vm *vm = boot(&b, &o);
+    kill(vm_pid(vm), SIGSTOP);
+    double t0 = vmh_now_ms();
+    vmh_run_until(base, &o.exited, 30000);
+    assert_int_equal(o.exited, 1);
+    fprintf(stderr, "hang noticed after %.0f ms: %s\n", o.exit_at - t0, o.exit_msg);
+    assert_int_equal(o.reason, VM_EXIT_HUNG);
+}
+
+/* spaced "restarts": the VM is detached, then adopted from its run directory and the
+ * agent greets the new connection. A record whose process is gone is refused. */
+static void test_adopt(void **state)
+{
+    NEED_GUEST();
+    struct box b;
+    struct obs o;
+    int err;
+    char msg[512];
+    box_init(&b, "adopt1", NULL);
+    struct vm *vm = boot(&b, &o);
+    pid_t pid = vm_pid(vm);
+    vmh_hello_stop(&o.hello);
+    vm_detach(vm);
+    assert_int_equal(kill(pid, 0), 0); /* still running */
+    obs_init(&o);
+    vm = vm_adopt(base, b.run, &cbs, &o, &err, msg, sizeof(msg));
+    if (!vm)
+        fail_msg("adopt: %s", msg);
+    wait_ready_hello(&o);
+    assert_int_equal(vm_pid(vm), pid);
+    assert_int_equal(vm_state(vm), VM_STATE_RUNNING);
+    /* the adopted VM is supervised like any other */
+    kill(pid, SIGKILL);
+    vmh_run_until(base, &o.exited, 30000);
+    assert_int_equal(o.reason, VM_EXIT_CRASHED);
+    waitpid(pid, NULL, 0); /* our child in this test process: reap it */
+    assert_null(vm_adopt(base, b.run, &cbs, &o, &err, msg, sizeof(msg)));
+}
+
+/* Bad input fails cleanly with the right code and leaves nothing running. */
+static void test_bad_input(void **state)
+{
+    NEED_GUEST();
+    struct box b;
+    struct obs o;
+    int err;
+    char msg[512];
+    box_init(&b, "bad1", NULL);
+    obs_init(&o);
+
+    struct vm_config c = b.cfg;
+    c.kernel = "/nonexistent/vmlinux";
+    assert_null(vm_boot(base, &c, &cbs, &o, &err, msg, sizeof(msg)));
+    assert_int_equal(err, VM_E_NOENT);
+
+    c = b.cfg;
+    c.id = "bad id";
+    assert_null(vm_boot(base, &c, &cbs, &o, &err, msg, sizeof(msg)));
+    assert_int_equal(err, VM_E_INVAL);
+
+    c = b.cfg;
+    c.accel = VM_ACCEL_KVM; /* unusable here (PVM or absent) */
+    if (access("/sys/module/kvm_pvm", F_OK) == 0 || access("/dev/kvm", F_OK) != 0) {
+        assert_null(vm_boot(base, &c, &cbs, &o, &err, msg, sizeof(msg)));
+        assert_int_equal(err, VM_E_START);
+    }
+
+    /* snapshot dir without a snapshot */
+    assert_null(vm_restore(base, &b.cfg, work, 0, &cbs, &o, &err, msg, sizeof(msg)));
+    assert_int_equal(err, VM_E_SNAPSHOT);
+
+    /* a corrupt state file: QEMU starts, fails to load, and the start reports it */
+    make_template();
+    char bad[200], cmd[2048];
+    snprintf(bad, sizeof(bad), "%s/corrupt-snap", work);
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s && ln -f %s/mem %s/mem && cp %s/state "
+             "%s/snapshot.json %s/ && dd if=/dev/urandom of=%s/state bs=1 seek=64 count=256 "
+             "conv=notrunc status=none", bad, tmpl_snap, bad, tmpl_snap, tmpl_snap, bad, bad);
+    assert_int_equal(system(cmd), 0);
+    struct box cl;
+    box_init(&cl, "bad2", tmpl_overlay);
+    struct vm *vm = vm_restore(base, &cl.cfg, bad, 0, &cbs, &o, &err, msg, sizeof(msg));
+    assert_non_null(vm);
+    vmh_run_until(base, &o.exited, BOOT_LIMIT_MS);
+    assert_int_equal(o.ready, 1);
+    assert_int_equal(o.ready_err, VM_E_SNAPSHOT);
+    assert_int_equal(o.reason, VM_EXIT_FAILED);
+    fprintf(stderr, "corrupt snapshot: %s\n", o.ready_msg);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/qmp.sock", cl.run);
+    assert_int_equal(access(p, F_OK), -1);
+
+    /* a snapshot taken with another memory size is refused before starting */
+    cl.cfg.mem_mib = 512;
+    assert_null(vm_restore(base, &cl.cfg, tmpl_snap, 0, &cbs, &o, &err, msg, sizeof(msg)));
+    assert_int_equal(err, VM_E_SNAPSHOT);
+}
+
+/* Two jailed sandboxes: each QEMU sees its own disk and none of the other's files. */
+static void test_jail_isolation(void **state)
+{
+    NEED_GUEST();
+    struct passwd *pw = getpwnam("nobody");
+    if (geteuid() != 0 || !pw) {
+        fprintf(stderr, "SKIP: jail test needs root and a `nobody` user\n");
+        skip();
+    }
+    struct box a, b;
+    struct obs oa, ob;
+    box_init(&a, "jaila", NULL);
+    box_init(&b, "jailb", NULL);
+    struct vm_jail j = { .enabled = 1, .uid = pw->pw_uid, .gid = pw->pw_gid,
+                         .cgroup_parent = "space-test", .cpu_percent = 100, .pids_max = 64 };
+    a.cfg.jail = j;
+    b.cfg.jail = j;
+    struct vm *va = boot(&a, &oa);
+    struct vm *vb = boot(&b, &ob);
+    char p[400];
+    /* seen from inside A's mount namespace */
+    snprintf(p, sizeof(p), "/proc/%d/root%s", (int)vm_pid(va), a.disk);
+    assert_int_equal(access(p, F_OK), 0); /* its own disk: there (so this check can fail) */
+    snprintf(p, sizeof(p), "/proc/%d/root%s", (int)vm_pid(va), b.disk);
+    assert_int_equal(access(p, F_OK), -1); /* the other's disk: absent */
+    snprintf(p, sizeof(p), "/proc/%d/root%s/agent.sock", (int)vm_pid(va), b.run);
+    assert_int_equal(access(p, F_OK), -1); /* the other's sockets: absent */
+    snprintf(p, sizeof(p), "/proc/%d/root%s", (int)vm_pid(va), b.run);
+    assert_int_equal(access(p, F_OK), -1);
+    /* and it runs unprivileged, as PID 1 of its own PID namespace */
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)vm_pid(va));
+    FILE *f = fopen(p, "r");
+    char line[256];
+    int uid_ok = 0, nspid_ok = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        unsigned r, e;
+        if (sscanf(line, "Uid: %u %u", &r, &e) == 2)
+            uid_ok = r == pw->pw_uid && e == pw->pw_uid;
+        if (!strncmp(line, "NSpid:", 6))
+            nspid_ok = strstr(line, "\t1\n") != NULL;
+    }
+    if (f)
+        fclose(f);
+    assert_true(uid_ok);
+    assert_true(nspid_ok);
+    kill_and_wait(va, &oa);
+    kill_and_wait(vb, &ob);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_boot_pause_kill),
+        cmocka_unit_test(test_template_snapshot_restore),
+        cmocka_unit_test(test_crash_detected),
+        cmocka_unit_test(test_hang_detected),
+        cmocka_unit_test(test_adopt),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_jail_isolation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

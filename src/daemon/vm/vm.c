@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define VM_START_TIMEOUT_MS 30000 /* QEMU up and (restore) state loaded */
+#define QMP_LOST_GRACE_MS 300     /* monitor EOF -> wait this long for the exit itself */
 #define CGROUP_ROOT "/sys/fs/cgroup"
 
 /* ---- accelerator --------------------------------------------------------------------- */
@@ -111,6 +112,9 @@ static void release(struct vm *vm)
     if (vm->kill_timer)
         event_free(vm->kill_timer);
     vm->kill_timer = NULL;
+    if (vm->lost_timer)
+        event_free(vm->lost_timer);
+    vm->lost_timer = NULL;
     if (vm->pid_ev)
         event_free(vm->pid_ev);
     vm->pid_ev = NULL;
@@ -170,9 +174,12 @@ static void finish(struct vm *vm, int status)
         if (vm_qemu_log_tail(vm, qlog, sizeof(qlog)) > 0) {
             size_t l = strlen(msg);
             snprintf(msg + l, sizeof(msg) - l, "; qemu: %s", qlog);
+            /* QEMU may echo bytes of a corrupt stream: keep the message printable. */
             for (char *c = msg + l; *c; c++)
                 if (*c == '\n')
                     *c = ' ';
+                else if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+                    *c = '?';
         }
         int err = reason == VM_EXIT_HUNG ? VM_E_TIMEOUT
                   : vm->snap_dir && reason == VM_EXIT_CRASHED ? VM_E_SNAPSHOT
@@ -279,14 +286,28 @@ static void on_qmp_event(struct qmp *q, const char *ev, json_t *data, void *arg)
     }
 }
 
+static void on_qmp_lost(evutil_socket_t fd, short what, void *arg)
+{
+    struct vm *vm = arg;
+    char m[200];
+    snprintf(m, sizeof(m), "QMP connection lost: %s", vm->qmp_lost_why);
+    vm_kill_reason(vm, VM_EXIT_CRASHED, m);
+}
+
 static void on_qmp_close(struct qmp *q, const char *why, void *arg)
 {
     struct vm *vm = arg;
-    /* Normally the echo of an exit the pidfd reports next; if the process is somehow
-     * alive without its monitor it can no longer be controlled, so it is killed. */
-    char m[200];
-    snprintf(m, sizeof(m), "QMP connection lost: %s", why);
-    vm_kill_reason(vm, VM_EXIT_CRASHED, m);
+    /* Normally the echo of an exit the pidfd reports a moment later (with the real
+     * cause); a process still alive without its monitor after QMP_LOST_GRACE_MS can no
+     * longer be controlled, so it is killed. */
+    snprintf(vm->qmp_lost_why, sizeof(vm->qmp_lost_why), "%s", why);
+    struct timeval tv = { 0, QMP_LOST_GRACE_MS * 1000 };
+    if (!vm->lost_timer)
+        vm->lost_timer = evtimer_new(vm->base, on_qmp_lost, vm);
+    if (vm->lost_timer)
+        evtimer_add(vm->lost_timer, &tv);
+    else
+        on_qmp_lost(-1, 0, vm);
 }
 
 static const struct qmp_handlers qmp_h = {

@@ -184,8 +184,8 @@ int vm_cmdline_build(const struct vm_config *cfg, const struct vm_launch *l,
     r |= push(a, strdup("-name"));
     r |= pushf(a, "%s,process=space-%s,debug-threads=on", cfg->id, cfg->id);
     r |= push(a, strdup("-M"));
-    r |= pushf(a, "microvm,x-option-roms=off,acpi=on,pit=off,pic=off,rtc=on,isa-serial=on%s",
-               l->mem_path ? ",memory-backend=ram0" : "");
+    r |= push(a, strdup("microvm,x-option-roms=off,acpi=on,pit=off,pic=off,rtc=on,isa-serial=on,"
+                        "memory-backend=ram0"));
     r |= push(a, strdup("-accel"));
     r |= push(a, strdup(kvm ? "kvm" : "tcg"));
     r |= push(a, strdup("-cpu"));
@@ -194,12 +194,18 @@ int vm_cmdline_build(const struct vm_config *cfg, const struct vm_launch *l,
     r |= pushf(a, "%u", cfg->vcpus);
     r |= push(a, strdup("-m"));
     r |= pushf(a, "%uM", cfg->mem_mib);
+    /* RAM is always a backend object named ram0, so the migration stream names the same
+     * RAM block whether the VM ran from a template file or anonymous memory: a clone
+     * (file-backed) can be suspended and restored into anonymous RAM. */
     if (l->mem_path) {
         char suffix[64];
         snprintf(suffix, sizeof(suffix), ",share=%s,size=%uM", l->mem_share ? "on" : "off",
                  cfg->mem_mib);
         r |= push_path_opt(a, "-object", "memory-backend-file,id=ram0,mem-path=", l->mem_path,
                            suffix);
+    } else {
+        r |= push(a, strdup("-object"));
+        r |= pushf(a, "memory-backend-ram,id=ram0,size=%uM", cfg->mem_mib);
     }
     r |= push(a, strdup("-nodefaults"));
     r |= push(a, strdup("-no-user-config"));

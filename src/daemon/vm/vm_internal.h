@@ -39,7 +39,9 @@ struct vm {
     struct event *con_ev;     /* owned */
     int log_fd;               /* console.log, O_APPEND */
     size_t log_size;
-    struct event *kill_timer; /* owned: vm_shutdown deadline */
+    struct event *kill_timer; /* owned: start / vm_shutdown deadline */
+    struct event *lost_timer; /* owned: QMP closed, process not yet seen exiting */
+    char qmp_lost_why[128];
 
     enum vm_op op;            /* operation in progress */
     vm_done_cb op_cb;
