@@ -8,6 +8,7 @@
  *
  * Threading: everything runs on the event_base's thread. Every function below must be
  * called from that thread (from a callback, or from an event on the same base).
+ * The process must ignore SIGPIPE (a write to a vanished client would kill it).
  *
  * What the server does by itself (the application never sees these requests):
  *   - malformed or hostile heads: 400/413/414/431/501/505 with a JSON error body

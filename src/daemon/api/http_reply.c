@@ -138,7 +138,9 @@ static void write_head(struct http_req *r, int status, const char *content_type,
     bool keep = http_req_keep_alive(r);
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, http_status_reason(status),
                         server_date(c->srv));
-    if (content_type)
+    /* A content type can come from outside (a proxied file's type): never let it
+     * break the head. */
+    if (content_type && !strpbrk(content_type, "\r\n"))
         evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
     evbuffer_add_buffer(out, r->extra_headers);
     if (length >= 0)
