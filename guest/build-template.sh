@@ -10,7 +10,7 @@
 # "run" steps execute with chroot(8) in the tree, without /proc or /dev mounted; env, workdir
 # and user steps apply to the run steps after them and become the template's defaults.
 # If OUTDIR/ca/space-ca.crt exists it is added to the image's trust store.
-# Re-running with an unchanged spec, CA and kernel does nothing (SPACE_TEMPLATE_REBUILD=1
+# Re-running with an unchanged spec and CA does nothing (SPACE_TEMPLATE_REBUILD=1
 # forces a build). Needs root (chroot, file ownership in the image).
 set -eu
 
@@ -66,12 +66,12 @@ OUT=$(cd "$OUT" && pwd)
 DEST="$OUT/templates/$NAME"
 CA="$OUT/ca/space-ca.crt"
 
-# ---- up to date? The key covers the spec, the CA, the kernel and this builder's base code.
+# ---- up to date? The key covers what decides the image's contents: the spec, the CA and
+# this builder's base code. Not the kernel (the image holds none): a rebuild replaces the
+# file sandbox overlays may be backed by, so it happens only when the contents change.
 CA_SHA=null
 [ -f "$CA" ] && CA_SHA=$(sha256sum < "$CA" | cut -c1-64)
-KVER=null
-[ -f "$OUT/kernel.version" ] && KVER=$(sed -n 's/^release=//p' "$OUT/kernel.version")
-KEY=$( { jq -cS . "$SPEC"; echo "$CA_SHA $KVER"; cat "$HERE/lib/base-busybox.sh" "$HERE/lib/base-debootstrap.sh"; } | sha256sum | cut -c1-64)
+KEY=$( { jq -cS . "$SPEC"; echo "$CA_SHA"; cat "$HERE/lib/base-busybox.sh" "$HERE/lib/base-debootstrap.sh"; } | sha256sum | cut -c1-64)
 if [ "${SPACE_TEMPLATE_REBUILD:-0}" != 1 ] && [ -f "$DEST/rootfs.ext4" ] &&
    [ "$(jq -r '.build_key // ""' "$DEST/template.json" 2>/dev/null)" = "$KEY" ]; then
     say "$NAME is up to date ($DEST), nothing to do"
@@ -99,7 +99,7 @@ case $BASE in
         base_debootstrap "$ROOT" "$SUITE" "$OUT/cache" $PACKAGES
         ;;
     *)
-        die "base '$BASE' is another template: build it through spaced (POST /templates), see docs/templates.md"
+        die "base '$BASE' is another template: build it through spaced's template API, see docs/templates.md"
         ;;
 esac
 
