@@ -293,6 +293,8 @@ void gw_conn_down_read(struct bufferevent *bev, void *arg)
 void gw_conn_down_event(struct bufferevent *bev, short what, void *arg)
 {
     struct gw_conn *c = arg;
+    if (what & BEV_EVENT_CONNECTED)
+        return; /* credential path: the guest-side TLS handshake finished */
     if ((what & BEV_EVENT_EOF) && c->state == CS_OPEN && c->up &&
         !(what & BEV_EVENT_ERROR)) {
         /* Half close: the guest is done sending; let the answer come back. */
@@ -304,14 +306,30 @@ void gw_conn_down_event(struct bufferevent *bev, short what, void *arg)
     gw_conn_free(c, false);
 }
 
+/* A closing connection ends once everything queued for the guest reached the kernel.
+ * On the credential path the TLS filter's own buffer empties before the socket
+ * bufferevent under it is flushed, so that one is polled briefly (bounded). */
+static void closing_check(struct gw_conn *c)
+{
+    struct bufferevent *sock = bufferevent_get_underlying(c->down);
+    if (evbuffer_get_length(bufferevent_get_output(c->down)) != 0)
+        return;
+    if (sock && evbuffer_get_length(bufferevent_get_output(sock)) != 0 && c->close_polls++ < 250) {
+        struct timeval tick = {0, 20000};
+        evtimer_add(c->timer, &tick);
+        return;
+    }
+    gw_conn_free(c, false);
+}
+
 /* A write side drained below its low watermark: resume the paused reader, or finish a
  * closing connection. */
 void gw_conn_write_done(struct bufferevent *bev, void *arg)
 {
     struct gw_conn *c = arg;
     if (c->state == CS_CLOSING) {
-        if (bev == c->down && evbuffer_get_length(bufferevent_get_output(c->down)) == 0)
-            gw_conn_free(c, false);
+        if (bev == c->down)
+            closing_check(c);
         return;
     }
     if (c->state != CS_OPEN)
@@ -331,7 +349,11 @@ void gw_conn_write_done(struct bufferevent *bev, void *arg)
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
-    gw_conn_deny(arg, "timeout", 408);
+    struct gw_conn *c = arg;
+    if (c->state == CS_CLOSING)
+        closing_check(c);
+    else
+        gw_conn_deny(c, "timeout", 408);
 }
 
 void gw_conn_accept(struct gw_sandbox *sb, int fd, bool tls)

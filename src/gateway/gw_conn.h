@@ -32,6 +32,7 @@ struct gw_conn {
     bool in_body;                     /* HTTP: forwarding a request body */
     bool opaque;                      /* HTTP: after a websocket upgrade, plain splice */
     bool down_eof;
+    unsigned close_polls;             /* closing_check rounds so far (bounded) */
     struct gwhttp_body body;
     char cred_header[GW_HEADER_MAX + 1]; /* mitm: header to replace */
     char *cred_value;                 /* mitm: owned copy of the secret, wiped on free */
