@@ -64,6 +64,47 @@ static void rm_rf(const char *path)
 
 static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
 
+/* The read-only layers under a sandbox's overlay, nearest first, kept beside the disk in
+ * backing.json: vm.h takes the chain explicitly and never trusts the overlay's header. */
+struct disk_chain {
+    unsigned n;
+    char path[VM_DISK_BACKING_MAX][SBX_PATH_MAX];
+    char format[VM_DISK_BACKING_MAX][8];
+};
+
+static int chain_save(struct sbx *s, const struct disk_chain *c)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < c->n; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "path", c->path[i], "format", c->format[i]));
+    char p[SBX_PATH_MAX];
+    sbx_path(s, "backing.json", p, sizeof p);
+    int rc = json_dump_file(arr, p, JSON_COMPACT);
+    json_decref(arr);
+    return rc;
+}
+
+static int chain_load(struct sbx *s, struct disk_chain *c)
+{
+    char p[SBX_PATH_MAX];
+    sbx_path(s, "backing.json", p, sizeof p);
+    json_t *arr = json_load_file(p, 0, NULL);
+    memset(c, 0, sizeof *c);
+    size_t i;
+    json_t *l;
+    json_array_foreach(arr, i, l) {
+        const char *path = json_string_value(json_object_get(l, "path"));
+        const char *fmt = json_string_value(json_object_get(l, "format"));
+        if (i >= VM_DISK_BACKING_MAX || !path || !fmt)
+            break;
+        snprintf(c->path[i], sizeof c->path[i], "%s", path);
+        snprintf(c->format[i], sizeof c->format[i], "%s", fmt);
+        c->n = (unsigned)i + 1;
+    }
+    json_decref(arr);
+    return c->n ? 0 : -1;
+}
+
 /* ---- finishing ---------------------------------------------------------------------- */
 
 static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
@@ -336,6 +377,16 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     }
     char disk[SBX_PATH_MAX];
     sbx_path(s, "disk.qcow2", disk, sizeof disk);
+    struct disk_chain chain;
+    if (chain_load(s, &chain) < 0) {
+        act_fail(s, SBX_FAILED, "disk_missing", "the sandbox's disk chain (backing.json) is unreadable");
+        return;
+    }
+    for (unsigned i = 0; i < chain.n; i++) {
+        cfg.backing[i].path = chain.path[i];
+        cfg.backing[i].format = chain.format[i];
+    }
+    cfg.n_backing = chain.n;
     if (mkdir_p(s->rec.run_dir) < 0) {
         act_fail(s, SBX_FAILED, "host_io", "cannot create %s: %s", s->rec.run_dir, strerror(errno));
         return;
@@ -430,6 +481,18 @@ static void act_create(struct sbx *s)
                              overlay, sizeof overlay);
     if (!snap)
         c->snap[0] = '\0';
+    struct disk_chain chain = {.n = 0};
+    if (snap) {
+        snprintf(chain.path[chain.n], sizeof chain.path[0], "%s", overlay);
+        snprintf(chain.format[chain.n++], sizeof chain.format[0], "qcow2");
+    }
+    snprintf(chain.path[chain.n], sizeof chain.path[0], "%s", t.rootfs);
+    snprintf(chain.format[chain.n++], sizeof chain.format[0], "raw");
+    if (chain_save(s, &chain) < 0) {
+        free(c);
+        act_fail(s, SBX_FAILED, "host_io", "cannot write %s/backing.json", dir);
+        return;
+    }
     op_progress(s->sp, s->op_id, 10, snap ? "restoring from the template snapshot"
                                          : "cold booting (template snapshot not built yet)");
     if (vm_disk_overlay_create(s->sp->base, snap ? overlay : t.rootfs, snap ? "qcow2" : "raw",

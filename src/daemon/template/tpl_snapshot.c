@@ -159,6 +159,9 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     cfg.vcpus = s->vcpus;
     cfg.mem_mib = s->mem_mib;
     cfg.disk = disk;
+    cfg.backing[0].path = s->rootfs;
+    cfg.backing[0].format = "raw";
+    cfg.n_backing = 1;
     cfg.run_dir = s->run_dir;
     cfg.mem_path = ram;
     int verr = 0;
