@@ -35,7 +35,14 @@ say "resolving $META through apt"
 PKG=$(apt-cache show --no-all-versions "$META" 2>/dev/null |
       sed -n 's/^Depends: *//p' | tr ',' '\n' | sed 's/^ *//; s/ .*//' |
       grep -E "^linux-image-[0-9].*-$FLAVOUR\$" | head -n 1) || true
-[ -n "$PKG" ] || die "cannot resolve $META (is apt configured? try: apt-get update)"
+if [ -z "$PKG" ]; then
+    # Without apt lists (cleaned image, no archive access) an existing kernel still boots.
+    if [ -f "$OUT/kernel.version" ]; then
+        say "warning: apt cannot resolve $META now; keeping the kernel already in $OUT"
+        exit 0
+    fi
+    die "cannot resolve $META (is apt configured? try: apt-get update)"
+fi
 VERSION=$(apt-cache show --no-all-versions "$PKG" | sed -n 's/^Version: *//p' | head -n 1)
 [ -n "$VERSION" ] || die "no candidate version for $PKG"
 RELEASE=${PKG#linux-image-}
@@ -118,6 +125,8 @@ else
 fi
 
 # ---- modules: resolve with modprobe against a depmod'ed copy of the package tree
+# The cloud flavour builds ext4 in; others (amd64) have it as a module the root needs.
+grep -q '^CONFIG_EXT4_FS=m' "$WORK/kernel.config" && WANTED="$WANTED ext4"
 say "resolving modules: $WANTED"
 depmod -b "$WORK/root" "$RELEASE"
 mkdir -p "$WORK/modules"
