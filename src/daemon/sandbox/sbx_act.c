@@ -204,6 +204,11 @@ static void refresh_close(void *arg)
     if (s->rec.timeout_s && (s->op_kind == OP_CREATE || s->op_kind == OP_RESTORE ||
                              s->op_kind == OP_WAKE || s->op_kind == OP_START))
         s->rec.deadline_ms = spaced_now_ms() + s->rec.timeout_s * 1000;
+    if (s->state == SBX_RESTORING) { /* the memory image is live again: free its disk */
+        char dir[SBX_PATH_MAX];
+        sbx_path(s, "suspend", dir, sizeof dir);
+        rm_rf(dir);
+    }
     act_ok(s, SBX_RUNNING);
 }
 
@@ -562,11 +567,11 @@ static void act_stop(struct sbx *s)
         return;
     }
     if (s->agent && s->agent_ready) {
+        static const struct agentc_chan_ops ignore = {0};
         json_t *req = json_pack("{s:s}", "op", "shutdown");
         char err[64];
         /* Fire and forget: the VM's exit is what counts. */
-        struct agentc_chan *ch = agentc_open(s->agent, req, NULL, NULL, 0, err, sizeof err);
-        (void)ch;
+        agentc_open(s->agent, req, &ignore, NULL, 0, err, sizeof err);
         json_decref(req);
     }
     if (vm_shutdown(s->vm, SBX_SHUTDOWN_TIMEOUT_MS, on_stopped, s) != 0)
