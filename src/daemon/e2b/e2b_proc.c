@@ -50,6 +50,7 @@ struct e2b_proc {
     struct waiter *waiters;
     uint32_t owed[FRAME_STREAM_COUNT]; /* OUT/ERR bytes not yet credited back */
     struct e2b_err err;        /* first agent ERROR on the channel */
+    json_t *retry;             /* exec request with /bin/sh for /bin/bash, until started */
     struct e2b_proc *next;
 };
 
@@ -63,6 +64,7 @@ static void proc_free(struct e2b_proc *p)
             break;
         }
     free(p->tag);
+    json_decref(p->retry);
     free(p);
 }
 
@@ -225,6 +227,8 @@ static void on_event(void *arg, json_t *ev)
             return;
         p->pid = (uint32_t)pid;
         p->ready = true;
+        json_decref(p->retry);
+        p->retry = NULL;
         if (json_is_true(json_object_get(ev, "pty")))
             p->pty = true;
         broadcast(p, e2b_proc_ev_start(p->pid));
@@ -260,11 +264,25 @@ static void on_error(void *arg, const char *code, const char *message)
         e2b_agent_err(&p->err, code, message);
 }
 
+static int proc_open(struct e2b_call *c, struct e2b_proc *p, json_t *request,
+                     struct e2b_err *err);
+
 static void on_close(void *arg)
 {
     struct e2b_proc *p = arg;
     p->ch = NULL;
     memset(p->owed, 0, sizeof p->owed);
+    /* The SDK always runs `/bin/bash -l -c <cmd>`; minimal templates (busybox) have only
+     * /bin/sh, which understands the same flags. */
+    if (!p->ready && p->retry && p->err.code == E2B_NOT_FOUND && p->subs) {
+        json_t *r = p->retry;
+        p->retry = NULL;
+        struct e2b_err err = {0};
+        int rc = proc_open(p->subs->call, p, r, &err);
+        json_decref(r);
+        if (rc == 0)
+            return;
+    }
     struct e2b_err err = p->err;
     if (err.code == E2B_OK)
         e2b_err_set(&err, E2B_UNAVAILABLE, "lost the process's output (sandbox paused?)");
@@ -398,6 +416,8 @@ void e2b_proc_start(struct e2b_call *c)
         return;
     }
     p->pty = st.has_pty;
+    if (strcmp(st.cmd, "/bin/bash") == 0 && (p->retry = json_deep_copy(r)))
+        json_array_set_new(json_object_get(p->retry, "argv"), 0, json_string("/bin/sh"));
     int rc = proc_open(c, p, r, &err);
     json_decref(r);
     if (rc < 0 || !sub_add(p, c, true)) {
