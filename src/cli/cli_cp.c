@@ -1,0 +1,169 @@
+/* cli_cp.c: `space cp LOCAL ID:PATH` and `space cp ID:PATH LOCAL`, streamed both ways
+ * (any size; "-" is stdin/stdout). An argument is remote when it has a ':' before any
+ * '/' ("./a:b" is a local file). */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CP_BUF (256 * 1024)
+
+/* Splits "ID:PATH"; returns false for a local path. */
+static bool split_remote(const char *arg, char *id, size_t idcap, const char **path)
+{
+    const char *colon = strchr(arg, ':');
+    const char *slash = strchr(arg, '/');
+    if (!colon || colon == arg || (slash && slash < colon) || (size_t)(colon - arg) >= idcap)
+        return false;
+    memcpy(id, arg, (size_t)(colon - arg));
+    id[colon - arg] = '\0';
+    *path = colon + 1;
+    return true;
+}
+
+/* Builds /v1/sandboxes/<id>/files?path=<p>. Returns 0 or -1. */
+static int files_url(const char *id, const char *p, char *out, size_t cap)
+{
+    char eid[128], ep[3 * 4096 + 1];
+    if (!*p || !cli_pct(id, eid, sizeof eid) || !cli_pct(p, ep, sizeof ep))
+        return -1;
+    int n = snprintf(out, cap, "/v1/sandboxes/%s/files?path=%s", eid, ep);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int upload(struct cli_ctx *x, const char *local, const char *id, const char *rpath)
+{
+    char url[16384], err[256];
+    if (files_url(id, rpath, url, sizeof url) < 0) {
+        cli_err("bad remote path");
+        return 2;
+    }
+    int fd = strcmp(local, "-") == 0 ? STDIN_FILENO : open(local, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        cli_err("cannot open %s: %s", local, strerror(errno));
+        return 1;
+    }
+    /* Regular files go with a length; pipes and stdin as chunks. */
+    bool sized = S_ISREG(st.st_mode);
+    struct cli_conn c;
+    if (cli_request(x, &c, "PUT", url, "Content-Type: application/octet-stream\r\n",
+                    sized ? (int64_t)st.st_size : -1) < 0) {
+        if (fd != STDIN_FILENO)
+            close(fd);
+        return 1;
+    }
+    char *buf = malloc(CP_BUF);
+    int rc = buf ? 0 : -1;
+    while (rc == 0) {
+        ssize_t n = read(fd, buf, CP_BUF);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cli_err("reading %s: %s", local, strerror(errno));
+            rc = -2;
+            break;
+        }
+        if (n == 0) {
+            if (!sized)
+                rc = cli_http_send_chunk(&c, NULL, 0);
+            break;
+        }
+        rc = sized ? cli_http_send(&c, buf, (size_t)n) : cli_http_send_chunk(&c, buf, (size_t)n);
+    }
+    free(buf);
+    if (fd != STDIN_FILENO)
+        close(fd);
+    /* Even if sending failed, the server may have said why before closing. */
+    int ret = 1;
+    if (rc != -2 && cli_http_read_head(&c, err, sizeof err) == 0) {
+        if (c.status == 200)
+            ret = 0;
+        else
+            cli_report_error(&c);
+    } else if (rc != -2) {
+        cli_err("upload failed: %s", err);
+    }
+    cli_http_close(&c);
+    return ret;
+}
+
+static int download(struct cli_ctx *x, const char *id, const char *rpath, const char *local)
+{
+    char url[16384], err[256];
+    if (files_url(id, rpath, url, sizeof url) < 0) {
+        cli_err("bad remote path");
+        return 2;
+    }
+    struct cli_conn c;
+    if (cli_request(x, &c, "GET", url, NULL, -2) < 0)
+        return 1;
+    if (cli_http_read_head(&c, err, sizeof err) < 0) {
+        cli_err("%s", err);
+        cli_http_close(&c);
+        return 1;
+    }
+    if (c.status != 200) {
+        cli_report_error(&c);
+        cli_http_close(&c);
+        return 1;
+    }
+    bool to_stdout = strcmp(local, "-") == 0;
+    int fd = to_stdout ? STDOUT_FILENO : open(local, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cli_err("cannot create %s: %s", local, strerror(errno));
+        cli_http_close(&c);
+        return 1;
+    }
+    char *buf = malloc(CP_BUF);
+    int ret = buf ? 0 : 1;
+    while (ret == 0) {
+        ssize_t n = cli_http_read_body(&c, buf, CP_BUF);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            cli_err("download of %s cut short", rpath);
+            ret = 1;
+            break;
+        }
+        for (ssize_t off = 0; off < n && ret == 0;) {
+            ssize_t w = write(fd, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                cli_err("writing %s: %s", local, strerror(errno));
+                ret = 1;
+            }
+            off += w > 0 ? w : 0;
+        }
+    }
+    free(buf);
+    if (!to_stdout && close(fd) < 0 && ret == 0) {
+        cli_err("writing %s: %s", local, strerror(errno));
+        ret = 1;
+    }
+    cli_http_close(&c);
+    return ret;
+}
+
+int cli_cmd_cp(struct cli_ctx *x, int argc, char **argv)
+{
+    char sid[128], did[128];
+    const char *spath, *dpath;
+    if (argc != 2) {
+        cli_err("usage: space cp LOCAL ID:PATH | space cp ID:PATH LOCAL");
+        return 2;
+    }
+    bool src_remote = split_remote(argv[0], sid, sizeof sid, &spath);
+    bool dst_remote = split_remote(argv[1], did, sizeof did, &dpath);
+    if (src_remote == dst_remote) {
+        cli_err("cp needs exactly one remote side written ID:PATH");
+        return 2;
+    }
+    return dst_remote ? upload(x, argv[0], did, dpath) : download(x, sid, spath, argv[1]);
+}

@@ -1,0 +1,146 @@
+/* cli_sandbox.c: `space create`, `ls`, `rm` and the lifecycle verbs. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses a positive integer option value; -1 if invalid. */
+static long long num_arg(const char *opt, const char *v)
+{
+    char *e;
+    long long n = v ? strtoll(v, &e, 10) : -1;
+    if (!v || !*v || *e || n < 0) {
+        cli_err("%s needs a non-negative number", opt);
+        return -1;
+    }
+    return n;
+}
+
+int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
+{
+    json_t *body = json_object();
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        static const struct {
+            const char *opt, *field;
+        } nums[] = {{"--cpus", "vcpus"}, {"--memory", "memory_mib"}, {"--timeout", "timeout"}};
+        bool done = false;
+        for (size_t k = 0; k < 3 && !done; k++) {
+            if (strcmp(o, nums[k].opt) != 0)
+                continue;
+            long long n = num_arg(o, v);
+            if (n < 0) {
+                json_decref(body);
+                return 2;
+            }
+            json_object_set_new(body, nums[k].field, json_integer(n));
+            done = true;
+        }
+        if (!done && strcmp(o, "--template") == 0 && v) {
+            json_object_set_new(body, "template", json_string(v));
+            done = true;
+        }
+        if (!done) {
+            cli_err("create: unknown or incomplete option %s", o);
+            json_decref(body);
+            return 2;
+        }
+        i++;
+    }
+    json_t *r = cli_call(x, "POST", "/v1/sandboxes", body, NULL);
+    json_decref(body);
+    if (!r)
+        return 1;
+    const char *sid = json_string_value(json_object_get(json_object_get(r, "sandbox"), "id"));
+    const char *op = json_string_value(json_object_get(json_object_get(r, "operation"), "id"));
+    char what[96];
+    snprintf(what, sizeof what, "creating %s", sid ? sid : "sandbox");
+    int rc = sid ? cli_wait_op(x, op, what) : 1;
+    if (rc == 0)
+        printf("%s\n", sid);
+    json_decref(r);
+    return rc;
+}
+
+static const char *str_or(const json_t *o, const char *k, const char *dflt)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : dflt;
+}
+
+int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv)
+{
+    if (argc) {
+        cli_err("ls takes no arguments");
+        return 2;
+    }
+    char path[256] = "/v1/sandboxes?limit=1000", cur[128];
+    printf("%-20s %-11s %-12s %5s %7s  %s\n", "ID", "STATE", "TEMPLATE", "CPUS", "MEM_MIB",
+           "CREATED");
+    for (;;) {
+        json_t *r = cli_call(x, "GET", path, NULL, NULL);
+        if (!r)
+            return 1;
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(r, "sandboxes"), i, s)
+        {
+            printf("%-20s %-11s %-12s %5lld %7lld  %s\n", str_or(s, "id", "?"),
+                   str_or(s, "state", "?"), str_or(s, "template", "-"),
+                   (long long)json_integer_value(json_object_get(s, "vcpus")),
+                   (long long)json_integer_value(json_object_get(s, "memory_mib")),
+                   str_or(s, "created_at", "-"));
+        }
+        const char *next = json_string_value(json_object_get(r, "next_cursor"));
+        bool more = next && cli_pct(next, cur, sizeof cur);
+        if (more)
+            snprintf(path, sizeof path, "/v1/sandboxes?limit=1000&cursor=%s", cur);
+        json_decref(r);
+        if (!more)
+            return 0;
+    }
+}
+
+/* Sends a lifecycle request and waits for its operation. */
+static int lifecycle(struct cli_ctx *x, const char *method, const char *id, const char *verb)
+{
+    char eid[128], path[256], what[160];
+    if (!cli_pct(id, eid, sizeof eid)) {
+        cli_err("sandbox id too long");
+        return 2;
+    }
+    if (verb)
+        snprintf(path, sizeof path, "/v1/sandboxes/%s/%s", eid, verb);
+    else
+        snprintf(path, sizeof path, "/v1/sandboxes/%s", eid);
+    json_t *r = cli_call(x, method, path, NULL, NULL);
+    if (!r)
+        return 1;
+    snprintf(what, sizeof what, "%s %s", verb ? verb : "delete", id);
+    int rc = cli_wait_op(x, json_string_value(json_object_get(json_object_get(r, "operation"), "id")),
+                         what);
+    json_decref(r);
+    return rc;
+}
+
+int cli_cmd_rm(struct cli_ctx *x, int argc, char **argv)
+{
+    if (argc < 1) {
+        cli_err("usage: space rm ID...");
+        return 2;
+    }
+    int rc = 0;
+    for (int i = 0; i < argc; i++)
+        rc |= lifecycle(x, "DELETE", argv[i], NULL);
+    return rc;
+}
+
+int cli_cmd_verb(struct cli_ctx *x, const char *verb, int argc, char **argv)
+{
+    if (argc != 1) {
+        cli_err("usage: space %s ID", verb);
+        return 2;
+    }
+    return lifecycle(x, "POST", argv[0], verb);
+}

@@ -1,0 +1,60 @@
+/* space: command-line client for spaced (see `space help`). */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: space COMMAND [ARGS]\n"
+    "\n"
+    "  create [--template T] [--cpus N] [--memory MiB] [--timeout S]\n"
+    "                              create a sandbox; prints its id once running\n"
+    "  ls                          list sandboxes\n"
+    "  rm ID...                    delete sandboxes\n"
+    "  pause|resume|suspend|restore|stop|start|wake ID\n"
+    "                              lifecycle verbs (waits until done)\n"
+    "  exec ID -- CMD [ARGS...]    run a command; streams its output, exits with its status\n"
+    "  cp LOCAL ID:PATH            upload a file (LOCAL '-' = stdin)\n"
+    "  cp ID:PATH LOCAL            download a file (LOCAL '-' = stdout)\n"
+    "  template ls                 list templates\n"
+    "  template build NAME [--from BASE] --run CMD [--run CMD...]\n"
+    "                              build a template\n"
+    "\n"
+    "environment: SPACE_URL (default " CLI_DEFAULT_URL "), SPACE_API_KEY (default: the\n"
+    "contents of " CLI_ADMIN_KEY_FILE ")\n";
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "-h") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    struct cli_ctx x;
+    if (cli_ctx_init(&x) < 0)
+        return 1;
+    const char *cmd = argv[1];
+    int n = argc - 2;
+    char **rest = argv + 2;
+    static const char *const verbs[] = {"pause", "resume", "suspend", "restore",
+                                        "stop",  "start",  "wake"};
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (strcmp(cmd, verbs[i]) == 0)
+            return cli_cmd_verb(&x, cmd, n, rest);
+    if (strcmp(cmd, "create") == 0)
+        return cli_cmd_create(&x, n, rest);
+    if (strcmp(cmd, "ls") == 0)
+        return cli_cmd_ls(&x, n, rest);
+    if (strcmp(cmd, "rm") == 0)
+        return cli_cmd_rm(&x, n, rest);
+    if (strcmp(cmd, "exec") == 0)
+        return cli_cmd_exec(&x, n, rest);
+    if (strcmp(cmd, "cp") == 0)
+        return cli_cmd_cp(&x, n, rest);
+    if (strcmp(cmd, "template") == 0)
+        return cli_cmd_template(&x, n, rest);
+    fprintf(stderr, "space: unknown command %s\n\n%s", cmd, usage);
+    return 2;
+}
