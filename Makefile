@@ -14,6 +14,9 @@ SAN      ?= 0
 PREFIX   ?= /usr/local
 DATA_DIR ?= /var/lib/space
 LISTEN   ?= 127.0.0.1:7070
+# Debian's python3 (with python3-pytest); a python3 earlier on PATH (pyenv) may lack pytest.
+PYTHON   ?= /usr/bin/python3
+TEMPLATES ?= base
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wformat=2 -Wvla
 CSTD    := -std=gnu11 -D_GNU_SOURCE
@@ -122,8 +125,8 @@ kernel:
 guest: agent kernel
 	guest/build-initramfs.sh build/guest $(AGENT)
 
-templates: guest programs
-	guest/build-template.sh build/guest base
+templates: guest
+	@set -e; for t in $(TEMPLATES); do guest/build-template.sh build/guest $$t; done
 
 deps:
 	scripts/install-deps.sh
@@ -131,7 +134,7 @@ deps:
 # ---- end-to-end tests: real spaced, real VMs (pytest)
 e2e: guest
 	$(MAKE) SAN=1 programs
-	SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest) python3 -m pytest -q tests/e2e
+	SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest) $(PYTHON) -m pytest -q tests/e2e
 
 test: deps
 	$(MAKE) SAN=1 unit
@@ -142,7 +145,7 @@ run: deps guest programs
 	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest)
 
 bench: guest programs
-	@for b in bench/*.py; do python3 $$b; done
+	@for b in bench/*.py; do $(PYTHON) $$b; done
 
 clean:
 	rm -rf build

@@ -13,7 +13,7 @@ PKGS=(
   # VM runtime
   qemu-system-x86 qemu-utils
   # guest images
-  busybox-static debootstrap cpio e2fsprogs kmod lz4 xz-utils zstd dpkg-dev
+  busybox-static debootstrap cpio e2fsprogs kmod lz4 xz-utils zstd dpkg-dev jq
   # networking (gateway, namespaces) and test tools
   iproute2 nftables curl openssl socat bind9-dnsutils
   # tests
