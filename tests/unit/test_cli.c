@@ -1,0 +1,357 @@
+/* Tests of the `space` CLI commands against a fake spaced (the real HTTP server with
+ * canned routes): create waits for its operation and prints the id, exec streams
+ * output and re-attaches with Last-Event-ID after a dropped stream, cp streams files
+ * both ways, ls follows pagination, API errors become one line and exit status 1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "cli/cli_sse.h"
+#include "daemon/api/sse.h"
+#include "log.h"
+#include "test_http_harness.h"
+
+static struct th_server T;
+static atomic_int op_polls;
+static char last_event_id_seen[32];
+static char uploaded_path[256];
+static uint64_t uploaded_bytes, uploaded_sum;
+
+#define FILE_BYTES (3 * 1024 * 1024 + 17)
+
+static bool authorised(struct http_req *req, const char *want)
+{
+    const char *a = http_req_header(req, "Authorization");
+    if (a && strncmp(a, "Bearer ", 7) == 0 && strcmp(a + 7, want) == 0)
+        return true;
+    http_reply_error(req, 401, "unauthorized", "bad key");
+    return false;
+}
+
+static void reply_json_text(struct http_req *req, int status, const char *text)
+{
+    http_reply(req, status, "application/json", text, strlen(text));
+}
+
+static void h_create(struct http_req *req, void *arg)
+{
+    if (authorised(req, "testkey"))
+        reply_json_text(req, 202, "{\"operation\":{\"id\":\"op1\",\"state\":\"pending\"},"
+                                  "\"sandbox\":{\"id\":\"sb0123456789abcdef\"}}");
+}
+
+static void h_op(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    if (strcmp(router_param(req, "id"), "opfail") == 0) {
+        reply_json_text(req, 200, "{\"operation\":{\"id\":\"opfail\",\"state\":\"failed\","
+                                  "\"error\":{\"code\":\"boom\",\"message\":\"it broke\"}}}");
+        return;
+    }
+    int n = atomic_fetch_add(&op_polls, 1);
+    reply_json_text(req, 200, n < 2 ? "{\"operation\":{\"state\":\"running\",\"progress\":50}}"
+                                    : "{\"operation\":{\"state\":\"succeeded\",\"progress\":100}}");
+}
+
+static void h_pause(struct http_req *req, void *arg)
+{
+    if (authorised(req, "testkey"))
+        reply_json_text(req, 202, "{\"operation\":{\"id\":\"opfail\"}}");
+}
+
+static void h_list(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    const char *cur = http_req_query(req, "cursor");
+    if (!cur)
+        reply_json_text(req, 200, "{\"sandboxes\":[{\"id\":\"sbA\",\"state\":\"running\","
+                                  "\"template\":\"base\",\"vcpus\":1,\"memory_mib\":256}],"
+                                  "\"next_cursor\":\"sbA\"}");
+    else
+        reply_json_text(req, 200, "{\"sandboxes\":[{\"id\":\"sbB\",\"state\":\"paused\"}],"
+                                  "\"next_cursor\":null}");
+}
+
+static void h_session(struct http_req *req, void *arg)
+{
+    if (authorised(req, "testkey"))
+        reply_json_text(req, 201, "{\"id\":\"ss1\",\"attach_url\":\"/attach/ss1\","
+                                  "\"attach_token\":\"sat_tok\"}");
+}
+
+#define SEND(id, event, lit) sse_send(req, id, event, lit, strlen(lit))
+
+/* First attach: start + two outputs, then the stream breaks without an exit. The
+ * re-attach (Last-Event-ID: 3) gets the rest. */
+static void h_attach(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "sat_tok"))
+        return;
+    const char *last = http_req_header(req, "Last-Event-ID");
+    snprintf(last_event_id_seen, sizeof last_event_id_seen, "%s", last ? last : "");
+    sse_start(req);
+    if (!last) {
+        SEND(1, "start", "{\"pid\":7}");
+        SEND(2, "stdout", "{\"data\":\"aGVsbG8K\"}");
+        SEND(3, "stderr", "{\"data\":\"b29wcwo=\"}");
+        http_stream_end(req);
+        return;
+    }
+    sse_keepalive(req);
+    SEND(4, "stdout", "{\"data\":\"bW9yZQ==\"}");
+    SEND(5, "exit", "{\"code\":3,\"signal\":null}");
+    http_stream_end(req);
+}
+
+static void upload_chunk(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    for (size_t i = 0; i < len; i++)
+        uploaded_sum += (unsigned char)data[i];
+    uploaded_bytes += len;
+}
+
+static void upload_end(struct http_req *req, void *arg)
+{
+    reply_json_text(req, 200, "{\"file\":{}}");
+}
+
+static void h_put_file(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    snprintf(uploaded_path, sizeof uploaded_path, "%s", http_req_query(req, "path"));
+    uploaded_bytes = uploaded_sum = 0;
+    http_req_stream_body(req, upload_chunk, upload_end, NULL);
+}
+
+static void h_get_file(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    if (strcmp(http_req_query(req, "path"), "/missing") == 0) {
+        http_reply_error(req, 404, "not_found", "no such file: /missing");
+        return;
+    }
+    char *buf = malloc(FILE_BYTES);
+    for (size_t i = 0; i < FILE_BYTES; i++)
+        buf[i] = (char)(i % 241);
+    http_stream_start(req, 200, "application/octet-stream", FILE_BYTES);
+    for (size_t off = 0; off < FILE_BYTES; off += 65536)
+        http_stream_write(req, buf + off, FILE_BYTES - off < 65536 ? FILE_BYTES - off : 65536);
+    http_stream_end(req);
+    free(buf);
+}
+
+static void setup(struct router *r, struct th_server *t)
+{
+    router_add(r, "POST", "/v1/sandboxes", h_create, NULL);
+    router_add(r, "GET", "/v1/sandboxes", h_list, NULL);
+    router_add(r, "GET", "/v1/operations/{id}", h_op, NULL);
+    router_add(r, "POST", "/v1/sandboxes/{id}/pause", h_pause, NULL);
+    router_add(r, "POST", "/v1/sandboxes/{id}/sessions", h_session, NULL);
+    router_add(r, "GET", "/attach/{sid}", h_attach, NULL);
+    router_add(r, "PUT", "/v1/sandboxes/{id}/files", h_put_file, NULL);
+    router_add(r, "GET", "/v1/sandboxes/{id}/files", h_get_file, NULL);
+}
+
+static struct cli_ctx X;
+
+static int start(void **state)
+{
+    th_start(&T, NULL, setup);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", T.port);
+    setenv("SPACE_URL", url, 1);
+    setenv("SPACE_API_KEY", "testkey", 1);
+    assert_int_equal(cli_ctx_init(&X), 0);
+    return 0;
+}
+
+static int stop(void **state)
+{
+    th_stop(&T);
+    return 0;
+}
+
+/* Runs fn with fd `which` (1 or 2) redirected to a file; returns what it wrote. */
+static char *capture(int which, int (*fn)(int, char **), int argc, char **argv, int *rc)
+{
+    char tmpl[] = "/tmp/test_cli_XXXXXX";
+    int fd = mkstemp(tmpl);
+    unlink(tmpl);
+    fflush(which == 1 ? stdout : stderr);
+    int saved = dup(which);
+    dup2(fd, which);
+    *rc = fn(argc, argv);
+    fflush(which == 1 ? stdout : stderr);
+    dup2(saved, which);
+    close(saved);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *out = calloc(1, (size_t)n + 1);
+    assert_int_equal(pread(fd, out, (size_t)n, 0), n);
+    close(fd);
+    return out;
+}
+
+static int run_create(int argc, char **argv) { return cli_cmd_create(&X, argc, argv); }
+static int run_exec(int argc, char **argv) { return cli_cmd_exec(&X, argc, argv); }
+static int run_ls(int argc, char **argv) { return cli_cmd_ls(&X, argc, argv); }
+static int run_pause(int argc, char **argv) { return cli_cmd_verb(&X, "pause", argc, argv); }
+static int run_cp(int argc, char **argv) { return cli_cmd_cp(&X, argc, argv); }
+
+static void test_create_waits(void **state)
+{
+    atomic_store(&op_polls, 0);
+    char *argv[] = {"--template", "base", "--cpus", "2", "--memory", "512", "--timeout", "60"};
+    int rc;
+    char *out = capture(1, run_create, 8, argv, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "sb0123456789abcdef\n");
+    assert_int_equal(atomic_load(&op_polls), 3);
+    free(out);
+    char *bad[] = {"--cpus", "x"};
+    assert_int_equal(cli_cmd_create(&X, 2, bad), 2);
+}
+
+static void test_exec_reattaches(void **state)
+{
+    char *argv[] = {"sb1", "--", "sh", "-c", "echo hello"};
+    int rc;
+    char *out = capture(1, run_exec, 5, argv, &rc);
+    assert_int_equal(rc, 3);
+    assert_string_equal(out, "hello\nmore");
+    assert_string_equal(last_event_id_seen, "3");
+    free(out);
+}
+
+static void test_ls_and_errors(void **state)
+{
+    int rc;
+    char *out = capture(1, run_ls, 0, NULL, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "sbA"));
+    assert_non_null(strstr(out, "sbB"));
+    free(out);
+    /* A failed operation: one line naming the reason, status 1. */
+    char *argv[] = {"sb1"};
+    char *err = capture(2, run_pause, 1, argv, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "it broke (boom)"));
+    free(err);
+    /* A wrong key: the API's error message and a hint. */
+    setenv("SPACE_API_KEY", "wrong", 1);
+    assert_int_equal(cli_ctx_init(&X), 0);
+    err = capture(2, run_ls, 0, NULL, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "bad key (unauthorized, HTTP 401)"));
+    free(err);
+    setenv("SPACE_API_KEY", "testkey", 1);
+    assert_int_equal(cli_ctx_init(&X), 0);
+}
+
+static void test_cp_both_ways(void **state)
+{
+    char local[] = "/tmp/test_cli_up_XXXXXX";
+    int fd = mkstemp(local);
+    uint64_t sum = 0;
+    char *buf = malloc(FILE_BYTES);
+    for (size_t i = 0; i < FILE_BYTES; i++) {
+        buf[i] = (char)(i * 13 % 256);
+        sum += (unsigned char)buf[i];
+    }
+    assert_int_equal(write(fd, buf, FILE_BYTES), FILE_BYTES);
+    close(fd);
+    char remote[] = "sb1:/tmp/a b&c";
+    char *up[] = {local, remote};
+    int rc;
+    free(capture(1, run_cp, 2, up, &rc));
+    assert_int_equal(rc, 0);
+    assert_string_equal(uploaded_path, "/tmp/a b&c");
+    assert_int_equal(uploaded_bytes, FILE_BYTES);
+    assert_int_equal(uploaded_sum, sum);
+
+    char from[] = "sb1:/data/x";
+    char *down[] = {from, local};
+    free(capture(1, run_cp, 2, down, &rc));
+    assert_int_equal(rc, 0);
+    fd = open(local, O_RDONLY);
+    assert_int_equal(read(fd, buf, FILE_BYTES), FILE_BYTES);
+    close(fd);
+    for (size_t i = 0; i < FILE_BYTES; i++)
+        if ((unsigned char)buf[i] != i % 241)
+            fail_msg("byte %zu differs", i);
+    unlink(local);
+    free(buf);
+
+    char missing[] = "sb1:/missing";
+    char *miss[] = {missing, local};
+    char *err = capture(2, run_cp, 2, miss, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "no such file: /missing (not_found, HTTP 404)"));
+    free(err);
+    char *two_local[] = {local, local};
+    assert_int_equal(cli_cmd_cp(&X, 2, two_local), 2);
+}
+
+static int count_event(const char *event, const char *id, const char *data, size_t len, void *arg)
+{
+    char *out = arg;
+    snprintf(out + strlen(out), 256 - strlen(out), "[%s|%s|%.*s]", event, id, (int)len, data);
+    return 0;
+}
+
+static void test_sse_parser(void **state)
+{
+    const char *s = ": hi\r\nid: 1\r\nevent: a\r\ndata: x\r\ndata:y\r\n\r\ndata: z\n\n";
+    for (size_t step = 1; step <= strlen(s); step++) {
+        struct cli_sse p = {0};
+        char out[256] = "";
+        for (size_t i = 0; i < strlen(s); i += step)
+            assert_int_equal(cli_sse_feed(&p, s + i, strlen(s) - i < step ? strlen(s) - i : step,
+                                          count_event, out), 0);
+        assert_string_equal(out, "[a|1|x\ny][||z]");
+        assert_string_equal(p.last_id, "1");
+        cli_sse_free(&p);
+    }
+}
+
+static void test_url_parse(void **state)
+{
+    struct cli_url u;
+    char err[128];
+    assert_int_equal(cli_url_parse("http://127.0.0.1:7070", &u, err, sizeof err), 0);
+    assert_string_equal(u.host, "127.0.0.1");
+    assert_string_equal(u.port, "7070");
+    assert_int_equal(cli_url_parse("http://[::1]:80/", &u, err, sizeof err), 0);
+    assert_string_equal(u.host, "::1");
+    assert_string_equal(u.hostport, "[::1]:80");
+    assert_int_equal(cli_url_parse("http://h", &u, err, sizeof err), 0);
+    assert_string_equal(u.port, "80");
+    assert_int_equal(cli_url_parse("https://h", &u, err, sizeof err), -1);
+    assert_int_equal(cli_url_parse("http://h:x", &u, err, sizeof err), -1);
+    assert_int_equal(cli_url_parse("http://h:1/prefix", &u, err, sizeof err), -1);
+}
+
+int main(void)
+{
+    log_init("test_cli", LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_create_waits, start, stop),
+        cmocka_unit_test_setup_teardown(test_exec_reattaches, start, stop),
+        cmocka_unit_test_setup_teardown(test_ls_and_errors, start, stop),
+        cmocka_unit_test_setup_teardown(test_cp_both_ways, start, stop),
+        cmocka_unit_test(test_sse_parser),
+        cmocka_unit_test(test_url_parse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
