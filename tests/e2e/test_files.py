@@ -102,6 +102,7 @@ def test_256mib_streamed_with_checksum(spaced, sbx):
 
 
 def test_stat_list_mkdir_rename_remove(spaced, sbx):
+    spaced.request("DELETE", F % sbx + q(path="/tmp/t", recursive="true"))  # a clean start
     r = spaced.request("POST", F % sbx + "/mkdir", {"path": "/tmp/t/a/b", "mode": 0o750})
     assert r.status == 201, r
     assert r.json["file"]["type"] == "dir" and r.json["file"]["mode"] == 0o750

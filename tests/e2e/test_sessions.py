@@ -62,7 +62,8 @@ class Stream:
 
 def collect(events):
     """Folds events into {"ids", "stdout", "stderr", "exit", "start", "error"}."""
-    out = {"ids": [], "stdout": b"", "stderr": b"", "exit": None, "start": None, "error": None}
+    out = {"ids": [], "stdout": bytearray(), "stderr": bytearray(), "exit": None, "start": None,
+           "error": None}
     for ev_id, name, data in events:
         if ev_id is not None:
             out["ids"].append(ev_id)
@@ -70,6 +71,7 @@ def collect(events):
             out[name] += data
         else:
             out[name] = data
+    out["stdout"], out["stderr"] = bytes(out["stdout"]), bytes(out["stderr"])
     return out
 
 
@@ -232,7 +234,7 @@ def test_pty_resize(spaced, sbx):
 def test_reattach_with_last_event_id_no_loss_no_dup(spaced, sbx):
     n = 300
     s = new_session(spaced, sbx, {"cmd": "i=1; while [ $i -le %d ]; do echo line$i; i=$((i+1)); "
-                                         "[ $((i %% 20)) = 0 ] && sleep 0.1; done" % n})
+                                         "if [ $((i %% 20)) = 0 ]; then sleep 0.1; fi; done" % n})
     want = b"".join(b"line%d\n" % i for i in range(1, n + 1))
     got, ids, last = b"", [], None
     # Drop the connection after every few events, each time resuming from the last id.

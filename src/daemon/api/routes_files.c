@@ -29,11 +29,13 @@ enum fop_kind { FOP_RESULT, FOP_LIST, FOP_READ, FOP_WRITE };
 
 struct fop;
 
-/* Route context: lives as long as the process (registered once at startup). */
+/* Route context: one per process, registered once at startup; static storage because
+ * main.c has no shutdown hook for route modules. */
 struct files_ctx {
     struct spaced *sp;
     struct fop *head; /* transfers in flight (each owned as described at struct fop) */
 };
+static struct files_ctx files_ctx;
 
 /* One file request in flight. Owned jointly by its HTTP request and its agent channel:
  * freed by whichever lets go last (fop_release). */
@@ -107,7 +109,8 @@ static void fop_finish_stream(struct fop *f)
 static void fop_fail(struct fop *f, int status, const char *code, const char *msg)
 {
     if (f->streaming) {
-        log_warn("files.download_cut", "code=%s", code);
+        if (f->req)
+            log_warn("files.download_cut", "sandbox=%s code=%s", f->sbx, code);
         fop_finish_stream(f);
     } else if (f->req) {
         http_reply_error(f->req, status, code, "%s", msg);
@@ -528,13 +531,12 @@ void routes_files_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/files/mkdir", h_mkdir},
         {"POST", "/v1/sandboxes/{id}/files/rename", h_rename},
     };
-    struct files_ctx *fc = calloc(1, sizeof *fc);
-    if (!fc || sbx_listen(sp, files_on_sbx, fc) < 0) {
-        free(fc);
+    struct files_ctx *fc = &files_ctx;
+    fc->sp = sp;
+    if (sbx_listen(sp, files_on_sbx, fc) < 0) {
         log_error("files.init", "msg=%s", "cannot register the files routes");
         return;
     }
-    fc->sp = sp;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         router_add(r, routes[i].method, routes[i].path, routes[i].fn, fc);
 }

@@ -6,7 +6,7 @@
  * `Authorization: Bearer sat_...` or `?token=sat_...` (browsers' EventSource cannot set
  * headers). An attach token is checked against the session named in the path only, so
  * it opens nothing else. The route shapes are documented in docs/api.md ("Sessions"). */
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -19,11 +19,14 @@
 
 #define SESS_BODY_MAX (256u * 1024)
 
-/* Route context: lives as long as the process (registered once at startup). */
+/* Route context: one per process, registered once at startup. It is static storage
+ * because main.c has no shutdown hook for route modules: the session table stays
+ * reachable until exit instead of leaking. */
 struct routes_sess {
     struct spaced *sp;
     struct sess_table *t; /* owned */
 };
+static struct routes_sess routes_sess_ctx;
 
 /* What a request resolved to; pointers valid until the handler returns to the loop. */
 struct sess_target {
@@ -312,11 +315,9 @@ void routes_sessions_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/resize", h_resize},
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/token", h_token},
     };
-    struct routes_sess *R = calloc(1, sizeof *R);
-    if (R)
-        R->t = sess_table_new(sp);
-    if (!R || !R->t) {
-        free(R);
+    struct routes_sess *R = &routes_sess_ctx;
+    R->t = sess_table_new(sp);
+    if (!R->t) {
         log_error("sessions.init", "msg=%s", "out of memory: session routes not registered");
         return;
     }
