@@ -114,9 +114,7 @@ unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 fuzz: $(FUZZ_BINS)
-	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p build/fuzz/corpus/$$n; \
-	  echo "== $$n ($(FUZZ_SECONDS)s)"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -print_final_stats=0 build/fuzz/corpus/$$n tests/fuzz/seeds/$$n 2>&1 | tail -n 2; done
+	scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
 
 # ---- guest side: kernel, initramfs, templates (scripts in guest/)
 kernel:
@@ -131,17 +129,25 @@ templates: guest
 deps:
 	scripts/install-deps.sh
 
-# ---- end-to-end tests: real spaced, real VMs (pytest)
-e2e: guest
-	$(MAKE) SAN=1 programs
-	SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest) $(PYTHON) -m pytest -q tests/e2e
+# ---- end-to-end tests: real spaced, real VMs, real namespaces, the real E2B SDK (pytest)
+PYTEST_ENV = SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest)
+E2E_SUITES ?= tests/e2e tests/netsec tests/e2b
 
+e2e: templates
+	$(MAKE) SAN=1 programs
+	tests/e2b/install.sh
+	$(PYTEST_ENV) $(PYTHON) -m pytest -q -rs $(E2E_SUITES)
+
+# Templates first: some unit tests (test_vm_boot) boot the real guest and skip, saying
+# so, only when its files are missing.
 test: deps
+	$(MAKE) TEMPLATES="base python" templates
 	$(MAKE) SAN=1 unit
 	$(MAKE) fuzz
-	$(MAKE) e2e
+	$(MAKE) TEMPLATES="base python" e2e
 
-run: deps guest programs
+run: deps
+	$(MAKE) TEMPLATES="base python" templates programs
 	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest)
 
 bench: guest programs
