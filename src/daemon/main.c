@@ -209,6 +209,8 @@ int main(int argc, char **argv)
     tpl_registry_free(sp.tpl);
     sbx_table_free(sp.sbx);
     op_engine_free(sp.ops);
+    /* vm.c frees detached VMs from the loop: give it that one last turn. */
+    event_base_loop(sp.base, EVLOOP_NONBLOCK);
     router_free(sp.router);
     auth_free(sp.auth);
     metrics_free(sp.metrics);
