@@ -41,6 +41,7 @@ struct agentc_chan {
 
 struct agentc {
     struct bufferevent *bev;                /* owned; NULL once the connection ended */
+    int fd;                                 /* the socket (owned), -1 once closed */
     const struct agentc_callbacks *cbs;     /* borrowed */
     void *arg;
     json_t *hello;                          /* agent's HELLO (owned) */
@@ -54,6 +55,19 @@ struct agentc {
 };
 
 static void agentc_destroy(struct agentc *c);
+
+/* Frees the bufferevent and closes the socket now. libevent unregisters the events at
+ * once but finalizes a bufferevent on a later loop pass; closing the fd ourselves makes
+ * the agent see the hang-up even if the loop never runs again. */
+static void drop_socket(struct agentc *c)
+{
+    if (c->bev)
+        bufferevent_free(c->bev);
+    c->bev = NULL;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
 
 /* ---- output ---- */
 
@@ -163,10 +177,7 @@ static void fail_conn(struct agentc *c, const char *code, const char *message)
     log_warn("agentc.closed", "code=%s message=%s", code, log_quote(message, qmsg, sizeof qmsg));
     c->closed = true;
     c->ready = false;
-    if (c->bev) {
-        bufferevent_free(c->bev); /* safe inside its own callbacks: refcounted */
-        c->bev = NULL;
-    }
+    drop_socket(c); /* safe inside its own callbacks: bufferevents are refcounted */
     for (struct agentc_chan *ch = c->chans; ch && !c->free_pending; ch = ch->next) {
         if (ch->user_closed)
             continue;
@@ -415,7 +426,8 @@ struct agentc *agentc_new(struct event_base *base, int fd, const struct agentc_c
     }
     evutil_make_socket_nonblocking(fd);
     evutil_make_socket_closeonexec(fd);
-    c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->fd = fd;
+    c->bev = bufferevent_socket_new(base, fd, 0);
     if (!c->bev) {
         close(fd);
         free(c);
@@ -441,8 +453,7 @@ static void agentc_destroy(struct agentc *c)
 {
     while (c->chans)
         free_chan(c->chans);
-    if (c->bev)
-        bufferevent_free(c->bev);
+    drop_socket(c);
     json_decref(c->hello);
     free(c);
 }

@@ -20,7 +20,9 @@
  * callers bound their own queue with agentc_queued() and the on_drain callback.
  *
  * Re-entrancy: any agentc function may be called from inside any callback, including
- * agentc_close() and agentc_free(). Single-threaded: all calls on the loop's thread. */
+ * agentc_close() and agentc_free(). Single-threaded: all calls on the loop's thread.
+ * The process must ignore SIGPIPE (spaced does): writing to an agent that hung up is
+ * reported through on_closed, not by a signal. */
 #ifndef SPACE_AGENTC_H
 #define SPACE_AGENTC_H
 
