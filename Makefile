@@ -111,7 +111,8 @@ build/fuzz/%: tests/fuzz/%.c build/fuzz/libfuzzlib.a
 FUZZ_SECONDS ?= 15
 
 unit: $(UNIT_BINS)
-	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+	@fail=""; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail="$$fail $$(basename $$t)"; done; \
+	  if [ -n "$$fail" ]; then echo "unit: FAILED:$$fail"; exit 1; fi
 
 fuzz: $(FUZZ_BINS)
 	scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
