@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/net.h"
 #include "log.h"
 
 #define INIT_NEWROOT "/newroot"
@@ -175,7 +176,10 @@ int agent_init_boot(char *port, size_t cap)
     init_mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
     if (symlink("/proc/self/fd", "/dev/fd") < 0 && errno != EEXIST)
         log_warn("init.symlink", "errno=%d", errno);
-    init_loopback();
+    init_loopback(); /* also without a NIC: programs use localhost */
+    char err[256];
+    if (agent_net_up(err, sizeof err) < 0)
+        log_warn("init.net", "msg=%s", log_quote(err, (char[300]){0}, 300));
     if (sethostname("space", 5) < 0)
         log_warn("init.hostname", "errno=%d", errno);
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);

@@ -4,7 +4,7 @@
  * /modules/order (from /modules/<name>.ko, finit_module); mount the ext4 root /dev/vda
  * at /newroot, move /dev /proc /sys into it and switch to it (MS_MOVE + chroot: the
  * initramfs is rootfs and cannot be pivoted away); then mount /dev/pts, /dev/shm, /tmp,
- * /run, bring up lo, set the hostname, and find the virtio-serial port named
+ * /run, bring up lo and eth0 (agent_net_up), set the hostname, and find the virtio-serial port named
  * "space.agent" (/sys/class/virtio-ports/x/name -> /dev/x).
  * Orphans are reaped by the serve loop (SIGCHLD), forever. */
 #ifndef SPACE_AGENT_INIT_H

@@ -40,12 +40,12 @@ struct ah {
     time_t started;           /* for the hang guard */
 };
 
-static void ah_on_ready(void *arg, json_t *hello)
+static inline void ah_on_ready(void *arg, json_t *hello)
 {
     ((struct ah *)arg)->ready = true;
 }
 
-static void ah_on_closed(void *arg, const char *code, const char *message)
+static inline void ah_on_closed(void *arg, const char *code, const char *message)
 {
     struct ah *h = arg;
     h->closed = true;
@@ -55,7 +55,7 @@ static void ah_on_closed(void *arg, const char *code, const char *message)
 static const struct agentc_callbacks ah_cbs = {.on_ready = ah_on_ready, .on_closed = ah_on_closed};
 
 /* One loop iteration (at most a second), failing the test if it has hung. */
-static void ah_step(struct ah *h)
+static inline void ah_step(struct ah *h)
 {
     assert_true(time(NULL) - h->started < AH_HANG_SECONDS);
     struct timeval tv = {.tv_sec = 1};
@@ -64,13 +64,13 @@ static void ah_step(struct ah *h)
 }
 
 /* Runs the loop until *flag is true. */
-static void ah_wait(struct ah *h, const bool *flag)
+static inline void ah_wait(struct ah *h, const bool *flag)
 {
     while (!*flag)
         ah_step(h);
 }
 
-static void ah_connect_fd(struct ah *h, int fd)
+static inline void ah_connect_fd(struct ah *h, int fd)
 {
     h->ready = h->closed = false;
     h->c = agentc_new(h->base, fd, &ah_cbs, h);
@@ -79,7 +79,7 @@ static void ah_connect_fd(struct ah *h, int fd)
 }
 
 /* Connects (again) to the agent in socket mode. */
-static void ah_reconnect(struct ah *h)
+static inline void ah_reconnect(struct ah *h)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof a.sun_path, "%s", h->sock);
@@ -94,7 +94,7 @@ static void ah_reconnect(struct ah *h)
 
 /* Starts an agent child. socket_mode: it listens on a unix socket (reconnects
  * possible), else it serves one end of a socketpair. */
-static void ah_start_mode(struct ah *h, bool socket_mode)
+static inline void ah_start_mode(struct ah *h, bool socket_mode)
 {
     memset(h, 0, sizeof *h);
     h->started = time(NULL);
@@ -125,12 +125,12 @@ static void ah_start_mode(struct ah *h, bool socket_mode)
     }
 }
 
-static void ah_start(struct ah *h)
+static inline void ah_start(struct ah *h)
 {
     ah_start_mode(h, false);
 }
 
-static void ah_stop(struct ah *h)
+static inline void ah_stop(struct ah *h)
 {
     agentc_free(h->c);
     h->c = NULL;
@@ -147,7 +147,7 @@ static void ah_stop(struct ah *h)
 }
 
 /* A blocking request; takes req. Returns the result (new ref) or NULL with code set. */
-static json_t *ah_call(struct ah *h, json_t *req, char **out, size_t *outlen, char *code)
+static inline json_t *ah_call(struct ah *h, json_t *req, char **out, size_t *outlen, char *code)
 {
     char msg[512];
     json_t *r = agentc_call(h->c, h->base, req, out, outlen, code, 64, msg, sizeof msg);
@@ -156,7 +156,7 @@ static json_t *ah_call(struct ah *h, json_t *req, char **out, size_t *outlen, ch
 }
 
 /* Expects req to fail with `code`. */
-static void ah_expect_error(struct ah *h, json_t *req, const char *code)
+static inline void ah_expect_error(struct ah *h, json_t *req, const char *code)
 {
     char got[64];
     json_t *r = ah_call(h, req, NULL, NULL, got);
@@ -170,7 +170,7 @@ static void ah_expect_error(struct ah *h, json_t *req, const char *code)
 }
 
 /* Expects req to succeed; returns the result (caller decrefs). */
-static json_t *ah_ok(struct ah *h, json_t *req)
+static inline json_t *ah_ok(struct ah *h, json_t *req)
 {
     char code[64];
     json_t *r = ah_call(h, req, NULL, NULL, code);
@@ -198,7 +198,7 @@ struct col {
     uint64_t sum;                       /* byte checksum of OUT (when !keep) */
 };
 
-static void col_event(void *arg, json_t *ev)
+static inline void col_event(void *arg, json_t *ev)
 {
     struct col *k = arg;
     const char *t = json_string_value(json_object_get(ev, "type"));
@@ -208,7 +208,7 @@ static void col_event(void *arg, json_t *ev)
     json_array_append(k->events, ev);
 }
 
-static void col_data(void *arg, enum frame_stream s, const uint8_t *p, size_t n)
+static inline void col_data(void *arg, enum frame_stream s, const uint8_t *p, size_t n)
 {
     struct col *k = arg;
     if (k->keep) {
@@ -226,24 +226,24 @@ static void col_data(void *arg, enum frame_stream s, const uint8_t *p, size_t n)
     k->len[s] += n;
 }
 
-static void col_eof(void *arg, enum frame_stream s)
+static inline void col_eof(void *arg, enum frame_stream s)
 {
     ((struct col *)arg)->eof[s] = true;
 }
 
-static void col_error(void *arg, const char *code, const char *message)
+static inline void col_error(void *arg, const char *code, const char *message)
 {
     struct col *k = arg;
     if (!k->code[0])
         snprintf(k->code, sizeof k->code, "%s", code);
 }
 
-static void col_close(void *arg)
+static inline void col_close(void *arg)
 {
     ((struct col *)arg)->closed = true;
 }
 
-static void col_drain(void *arg)
+static inline void col_drain(void *arg)
 {
     ((struct col *)arg)->drained = true;
 }
@@ -254,7 +254,7 @@ static const struct agentc_chan_ops col_ops = {
 };
 
 /* Opens a channel collected into k (takes req). */
-static void col_open(struct ah *h, struct col *k, json_t *req, unsigned flags, bool keep)
+static inline void col_open(struct ah *h, struct col *k, json_t *req, unsigned flags, bool keep)
 {
     char err[128];
     memset(k, 0, sizeof *k);
@@ -267,7 +267,7 @@ static void col_open(struct ah *h, struct col *k, json_t *req, unsigned flags, b
 }
 
 /* The last event of a type (borrowed), or NULL. */
-static json_t *col_find(struct col *k, const char *type)
+static inline json_t *col_find(struct col *k, const char *type)
 {
     json_t *found = NULL, *ev;
     size_t i;
@@ -277,7 +277,7 @@ static json_t *col_find(struct col *k, const char *type)
     return found;
 }
 
-static void col_free(struct col *k)
+static inline void col_free(struct col *k)
 {
     for (int i = 0; i < FRAME_STREAM_COUNT; i++)
         free(k->buf[i]);
@@ -285,7 +285,7 @@ static void col_free(struct col *k)
 }
 
 /* Exit code from a collected exec (-1000 - signal if killed). */
-static int col_exit(struct col *k)
+static inline int col_exit(struct col *k)
 {
     json_t *ex = col_find(k, "exit");
     assert_non_null(ex);
