@@ -461,7 +461,10 @@ static void act_create(struct sbx *s)
 {
     struct tpl_info t;
     struct spaced_err e;
-    if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &t, &e) < 0) {
+    struct vm_config probe;
+    memset(&probe, 0, sizeof probe);
+    if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &t, &e) < 0 ||
+        tpl_vm_base(s->sp, &probe, &e) < 0) { /* fail before making any file */
         act_fail(s, SBX_FAILED, e.code, "%s", e.message);
         return;
     }

@@ -189,8 +189,39 @@ static int mkdir_p(const char *path)
     return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* A template VM left running by a spaced that was killed mid-build is of no use (its
+ * build is redone from scratch): end it. It is recognised by its pidfile and by its
+ * command line naming this run directory, so a recycled pid is never hit. */
+static void kill_stale_builder(const struct tpl_snap *s)
+{
+    char p[TPL_PATH_MAX + 32], cmd[8192];
+    snprintf(p, sizeof p, "%s/qemu.pid", s->run_dir);
+    FILE *f = fopen(p, "r");
+    int pid = 0;
+    if (!f)
+        return;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
+    f = pid > 1 ? fopen(p, "r") : NULL;
+    if (!f)
+        return;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (cmd[i] == '\0')
+            cmd[i] = ' ';
+    cmd[n] = '\0';
+    if (strstr(cmd, s->run_dir)) {
+        log_warn("template.snapshot", "template=%s msg=\"killing a stale template VM\" pid=%d", s->name, pid);
+        kill(pid, SIGKILL);
+    }
+}
+
 static void snap_build(struct tpl_snap *s)
 {
+    kill_stale_builder(s);
     s->state = SNAP_BUILDING;
     char p[TPL_PATH_MAX + 16];
     if (mkdir_p(s->dir) < 0 || mkdir_p(s->run_dir) < 0) {

@@ -1,0 +1,182 @@
+"""kill -9 of spaced at awkward moments, then restart on the same data dir: every
+acknowledged sandbox and operation must still exist and end in a correct state.
+
+The first tests need no VMs (fake template: creates fail fast, deletes succeed); the
+others use real VMs on `base` and check adoption of QEMU processes that outlived
+spaced, VMs that died while spaced was down, and creates/deletes cut mid-way."""
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import make_fake_guest
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def qemu_pid(s, sid):
+    with open(os.path.join(s.data_dir, "run", sid, "qemu.pid")) as f:
+        return int(f.read().strip())
+
+
+def all_ops(s):
+    return {o["id"]: o for o in s.request("GET", "/v1/operations?limit=1000").json["operations"]}
+
+
+def wait_all_terminal(s, op_ids, timeout=300):
+    return {o: s.wait_op(o, timeout=timeout) for o in op_ids}
+
+
+# ---- without VMs ----------------------------------------------------------------------
+
+def test_kill9_during_create_and_delete_bursts_no_vm(fresh_spaced):
+    guest = make_fake_guest()
+    s = fresh_spaced(guest_dir=guest)
+    created = [s.create({"template": "fake", "metadata": {"i": str(i)}}) for i in range(6)]
+    deletes = []
+    for c in created[:3]:
+        r = s.request("DELETE", "/v1/sandboxes/" + c["sandbox"]["id"])
+        assert r.status == 202
+        deletes.append(r.json["operation"]["id"])
+    s.kill9()
+    s.start()
+    ops = wait_all_terminal(s, [c["operation"]["id"] for c in created] + deletes)
+    assert all(o["state"] in TERMINAL for o in ops.values())
+    # every delete acknowledged before the crash happened
+    for d in deletes:
+        assert ops[d]["state"] == "succeeded", ops[d]
+    for c in created[:3]:
+        assert s.request("GET", "/v1/sandboxes/" + c["sandbox"]["id"]).status == 404
+    # the others exist, failed with a reason (the fake template cannot boot)
+    for c in created[3:]:
+        r = s.request("GET", "/v1/sandboxes/" + c["sandbox"]["id"])
+        assert r.status == 200 and r.json["sandbox"]["state"] == "failed" and r.json["sandbox"]["failure"]
+    # nothing acknowledged was lost from the operation history
+    history = all_ops(s)
+    assert set(ops) <= set(history)
+
+
+def test_idempotency_survives_restart(fresh_spaced):
+    guest = make_fake_guest()
+    s = fresh_spaced(guest_dir=guest)
+    h = {"Idempotency-Key": "restart-key"}
+    first = s.create({"template": "fake"}, headers=h)
+    s.kill9()
+    s.start()
+    again = s.create({"template": "fake"}, headers=h)
+    assert again["operation"]["id"] == first["operation"]["id"]
+    assert again["sandbox"]["id"] == first["sandbox"]["id"]
+
+
+def test_admin_key_survives_restart(fresh_spaced):
+    s = fresh_spaced(guest_dir=make_fake_guest())
+    key = s.admin_key
+    s.kill9()
+    s.start()
+    assert s.admin_key == key
+    assert s.request("GET", "/v1/sandboxes").status == 200
+
+
+def test_two_instances_side_by_side(fresh_spaced):
+    guest = make_fake_guest()
+    a, b = fresh_spaced(guest_dir=guest), fresh_spaced(guest_dir=guest)
+    assert a.port != b.port and a.admin_key != b.admin_key
+    sid = a.create({"template": "fake"})["sandbox"]["id"]
+    assert a.request("GET", "/v1/sandboxes/" + sid).status == 200
+    assert b.request("GET", "/v1/sandboxes/" + sid).status == 404
+    assert b.request("GET", "/v1/sandboxes", key=a.admin_key).status == 401
+
+
+# ---- with VMs -------------------------------------------------------------------------
+
+def running(s, n, body=None):
+    outs = [s.create(dict({"template": "base"}, **(body or {}))) for _ in range(n)]
+    for o in outs:
+        op = s.wait_op(o["operation"]["id"])
+        assert op["state"] == "succeeded", (op, s.log())
+    return [o["sandbox"]["id"] for o in outs]
+
+
+def state(s, sid):
+    r = s.request("GET", "/v1/sandboxes/" + sid)
+    return r.json["sandbox"]["state"] if r.status == 200 else None
+
+
+def settle(s, sid, want, timeout=120):
+    deadline = time.monotonic() + timeout
+    while state(s, sid) != want:
+        assert time.monotonic() < deadline, (sid, state(s, sid), want, s.log())
+        time.sleep(0.5)
+
+
+def test_running_vms_are_adopted(need_vm, fresh_spaced):
+    s = fresh_spaced()
+    a, b = running(s, 2)
+    r = s.request("POST", "/v1/sandboxes/%s/pause" % b)
+    assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    pids = {a: qemu_pid(s, a), b: qemu_pid(s, b)}
+    s.kill9()
+    assert all(pid_alive(p) for p in pids.values())
+    s.start()
+    settle(s, a, "running")
+    settle(s, b, "paused")
+    assert qemu_pid(s, a) == pids[a] and qemu_pid(s, b) == pids[b]
+    # the adopted VMs obey lifecycle verbs
+    r = s.request("POST", "/v1/sandboxes/%s/resume" % b)
+    assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    for sid in (a, b):
+        r = s.request("DELETE", "/v1/sandboxes/" + sid)
+        assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    for p in pids.values():
+        deadline = time.monotonic() + 30
+        while pid_alive(p) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pid_alive(p)
+
+
+def test_vm_that_died_while_spaced_was_down_is_failed(need_vm, fresh_spaced):
+    s = fresh_spaced()
+    (sid,) = running(s, 1)
+    pid = qemu_pid(s, sid)
+    s.kill9()
+    os.kill(pid, signal.SIGKILL)
+    s.start()
+    settle(s, sid, "failed")
+    sb = s.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]
+    assert sb["failure"]
+    r = s.request("POST", "/v1/sandboxes/%s/start" % sid)
+    assert r.status == 202
+    assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    settle(s, sid, "running")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.5])
+def test_kill9_during_creates_and_deletes(need_vm, fresh_spaced, delay):
+    s = fresh_spaced()
+    (old,) = running(s, 1)
+    creates = [s.create({"template": "base"}) for _ in range(2)]
+    r = s.request("DELETE", "/v1/sandboxes/" + old)
+    assert r.status == 202
+    delete_op = r.json["operation"]["id"]
+    time.sleep(delay)
+    s.kill9()
+    s.start()
+    ops = wait_all_terminal(s, [c["operation"]["id"] for c in creates] + [delete_op])
+    assert ops[delete_op]["state"] == "succeeded", ops[delete_op]
+    assert s.request("GET", "/v1/sandboxes/" + old).status == 404
+    for c in creates:
+        op = ops[c["operation"]["id"]]
+        assert op["state"] == "succeeded", (op, s.log())
+        settle(s, c["sandbox"]["id"], "running")
+    # no stray QEMU for the deleted sandbox, exactly one per live sandbox
+    for c in creates:
+        assert pid_alive(qemu_pid(s, c["sandbox"]["id"]))
