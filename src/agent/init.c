@@ -177,9 +177,9 @@ int agent_init_boot(char *port, size_t cap)
     if (symlink("/proc/self/fd", "/dev/fd") < 0 && errno != EEXIST)
         log_warn("init.symlink", "errno=%d", errno);
     init_loopback(); /* also without a NIC: programs use localhost */
-    char err[256];
+    char err[256], qerr[300];
     if (agent_net_up(err, sizeof err) < 0)
-        log_warn("init.net", "msg=%s", log_quote(err, (char[300]){0}, 300));
+        log_warn("init.net", "msg=%s", log_quote(err, qerr, sizeof qerr));
     if (sethostname("space", 5) < 0)
         log_warn("init.hostname", "errno=%d", errno);
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
