@@ -22,6 +22,7 @@
 static struct th_server T;
 static atomic_int sse_closed;
 static atomic_int poll_closed;
+static atomic_int uploads_aborted;
 
 /* ---- handlers (run on the loop thread) ------------------------------------------- */
 
@@ -135,6 +136,7 @@ static void counter_end(struct http_req *req, void *arg)
 
 static void counter_closed(struct http_req *req, void *arg)
 {
+    atomic_fetch_add(&uploads_aborted, 1);
     counter_free(arg);
 }
 
@@ -190,8 +192,16 @@ static void h_big(struct http_req *req, void *arg)
     produce(req, p);
 }
 
+/* Refuses an upload without reading it (e.g. no permission): the server must not wait
+ * for the whole body, and the client must still see the answer. */
+static void h_refuse(struct http_req *req, void *arg)
+{
+    http_reply_error(req, 403, "forbidden", "no uploads here");
+}
+
 static void setup_routes(struct router *r, struct th_server *t)
 {
+    router_add(r, "POST", "/refuse", h_refuse, NULL);
     router_add(r, "GET", "/hello", h_hello, NULL);
     router_add(r, "POST", "/echo", h_echo, NULL);
     router_add(r, "GET", "/chunked", h_chunked, NULL);
@@ -485,7 +495,7 @@ static void test_timeouts(void **state)
     usleep(700 * 1000);
     assert_int_equal(atomic_load(&poll_closed), 0);
     th_close(c);
-    for (int i = 0; i < 1000 && atomic_load(&poll_closed) == 0; i++)
+    for (int i = 0; i < 6000 && atomic_load(&poll_closed) == 0; i++)
         usleep(10 * 1000);
     assert_int_equal(atomic_load(&poll_closed), 1);
 }
@@ -537,7 +547,7 @@ static void test_overload(void **state)
     free(fds);
     /* The server survives and frees the slots once the clients leave. */
     int n = -1;
-    for (int i = 0; i < 1000 && (n = stats_connections()) != 1; i++)
+    for (int i = 0; i < 6000 && (n = stats_connections()) != 1; i++)
         usleep(10 * 1000);
     assert_int_equal(n, 1);
 }
@@ -580,6 +590,8 @@ static void *send_body(void *arg)
 static void upload_through_pausing_consumer(uint64_t total, bool chunked)
 {
     struct th_conn *c = th_connect(T.port);
+    /* The answer comes only after the whole upload: allow for a slow, loaded machine. */
+    th_set_timeout(c->fd, 600);
     char head[160];
     if (chunked)
         snprintf(head, sizeof head, "POST /count HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
@@ -611,6 +623,45 @@ static void test_stream_upload_200mib(void **state)
 {
     upload_through_pausing_consumer(200ULL << 20, false);
     upload_through_pausing_consumer(32ULL << 20, true);
+}
+
+static void test_upload_refused_or_abandoned(void **state)
+{
+    /* Early refusal of a large body: 403 with Connection: close, then the close. */
+    struct th_conn *c = th_connect(T.port);
+    uint64_t total = 64ULL << 20;
+    char head[128];
+    snprintf(head, sizeof head, "POST /refuse HTTP/1.1\r\nHost: t\r\nContent-Length: %llu\r\n\r\n",
+             (unsigned long long)total);
+    assert_int_equal(th_sends(c, head), 0);
+    struct sender s = {.fd = c->fd, .total = total};
+    pthread_t th;
+    pthread_create(&th, NULL, send_body, &s);
+    struct th_resp r;
+    char v[64];
+    assert_int_equal(th_read_resp(c, &r, false), 0);
+    assert_int_equal(r.status, 403);
+    assert_string_equal(th_hdr(&r, "Connection", v, sizeof v), "close");
+    th_resp_free(&r);
+    assert_true(th_wait_closed(c));
+    shutdown(c->fd, SHUT_RDWR); /* unblocks the sender if it is still writing */
+    pthread_join(th, NULL);
+    th_close(c);
+
+    /* A client that gives up mid-upload: the consumer's on_close runs (and frees). */
+    atomic_store(&uploads_aborted, 0);
+    c = th_connect(T.port);
+    snprintf(head, sizeof head, "POST /count HTTP/1.1\r\nHost: t\r\nContent-Length: %llu\r\n\r\n",
+             (unsigned long long)total);
+    assert_int_equal(th_sends(c, head), 0);
+    char *chunk = calloc(1, 1 << 20);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(th_send(c, chunk, 1 << 20), 0);
+    free(chunk);
+    th_close(c);
+    for (int i = 0; i < 6000 && atomic_load(&uploads_aborted) == 0; i++)
+        usleep(10 * 1000);
+    assert_int_equal(atomic_load(&uploads_aborted), 1);
 }
 
 static void check_pattern(const struct th_resp *r, size_t n)
@@ -648,7 +699,7 @@ static void test_disconnect_fires_on_close(void **state)
     assert_non_null(memmem(c->buf, c->len, "id: 2\nevent: stdout\ndata: two\ndata: lines\n\n", 43));
     assert_int_equal(atomic_load(&sse_closed), 0);
     th_close(c);
-    for (int i = 0; i < 1000 && atomic_load(&sse_closed) == 0; i++)
+    for (int i = 0; i < 6000 && atomic_load(&sse_closed) == 0; i++)
         usleep(10 * 1000);
     assert_int_equal(atomic_load(&sse_closed), 1);
     /* A client that vanishes mid-download: on_close frees the producer (ASan checks). */
@@ -657,7 +708,7 @@ static void test_disconnect_fires_on_close(void **state)
     assert_true(th_fill(c) > 0);
     th_close(c);
     int n = -1;
-    for (int i = 0; i < 1000 && (n = stats_connections()) != 1; i++)
+    for (int i = 0; i < 6000 && (n = stats_connections()) != 1; i++)
         usleep(10 * 1000);
     assert_int_equal(n, 1);
 }
@@ -678,6 +729,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_timeouts, start, stop),
         cmocka_unit_test_setup_teardown(test_overload, start, stop),
         cmocka_unit_test_setup_teardown(test_stream_upload_200mib, start, stop),
+        cmocka_unit_test_setup_teardown(test_upload_refused_or_abandoned, start, stop),
         cmocka_unit_test_setup_teardown(test_stream_download, start, stop),
         cmocka_unit_test_setup_teardown(test_disconnect_fires_on_close, start, stop),
     };

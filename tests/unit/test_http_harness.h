@@ -27,7 +27,7 @@
 #include "daemon/api/http.h"
 #include "daemon/api/router.h"
 
-#define TH_RECV_TIMEOUT_S 20
+#define TH_RECV_TIMEOUT_S 60
 
 struct th_server {
     struct event_base *base;
