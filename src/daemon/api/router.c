@@ -250,7 +250,10 @@ static void reply_not_allowed(const struct router *r, struct http_req *req,
     size_t used = 0;
     for (unsigned i = 0; i < r->nroutes; i++) {
         const struct route *rt = &r->routes[i];
-        if (!route_matches(rt, ps) || strstr(allow, rt->method))
+        bool listed = false;
+        for (unsigned k = 0; k < i && !listed; k++)
+            listed = strcmp(r->routes[k].method, rt->method) == 0 && route_matches(&r->routes[k], ps);
+        if (listed || !route_matches(rt, ps))
             continue;
         size_t ml = strlen(rt->method);
         if (used + ml + 3 >= sizeof allow)
