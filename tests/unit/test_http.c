@@ -23,6 +23,7 @@ static struct th_server T;
 static atomic_int sse_closed;
 static atomic_int poll_closed;
 static atomic_int uploads_aborted;
+static atomic_int downloads_aborted;
 
 /* ---- handlers (run on the loop thread) ------------------------------------------- */
 
@@ -179,6 +180,7 @@ static void produce(struct http_req *req, void *arg)
 
 static void producer_closed(struct http_req *req, void *arg)
 {
+    atomic_fetch_add(&downloads_aborted, 1);
     free(arg);
 }
 
@@ -462,7 +464,8 @@ static void test_bad_requests(void **state)
 static void test_timeouts(void **state)
 {
     th_stop(&T);
-    struct http_limits lim = {.header_timeout_ms = 300, .body_idle_timeout_ms = 300};
+    struct http_limits lim = {.header_timeout_ms = 300, .body_idle_timeout_ms = 300,
+                              .keepalive_idle_ms = 300, .write_timeout_ms = 300};
     th_start(&T, &lim, setup_routes);
     /* Slowloris: a head trickled slower than the deadline gets 408 and a close. */
     struct th_conn *c = th_connect(T.port);
@@ -498,6 +501,22 @@ static void test_timeouts(void **state)
     for (int i = 0; i < 6000 && atomic_load(&poll_closed) == 0; i++)
         usleep(10 * 1000);
     assert_int_equal(atomic_load(&poll_closed), 1);
+    /* An idle keep-alive connection is closed after keepalive_idle_ms. */
+    c = th_connect(T.port);
+    th_sends(c, GET("/hello"));
+    assert_int_equal(th_read_resp(c, &r, false), 0);
+    th_resp_free(&r);
+    assert_true(th_wait_closed(c));
+    th_close(c);
+    /* A client that stops reading a download is dropped after write_timeout_ms, and the
+     * producer learns it through on_close. */
+    atomic_store(&downloads_aborted, 0);
+    c = th_connect(T.port);
+    th_sends(c, GET("/big?n=1000000000"));
+    for (int i = 0; i < 6000 && atomic_load(&downloads_aborted) == 0; i++)
+        usleep(10 * 1000);
+    assert_int_equal(atomic_load(&downloads_aborted), 1);
+    th_close(c);
 }
 
 static int stats_connections(void)
