@@ -318,7 +318,6 @@ static void conn_process(struct http_conn *c)
         if (r->app_done && (r->body_done || c->close_after)) {
             c->req = NULL;
             http_req_free(r);
-            c->served_one = true;
             if (c->close_after) {
                 c->closing = true;
                 continue;

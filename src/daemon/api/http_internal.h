@@ -112,7 +112,6 @@ struct http_conn {
     struct http_req *req;            /* owned, the request being served, or NULL */
     size_t scan;                     /* head terminator search resume offset */
     bool head_started;               /* bytes of the next head have arrived */
-    bool served_one;                 /* at least one request finished here */
     bool close_after;                /* close once the current request is finished */
     bool closing;                    /* flush output, then half-close and linger */
     bool lingering;                  /* FIN sent; reading and dropping until EOF/deadline */
