@@ -1,6 +1,19 @@
 // commands.* and pty.*: foreground and background runs, streaming callbacks, stdin,
 // closeStdin, kill, list, connect, cwd/envs/user, exit errors, PTY.
+import http from 'node:http'
 import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, eventually, sleep } from './lib.mjs'
+
+// GET through spaced with a chosen Host header (fetch() may not set Host).
+function getVia(host, path) {
+  const u = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    http.get({ host: u.hostname, port: u.port, path, headers: { Host: host } }, (res) => {
+      let body = ''
+      res.on('data', (d) => (body += d))
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    }).on('error', reject)
+  })
+}
 
 await main(async () => {
   const sbx = killLater(await Sandbox.create('base', { timeoutMs: 300_000 }))
@@ -73,6 +86,19 @@ await main(async () => {
   })
   await step('timeoutMs kills a long foreground command', async () => {
     await rejectsWith(cmd.run('sleep 30', { timeoutMs: 1500 }), sdk.TimeoutError ?? sdk.SandboxError)
+  })
+  await step('getHost(port): a server in the sandbox answers through spaced', async () => {
+    await sbx.files.write('/tmp/www/index.html', 'served from the sandbox\n')
+    await cmd.run('httpd -f -p 8080 -h /tmp/www', { background: true })
+    const host = sbx.getHost(8080)
+    assert.equal(host, `8080-${sbx.sandboxId}.localhost`)
+    const r = await eventually(async () => {
+      const x = await getVia(host, '/index.html')
+      return x.status === 200 ? x : null
+    }, 'the guest HTTP server')
+    assert.equal(r.body, 'served from the sandbox\n')
+    const none = await getVia(sbx.getHost(8089), '/')
+    assert.equal(none.status, 502)
   })
   await step('PTY: create, input, resize, kill', async () => {
     const chunks = []

@@ -148,13 +148,18 @@ bool e2b_envd_hook(struct http_req *req, void *arg)
     char id[STORE_ID_MAX] = "";
     unsigned port = 0;
     bool by_host = host_target(http_req_header(req, "Host"), &port, id, sizeof id);
+    const char *sid = http_req_header(req, "E2b-Sandbox-Id");
+    const char *sport = http_req_header(req, "E2b-Sandbox-Port");
+    if (!by_host && sid && sport && strtoul(sport, NULL, 10) != E2B_ENVD_PORT) {
+        unsigned long p = strtoul(sport, NULL, 10);
+        by_host = p > 0 && p <= 65535;
+        port = (unsigned)p;
+        snprintf(id, sizeof id, "%s", sid);
+    }
     if (by_host && port != E2B_ENVD_PORT) {
-        e2b_reply_rest_error(req, 502,
-                             "forwarding to sandbox port %u is not supported by this server",
-                             port);
+        e2b_port_proxy(e, req, id, port);
         return true;
     }
-    const char *sid = http_req_header(req, "E2b-Sandbox-Id");
     if (!by_host && !sid && !is_envd_path(path))
         return false;
     bool rpc = path[0] == '/' && strchr(path + 1, '/') && strchr(path, '.');

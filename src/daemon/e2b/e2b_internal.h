@@ -137,6 +137,9 @@ void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, con
 void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
                     const char *user, bool token_ok);
 
+/* ---- e2b_portproxy.c: getHost(port) */
+void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port);
+
 /* For a signed /files URL that names no sandbox: the running sandbox whose token the
  * signature matches, into id[cap]. */
 bool e2b_files_signer(struct e2b *e, struct http_req *req, char *id, size_t cap);
