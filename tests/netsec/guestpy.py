@@ -14,6 +14,7 @@ python standard library only. Each subcommand prints one JSON object.
                                      close the connection (prints a line when ready)
   frame IFACE HEX                    sends one raw Ethernet frame
   connflood IP PORT COUNT            COUNT connection attempts; outcomes counted
+  garbage IP DNS COUNT               random bytes to IP:443, IP:80 and DNS:53, COUNT rounds
   canary EVENTS IP...                (gateway side) listens on IP:80/443, records connections
 """
 import json
@@ -264,8 +265,9 @@ def cmd_hold(ip, port, host, secs):
     s.settimeout(float(secs))
     t0 = time.time()
     try:
-        r = s.recv(65536)
-        out({"closed": not r, "after": time.time() - t0})
+        while s.recv(65536):  # the rest of the first response, then silence
+            pass
+        out({"closed": True, "after": time.time() - t0})
     except ConnectionResetError:
         out({"closed": True, "reset": True, "after": time.time() - t0})
     except socket.timeout:
@@ -303,6 +305,25 @@ def cmd_connflood(ip, port, count):
             pass
         s.close()
     out({"connected": ok, "refused": refused, "failed": failed, "still_open": alive})
+
+
+def cmd_garbage(ip, dns_server, count):
+    """Random bytes at 443, 80 and 53, COUNT rounds; prints how many TCP sends hit a reset."""
+    resets = 0
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(int(count)):
+        for port in (443, 80):
+            try:
+                c = socket.create_connection((ip, port), timeout=1)
+                c.sendall(os.urandom(300))
+                c.settimeout(0.3)
+                c.recv(100)
+            except ConnectionResetError:
+                resets += 1
+            except OSError:
+                pass
+        u.sendto(os.urandom(int.from_bytes(os.urandom(1), "big") + 1), (dns_server, 53))
+    out({"resets": resets})
 
 
 def cmd_canary(events, *ips):
