@@ -1,4 +1,5 @@
 /* routes_templates.c: /v1/templates — list, get, and build requests. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/auth/auth.h"
@@ -42,6 +43,9 @@ static int build_spec_check(json_t *o, struct spaced *sp, struct spaced_err *err
     struct tpl_info t;
     if (!name || !from)
         return spaced_err_set(err, 400, "invalid_request", "name and from are required strings");
+    if (!tpl_name_valid(name))
+        return spaced_err_set(err, 400, "invalid_request",
+                              "name must be 1..48 characters [a-z0-9_-], not starting with '-'");
     if (tpl_lookup(sp, NULL, from, &t, err) < 0)
         return -1;
     if (tpl_lookup(sp, NULL, name, &t, NULL) == 0)
@@ -70,8 +74,11 @@ static void build_body(struct http_req *req, const char *data, size_t len, void 
     struct spaced_err err;
     int rc = build_spec_check(o, sp, &err);
     struct store_op op;
+    char *spec = rc == 0 ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (rc == 0)
-        rc = op_submit_template(sp, who.tenant, json_string_value(json_object_get(o, "name")), &op, &err);
+        rc = op_submit_template(sp, who.tenant, json_string_value(json_object_get(o, "name")), spec,
+                                &op, &err);
+    free(spec);
     json_decref(o);
     if (rc < 0) {
         routes_reply_err(sp, req, &err);

@@ -78,9 +78,11 @@ int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spe
 int op_submit(struct spaced *sp, const char *tenant, enum op_kind kind,
               const char *sandbox_id, struct store_op *out, struct spaced_err *err);
 
-/* Template build op (target = template name), run by the template module. */
+/* Template build op (target = template name), run by the template module: writes the
+ * templates row (state "building", spec_json) and the op in one transaction. 409 if a
+ * build of that name is already running. */
 int op_submit_template(struct spaced *sp, const char *tenant, const char *name,
-                       struct store_op *out, struct spaced_err *err);
+                       const char *spec_json, struct store_op *out, struct spaced_err *err);
 
 /* Progress of a running op (template builds, long creates): persisted and broadcast. */
 void op_progress(struct spaced *sp, const char *op_id, int percent, const char *detail);

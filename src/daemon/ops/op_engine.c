@@ -295,9 +295,12 @@ static void op_begin(struct spaced *sp, struct op_open *o)
     op_save(sp, &op);
     op_log(&op);
     store_op_clear(&op);
-    if (o->kind == OP_TEMPLATE_BUILD || o->kind >= OP_KIND_COUNT) {
-        op_finish(sp, o->id, false, "not_implemented",
-                  "template builds are not implemented by this spaced yet");
+    if (o->kind == OP_TEMPLATE_BUILD) {
+        tpl_build_start(sp, o->id, o->target);
+        return;
+    }
+    if (o->kind >= OP_KIND_COUNT) {
+        op_finish(sp, o->id, false, "internal", "unknown operation kind");
         return;
     }
     struct sbx *s = sbx_find(sp, NULL, o->target);
@@ -498,11 +501,20 @@ int op_submit(struct spaced *sp, const char *tenant, enum op_kind kind, const ch
 }
 
 int op_submit_template(struct spaced *sp, const char *tenant, const char *name,
-                       struct store_op *out, struct spaced_err *err)
+                       const char *spec_json, struct store_op *out, struct spaced_err *err)
 {
+    if (open_has_target(sp->ops, name))
+        return spaced_err_set(err, 409, "conflict", "template %s is already being built", name);
     if (new_op(out, tenant, OP_TEMPLATE_BUILD, name, err) < 0)
         return -1;
-    if (store_op_put(sp->store, out) != 0)
+    struct store_tpl t = {.created_ms = out->created_ms, .updated_ms = out->created_ms};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    snprintf(t.tenant, sizeof t.tenant, "%s", tenant);
+    snprintf(t.state, sizeof t.state, "building");
+    snprintf(t.dir, sizeof t.dir, "%s/templates/%s", sp->opt.data_dir, name);
+    t.spec_json = (char *)spec_json;
+    if (store_begin(sp->store) != 0 || store_tpl_put(sp->store, &t) != 0 ||
+        store_op_put(sp->store, out) != 0 || store_commit(sp->store) != 0)
         return store_failed(sp, err);
     if (!open_add(sp->ops, out))
         return spaced_err_set(err, 500, "internal", "out of memory");
@@ -535,9 +547,12 @@ void op_engine_recover(struct spaced *sp)
     struct op_open *o = sp->ops->open, *next;
     for (; o; o = next) {
         next = o->next;
-        if (o->kind == OP_TEMPLATE_BUILD || o->kind >= OP_KIND_COUNT)
+        if (o->kind == OP_TEMPLATE_BUILD || o->kind >= OP_KIND_COUNT) {
+            if (o->kind == OP_TEMPLATE_BUILD)
+                tpl_build_interrupted(sp, o->target);
             op_finish(sp, o->id, false, "interrupted",
                       "spaced restarted while this operation was running; submit it again");
+        }
     }
     op_reconcile_soon(sp);
 }

@@ -3,7 +3,8 @@
  * A template is a directory holding `rootfs.ext4` (raw ext4 image, the read-only base of
  * every sandbox disk) and `template.json` ({"name","description","vcpus","memory_mib"},
  * all optional). Built-in templates are found under <guest-dir>/templates/<name>/ (built
- * by guest/build-template.sh); the kernel and initramfs every VM boots are
+ * by guest/build-template.sh); templates built through the API live in
+ * <data-dir>/templates/<name>/ (tpl_build.c); the kernel and initramfs every VM boots are
  * <guest-dir>/vmlinux and <guest-dir>/initramfs.cpio.
  *
  * Snapshots (see vm.h): for each (template, vcpus, memory_mib) shape a sandbox asks for,
@@ -32,6 +33,9 @@ struct tpl_info {
     bool builtin;              /* found under the guest dir */
 };
 
+/* Template names: [a-z0-9_-], 1..48 bytes, not starting with '-' or '.'. */
+bool tpl_name_valid(const char *name);
+
 struct tpl_registry *tpl_registry_new(struct spaced *sp);
 void tpl_registry_free(struct tpl_registry *r);
 
@@ -50,6 +54,12 @@ bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, u
  * accel, jail); strings stay valid while the registry lives. Returns -1 with err when
  * the kernel or initramfs is missing. */
 int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err);
+
+/* Template builds (tpl_build.c). start: carries out template_build op `op_id` for the
+ * store row `name` (spec {"from","steps"}), finishing the op itself. interrupted: marks a
+ * build cut by a restart as failed. */
+int tpl_build_start(struct spaced *sp, const char *op_id, const char *name);
+void tpl_build_interrupted(struct spaced *sp, const char *name);
 
 /* GET /v1/templates: {"templates":[...]} / one {"name","state","builtin",...}. */
 json_t *tpl_list_json(struct spaced *sp);
