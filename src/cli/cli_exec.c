@@ -1,13 +1,16 @@
-/* cli_exec.c: `space exec ID -- CMD ARGS...`: creates a command session, attaches to its
- * event stream, writes stdout/stderr as they arrive, and exits with the command's
+/* cli_exec.c: `space exec [-i] ID -- CMD ARGS...`: creates a command session, attaches
+ * to its event stream, writes stdout/stderr as they arrive, and exits with the command's
  * status. A dropped stream is re-attached with Last-Event-ID, so nothing is lost or
- * repeated. */
+ * repeated. With -i, a child process streams our stdin into the command's stdin (and
+ * closes it at EOF) once the command has started, while the parent follows the output. */
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "b64.h"
@@ -19,7 +22,57 @@
 struct exec_state {
     int exit_status;  /* -1 until exit/error arrives */
     bool failed;      /* a local error (bad event) ended the stream */
+    struct cli_ctx *tok;       /* context authorised by the attach token */
+    const char *session_path;  /* "/v1/sandboxes/<id>/sessions/<sid>" (encoded) */
+    bool want_stdin;           /* -i: forward our stdin */
+    pid_t feeder;              /* child streaming stdin, 0 if none */
+    int stream_fd;             /* the event stream's socket (the child closes it) */
 };
+
+/* Child: POST our stdin as a chunked body, then close the command's stdin. */
+static int feed_stdin(struct exec_state *st)
+{
+    char path[512], err[256], buf[65536];
+    struct cli_conn c;
+    snprintf(path, sizeof path, "%s/stdin", st->session_path);
+    if (cli_request(st->tok, &c, "POST", path, "Content-Type: application/octet-stream\r\n", -1) < 0)
+        return 1;
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || cli_http_send_chunk(&c, buf, (size_t)n) < 0) {
+            rc = n < 0 ? 1 : 0;
+            break;
+        }
+    }
+    if (cli_http_send_chunk(&c, NULL, 0) < 0 || cli_http_read_head(&c, err, sizeof err) < 0) {
+        cli_http_close(&c);
+        return 1;
+    }
+    if (c.status != 200)
+        rc = cli_report_error(&c);
+    cli_http_close(&c);
+    snprintf(path, sizeof path, "%s/close-stdin", st->session_path);
+    json_t *r = cli_call(st->tok, "POST", path, NULL, NULL);
+    rc |= r ? 0 : 1;
+    json_decref(r);
+    return rc;
+}
+
+static void start_feeder(struct exec_state *st)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(st->stream_fd);
+        _exit(feed_stdin(st));
+    }
+    if (pid < 0)
+        cli_err("cannot forward stdin: %s", strerror(errno));
+    st->feeder = pid > 0 ? pid : 0;
+}
 
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
@@ -54,7 +107,9 @@ static int on_event(const char *event, const char *id, const char *data, size_t 
     struct exec_state *st = arg;
     json_t *j = json_loadb(data, len, 0, NULL);
     int stop = 0;
-    if (strcmp(event, "stdout") == 0 || strcmp(event, "stderr") == 0) {
+    if (strcmp(event, "start") == 0 && st->want_stdin && !st->feeder) {
+        start_feeder(st); /* the process exists now: its stdin accepts data */
+    } else if (strcmp(event, "stdout") == 0 || strcmp(event, "stderr") == 0) {
         if (emit(event[3] == 'o' ? STDOUT_FILENO : STDERR_FILENO, j) < 0) {
             cli_err("bad %s event or closed output", event);
             st->failed = true;
@@ -81,18 +136,15 @@ static int on_event(const char *event, const char *id, const char *data, size_t 
 /* Attaches once and follows the stream. Returns 0 when the stream ended (by an exit or
  * error event, or a break worth retrying: st->exit_status tells), 1 on a definite
  * failure (message printed). */
-static int attach_once(struct cli_ctx *x, const char *url, const char *token,
-                       struct cli_sse *sse, struct exec_state *st)
+static int attach_once(const char *url, struct cli_sse *sse, struct exec_state *st)
 {
     char extra[1024], err[256];
     int n = snprintf(extra, sizeof extra, "Accept: text/event-stream\r\n");
     if (sse->last_id[0])
         snprintf(extra + n, sizeof extra - (size_t)n, "Last-Event-ID: %s\r\n", sse->last_id);
     /* The attach token, not the API key, authorises the stream. */
-    struct cli_ctx tok = *x;
-    snprintf(tok.key, sizeof tok.key, "%s", token);
     struct cli_conn c;
-    if (cli_request(&tok, &c, "GET", url, extra, -2) < 0)
+    if (cli_request(st->tok, &c, "GET", url, extra, -2) < 0)
         return 0;
     if (cli_http_read_head(&c, err, sizeof err) < 0) {
         cli_http_close(&c);
@@ -103,6 +155,7 @@ static int attach_once(struct cli_ctx *x, const char *url, const char *token,
         cli_http_close(&c);
         return 1;
     }
+    st->stream_fd = c.fd;
     char buf[16384];
     for (;;) {
         ssize_t got = cli_http_read_body(&c, buf, sizeof buf);
@@ -122,13 +175,18 @@ static int attach_once(struct cli_ctx *x, const char *url, const char *token,
 
 int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
 {
+    bool want_stdin = argc > 0 && (strcmp(argv[0], "-i") == 0 || strcmp(argv[0], "--stdin") == 0);
+    if (want_stdin) {
+        argv++;
+        argc--;
+    }
     if (argc >= 2 && strcmp(argv[1], "--") == 0) {
         argv[1] = argv[0];
         argv++;
         argc--;
     }
     if (argc < 2) {
-        cli_err("usage: space exec ID -- CMD [ARGS...]");
+        cli_err("usage: space exec [-i] ID -- CMD [ARGS...]");
         return 2;
     }
     char eid[128], path[256];
@@ -139,7 +197,7 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
     json_t *args = json_array();
     for (int i = 1; i < argc; i++)
         json_array_append_new(args, json_string(argv[i]));
-    json_t *body = json_pack("{s:o}", "argv", args);
+    json_t *body = json_pack("{s:o,s:b}", "argv", args, "stdin", want_stdin);
     snprintf(path, sizeof path, "/v1/sandboxes/%s/sessions", eid);
     json_t *r = cli_call(x, "POST", path, body, NULL);
     json_decref(body);
@@ -152,17 +210,33 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
         json_decref(r);
         return 1;
     }
-    struct exec_state st = {.exit_status = -1};
+    const char *sid = json_string_value(json_object_get(r, "id"));
+    char esid[128], spath[512];
+    struct cli_ctx tok = *x;
+    snprintf(tok.key, sizeof tok.key, "%s", token);
+    if (want_stdin && (!sid || !cli_pct(sid, esid, sizeof esid))) {
+        cli_err("the server returned no session id");
+        json_decref(r);
+        return 1;
+    }
+    snprintf(spath, sizeof spath, "/v1/sandboxes/%s/sessions/%s", eid, want_stdin ? esid : "");
+    struct exec_state st = {.exit_status = -1, .tok = &tok, .session_path = spath,
+                            .want_stdin = want_stdin};
     struct cli_sse sse = {0};
     int rc = 0;
     for (int attempt = 0; attempt <= EXEC_REATTACH_MAX && st.exit_status < 0 && rc == 0; attempt++) {
         if (attempt)
             sleep(1);
         cli_sse_reset(&sse);
-        rc = attach_once(x, url, token, &sse, &st);
+        rc = attach_once(url, &sse, &st);
     }
     cli_sse_free(&sse);
     json_decref(r);
+    if (st.feeder > 0) {
+        /* The command is over: whatever stdin was still coming has nowhere to go. */
+        kill(st.feeder, SIGTERM);
+        waitpid(st.feeder, NULL, 0);
+    }
     if (rc)
         return 1;
     if (st.exit_status < 0) {
