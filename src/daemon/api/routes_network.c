@@ -1,0 +1,203 @@
+/* routes_network.c: a sandbox's network policy, decision log and credential rules.
+ *
+ *   GET /v1/sandboxes/{id}/network           {"mode","allow"?,"nic"}
+ *   PUT /v1/sandboxes/{id}/network           body: policy {"mode","allow"?}; live change
+ *   GET /v1/sandboxes/{id}/network/log       ?since=SEQ -> {"entries":[...]} (gateway log)
+ *   GET /v1/sandboxes/{id}/credentials       [{"host","header"}] (secrets never returned)
+ *   PUT /v1/sandboxes/{id}/credentials       body: [{"host","header","secret"}] (replaces)
+ * Secrets go to spaced's record and the gateway only; never into the VM, never back out
+ * through the API. The tenant's API key is required, and a sandbox of another tenant is
+ * a 404 like a missing one. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/api/routes.h"
+#include "daemon/auth/auth.h"
+#include "daemon/net/net.h"
+#include "daemon/sandbox/sbx.h"
+
+void routes_network_register(struct router *r, struct spaced *sp);
+
+#define NET_BODY_MAX (1024 * 1024)
+
+/* What every handler starts with; replies the error itself and returns NULL. */
+static struct sbx *resolve(struct spaced *sp, struct http_req *req, struct net **net)
+{
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return NULL;
+    const char *id = router_param(req, "id");
+    struct sbx *s = sbx_id_valid(id) ? sbx_find(sp, who.tenant, id) : NULL;
+    if (!s) {
+        routes_reply_error(sp, req, 404, "not_found", "sandbox %.64s not found", id ? id : "");
+        return NULL;
+    }
+    if (!(*net = net_get(sp))) {
+        routes_reply_error(sp, req, 503, "network_unavailable",
+                           "sandbox networking is not available on this host (see spaced's log)");
+        return NULL;
+    }
+    return s;
+}
+
+/* The sandbox's policy as given at create, for a sandbox whose network was never set
+ * up (new reference; {"mode":"none"} if the record holds nothing usable). */
+static json_t *created_policy(const struct sbx *s)
+{
+    const char *text = sbx_record(s)->network_json;
+    json_t *p = text ? json_loads(text, 0, NULL) : NULL;
+    return p ? p : json_pack("{s:s}", "mode", "none");
+}
+
+/* Makes sure the net module has a record (from the create request's policy). */
+static int ensure_record(struct net *net, const struct sbx *s, struct spaced_err *err)
+{
+    json_t *p = net_policy_get(net, sbx_id(s), err);
+    if (p) {
+        json_decref(p);
+        return 0;
+    }
+    json_t *given = created_policy(s);
+    int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), given, true, err);
+    json_decref(given);
+    return rc;
+}
+
+static void h_get_network(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct net *net;
+    struct sbx *s = resolve(sp, req, &net);
+    if (!s)
+        return;
+    struct spaced_err err;
+    json_t *p = net_policy_get(net, sbx_id(s), &err);
+    if (!p) {
+        /* Not started yet: what it will get. */
+        struct spaced_err ignored;
+        json_t *given = created_policy(s);
+        p = net_policy_check(given, &ignored);
+        json_decref(given);
+        if (!p)
+            p = json_pack("{s:s}", "mode", "none");
+        const char *mode = json_string_value(json_object_get(p, "mode"));
+        json_object_set_new(p, "nic", json_boolean(strcmp(mode, "none") != 0));
+    }
+    http_reply_json(req, 200, p);
+    json_decref(p);
+}
+
+static void put_network_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct spaced *sp = arg;
+    struct net *net;
+    struct sbx *s = resolve(sp, req, &net);
+    if (!s)
+        return;
+    static const char *const known[] = {"mode", "allow", NULL};
+    json_t *o = routes_parse_object(sp, req, data, len, known);
+    if (!o)
+        return;
+    enum sbx_state st = sbx_state(s);
+    struct spaced_err err;
+    int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), o, st == SBX_STOPPED || st == SBX_FAILED,
+                            &err);
+    json_decref(o);
+    if (rc != 0) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    h_get_network(req, arg);
+}
+
+static void h_put_network(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, NET_BODY_MAX, put_network_body, arg);
+}
+
+static void h_log(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct net *net;
+    struct sbx *s = resolve(sp, req, &net);
+    if (!s)
+        return;
+    const char *q = http_req_query(req, "since");
+    char *end = NULL;
+    errno = 0;
+    long long since = q ? strtoll(q, &end, 10) : 0;
+    if (q && (!*q || *end || errno || since < 0)) {
+        routes_reply_error(sp, req, 400, "invalid_request", "since must be a non-negative integer");
+        return;
+    }
+    struct spaced_err err;
+    json_t *log = net_log(net, sbx_id(s), since, &err);
+    if (!log && err.status == 404) {
+        /* No network set up yet: nothing was decided. */
+        log = json_pack("{s:[]}", "entries");
+    }
+    if (!log) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    http_reply_json(req, 200, log);
+    json_decref(log);
+}
+
+static void h_get_creds(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct net *net;
+    struct sbx *s = resolve(sp, req, &net);
+    if (!s)
+        return;
+    struct spaced_err err;
+    json_t *c = net_creds_get(net, sbx_id(s), &err);
+    json_t *body = json_pack("{s:o}", "credentials", c ? c : json_array());
+    http_reply_json(req, 200, body);
+    json_decref(body);
+}
+
+static void put_creds_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct spaced *sp = arg;
+    struct net *net;
+    struct sbx *s = resolve(sp, req, &net);
+    if (!s)
+        return;
+    json_error_t jerr;
+    json_t *rules = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!rules) {
+        routes_reply_error(sp, req, 400, "invalid_json", "body is not valid JSON: %s (at byte %d)",
+                           jerr.text, jerr.position);
+        return;
+    }
+    struct spaced_err err;
+    int rc = ensure_record(net, s, &err);
+    if (rc == 0)
+        rc = net_set_creds(net, sbx_id(s), rules, &err);
+    json_decref(rules);
+    if (rc != 0) {
+        routes_reply_err(sp, req, &err);
+        return;
+    }
+    h_get_creds(req, arg);
+}
+
+static void h_put_creds(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, NET_BODY_MAX, put_creds_body, arg);
+}
+
+void routes_network_register(struct router *r, struct spaced *sp)
+{
+    /* Sets the module up now (pool, gateway, re-attaching adopted sandboxes) rather than
+     * at the first request. */
+    net_get(sp);
+    router_add(r, "GET", "/v1/sandboxes/{id}/network", h_get_network, sp);
+    router_add(r, "PUT", "/v1/sandboxes/{id}/network", h_put_network, sp);
+    router_add(r, "GET", "/v1/sandboxes/{id}/network/log", h_log, sp);
+    router_add(r, "GET", "/v1/sandboxes/{id}/credentials", h_get_creds, sp);
+    router_add(r, "PUT", "/v1/sandboxes/{id}/credentials", h_put_creds, sp);
+}

@@ -1,0 +1,593 @@
+/* net.c: the per-sandbox records, the namespace pool, and the claim / policy / release
+ * paths (see net.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/net/net_internal.h"
+#include "log.h"
+
+#define NET_ID_MAX 48
+#define NS_PATH_MAX 320 /* netns_dir + prefix + id */ /* sandbox ids: [A-Za-z0-9_-]{1,48} (they name files and mounts) */
+
+/* What spaced knows about one sandbox's network; mirrored in <data_dir>/net/<id>.json. */
+struct net_rec {
+    char id[NET_ID_MAX + 1];
+    char tenant[64];
+    json_t *policy;       /* canonical policy (owned) */
+    json_t *creds;        /* [{"host","header","secret"}] (owned) */
+    bool nic;             /* has a namespace and tap (false only for policy none) */
+    struct net_rec *next;
+};
+
+struct net {
+    struct event_base *base;
+    char rec_dir[PATH_MAX];
+    char netns_dir[200];
+    char prefix[32];
+    char ctl[PATH_MAX + 32];
+    int home_fd;            /* spaced's own network namespace */
+    int *pool;              /* ready namespace fds (owned) */
+    unsigned pool_n, pool_want;
+    struct event *refill;   /* fills the pool one namespace per loop turn */
+    struct net_rec *recs;   /* owned list */
+    struct net_gw *gw;      /* NULL when not supervising a gateway */
+};
+
+static bool id_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > NET_ID_MAX)
+        return false;
+    for (; *id; id++)
+        if (!((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z') ||
+              (*id >= '0' && *id <= '9') || *id == '-' || *id == '_'))
+            return false;
+    return true;
+}
+
+static void ns_path(const struct net *n, const char *id, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s%s", n->netns_dir, n->prefix, id);
+}
+
+static struct net_rec *rec_find(struct net *n, const char *id)
+{
+    for (struct net_rec *r = n->recs; r; r = r->next)
+        if (strcmp(r->id, id) == 0)
+            return r;
+    return NULL;
+}
+
+static void rec_free(struct net_rec *r)
+{
+    json_decref(r->policy);
+    json_decref(r->creds);
+    free(r);
+}
+
+static bool policy_is_none(const json_t *policy)
+{
+    return strcmp(json_string_value(json_object_get(policy, "mode")), "none") == 0;
+}
+
+/* A new record (not yet saved or listed); NULL when out of memory. */
+static struct net_rec *rec_new(const char *id, const char *tenant, json_t *policy)
+{
+    struct net_rec *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant ? tenant : "");
+    r->policy = policy;
+    r->creds = json_array();
+    r->nic = !policy_is_none(policy);
+    return r;
+}
+
+/* Writes the record atomically (temp file + rename), 0600: it holds secrets. */
+static int rec_save(struct net *n, const struct net_rec *r)
+{
+    char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s.json", n->rec_dir, r->id);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    json_t *o = json_pack("{s:s, s:s, s:O, s:O, s:b}", "sandbox", r->id, "tenant", r->tenant,
+                          "policy", r->policy, "creds", r->creds, "nic", r->nic);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int rc = -1;
+    if (o && fd >= 0 && json_dumpfd(o, fd, JSON_COMPACT) == 0 && fsync(fd) == 0)
+        rc = 0;
+    if (fd >= 0)
+        close(fd);
+    json_decref(o);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -1;
+    if (rc != 0) {
+        log_error("net.record_write", "sandbox=%s errno=%d", r->id, errno);
+        unlink(tmp);
+    }
+    return rc;
+}
+
+static void rec_remove(struct net *n, const char *id)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s.json", n->rec_dir, id);
+    if (unlink(path) != 0 && errno != ENOENT)
+        log_warn("net.record_remove", "sandbox=%s errno=%d", id, errno);
+}
+
+/* Loads one record file; malformed ones are logged and skipped (never trusted). */
+static void rec_load(struct net *n, const char *file)
+{
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s", n->rec_dir, file);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    const char *id = json_string_value(json_object_get(o, "sandbox"));
+    const char *tenant = json_string_value(json_object_get(o, "tenant"));
+    struct spaced_err err;
+    json_t *policy = id_ok(id) ? net_policy_check(json_object_get(o, "policy"), &err) : NULL;
+    json_t *creds = policy ? net_creds_check(json_object_get(o, "creds"), &err) : NULL;
+    struct net_rec *r = creds && tenant ? calloc(1, sizeof *r) : NULL;
+    if (!r) {
+        log_warn("net.record_bad", "file=%s", file);
+        json_decref(policy);
+        json_decref(creds);
+        json_decref(o);
+        return;
+    }
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
+    r->policy = policy;
+    r->creds = creds;
+    r->nic = json_is_true(json_object_get(o, "nic"));
+    r->next = n->recs;
+    n->recs = r;
+    json_decref(o);
+}
+
+static int recs_load(struct net *n, char *err, size_t errlen)
+{
+    DIR *d = opendir(n->rec_dir);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", n->rec_dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && strcmp(e->d_name + len - 5, ".json") == 0)
+            rec_load(n, e->d_name);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* ---- the pool ---------------------------------------------------------------------- */
+
+static void refill_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct net *n = arg;
+    if (n->pool_n >= n->pool_want)
+        return;
+    char err[256];
+    int ns = net_ns_create(n->home_fd, err, sizeof err);
+    if (ns < 0) {
+        /* Claims still work (they create one themselves); do not spin on the error. */
+        log_warn("net.pool", "error=\"%s\"", err);
+        return;
+    }
+    n->pool[n->pool_n++] = ns;
+    if (n->pool_n < n->pool_want)
+        event_active(n->refill, 0, 0);
+}
+
+/* A ready namespace: from the pool (scheduling a refill) or made now. */
+static int pool_take(struct net *n, char *err, size_t errlen)
+{
+    if (n->pool_n) {
+        int fd = n->pool[--n->pool_n];
+        if (n->refill)
+            event_active(n->refill, 0, 0);
+        return fd;
+    }
+    return net_ns_create(n->home_fd, err, errlen);
+}
+
+/* ---- the gateway ------------------------------------------------------------------- */
+
+/* One request; NULL (error logged) when unreachable or refused. code gets the error
+ * code of a refusal ("" otherwise). Returns the reply (new reference). */
+static json_t *gw_call(struct net *n, json_t *req, char *code, size_t codelen)
+{
+    char err[256];
+    if (code)
+        *code = 0;
+    json_t *rep = net_ctl_call(n->ctl, req, err, sizeof err);
+    const char *op = json_string_value(json_object_get(req, "op"));
+    const char *id = json_string_value(json_object_get(req, "sandbox"));
+    if (!rep) {
+        log_warn("net.gateway", "op=%s sandbox=%s error=\"%s\"", op, id ? id : "-", err);
+    } else if (!json_is_true(json_object_get(rep, "ok"))) {
+        json_t *e = json_object_get(rep, "error");
+        const char *c = json_string_value(json_object_get(e, "code"));
+        const char *m = json_string_value(json_object_get(e, "message"));
+        if (code)
+            snprintf(code, codelen, "%s", c ? c : "");
+        if (!c || strcmp(c, "exists") != 0)
+            log_warn("net.gateway", "op=%s sandbox=%s code=%s msg=\"%s\"", op, id ? id : "-",
+                     c ? c : "?", m ? m : "");
+        json_decref(rep);
+        rep = NULL;
+    }
+    json_decref(req);
+    return rep;
+}
+
+/* The creds request: secrets travel as "value" (the gateway's name for them). */
+static void gw_send_creds(struct net *n, const struct net_rec *r)
+{
+    json_t *rules = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(r->creds, i, c)
+        json_array_append_new(rules, json_pack("{s:O, s:O, s:O}", "host", json_object_get(c, "host"),
+                                               "header", json_object_get(c, "header"),
+                                               "value", json_object_get(c, "secret")));
+    json_decref(gw_call(n, json_pack("{s:s, s:s, s:o}", "op", "creds", "sandbox", r->id,
+                                     "rules", rules), NULL, 0));
+}
+
+/* attach (or, if the gateway already has it, a policy update), then credentials. */
+static void gw_attach(struct net *n, const struct net_rec *r)
+{
+    char path[NS_PATH_MAX], code[48];
+    ns_path(n, r->id, path, sizeof path);
+    json_t *rep = gw_call(n, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:O}", "op",
+                                       "attach", "sandbox", r->id, "tenant", r->tenant, "netns",
+                                       path, "dev", NET_TAP, "guest_mac", NET_GUEST_MAC,
+                                       "guest_ip", NET_GUEST_IP, "gateway_ip", NET_GATEWAY_IP,
+                                       "policy", r->policy), code, sizeof code);
+    if (!rep && strcmp(code, "exists") == 0)
+        rep = gw_call(n, json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id,
+                                   "policy", r->policy), NULL, 0);
+    if (rep && json_array_size(r->creds))
+        gw_send_creds(n, r);
+    json_decref(rep);
+}
+
+void net_gateway_resync(struct net *n)
+{
+    unsigned count = 0;
+    for (struct net_rec *r = n->recs; r; r = r->next) {
+        char path[NS_PATH_MAX];
+        ns_path(n, r->id, path, sizeof path);
+        int fd = r->nic ? net_ns_open(path) : -1;
+        if (fd < 0)
+            continue; /* no namespace yet: the next claim attaches it */
+        close(fd);
+        gw_attach(n, r);
+        count++;
+    }
+    log_info("net.resync", "attached=%u", count);
+}
+
+bool net_gateway_up(struct net *n)
+{
+    if (n->gw)
+        return net_gw_up(n->gw);
+    char err[128];
+    json_t *req = json_pack("{s:s}", "op", "ping");
+    json_t *rep = net_ctl_call(n->ctl, req, err, sizeof err);
+    bool ok = json_is_true(json_object_get(rep, "ok"));
+    json_decref(req);
+    json_decref(rep);
+    return ok;
+}
+
+/* ---- life cycle -------------------------------------------------------------------- */
+
+struct net *net_new(struct event_base *base, const struct net_opts *o, char *err, size_t errlen)
+{
+    struct net *n = calloc(1, sizeof *n);
+    if (!n || !o->data_dir) {
+        snprintf(err, errlen, n ? "net: data_dir is required" : "out of memory");
+        free(n);
+        return NULL;
+    }
+    n->base = base;
+    n->home_fd = -1;
+    snprintf(n->rec_dir, sizeof n->rec_dir, "%s/net", o->data_dir);
+    const char *dir = o->netns_dir ? o->netns_dir : NET_NETNS_DIR;
+    const char *prefix = o->ns_prefix ? o->ns_prefix : NET_NS_PREFIX;
+    if (strlen(dir) >= sizeof n->netns_dir || strlen(prefix) >= sizeof n->prefix) {
+        snprintf(err, errlen, "net: namespace directory or prefix too long");
+        free(n);
+        return NULL;
+    }
+    snprintf(n->netns_dir, sizeof n->netns_dir, "%s", dir);
+    snprintf(n->prefix, sizeof n->prefix, "%s", prefix);
+    char gwdir[PATH_MAX];
+    snprintf(gwdir, sizeof gwdir, "%s/gateway", o->data_dir);
+    if (o->gateway_ctl)
+        snprintf(n->ctl, sizeof n->ctl, "%s", o->gateway_ctl);
+    else
+        snprintf(n->ctl, sizeof n->ctl, "%s/gateway.sock", gwdir);
+    if (mkdir(n->rec_dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "mkdir %s: %s", n->rec_dir, strerror(errno));
+        goto fail;
+    }
+    n->home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (n->home_fd < 0) {
+        snprintf(err, errlen, "opening our network namespace: %s", strerror(errno));
+        goto fail;
+    }
+    if (net_ns_prepare_dir(n->netns_dir, err, errlen) != 0 || recs_load(n, err, errlen) != 0)
+        goto fail;
+    n->pool_want = o->pool;
+    if (o->pool) {
+        n->pool = calloc(o->pool, sizeof *n->pool);
+        n->refill = event_new(base, -1, 0, refill_cb, n);
+        if (!n->pool || !n->refill) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        event_active(n->refill, 0, 0);
+    }
+    if (o->gateway_bin) {
+        n->gw = net_gw_new(n, base, o->gateway_bin, gwdir, n->ctl, o->gateway_args, err, errlen);
+        if (!n->gw)
+            goto fail;
+    } else if (net_gateway_up(n)) {
+        net_gateway_resync(n);
+    }
+    return n;
+fail:
+    net_free(n);
+    return NULL;
+}
+
+void net_free(struct net *n)
+{
+    if (!n)
+        return;
+    net_gw_free(n->gw);
+    for (unsigned i = 0; i < n->pool_n; i++)
+        close(n->pool[i]);
+    free(n->pool);
+    if (n->refill)
+        event_free(n->refill);
+    while (n->recs) {
+        struct net_rec *r = n->recs;
+        n->recs = r->next;
+        rec_free(r);
+    }
+    if (n->home_fd >= 0)
+        close(n->home_fd);
+    free(n);
+}
+
+/* ---- claim / release --------------------------------------------------------------- */
+
+/* The sandbox's namespace fd, mounting a fresh one if none is there yet. */
+static int ns_for(struct net *n, const char *id, struct spaced_err *err)
+{
+    char path[NS_PATH_MAX], msg[256];
+    ns_path(n, id, path, sizeof path);
+    int fd = net_ns_open(path);
+    if (fd >= 0)
+        return fd;
+    if (errno == EINVAL) /* a leftover file from a crash between create and mount */
+        net_ns_unmount(path);
+    else if (errno != ENOENT) {
+        spaced_err_set(err, 500, "net_failed", "opening %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fd = pool_take(n, msg, sizeof msg);
+    if (fd >= 0 && net_ns_mount(fd, path, msg, sizeof msg) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0)
+        spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
+    return fd;
+}
+
+int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
+              struct net_lease *out, struct spaced_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->tap_fd = -1;
+    if (!id_ok(sandbox))
+        return spaced_err_set(err, 400, "invalid_id", "not a sandbox id");
+    struct net_rec *r = rec_find(n, sandbox);
+    if (!r) {
+        json_t *given = json_loads(policy_json ? policy_json : "{\"mode\":\"none\"}", 0, NULL);
+        json_t *policy = net_policy_check(given, err);
+        json_decref(given);
+        if (!policy)
+            return -1;
+        if (!(r = rec_new(sandbox, tenant, policy))) {
+            json_decref(policy);
+            return spaced_err_set(err, 500, "internal", "out of memory");
+        }
+        /* Intent first: a crash after this line finds the record and finishes. */
+        if (rec_save(n, r) != 0) {
+            rec_free(r);
+            return spaced_err_set(err, 500, "internal", "cannot write the network record");
+        }
+        r->next = n->recs;
+        n->recs = r;
+    }
+    if (!r->nic)
+        return 0;
+    int nsfd = ns_for(n, sandbox, err);
+    if (nsfd < 0)
+        return -1;
+    char msg[256];
+    out->tap_fd = net_ns_tap_open(n->home_fd, nsfd, msg, sizeof msg);
+    close(nsfd);
+    if (out->tap_fd < 0)
+        return spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
+    snprintf(out->mac, sizeof out->mac, "%s", NET_GUEST_MAC);
+    ns_path(n, sandbox, out->netns, sizeof out->netns);
+    gw_attach(n, r);
+    return 0;
+}
+
+void net_release(struct net *n, const char *sandbox)
+{
+    if (!id_ok(sandbox))
+        return;
+    struct net_rec **pp = &n->recs;
+    while (*pp && strcmp((*pp)->id, sandbox) != 0)
+        pp = &(*pp)->next;
+    if (*pp && (*pp)->nic)
+        json_decref(gw_call(n, json_pack("{s:s, s:s}", "op", "detach", "sandbox", sandbox), NULL, 0));
+    char path[NS_PATH_MAX];
+    ns_path(n, sandbox, path, sizeof path);
+    net_ns_unmount(path);
+    rec_remove(n, sandbox);
+    if (*pp) {
+        struct net_rec *r = *pp;
+        *pp = r->next;
+        rec_free(r);
+    }
+}
+
+/* ---- policy, credentials, log ------------------------------------------------------ */
+
+static struct net_rec *rec_or_404(struct net *n, const char *id, struct spaced_err *err)
+{
+    struct net_rec *r = id_ok(id) ? rec_find(n, id) : NULL;
+    if (!r)
+        spaced_err_set(err, 404, "not_found",
+                       "sandbox %.48s has no network yet (it gets one when its VM first starts)",
+                       id_ok(id) ? id : "?");
+    return r;
+}
+
+int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const json_t *policy,
+                   bool cold, struct spaced_err *err)
+{
+    if (!id_ok(sandbox))
+        return spaced_err_set(err, 400, "invalid_id", "not a sandbox id");
+    json_t *p = net_policy_check(policy, err);
+    if (!p)
+        return -1;
+    struct net_rec *r = rec_find(n, sandbox);
+    if (!r) {
+        /* Never claimed: the policy (and whether there is a NIC) is still open. */
+        if (!(r = rec_new(sandbox, tenant, p))) {
+            json_decref(p);
+            return spaced_err_set(err, 500, "internal", "out of memory");
+        }
+        if (rec_save(n, r) != 0) {
+            rec_free(r);
+            return spaced_err_set(err, 500, "internal", "cannot write the network record");
+        }
+        r->next = n->recs;
+        n->recs = r;
+        return 0;
+    }
+    if (!r->nic && !policy_is_none(p) && !cold) {
+        json_decref(p);
+        return spaced_err_set(err, 409, "nic_change_needed",
+                              "sandbox %s has network mode \"none\" and no network device; stop "
+                              "it first (the device is added at the next start)", sandbox);
+    }
+    json_t *old = r->policy;
+    bool old_nic = r->nic;
+    r->policy = p;
+    r->nic = r->nic || !policy_is_none(p);
+    if (rec_save(n, r) != 0) {
+        r->policy = old;
+        r->nic = old_nic;
+        json_decref(p);
+        return spaced_err_set(err, 500, "internal", "cannot write the network record");
+    }
+    json_decref(old);
+    if (old_nic)
+        json_decref(gw_call(n, json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id,
+                                         "policy", r->policy), NULL, 0));
+    return 0;
+}
+
+json_t *net_policy_get(struct net *n, const char *sandbox, struct spaced_err *err)
+{
+    struct net_rec *r = rec_or_404(n, sandbox, err);
+    if (!r)
+        return NULL;
+    json_t *o = json_deep_copy(r->policy);
+    json_object_set_new(o, "nic", json_boolean(r->nic));
+    return o;
+}
+
+int net_set_creds(struct net *n, const char *sandbox, const json_t *rules,
+                  struct spaced_err *err)
+{
+    struct net_rec *r = rec_or_404(n, sandbox, err);
+    if (!r)
+        return -1;
+    json_t *c = net_creds_check(rules, err);
+    if (!c)
+        return -1;
+    json_t *old = r->creds;
+    r->creds = c;
+    if (rec_save(n, r) != 0) {
+        r->creds = old;
+        json_decref(c);
+        return spaced_err_set(err, 500, "internal", "cannot write the network record");
+    }
+    json_decref(old);
+    if (r->nic)
+        gw_send_creds(n, r);
+    return 0;
+}
+
+json_t *net_creds_get(struct net *n, const char *sandbox, struct spaced_err *err)
+{
+    struct net_rec *r = rec_or_404(n, sandbox, err);
+    if (!r)
+        return NULL;
+    json_t *out = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(r->creds, i, c)
+        json_array_append_new(out, json_pack("{s:O, s:O}", "host", json_object_get(c, "host"),
+                                             "header", json_object_get(c, "header")));
+    return out;
+}
+
+json_t *net_log(struct net *n, const char *sandbox, int64_t since, struct spaced_err *err)
+{
+    struct net_rec *r = rec_or_404(n, sandbox, err);
+    if (!r)
+        return NULL;
+    if (!r->nic)
+        return json_pack("{s:[]}", "entries");
+    char msg[256];
+    json_t *req = json_pack("{s:s, s:s, s:I}", "op", "log", "sandbox", r->id, "since",
+                            (json_int_t)since);
+    json_t *rep = net_ctl_call(n->ctl, req, msg, sizeof msg);
+    json_decref(req);
+    json_t *entries = json_object_get(rep, "entries");
+    if (!json_is_true(json_object_get(rep, "ok")) || !json_is_array(entries)) {
+        const char *m = json_string_value(json_object_get(json_object_get(rep, "error"), "message"));
+        spaced_err_set(err, 503, "gateway_unavailable", "decision log unavailable: %s",
+                       rep ? (m ? m : "bad reply") : msg);
+        json_decref(rep);
+        return NULL;
+    }
+    json_t *out = json_pack("{s:O}", "entries", entries);
+    json_decref(rep);
+    return out;
+}

@@ -1,0 +1,133 @@
+/* net: sandbox networking inside spaced — namespaces, taps, policies, credentials, and
+ * the supervision of space-gateway (DESIGN.md section 7).
+ *
+ * Every sandbox with a NIC gets its own network namespace, bind-mounted at
+ * <netns_dir>/<prefix><sandbox id> (e.g. /run/netns/space-sb0123...), holding `lo` and
+ * a persistent tap NET_TAP with the gateway address NET_GATEWAY_IP/NET_PREFIX_LEN on it.
+ * IPv6 is off there. There is no other interface and no route: the only things that
+ * answer are the gateway's sockets, which space-gateway opens inside the namespace when
+ * spaced sends it `attach` (gw_ctl.h); the gateway also installs the nftables rules
+ * (source MAC/IP validation, redirects, drops). All sandboxes share one guest identity
+ * (NET_GUEST_IP, NET_GUEST_MAC): namespaces keep them apart, and a template snapshot
+ * taken with networking configured is valid for every clone.
+ *
+ * Namespaces are created ahead of time (a pool of `pool` ready namespaces, refilled from
+ * the event loop), so a claim is a bind mount, a tap open and one control request. The
+ * namespaces are made with syscalls only (unshare/setns on the loop thread, rtnetlink),
+ * never by forking `ip`. Pool namespaces are held as open fds and vanish with spaced;
+ * claimed ones are mounted under the sandbox's name and outlive spaced restarts.
+ *
+ * State: spaced is the source of truth, the gateway's state is derived. Each sandbox's
+ * policy and credential rules are kept in <data_dir>/net/<id>.json (0600; secrets live
+ * only there and in the gateway's memory, never in the VM and never in an API reply),
+ * written before the gateway is told. After spaced or the gateway restarts, every
+ * record with a namespace is attached again with its policy and credentials.
+ *
+ * Policy `none` means no NIC: claim returns tap_fd -1 and creates no namespace. A live
+ * change between `none` and a mode with traffic needs a NIC change and is refused
+ * (409) unless the sandbox already has a NIC (it then only changes the gateway policy).
+ *
+ * All calls run on the event loop thread (they switch that thread's namespace briefly
+ * and talk to the gateway synchronously over a local socket, a few ms at most). */
+#ifndef SPACE_NET_H
+#define SPACE_NET_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/spaced.h"
+
+struct event_base;
+struct net;
+
+#define NET_TAP "tap0"
+#define NET_GUEST_IP "10.0.2.15"
+#define NET_GATEWAY_IP "10.0.2.2"
+#define NET_PREFIX_LEN 24
+#define NET_GUEST_MAC "02:5b:00:00:00:01"
+#define NET_NETNS_DIR "/run/netns"
+#define NET_NS_PREFIX "space-"
+#define NET_POOL_DEFAULT 2
+#define NET_ALLOW_MAX 512     /* allow rules per policy (the gateway's limit) */
+#define NET_CREDS_MAX 64      /* credential rules per sandbox */
+#define NET_SECRET_MAX 8192   /* bytes of one secret */
+
+struct net_opts {
+    const char *data_dir;    /* records in <data_dir>/net/; required */
+    const char *netns_dir;   /* NULL = NET_NETNS_DIR */
+    const char *ns_prefix;   /* NULL = NET_NS_PREFIX; tests use their own */
+    unsigned pool;           /* namespaces kept ready (0 = make one per claim) */
+    const char *gateway_bin; /* space-gateway to start and supervise; NULL = do not start
+                                one (an external gateway at gateway_ctl, or none) */
+    const char *gateway_ctl; /* control socket; NULL = <data_dir>/gateway/gateway.sock */
+    const char *const *gateway_args; /* extra arguments for the gateway, NULL-terminated
+                                        (--upstream-dns, --trust...); may be NULL */
+};
+
+/* What a claim gives the VM runtime (vm.h struct vm_net). */
+struct net_lease {
+    int tap_fd;      /* open tap (IFF_TAP|IFF_NO_PI|IFF_VNET_HDR), caller owns it and
+                        passes it to QEMU; -1 for policy none */
+    char mac[18];    /* NET_GUEST_MAC, "" for policy none */
+    char netns[320]; /* path of the namespace, "" for policy none */
+};
+
+/* Creates the module: loads the records, prepares the pool, starts (or adopts) the
+ * gateway when gateway_bin is set. Strings in o are copied. Returns NULL with err. */
+struct net *net_new(struct event_base *base, const struct net_opts *o, char *err, size_t errlen);
+/* Frees the module. Namespaces, records and the gateway stay: a later spaced adopts
+ * them. Pool namespaces (not yet claimed) are dropped. NULL is accepted. */
+void net_free(struct net *n);
+
+/* Validates a policy ({"mode":"none|allowlist|open","allow":[rule,...]}; rules are
+ * names, "*."-wildcards or IPv4 CIDRs, each with an optional ":port") and returns its
+ * canonical form (new reference), or NULL with a 400 in err. */
+json_t *net_policy_check(const json_t *policy, struct spaced_err *err);
+
+/* Gives sandbox its network for a VM start (create, start, restore, wake): the
+ * namespace (taken from the pool at the first claim, the same one afterwards), a fresh
+ * fd on its tap, and the gateway attached with the policy. policy_json is the policy to
+ * use the first time (the create request's); once a record exists it wins, since live
+ * changes are recorded there. A gateway that is down is not an error: it is attached as
+ * soon as it is back, and until then nothing answers in the namespace. Returns 0, or -1
+ * with err (nothing claimed). */
+int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
+              struct net_lease *out, struct spaced_err *err);
+
+/* Sets the policy (validated; recorded, then sent to the gateway, which resets the
+ * connections the new policy forbids). A sandbox never claimed gets a record with it
+ * (tenant is used then), so its first start uses it. `cold`: the sandbox's next start is
+ * a cold boot (stopped or failed), so a NIC can still be added; otherwise going from
+ * `none` to a mode with traffic on a sandbox without a NIC is 409. */
+int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const json_t *policy,
+                   bool cold, struct spaced_err *err);
+/* The recorded policy (new reference) plus "nic": bool, or NULL (404) without a record. */
+json_t *net_policy_get(struct net *n, const char *sandbox, struct spaced_err *err);
+
+/* Replaces the credential rules [{"host","header","secret"}...] (validated, 400 on bad
+ * input). Secrets are stored and sent to the gateway only. */
+int net_set_creds(struct net *n, const char *sandbox, const json_t *rules,
+                  struct spaced_err *err);
+/* The rules without secrets: [{"host","header"}...] (new reference), or NULL (404). */
+json_t *net_creds_get(struct net *n, const char *sandbox, struct spaced_err *err);
+
+/* The gateway's decision log for the sandbox from sequence `since` on
+ * ({"entries":[...]}, new reference); 503 when the gateway cannot be reached. */
+json_t *net_log(struct net *n, const char *sandbox, int64_t since, struct spaced_err *err);
+
+/* Forgets the sandbox: gateway detach, namespace unmounted (its tap and everything in
+ * it disappear with the last user), record removed. Unknown ids are fine (idempotent). */
+void net_release(struct net *n, const char *sandbox);
+
+/* True while a gateway answers on the control socket (health, tests). */
+bool net_gateway_up(struct net *n);
+
+/* The process's network module for spaced, created on first use from sp->opt
+ * (data_dir; the gateway binary next to spaced's own, started if present). Lives until
+ * exit: spaced has no slot for it and no shutdown hook for route modules. NULL (logged)
+ * if it cannot be set up, e.g. without root. */
+struct net *net_get(struct spaced *sp);
+
+#endif

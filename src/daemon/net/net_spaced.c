@@ -1,0 +1,60 @@
+/* net_spaced.c: the one network module of a spaced process (net_get, net.h).
+ *
+ * Static storage, like the session and file route contexts: struct spaced has no slot
+ * for it and main.c no shutdown hook for route modules, so the module stays reachable
+ * until exit (its namespaces and gateway are meant to outlive the process anyway). */
+#include <limits.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/net/net.h"
+#include "log.h"
+
+static struct {
+    struct spaced *sp;
+    struct net *net;
+    bool tried; /* set up once; a failure is logged once and not retried */
+} net_proc;
+
+/* space-gateway beside spaced's own binary ($SPACE_GATEWAY overrides). */
+static const char *gateway_path(char *buf, size_t cap)
+{
+    const char *env = getenv("SPACE_GATEWAY");
+    if (env && *env)
+        return env;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return NULL;
+    self[n] = 0;
+    snprintf(buf, cap, "%s/space-gateway", dirname(self));
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+struct net *net_get(struct spaced *sp)
+{
+    if (net_proc.tried)
+        return net_proc.sp == sp ? net_proc.net : NULL;
+    net_proc.tried = true;
+    net_proc.sp = sp;
+    if (geteuid() != 0) {
+        log_warn("net.unavailable", "msg=\"sandbox networking needs root (namespaces, taps)\"");
+        return NULL;
+    }
+    char gw[PATH_MAX + 16], err[512];
+    struct net_opts o = {
+        .data_dir = sp->opt.data_dir,
+        .pool = NET_POOL_DEFAULT,
+        .gateway_bin = gateway_path(gw, sizeof gw),
+    };
+    if (!o.gateway_bin)
+        log_warn("net.no_gateway", "msg=\"space-gateway not found beside spaced; sandboxes with a "
+                                   "network policy get no answers until one runs\"");
+    net_proc.net = net_new(sp->base, &o, err, sizeof err);
+    if (!net_proc.net)
+        log_error("net.unavailable", "error=\"%s\"", err);
+    return net_proc.net;
+}
