@@ -202,6 +202,25 @@ static void test_event_format(void **state)
     sess_ring_free(&r);
 }
 
+/* After a restart ids continue above a stored ceiling: everything older is gone. */
+static void test_renumber(void **state)
+{
+    (void)state;
+    struct sess_ring r;
+    assert_int_equal(sess_ring_init(&r, 4096), 0);
+    sess_ring_renumber(&r, 65537);
+    assert_int_equal(sess_ring_next_id(&r), 65537);
+    assert_int_equal(sess_ring_resume(&r, 12), SESS_RING_GONE);
+    assert_int_equal(sess_ring_resume(&r, 65536), SESS_RING_OK);
+    assert_int_equal(sess_ring_resume(&r, 65537), SESS_RING_FUTURE);
+    assert_int_equal(sess_ring_append(&r, SESS_EV_STDOUT, "x", 1, 65537), 0);
+    assert_int_equal(sess_ring_get(&r, 65537)->len, 1);
+    /* Only an empty ring is renumbered. */
+    sess_ring_renumber(&r, 1 << 20);
+    assert_int_equal(sess_ring_next_id(&r), 65538);
+    sess_ring_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_eviction_and_resume),
         cmocka_unit_test(test_backpressure_no_loss),
         cmocka_unit_test(test_event_format),
+        cmocka_unit_test(test_renumber),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,6 +68,12 @@ static void sess_append(struct sess *s, enum sess_ev_kind kind, const void *data
 {
     if (sess_ring_append(&s->ring, kind, data, len, sess_keep(s)) < 0)
         log_error("session.oom", "session=%s bytes=%zu", s->id, len);
+    /* Ids must never repeat, even across a restart of spaced: the stored ceiling stays
+     * above every id issued (one store write per SESS_ID_STRIDE events). */
+    if (sess_ring_next_id(&s->ring) >= s->id_ceiling) {
+        s->id_ceiling = sess_ring_next_id(&s->ring) + SESS_ID_STRIDE;
+        sess_persist(s);
+    }
 }
 
 static void sess_append_json(struct sess *s, enum sess_ev_kind kind, json_t *obj)
@@ -108,6 +114,7 @@ static void sess_fail(struct sess *s, enum sess_state st, const char *code, cons
     snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
     sess_set_done(s, st);
     sess_append_json(s, SESS_EV_ERROR, json_pack("{s:s,s:s}", "code", code, "message", msg));
+    sess_persist(s); /* the final state, after its event */
     log_info("session.end", "session=%s sandbox=%s state=%s code=%s", s->id, s->sbx,
              sess_state_name(st), code);
     sess_readers_pump(s);
@@ -238,6 +245,7 @@ static void sess_on_event(void *arg, json_t *ev)
             s->pid = json_integer_value(pid);
             s->started_ms = spaced_now_ms();
             sess_append_json(s, SESS_EV_START, json_pack("{s:I}", "pid", (json_int_t)s->pid));
+            sess_persist(s); /* the pid is what a restarted spaced re-attaches by */
             if (s->spec.timeout_s > 0)
                 evtimer_add(s->timer, &(struct timeval){.tv_sec = s->spec.timeout_s});
             sess_readers_pump(s);
@@ -255,6 +263,7 @@ static void sess_on_event(void *arg, json_t *ev)
                                    s->exit_code >= 0 ? json_integer(s->exit_code) : json_null(),
                                    "signal",
                                    s->exit_signal ? json_integer(s->exit_signal) : json_null()));
+        sess_persist(s); /* the final state, after its event */
         log_info("session.exit", "session=%s sandbox=%s code=%d signal=%d", s->id, s->sbx,
                  s->exit_code, s->exit_signal);
         sess_readers_pump(s);
@@ -389,6 +398,7 @@ int sess_close_stdin(struct sess *s, struct agentc *agent, struct spaced_err *er
     if (!s->stdin_closed && agentc_eof(s->chan) < 0)
         return spaced_err_set(err, 503, "unavailable", "the sandbox's agent connection is down");
     s->stdin_closed = true;
+    sess_persist(s);
     return 0;
 }
 
@@ -401,7 +411,7 @@ int sess_start(struct sess *s, struct agentc *agent, struct spaced_err *err)
 
 /* ---- table ------------------------------------------------------------------------------- */
 
-static void sess_free(struct sess *s)
+void sess_free(struct sess *s)
 {
     sess_readers_end(s);
     sess_stdin_abort(s, "the session was removed");
@@ -461,6 +471,7 @@ static void sess_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
             sess_fail(s, SESS_LOST, "sandbox_deleted", "the sandbox was deleted");
             if (now == SBX_DELETED) {
                 sess_unlink(t, s);
+                sess_unpersist(s);
                 sess_free(s);
             }
         }
@@ -475,12 +486,17 @@ static void sess_gc(evutil_socket_t fd, short what, void *arg)
     for (struct sess *s = t->head; s; s = nx) {
         nx = s->nx;
         sess_readers_keepalive(s);
+        /* A detached process whose sandbox runs again (e.g. after a restart of spaced,
+         * which adopts running VMs without a state change) is picked up here. */
+        if (s->state == SESS_STARTING && s->pid > 0 && !s->chan)
+            sess_open_chan(s, sess_agent(s), NULL);
         bool gone = sbx_find(t->sp, s->tenant, s->sbx) == NULL;
         bool old = sess_finished(s) && now - s->finished_ms > SESS_KEEP_FINISHED_MS;
         if (gone)
             sess_fail(s, SESS_LOST, "sandbox_deleted", "the sandbox no longer exists");
         if ((gone || old) && !s->readers) {
             sess_unlink(t, s);
+            sess_unpersist(s);
             sess_free(s);
         }
     }
@@ -500,6 +516,7 @@ struct sess_table *sess_table_new(struct spaced *sp)
         return NULL;
     }
     evtimer_add(t->gc, &(struct timeval){.tv_sec = SESS_GC_PERIOD_S});
+    sess_restore_all(t);
     return t;
 }
 
@@ -516,6 +533,34 @@ void sess_table_free(struct sess_table *t)
     free(t);
 }
 
+struct sess *sess_alloc(struct sess_table *t, const char *tenant, const char *sbx_id)
+{
+    struct sess *s = calloc(1, sizeof *s);
+    if (!s || sess_ring_init(&s->ring, SESS_RING_CAP) < 0) {
+        free(s);
+        return NULL;
+    }
+    s->t = t;
+    snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
+    snprintf(s->sbx, sizeof s->sbx, "%s", sbx_id);
+    s->exit_code = -1;
+    s->timer = evtimer_new(t->sp->base, sess_timeout, s);
+    if (!s->timer) {
+        sess_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sess_link_in(struct sess_table *t, struct sess *s)
+{
+    if (t->tail)
+        t->tail->nx = s;
+    else
+        t->head = s;
+    t->tail = s;
+}
+
 struct sess *sess_create(struct sess_table *t, const char *tenant, const char *sbx_id,
                          struct sess_spec *spec, char token_out[SESS_TOKEN_LEN + 1],
                          struct spaced_err *err)
@@ -528,33 +573,30 @@ struct sess *sess_create(struct sess_table *t, const char *tenant, const char *s
                        "sandbox %s already has %u sessions; wait for some to finish", sbx_id, n);
         return NULL;
     }
-    struct sess *s = calloc(1, sizeof *s);
-    if (!s || sess_ring_init(&s->ring, SESS_RING_CAP) < 0) {
-        free(s);
+    struct sess *s = sess_alloc(t, tenant, sbx_id);
+    if (!s) {
         spaced_err_set(err, 500, "internal", "out of memory");
         return NULL;
     }
-    s->t = t;
-    snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
-    snprintf(s->sbx, sizeof s->sbx, "%s", sbx_id);
     s->created_ms = spaced_now_ms();
-    s->exit_code = -1;
-    s->timer = evtimer_new(t->sp->base, sess_timeout, s);
-    if (!s->timer || spaced_random_id(s->id, SESS_ID_PREFIX, SESS_ID_HEX) < 0 ||
+    s->id_ceiling = 1 + SESS_ID_STRIDE;
+    if (spaced_random_id(s->id, SESS_ID_PREFIX, SESS_ID_HEX) < 0 ||
         sess_token_mint(&s->tok, (time_t)(s->created_ms / 1000 + spec->token_ttl_s),
                         token_out) < 0) {
         sess_free(s);
-        spaced_err_set(err, 500, "internal", "cannot create the session (CSPRNG or memory)");
+        spaced_err_set(err, 500, "internal", "cannot create the session (CSPRNG failed)");
         return NULL;
     }
     s->spec = *spec;
     memset(spec, 0, sizeof *spec);
     s->stdin_closed = !s->spec.stdin_open;
-    if (t->tail)
-        t->tail->nx = s;
-    else
-        t->head = s;
-    t->tail = s;
+    /* Acknowledged only once stored: a restarted spaced must still know it. */
+    if (sess_persist(s) < 0) {
+        sess_free(s);
+        spaced_err_set(err, 500, "internal", "cannot record the session in the store");
+        return NULL;
+    }
+    sess_link_in(t, s);
     log_info("session.create", "session=%s sandbox=%s tenant=%s", s->id, s->sbx, s->tenant);
     sess_report(t);
     return s;
@@ -582,6 +624,8 @@ int sess_new_token(struct sess *s, int64_t ttl_s, char token_out[SESS_TOKEN_LEN 
     if (sess_token_mint(&s->tok, (time_t)exp, token_out) < 0)
         return spaced_err_set(err, 500, "internal", "cannot mint a token (CSPRNG failed)");
     *expires_ms = exp * 1000;
+    if (sess_persist(s) < 0)
+        return spaced_err_set(err, 500, "internal", "cannot record the new token in the store");
     return 0;
 }
 
@@ -633,4 +677,14 @@ void sess_count(const struct sess_table *t, unsigned counts[SESS_LOST + 1])
     memset(counts, 0, sizeof(unsigned) * (SESS_LOST + 1));
     for (const struct sess *s = t->head; s; s = s->nx)
         counts[s->state]++;
+}
+
+struct spaced *sess_table_spaced(const struct sess_table *t)
+{
+    return t->sp;
+}
+
+struct sess *sess_table_first(const struct sess_table *t)
+{
+    return t->head;
 }

@@ -50,7 +50,30 @@ struct sess {
     struct http_req *stdin_req;        /* the stdin upload in progress, or NULL */
     uint64_t stdin_bytes;              /* bytes of that upload given to the agent */
     struct event *timer;               /* process timeout (heap, owned), or NULL */
+    uint64_t id_ceiling;               /* stored bound above every event id issued */
 };
+
+/* Event ids issued between two stores of the id ceiling. */
+#define SESS_ID_STRIDE 65536
+
+/* Allocates a session of the table (not linked in): ring, timer, ids left empty. */
+struct sess *sess_alloc(struct sess_table *t, const char *tenant, const char *sbx_id);
+/* Appends a session to the table's list. */
+void sess_link_in(struct sess_table *t, struct sess *s);
+/* Frees a session unlinked from the table (readers ended, channel forgotten). */
+void sess_free(struct sess *s);
+/* The daemon context of a table; its first session (follow ->nx for the rest). */
+struct spaced *sess_table_spaced(const struct sess_table *t);
+struct sess *sess_table_first(const struct sess_table *t);
+
+/* sess_store.c: the session's row in the store (spec, token digest, state, pid, exit,
+ * id ceiling). persist returns 0 or -1 (logged); unpersist deletes the row. */
+int sess_persist(struct sess *s);
+void sess_unpersist(struct sess *s);
+/* Loads every stored session of the table's sandboxes at startup: not-yet-started ones
+ * come back intact, running ones detached (re-attached by pid when their sandbox runs),
+ * finished ones with their final event; event ids continue above the stored ceiling. */
+void sess_restore_all(struct sess_table *t);
 
 /* Lowest event id an attached reader still needs (ring next id when none). */
 uint64_t sess_keep(const struct sess *s);

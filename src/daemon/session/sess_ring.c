@@ -19,6 +19,14 @@ int sess_ring_init(struct sess_ring *r, size_t cap)
     return 0;
 }
 
+void sess_ring_renumber(struct sess_ring *r, uint64_t next)
+{
+    if (r->count == 0 && next > r->next_id) {
+        r->first_id = r->next_id = next;
+        r->sealed = next - 1;
+    }
+}
+
 void sess_ring_free(struct sess_ring *r)
 {
     for (size_t i = 0; i < r->count; i++)

@@ -69,6 +69,11 @@ enum sess_ring_pos {
 /* Initialises an empty ring with a cost budget of cap bytes. Returns 0 or -1 (ENOMEM). */
 int sess_ring_init(struct sess_ring *r, size_t cap);
 
+/* Makes an empty ring issue ids from `next` on (a session restored after a restart of
+ * spaced, so ids never repeat). Readers asking for anything older get SESS_RING_GONE.
+ * Ignored unless the ring is empty. */
+void sess_ring_renumber(struct sess_ring *r, uint64_t next);
+
 /* Frees every record and the array; the ring must be re-initialised before reuse. */
 void sess_ring_free(struct sess_ring *r);
 
