@@ -1,0 +1,64 @@
+"""Sessions across a kill -9 of spaced (real VMs, base template): every acknowledged
+session is still known after the restart; one never attached still starts on its first
+attach; a running one is re-attached by pid and its remaining output arrives, with event
+ids that never repeat (ids from before the crash are answered 410)."""
+from test_sessions import Stream, collect
+
+SESS = "/v1/sandboxes/%s/sessions"
+
+
+def test_sessions_survive_kill9(need_vm, fresh_spaced):
+    sp = fresh_spaced()
+    r = sp.create({"template": "base", "timeout": 0})
+    assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded"
+    sid = r["sandbox"]["id"]
+
+    later = sp.request("POST", SESS % sid, {"cmd": "echo started-late"}).json
+    running = sp.request("POST", SESS % sid, {
+        "cmd": "echo before; while [ ! -e /tmp/go ]; do sleep 0.2; done; echo after; exit 7"}).json
+    st = Stream(sp, running["attach_url"], running["attach_token"])
+    seen = []
+    for ev in st.events():
+        seen.append(ev)
+        if ev[1] == "stdout":
+            break
+    st.close()
+    assert seen[-1][2] == b"before\n"
+    before_id = seen[-1][0]
+
+    sp.kill9()
+    sp2 = fresh_spaced(data_dir=sp.data_dir)
+    assert sp2.admin_key == sp.admin_key
+
+    # Both sessions are still known, with their tokens.
+    r = sp2.request("GET", SESS % sid)
+    assert r.status == 200, r
+    states = {x["id"]: x["state"] for x in r.json["sessions"]}
+    assert states[later["id"]] == "created"
+    assert states[running["id"]] in ("starting", "running")
+
+    # The never-attached one starts now and loses nothing.
+    st = Stream(sp2, later["attach_url"], later["attach_token"])
+    assert st.status == 200
+    res = collect(st.events())
+    assert res["stdout"] == b"started-late\n" and res["exit"]["code"] == 0
+
+    # The running one: ids from before the restart are gone (410), never reused.
+    st = Stream(sp2, running["attach_url"], running["attach_token"], last_id=before_id)
+    assert st.status == 410, st.resp.read()
+    st.close()
+    # Let the process finish, then read what is left.
+    go = sp2.request("POST", SESS % sid, {"cmd": "touch /tmp/go"}).json
+    st = Stream(sp2, go["attach_url"], go["attach_token"])
+    assert collect(st.events())["exit"]["code"] == 0
+    st = Stream(sp2, running["attach_url"], running["attach_token"])
+    assert st.status == 200
+    res = collect(st.events())
+    assert res["stdout"] == b"after\n", res
+    assert res["exit"] == {"code": 7, "signal": None}
+    assert min(res["ids"]) > before_id
+    info = sp2.request("GET", "%s/%s" % (SESS % sid, running["id"])).json["session"]
+    assert info["state"] == "exited" and info["exit_code"] == 7
+
+    op = sp2.request("DELETE", "/v1/sandboxes/" + sid).json["operation"]
+    assert sp2.wait_op(op["id"])["state"] == "succeeded"
