@@ -35,6 +35,9 @@ await main(async () => {
     const p = await raw('/sandboxes/' + missing + '/pause', { headers: { 'X-API-KEY': apiKey } })
     assert.equal(p.status, 404)
     assert.equal(p.json.code, 404)
+    // The Python SDK also sends E2b-Sandbox-Id on control-plane calls.
+    const l = await raw('/v2/sandboxes', { method: 'GET', headers: { 'X-API-KEY': apiKey, 'E2b-Sandbox-Id': missing } })
+    assert.equal(l.status, 200)
     const u = await raw('/v2/sandboxes', { method: 'GET' })
     assert.equal(u.status, 401)
     assert.equal(u.json.code, 401)

@@ -160,7 +160,9 @@ bool e2b_envd_hook(struct http_req *req, void *arg)
         e2b_port_proxy(e, req, id, port);
         return true;
     }
-    if (!by_host && !sid && !is_envd_path(path))
+    /* Only envd's own paths: the Python SDK also sends E2b-Sandbox-Id on control-plane
+     * calls, which must reach the routes. */
+    if (!by_host && !is_envd_path(path))
         return false;
     bool rpc = path[0] == '/' && strchr(path + 1, '/') && strchr(path, '.');
     const char *token = http_req_header(req, "X-Access-Token");
