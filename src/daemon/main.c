@@ -28,6 +28,7 @@
 /* Registered by other modules; weak so spaced links before they exist. */
 void routes_sessions_register(struct router *r, struct spaced *sp) __attribute__((weak));
 void routes_files_register(struct router *r, struct spaced *sp) __attribute__((weak));
+void routes_network_register(struct router *r, struct spaced *sp) __attribute__((weak));
 void e2b_register(struct router *r, struct spaced *sp) __attribute__((weak));
 
 static void usage(FILE *f)
@@ -180,6 +181,8 @@ int main(int argc, char **argv)
         routes_sessions_register(sp.router, &sp);
     if (routes_files_register)
         routes_files_register(sp.router, &sp);
+    if (routes_network_register)
+        routes_network_register(sp.router, &sp);
     if (e2b_register)
         e2b_register(sp.router, &sp);
 

@@ -34,7 +34,7 @@ SPACED = os.path.join(BUILD, "spaced")
 # still fails the test that stops spaced.
 _LSAN_SUPP = os.path.join(tempfile.gettempdir(), "space-e2e-lsan.supp")
 with open(_LSAN_SUPP, "w") as _f:
-    _f.write("leak:routes_sessions_register\nleak:routes_files_register\nleak:e2b_register\n")
+    _f.write("leak:routes_sessions_register\nleak:routes_files_register\nleak:routes_network_register\nleak:net_get\nleak:e2b_register\n")
 SPACED_ENV = dict(os.environ, LSAN_OPTIONS="suppressions=%s:print_suppressions=0" % _LSAN_SUPP)
 
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/net/net.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
@@ -273,6 +274,7 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
 
 static void start_vm(struct sbx *s, const char *snapshot_dir);
 static void act_create(struct sbx *s);
+static bool wants_network(const struct sbx *s);
 
 static void finish_delete(struct sbx *s)
 {
@@ -280,6 +282,8 @@ static void finish_delete(struct sbx *s)
     sbx_path(s, NULL, p, sizeof p);
     rm_rf(p);
     rm_rf(s->rec.run_dir);
+    if (wants_network(s) && net_get(s->sp))
+        net_release(net_get(s->sp), s->rec.id);
     sbx_set_desired(s, SBX_DELETED);
     sbx_set_state(s, SBX_DELETED, NULL);
     act_end(s, true, NULL, NULL);
@@ -369,6 +373,16 @@ static void arm_agent_timeout(struct sbx *s)
 
 /* ---- starting a VM ---------------------------------------------------------------- */
 
+/* True unless the sandbox's network policy is "none" (no NIC, no namespace). */
+static bool wants_network(const struct sbx *s)
+{
+    json_t *p = s->rec.network_json ? json_loads(s->rec.network_json, 0, NULL) : NULL;
+    const char *mode = json_string_value(json_object_get(p, "mode"));
+    bool yes = mode && strcmp(mode, "none") != 0;
+    json_decref(p);
+    return yes;
+}
+
 /* Boots (snapshot_dir NULL) or restores the sandbox's VM on its disk, then waits for the
  * agent (act_continue_after_agent sends refresh). */
 static void start_vm(struct sbx *s, const char *snapshot_dir)
@@ -401,12 +415,30 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     cfg.mem_mib = s->rec.memory_mib;
     cfg.disk = disk;
     cfg.run_dir = s->rec.run_dir;
+    /* The NIC: a tap inside the sandbox's own namespace (net.h); none for policy none. */
+    struct net_lease lease = {.tap_fd = -1};
+    if (wants_network(s)) {
+        struct net *n = net_get(s->sp);
+        if (!n) {
+            act_fail(s, SBX_FAILED, "network_unavailable",
+                     "sandbox networking is not available on this host (see spaced's log)");
+            return;
+        }
+        if (net_claim(n, s->rec.id, s->rec.tenant, s->rec.network_json, &lease, &e) < 0) {
+            act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+            return;
+        }
+        cfg.net.tap_fd = lease.tap_fd;
+        cfg.net.mac = lease.mac;
+    }
     int verr = 0;
     char msg[256] = "";
     s->restored = snapshot_dir != NULL;
     s->vm = snapshot_dir
                 ? vm_restore(s->sp->base, &cfg, snapshot_dir, 0, &sbx_vm_cbs, s, &verr, msg, sizeof msg)
                 : vm_boot(s->sp->base, &cfg, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
+    if (lease.tap_fd >= 0)
+        close(lease.tap_fd); /* QEMU holds its own copy from the spawn */
     if (!s->vm) {
         if (snapshot_dir && s->op_kind == OP_CREATE && !s->cold_fallback) {
             s->cold_fallback = true;
