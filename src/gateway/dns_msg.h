@@ -3,9 +3,10 @@
  *
  * A query is accepted only if it is a standard query (QR=0, OPCODE=0) with exactly one
  * question, no answer or authority records, at most one additional record (EDNS OPT,
- * ignored), and a name whose labels decode within 255 wire bytes. Compression pointers
- * (never needed in a one-question query, but legal) must point strictly backwards into
- * the question, so they cannot loop. The name's text form must pass
+ * ignored), and a name whose labels decode within 255 wire bytes. A compression pointer
+ * must land strictly before every byte of the name read so far and outside the header;
+ * in a one-question query nothing qualifies, so compressed questions (never sent by real
+ * stub resolvers) are FORMERR, and pointer loops cannot exist. The name's text form must pass
  * policy_name_normalise (the only names the gateway ever resolves). */
 #ifndef SPACE_GW_DNS_MSG_H
 #define SPACE_GW_DNS_MSG_H

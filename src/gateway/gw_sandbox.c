@@ -89,6 +89,8 @@ int gw_sandbox_attach(struct gw *gw, const json_t *req, char *err, size_t errlen
     const char *nspath = json_string_value(json_object_get(req, "netns"));
     const char *dev = json_string_value(json_object_get(req, "dev"));
     const char *mac = json_string_value(json_object_get(req, "guest_mac"));
+    if (tenant && !tenant[0])
+        tenant = NULL; /* "" means no tenant */
     if (!valid_id(id) || (tenant && !valid_id(tenant))) {
         snprintf(err, errlen, "bad sandbox or tenant id");
         return -1;

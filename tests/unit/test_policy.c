@@ -1,0 +1,142 @@
+/* test_policy: policy parsing, name normalisation, matching, forbidden addresses. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "gateway/policy.h"
+
+static uint32_t ip(int a, int b, int c, int d)
+{
+    return (uint32_t)a << 24 | (uint32_t)b << 16 | (uint32_t)c << 8 | (uint32_t)d;
+}
+
+static void parse_or_fail(const char *json, struct policy *p)
+{
+    char err[128];
+    json_error_t je;
+    json_t *j = json_loads(json, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(policy_parse(j, p, err, sizeof err), 0);
+    json_decref(j);
+}
+
+static void test_normalise(void **state)
+{
+    char out[POLICY_NAME_MAX + 1];
+    assert_int_equal(policy_name_normalise("API.Example.COM.", 16, out), 0);
+    assert_string_equal(out, "api.example.com");
+    assert_int_equal(policy_name_normalise("a_b.test", 8, out), 0);
+    const char *bad[] = {"", ".", "a..b", ".a", "a.b..", "-a.test", "a-.test", "a b.test",
+                         "127.0.0.1", "0x7f.1", "2130706433", "10.1", "a.123", "[::1]",
+                         "::1", "a\x01b.test", "caf\xc3\xa9.test", "a/b.test"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(policy_name_normalise(bad[i], strlen(bad[i]), out), -1);
+    char label[80];
+    memset(label, 'a', 64);
+    strcpy(label + 64, ".test");
+    assert_int_equal(policy_name_normalise(label, strlen(label), out), -1);
+    char longname[300];
+    for (int i = 0; i < 60; i++)
+        memcpy(longname + i * 4, "abc.", 4);
+    strcpy(longname + 240, "abcdefghijklmno.test");
+    assert_int_equal(policy_name_normalise(longname, strlen(longname), out), -1);
+}
+
+static void test_allowlist_matching(void **state)
+{
+    struct policy p;
+    parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"allowed.test\",\"*.wild.test\","
+                  "\"api.test:443\",\"203.0.113.0/24:80\"]}", &p);
+    assert_true(policy_name_may_resolve(&p, "allowed.test"));
+    assert_true(policy_name_may_resolve(&p, "a.b.wild.test"));
+    /* a CIDR rule lets any name resolve; the answer is then filtered by address */
+    assert_true(policy_name_may_resolve(&p, "evil.test"));
+    uint32_t pub = ip(198, 51, 100, 7), net = ip(203, 0, 113, 9);
+    assert_true(policy_addr_allowed(&p, "allowed.test", pub, 443));
+    assert_true(policy_addr_allowed(&p, "x.wild.test", pub, 80));
+    assert_false(policy_addr_allowed(&p, "wild.test", pub, 80));
+    assert_false(policy_addr_allowed(&p, "evilwild.test", pub, 80));
+    assert_false(policy_addr_allowed(&p, "allowed.test.evil.test", pub, 80));
+    assert_true(policy_addr_allowed(&p, "api.test", pub, 443));
+    assert_false(policy_addr_allowed(&p, "api.test", pub, 80));
+    assert_true(policy_addr_allowed(&p, "api.test", pub, 0));
+    assert_true(policy_addr_allowed(&p, "evil.test", net, 80));
+    assert_false(policy_addr_allowed(&p, "evil.test", net, 443));
+    assert_false(policy_addr_allowed(&p, "evil.test", pub, 80));
+    json_t *back = policy_to_json(&p);
+    char *s = json_dumps(back, JSON_COMPACT);
+    assert_string_equal(s, "{\"mode\":\"allowlist\",\"allow\":[\"allowed.test\",\"*.wild.test\","
+                           "\"api.test:443\",\"203.0.113.0/24:80\"]}");
+    free(s);
+    json_decref(back);
+    policy_free(&p);
+}
+
+static void test_forbidden_always(void **state)
+{
+    struct policy p;
+    parse_or_fail("{\"mode\":\"open\"}", &p);
+    uint32_t bad[] = {ip(127, 0, 0, 1), ip(10, 9, 9, 9), ip(172, 16, 0, 1), ip(172, 31, 255, 255),
+                      ip(192, 168, 1, 1), ip(169, 254, 169, 254), ip(100, 64, 0, 1),
+                      ip(100, 127, 255, 255), ip(0, 0, 0, 0), ip(224, 0, 0, 251),
+                      ip(255, 255, 255, 255), ip(198, 18, 0, 1), ip(192, 0, 0, 170)};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_true(policy_addr_forbidden(bad[i]));
+        assert_false(policy_addr_allowed(&p, "x.test", bad[i], 443));
+    }
+    assert_false(policy_addr_forbidden(ip(172, 32, 0, 1)));
+    assert_false(policy_addr_forbidden(ip(100, 128, 0, 1)));
+    assert_true(policy_addr_allowed(&p, "x.test", ip(203, 0, 113, 1), 443));
+    policy_host_addrs_add(ip(198, 51, 100, 200));
+    assert_false(policy_addr_allowed(&p, "x.test", ip(198, 51, 100, 200), 443));
+    policy_free(&p);
+    /* an explicit CIDR never re-opens a forbidden range */
+    parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"0.0.0.0/0\",\"10.0.0.0/8\"]}", &p);
+    assert_false(policy_addr_allowed(&p, "x.test", ip(10, 1, 1, 1), 80));
+    assert_true(policy_addr_allowed(&p, "x.test", ip(8, 8, 8, 8), 80));
+    policy_free(&p);
+}
+
+static void test_none_mode(void **state)
+{
+    struct policy p;
+    parse_or_fail("{\"mode\":\"none\",\"allow\":[\"allowed.test\"]}", &p);
+    assert_false(policy_name_may_resolve(&p, "allowed.test"));
+    assert_false(policy_addr_allowed(&p, "allowed.test", ip(203, 0, 113, 1), 80));
+    policy_free(&p);
+}
+
+static void test_parse_errors(void **state)
+{
+    const char *bad[] = {"[]", "{}", "{\"mode\":\"maybe\"}", "{\"mode\":\"allowlist\",\"allow\":\"x\"}",
+                         "{\"mode\":\"allowlist\",\"allow\":[1]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"a.test:0\"]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"a.test:70000\"]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"1.2.3.4/33\"]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"1.2.3/8\"]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"*.\"]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"**.a.test\"]}",
+                         "{\"mode\":\"allowlist\",\"allow\":[\"127.0.0.1\"]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct policy p;
+        char err[128];
+        json_error_t je;
+        json_t *j = json_loads(bad[i], 0, &je);
+        assert_non_null(j);
+        assert_int_equal(policy_parse(j, &p, err, sizeof err), -1);
+        assert_true(err[0] != '\0');
+        json_decref(j);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_normalise), cmocka_unit_test(test_allowlist_matching),
+        cmocka_unit_test(test_forbidden_always), cmocka_unit_test(test_none_mode),
+        cmocka_unit_test(test_parse_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
