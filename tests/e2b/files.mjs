@@ -27,6 +27,29 @@ await main(async () => {
     await fs.write('/tmp/gz.txt', 'compressed '.repeat(1000), { gzip: true })
     assert.equal(await fs.read('/tmp/gz.txt', { gzip: true }), 'compressed '.repeat(1000))
   })
+  await step('large streamed upload (chunked octet-stream) and streamed download', async () => {
+    const size = 8 * 1024 * 1024
+    const chunk = new Uint8Array(64 * 1024).map((_, i) => (i * 13) & 255)
+    let sent = 0
+    const body = new ReadableStream({
+      pull(ctrl) {
+        if (sent >= size) return ctrl.close()
+        ctrl.enqueue(chunk)
+        sent += chunk.length
+      },
+    })
+    await fs.write('/tmp/big.dat', body)
+    const info = await fs.getInfo('/tmp/big.dat')
+    assert.equal(info.size, size)
+    const stream = await fs.read('/tmp/big.dat', { format: 'stream' })
+    let got = 0, ok = true
+    for await (const part of stream) {
+      for (let i = 0; i < part.length; i++) ok = ok && part[i] === chunk[(got + i) % chunk.length]
+      got += part.length
+    }
+    assert.equal(got, size)
+    assert.ok(ok, 'downloaded bytes match the upload')
+  })
   await step('empty file', async () => {
     await fs.write('/tmp/empty', '')
     assert.equal(await fs.read('/tmp/empty'), '')

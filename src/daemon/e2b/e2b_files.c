@@ -58,7 +58,7 @@ static bool files_auth(struct e2b *e, struct http_req *req, struct e2b_box *box,
     return true;
 }
 
-static struct agentc *box_agent(struct e2b *e, struct e2b_box *box);
+static struct agentc *sandbox_agent(struct e2b *e, const char *id);
 
 /* Finding the sandbox a signed URL is for: uploadUrl()/downloadUrl() with a shared
  * E2B_SANDBOX_URL name no sandbox, so the signature itself is checked against each
@@ -233,7 +233,7 @@ void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, con
         return;
     json_t *r = json_pack("{s:s, s:s, s:s}", "op", "read", "path", abs, "user", user);
     free(abs);
-    struct agentc *a = box_agent(e, box);
+    struct agentc *a = sandbox_agent(e, box->id);
     struct download *d = calloc(1, sizeof *d);
     char why[128] = "sandbox is not running";
     if (!r || !a || !d ||
@@ -263,7 +263,7 @@ struct wpart {
 
 struct upload {
     struct e2b *e;
-    struct e2b_box *box;
+    char sandbox[STORE_ID_MAX]; /* by id: the box may go away with the sandbox */
     struct http_req *req;     /* NULL once replied or closed */
     char user[E2B_USER_MAX];
     char *path_override;      /* resolved `path` query, or NULL (owned) */
@@ -397,10 +397,10 @@ static const struct agentc_chan_ops wp_ops = {
     .on_drain = wp_drain,
 };
 
-static struct agentc *box_agent(struct e2b *e, struct e2b_box *box)
+static struct agentc *sandbox_agent(struct e2b *e, const char *id)
 {
-    struct e2b_call probe = {.e = e, .box = box};
-    return e2b_call_agent(&probe);
+    struct sbx *s = sbx_find(e->sp, NULL, id);
+    return s ? sbx_agent(s) : NULL;
 }
 
 /* Starts writing one file (target = path override, else the part's filename). */
@@ -427,7 +427,7 @@ static int part_begin(void *arg, const char *name, const char *filename, struct 
     }
     struct wpart *p = calloc(1, sizeof *p);
     json_t *r = json_pack("{s:s, s:s, s:s}", "op", "write", "path", abs, "user", u->user);
-    struct agentc *a = box_agent(u->e, u->box);
+    struct agentc *a = sandbox_agent(u->e, u->sandbox);
     char why[128] = "sandbox is not running";
     if (!p || !r || !a || !(p->ch = agentc_open(a, r, &wp_ops, p, 0, why, sizeof why))) {
         json_decref(r);
@@ -530,7 +530,7 @@ void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
         return;
     }
     u->e = e;
-    u->box = box;
+    snprintf(u->sandbox, sizeof u->sandbox, "%s", box->id);
     snprintf(u->user, sizeof u->user, "%s", user);
     struct e2b_err err = {0};
     const char *ct = http_req_header(req, "Content-Type");
