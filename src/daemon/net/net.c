@@ -375,6 +375,16 @@ void net_free(struct net *n)
     free(n);
 }
 
+void net_exit(struct net *n)
+{
+    if (!n || !n->gw)
+        return;
+    for (struct net_rec *r = n->recs; r; r = r->next)
+        if (r->nic)
+            return;
+    net_gw_stop(n->gw);
+}
+
 /* ---- claim / release --------------------------------------------------------------- */
 
 /* The sandbox's namespace fd, mounting a fresh one if none is there yet. */

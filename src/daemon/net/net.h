@@ -81,6 +81,11 @@ struct net *net_new(struct event_base *base, const struct net_opts *o, char *err
  * them. Pool namespaces (not yet claimed) are dropped. NULL is accepted. */
 void net_free(struct net *n);
 
+/* At process exit: stops the supervised gateway if no sandbox has a NIC (nothing
+ * needs it until the next spaced, which starts a new one); otherwise leaves it for the
+ * next spaced to adopt. Touches no event (safe after the event base is freed). */
+void net_exit(struct net *n);
+
 /* Validates a policy ({"mode":"none|allowlist|open","allow":[rule,...]}; rules are
  * names, "*."-wildcards or IPv4 CIDRs, each with an optional ":port") and returns its
  * canonical form (new reference), or NULL with a 400 in err. */
@@ -126,8 +131,8 @@ bool net_gateway_up(struct net *n);
 
 /* The process's network module for spaced, created on first use from sp->opt
  * (data_dir; the gateway binary next to spaced's own, started if present). Lives until
- * exit: spaced has no slot for it and no shutdown hook for route modules. NULL (logged)
- * if it cannot be set up, e.g. without root. */
+ * exit: spaced has no slot for it and no shutdown hook for route modules; an exit
+ * handler calls net_exit. NULL (logged) if it cannot be set up, e.g. without root. */
 struct net *net_get(struct spaced *sp);
 
 #endif

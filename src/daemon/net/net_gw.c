@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +278,23 @@ void net_gw_free(struct net_gw *g)
     for (size_t i = 0; i < g->argc; i++)
         free(g->argv[i]);
     free(g);
+}
+
+void net_gw_stop(struct net_gw *g)
+{
+    if (!g->pid || g->pidfd < 0)
+        return;
+    syscall(SYS_pidfd_send_signal, g->pidfd, SIGTERM, NULL, 0);
+    struct pollfd p = {.fd = g->pidfd, .events = POLLIN};
+    if (poll(&p, 1, 5000) != 1)
+        syscall(SYS_pidfd_send_signal, g->pidfd, SIGKILL, NULL, 0);
+    if (g->child)
+        waitpid(g->pid, NULL, 0);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/gateway.pid", g->dir);
+    unlink(path);
+    log_info("gateway.stop", "pid=%d", (int)g->pid);
+    g->pid = 0;
 }
 
 bool net_gw_up(const struct net_gw *g)

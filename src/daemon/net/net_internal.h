@@ -60,6 +60,9 @@ struct net_gw *net_gw_new(struct net *n, struct event_base *base, const char *bi
 /* Stops supervising; the gateway keeps running for the next spaced. */
 void net_gw_free(struct net_gw *g);
 bool net_gw_up(const struct net_gw *g);
+/* Stops the gateway (SIGTERM, SIGKILL after 5 s) and waits for it. Touches no event:
+ * safe after the event base is gone (exit handlers). */
+void net_gw_stop(struct net_gw *g);
 
 /* ---- net.c --------------------------------------------------------------------------- */
 

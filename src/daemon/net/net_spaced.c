@@ -19,6 +19,11 @@ static struct {
     bool tried; /* set up once; a failure is logged once and not retried */
 } net_proc;
 
+static void at_exit(void)
+{
+    net_exit(net_proc.net);
+}
+
 /* space-gateway beside spaced's own binary ($SPACE_GATEWAY overrides). */
 static const char *gateway_path(char *buf, size_t cap)
 {
@@ -56,5 +61,7 @@ struct net *net_get(struct spaced *sp)
     net_proc.net = net_new(sp->base, &o, err, sizeof err);
     if (!net_proc.net)
         log_error("net.unavailable", "error=\"%s\"", err);
+    else
+        atexit(at_exit);
     return net_proc.net;
 }
