@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "daemon/vm/pool.h"
 #include "vm_harness.h"
 
 #define BOOT_LIMIT_MS 20000
@@ -463,6 +464,67 @@ static void test_jail_isolation(void **state)
     kill_and_wait(vb, &ob);
 }
 
+/* Warm pool: fills with paused clones, a claim resumes one and the agent greets; the pool
+ * refills; freeing it kills what is left and discards their directories. */
+static int pool_seq, discarded;
+
+static int pool_prepare(struct vm_config *cfg, void *arg)
+{
+    static char id[32], run[128], disk[160];
+    snprintf(id, sizeof(id), "pool%d", pool_seq++);
+    snprintf(run, sizeof(run), "%s/%s", work, id);
+    snprintf(disk, sizeof(disk), "%s/%s.qcow2", work, id);
+    mkdir(run, 0700);
+    cfg->id = id;
+    cfg->run_dir = run;
+    cfg->disk = disk;
+    return 0;
+}
+
+static void pool_discard(const char *id, const char *run_dir, void *arg)
+{
+    discarded++;
+}
+
+static void test_pool(void **state)
+{
+    NEED_GUEST();
+    make_template();
+    struct box t;
+    box_init(&t, "poolbase", tmpl_overlay); /* only for its config shape */
+    struct pool_config pc = { .snapshot_dir = tmpl_snap, .template_overlay = tmpl_overlay,
+                              .base = t.cfg, .size = 2, .prepare = pool_prepare,
+                              .discard = pool_discard };
+    pc.base.id = NULL;
+    pc.base.run_dir = NULL;
+    pc.base.disk = NULL;
+    struct pool *p = pool_new(base, &pc);
+    assert_non_null(p);
+    struct obs o;
+    obs_init(&o);
+    assert_null(pool_claim(p, &cbs, &o)); /* nothing ready yet */
+    int full = 0;
+    double end = vmh_now_ms() + BOOT_LIMIT_MS;
+    while (!full && vmh_now_ms() < end) {
+        int tick = 0;
+        vmh_run_until(base, &tick, 50);
+        full = pool_ready(p) == 2;
+    }
+    assert_true(full);
+    double t0 = vmh_now_ms();
+    struct vm *vm = pool_claim(p, &cbs, &o);
+    assert_non_null(vm);
+    wait_ready_hello(&o);
+    fprintf(stderr, "warm pool claim to agent HELLO: %.1f ms\n", o.hello.at_ms - t0);
+    assert_int_equal(vm_state(vm), VM_STATE_RUNNING);
+    kill_and_wait(vm, &o);
+    assert_int_equal(o.reason, VM_EXIT_KILLED);
+    pool_free(p);
+    int settle = 0;
+    vmh_run_until(base, &settle, 3000); /* orphaned qemu-img jobs, deferred frees */
+    assert_int_equal(discarded, 2); /* the remaining ready one + the refill */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -473,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_jail_isolation),
+        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

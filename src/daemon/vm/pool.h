@@ -17,11 +17,15 @@
 
 struct pool;
 
-/* Fills cfg for a new pooled VM: id, run_dir (created), disk path (not yet created: the
- * pool makes the overlay on `template_overlay`), net, jail. Strings must stay valid until
- * the matching release/claim callback; return nonzero to stop refilling (e.g. no
- * capacity). */
+/* Fills cfg (pre-filled from pool_config.base) for a new pooled VM: id, run_dir
+ * (created), disk path (not yet existing: the pool makes the overlay on
+ * `template_overlay`), net, jail. The pool copies cfg during the call, so the strings
+ * only need to live that long. Return nonzero to stop refilling (e.g. no capacity). */
 typedef int (*pool_prepare_cb)(struct vm_config *cfg, void *arg);
+
+/* A pooled VM that was never claimed is gone (pool_free, or it died while waiting);
+ * its overlay is already removed; the caller removes what prepare created. */
+typedef void (*pool_discard_cb)(const char *id, const char *run_dir, void *arg);
 
 struct pool_config {
     const char *snapshot_dir;     /* template snapshot (vm_template_snapshot output) */
@@ -29,15 +33,17 @@ struct pool_config {
     struct vm_config base;        /* vcpus, mem_mib, accel, kernel, ... shared by all */
     unsigned size;                /* VMs to keep ready; 0 disables the pool */
     pool_prepare_cb prepare;
-    void *prepare_arg;
+    pool_discard_cb discard;      /* may be NULL */
+    void *prepare_arg;            /* passed to prepare and discard */
 };
 
 /* cfg is copied (strings duplicated). Starts filling from the loop. */
 struct pool *pool_new(struct event_base *base, const struct pool_config *cfg);
 
 /* Takes a ready VM, resumes it and reports through cbs->on_ready (err == VM_OK) then
- * cbs->on_agent. Returns NULL when none is ready (the caller then falls back to
- * vm_restore). */
+ * cbs->on_agent; from then on the VM is the caller's exactly as if vm_restore had made it
+ * (vm_id / vm_run_dir tell which sandbox directory it uses). Returns NULL when none is
+ * ready (the caller then falls back to vm_restore). */
 struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg);
 
 unsigned pool_ready(const struct pool *p); /* VMs ready to claim now */

@@ -658,13 +658,12 @@ int vm_agent_reconnect(struct vm *vm)
     char p[4096];
     if (vm->detached || vm->state == VM_STATE_EXITED)
         return VM_E_STATE;
+    if (!vm->cbs.on_agent)
+        return VM_OK; /* nobody to give it to (a pooled VM) */
     int fd = vm_path(vm, "agent.sock", p, sizeof(p)) == 0 ? connect_unix(p) : -1;
     if (fd < 0)
         return VM_E_IO;
-    if (vm->cbs.on_agent)
-        vm->cbs.on_agent(vm, fd, vm->arg);
-    else
-        close(fd);
+    vm->cbs.on_agent(vm, fd, vm->arg);
     return VM_OK;
 }
 
@@ -737,6 +736,21 @@ int vm_shutdown(struct vm *vm, unsigned timeout_ms, vm_done_cb cb, void *arg)
 void vm_kill(struct vm *vm)
 {
     vm_kill_reason(vm, VM_EXIT_KILLED, "killed");
+}
+
+void vm_kill_sync(struct vm *vm)
+{
+    if (vm->detached)
+        return;
+    if (vm->state != VM_STATE_EXITED) {
+        send_signal(vm, SIGKILL);
+        /* Bounded: SIGKILL cannot be caught, the exit takes milliseconds. */
+        if (vm->is_child)
+            waitpid(vm->pid, NULL, 0);
+        remove_runtime_files(vm);
+        vm->state = VM_STATE_EXITED;
+    }
+    release(vm);
 }
 
 void vm_detach(struct vm *vm)

@@ -105,6 +105,10 @@ void vm_started(struct vm *vm, enum vm_state st);
 /* Kills QEMU (SIGKILL) with a reason; the pidfd event finishes the VM. */
 void vm_kill_reason(struct vm *vm, enum vm_exit_reason r, const char *msg);
 
+/* Kills QEMU and waits for it (blocking, a few ms after SIGKILL), removes the runtime
+ * files and frees the vm without any callback (pool teardown). */
+void vm_kill_sync(struct vm *vm);
+
 /* Console: connect to run_dir/console.sock and start copying into console.log. */
 void vm_console_attach(struct vm *vm);
 void vm_console_drain(struct vm *vm);

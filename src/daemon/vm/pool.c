@@ -1,0 +1,339 @@
+/* pool: warm pool of paused template clones (see pool.h).
+ *
+ * Fill is sequential: one overlay + restore in flight at a time, so a refill never
+ * competes with itself for the host's CPUs (under TCG a restore is CPU-bound).
+ *
+ * Warm-up: a freshly restored QEMU has executed none of the guest's code yet; under TCG
+ * every path runs through the translator the first time, which made the first agent
+ * handshake after a claim take ~350 ms. So each pooled VM runs until its agent has
+ * answered a HELLO on a connection the pool keeps, and is paused only then. The claim
+ * hands that live connection to the caller, whose own HELLO restarts the agent session
+ * on the same stream (docs/agent-protocol.md), without waiting for the agent to notice a
+ * new host. */
+#include "pool.h"
+#include "frame.h"
+#include "log.h"
+#include "vm_internal.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* One pooled VM. Owned by the pool until claimed. */
+struct pool_entry {
+    struct pool_entry *next;
+    struct pool *p;
+    struct vm_config cfg; /* deep copy */
+    struct vm *vm;        /* NULL while the overlay is being made */
+    int ready;            /* restored and paused */
+    int orphan;           /* pool freed while qemu-img ran: on_overlay cleans up */
+    int agent_fd;         /* warm-up connection to the agent, handed over at claim */
+    struct event *agent_ev; /* owned: reads the agent's HELLO during warm-up */
+    uint8_t in[1024];     /* warm-up input (the agent's HELLO frame) */
+    size_t in_len;
+    pool_discard_cb discard; /* copied from the pool for the orphan case */
+    void *arg;
+};
+
+struct pool {
+    struct event_base *base;
+    char *snapshot_dir, *template_overlay; /* owned */
+    struct vm_config base_cfg;             /* deep copy */
+    unsigned size;
+    pool_prepare_cb prepare;
+    pool_discard_cb discard;
+    void *arg;
+    struct pool_entry *entries;            /* owned list */
+    int filling;                           /* an entry is being made */
+    int stopped;                           /* prepare refused: no more refills */
+    int freeing;
+    struct event *refill;                  /* owned */
+};
+
+static void entry_unlink(struct pool *p, struct pool_entry *e)
+{
+    for (struct pool_entry **pp = &p->entries; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            return;
+        }
+    }
+}
+
+/* The entry's VM is gone (or never started): remove its overlay, tell the owner. */
+static void entry_agent_close(struct pool_entry *e)
+{
+    if (e->agent_ev)
+        event_free(e->agent_ev);
+    e->agent_ev = NULL;
+    if (e->agent_fd >= 0)
+        close(e->agent_fd);
+    e->agent_fd = -1;
+}
+
+static void entry_discard(struct pool *p, struct pool_entry *e)
+{
+    entry_unlink(p, e);
+    entry_agent_close(e);
+    if (e->cfg.disk)
+        unlink(e->cfg.disk);
+    if (p->discard)
+        p->discard(e->cfg.id, e->cfg.run_dir, p->arg);
+    vm_config_free(&e->cfg);
+    free(e);
+}
+
+static void kick(struct pool *p)
+{
+    if (!p->freeing)
+        event_active(p->refill, EV_TIMEOUT, 0);
+}
+
+static void on_entry_ready(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct pool_entry *e = arg;
+    if (err) {
+        char q[600];
+        log_warn("pool.fill", "id=%s err=%s msg=%s", e->cfg.id, vm_error_code(err),
+                 log_quote(msg, q, sizeof(q)));
+    } /* on failure on_exit follows and discards the entry; else on_entry_agent is next */
+}
+
+static void on_entry_paused(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct pool_entry *e = arg;
+    if (err) {
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "pool: pausing a warmed-up VM failed");
+        return;
+    }
+    e->ready = 1;
+    e->p->filling = 0;
+    kick(e->p);
+}
+
+static void on_entry_agent_input(evutil_socket_t fd, short what, void *arg)
+{
+    struct pool_entry *e = arg;
+    ssize_t n = read(fd, e->in + e->in_len, sizeof(e->in) - e->in_len);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: agent connection closed in warm-up");
+        return;
+    }
+    if (n < 0)
+        return;
+    e->in_len += (size_t)n;
+    struct frame f;
+    size_t used;
+    const char *why;
+    enum frame_parse_result r = frame_parse(e->in, e->in_len, &f, &used, &why);
+    if (r == FRAME_PARSE_MORE && e->in_len < sizeof(e->in))
+        return;
+    if (r != FRAME_PARSE_OK || f.type != FRAME_HELLO || used != e->in_len) {
+        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: agent did not answer HELLO");
+        return;
+    }
+    /* Handshake done: stop reading, so whatever comes next is the claimer's. */
+    event_free(e->agent_ev);
+    e->agent_ev = NULL;
+    if (vm_pause(e->vm, on_entry_paused, e) != VM_OK)
+        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: cannot pause a warmed-up VM");
+}
+
+static void on_entry_agent(struct vm *vm, int fd, void *arg)
+{
+    static const char hello[] = "{\"version\":1,\"min_version\":1,\"software\":\"spaced-pool\"}";
+    struct pool_entry *e = arg;
+    uint8_t msg[FRAME_HEADER_SIZE + sizeof(hello)];
+    entry_agent_close(e);
+    e->agent_fd = fd;
+    e->in_len = 0;
+    frame_encode_header(msg, FRAME_CONTROL_CHANNEL, FRAME_HELLO, FRAME_STREAM_NONE,
+                        sizeof(hello) - 1);
+    memcpy(msg + FRAME_HEADER_SIZE, hello, sizeof(hello) - 1);
+    e->agent_ev = event_new(e->p->base, fd, EV_READ | EV_PERSIST, on_entry_agent_input, e);
+    if (!e->agent_ev || write(fd, msg, FRAME_HEADER_SIZE + sizeof(hello) - 1) < 0) {
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "pool: cannot greet the agent");
+        return;
+    }
+    event_add(e->agent_ev, NULL);
+}
+
+static void on_entry_exit(struct vm *vm, enum vm_exit_reason r, const char *msg,
+                          const char *tail, void *arg)
+{
+    struct pool_entry *e = arg;
+    struct pool *p = e->p;
+    if (!e->ready)
+        p->filling = 0;
+    entry_discard(p, e);
+    kick(p);
+}
+
+static const struct vm_callbacks entry_cbs = { on_entry_ready, on_entry_agent, on_entry_exit };
+
+static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
+{
+    struct pool_entry *e = arg;
+    struct pool *p = e->p;
+    if (e->orphan) {
+        unlink(e->cfg.disk);
+        if (e->discard)
+            e->discard(e->cfg.id, e->cfg.run_dir, e->arg);
+        vm_config_free(&e->cfg);
+        free(e);
+        return;
+    }
+    char m[600];
+    int verr = err;
+    if (!err && !p->freeing)
+        e->vm = vm_restore(p->base, &e->cfg, p->snapshot_dir, 0, &entry_cbs, e, &verr, m,
+                           sizeof(m));
+    if (!e->vm) {
+        char q[700];
+        if (!p->freeing)
+            log_warn("pool.fill", "id=%s err=%s msg=%s", e->cfg.id, vm_error_code(verr),
+                     log_quote(err ? msg : m, q, sizeof(q)));
+        p->filling = 0;
+        /* A template that cannot be restored would fail forever: stop refilling, the
+         * caller falls back to vm_restore and sees the error there. */
+        p->stopped = 1;
+        entry_discard(p, e);
+    }
+}
+
+static void refill(evutil_socket_t fd, short what, void *arg)
+{
+    struct pool *p = arg;
+    unsigned have = 0;
+    for (struct pool_entry *e = p->entries; e; e = e->next)
+        have++;
+    if (p->filling || p->stopped || p->freeing || have >= p->size)
+        return;
+    struct pool_entry *e = calloc(1, sizeof(*e));
+    struct vm_config cfg = p->base_cfg;
+    if (!e || p->prepare(&cfg, p->arg) != 0 || vm_config_copy(&e->cfg, &cfg) < 0) {
+        free(e);
+        p->stopped = 1;
+        return;
+    }
+    e->p = p;
+    e->agent_fd = -1;
+    e->discard = p->discard;
+    e->arg = p->arg;
+    e->next = p->entries;
+    p->entries = e;
+    p->filling = 1;
+    if (vm_disk_overlay_create(p->base, p->template_overlay, "qcow2", e->cfg.disk, on_overlay,
+                               e) != VM_OK) {
+        p->filling = 0;
+        p->stopped = 1;
+        entry_discard(p, e);
+    }
+}
+
+struct pool *pool_new(struct event_base *base, const struct pool_config *cfg)
+{
+    struct pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->base = base;
+    p->size = cfg->size;
+    p->prepare = cfg->prepare;
+    p->discard = cfg->discard;
+    p->arg = cfg->prepare_arg;
+    p->snapshot_dir = strdup(cfg->snapshot_dir);
+    p->template_overlay = strdup(cfg->template_overlay);
+    p->refill = event_new(base, -1, 0, refill, p);
+    if (!p->snapshot_dir || !p->template_overlay || !p->refill || !cfg->prepare ||
+        vm_config_copy(&p->base_cfg, &cfg->base) < 0) {
+        free(p->snapshot_dir);
+        free(p->template_overlay);
+        if (p->refill)
+            event_free(p->refill);
+        free(p);
+        return NULL;
+    }
+    kick(p);
+    return p;
+}
+
+/* Resumed after a claim: the caller's callbacks take over, with the warm connection. */
+static void on_claim_resumed(struct vm *vm, int err, const char *msg, void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    if (err) {
+        close(fd);
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "resume of a pooled VM failed");
+        return;
+    }
+    vm->state = VM_STATE_RUNNING;
+    if (vm->cbs.on_ready)
+        vm->cbs.on_ready(vm, VM_OK, NULL, vm->arg);
+    if (vm->detached || vm->state == VM_STATE_EXITED || !vm->cbs.on_agent)
+        close(fd);
+    else
+        vm->cbs.on_agent(vm, fd, vm->arg);
+}
+
+struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
+{
+    struct pool_entry *e = p->entries, *pick = NULL;
+    for (; e; e = e->next)
+        if (e->ready && vm_state(e->vm) == VM_STATE_PAUSED)
+            pick = e; /* the oldest ready one: entries are pushed at the head */
+    if (!pick)
+        return NULL;
+    struct vm *vm = pick->vm;
+    int fd = pick->agent_fd;
+    pick->agent_fd = -1;
+    entry_unlink(p, pick);
+    entry_agent_close(pick);
+    vm_config_free(&pick->cfg);
+    free(pick);
+    vm->cbs = *cbs;
+    vm->arg = arg;
+    if (vm_resume(vm, on_claim_resumed, (void *)(intptr_t)fd) != VM_OK) {
+        close(fd);
+        /* on_exit reaches the caller, who owns the VM now */
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "resume of a pooled VM failed");
+    }
+    kick(p);
+    return vm;
+}
+
+unsigned pool_ready(const struct pool *p)
+{
+    unsigned n = 0;
+    for (const struct pool_entry *e = p->entries; e; e = e->next)
+        n += e->ready;
+    return n;
+}
+
+void pool_free(struct pool *p)
+{
+    if (!p)
+        return;
+    p->freeing = 1;
+    /* An asynchronous kill would report through on_entry_exit after p is gone, so the
+     * pooled VMs are killed synchronously and silently. */
+    while (p->entries) {
+        struct pool_entry *e = p->entries;
+        if (!e->vm) {
+            /* qemu-img still running: its completion frees the entry */
+            entry_unlink(p, e);
+            e->orphan = 1;
+            continue;
+        }
+        vm_kill_sync(e->vm);
+        entry_discard(p, e);
+    }
+    event_free(p->refill);
+    vm_config_free(&p->base_cfg);
+    free(p->snapshot_dir);
+    free(p->template_overlay);
+    free(p);
+}
