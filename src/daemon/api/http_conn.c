@@ -480,6 +480,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     bufferevent_setcb(c->bev, conn_readcb, conn_writecb, conn_eventcb, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, high);
     bufferevent_setwatermark(c->bev, EV_WRITE, s->lim.stream_low_water, 0);
+    /* libevent writes at most 16 KiB per call by default: a 1 GiB download then costs
+     * 65536 writev calls instead of 4096. (Reads stay at libevent 2.1's fixed 4 KiB.) */
+    bufferevent_set_max_single_write(c->bev, HTTP_READ_HIGH);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     http_conn_update_timeouts(c);
     struct timeval tv = ms_tv(s->lim.header_timeout_ms);
