@@ -130,7 +130,8 @@ void net_release(struct net *n, const char *sandbox);
 bool net_gateway_up(struct net *n);
 
 /* The process's network module for spaced, created on first use from sp->opt
- * (data_dir; the gateway binary next to spaced's own, started if present). Lives until
+ * (data_dir; the gateway binary next to spaced's own or $SPACE_GATEWAY, started if
+ * present, with the extra arguments in $SPACE_GATEWAY_ARGS, space-separated). Lives until
  * exit: spaced has no slot for it and no shutdown hook for route modules; an exit
  * handler calls net_exit. NULL (logged) if it cannot be set up, e.g. without root. */
 struct net *net_get(struct spaced *sp);

@@ -24,6 +24,24 @@ static void at_exit(void)
     net_exit(net_proc.net);
 }
 
+/* Extra gateway arguments from $SPACE_GATEWAY_ARGS, split on spaces (e.g. "--upstream-dns
+ * 192.0.2.53 --trust /etc/space/upstream.pem"): deployments and tests name the gateway's
+ * resolvers and trust store without a spaced option per gateway flag. Owned by net_proc. */
+static const char *const *gateway_args(void)
+{
+    static char *copy;
+    static const char *argv[33];
+    const char *env = getenv("SPACE_GATEWAY_ARGS");
+    if (!env || !*env || !(copy = strdup(env)))
+        return NULL;
+    size_t n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(copy, " ", &save); t && n < 32; t = strtok_r(NULL, " ", &save))
+        argv[n++] = t;
+    argv[n] = NULL;
+    return argv;
+}
+
 /* space-gateway beside spaced's own binary ($SPACE_GATEWAY overrides). */
 static const char *gateway_path(char *buf, size_t cap)
 {
@@ -54,6 +72,7 @@ struct net *net_get(struct spaced *sp)
         .data_dir = sp->opt.data_dir,
         .pool = NET_POOL_DEFAULT,
         .gateway_bin = gateway_path(gw, sizeof gw),
+        .gateway_args = gateway_args(),
     };
     if (!o.gateway_bin)
         log_warn("net.no_gateway", "msg=\"space-gateway not found beside spaced; sandboxes with a "
