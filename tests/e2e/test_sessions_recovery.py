@@ -62,3 +62,80 @@ def test_sessions_survive_kill9(need_vm, fresh_spaced):
 
     op = sp2.request("DELETE", "/v1/sandboxes/" + sid).json["operation"]
     assert sp2.wait_op(op["id"])["state"] == "succeeded"
+
+
+def _wait_verb(sp, sid, verb):
+    r = sp.request("POST", "/v1/sandboxes/%s/%s" % (sid, verb))
+    assert r.status == 202, r
+    op = sp.wait_op(r.json["operation"]["id"])
+    assert op["state"] == "succeeded", op
+
+
+def test_sessions_across_pause_and_suspend(need_vm, spaced):
+    """A process keeps running through pause/resume and suspend/restore; an attached
+    reader of a paused sandbox keeps its stream, a suspended one is re-attached."""
+    sp = spaced
+    r = sp.create({"template": "base", "timeout": 0})
+    assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded"
+    sid = r["sandbox"]["id"]
+    s = sp.request("POST", SESS % sid, {
+        "cmd": "i=0; while [ ! -e /tmp/stop ]; do echo tick$i; i=$((i+1)); sleep 0.3; done; echo bye",
+    }).json
+    st = Stream(sp, s["attach_url"], s["attach_token"])
+    it = st.events()
+    seen = []
+    for ev in it:
+        seen.append(ev)
+        if ev[1] == "stdout":
+            break
+    _wait_verb(sp, sid, "pause")
+    _wait_verb(sp, sid, "resume")
+    # The same stream continues after a pause.
+    for ev in it:
+        seen.append(ev)
+        if ev[1] == "stdout" and b"tick3" in ev[2]:
+            break
+    st.close()
+    last = seen[-1][0]
+
+    _wait_verb(sp, sid, "suspend")
+    info = sp.request("GET", "%s/%s" % (SESS % sid, s["id"])).json["session"]
+    assert info["state"] in ("starting", "running"), info  # detached, not lost
+    _wait_verb(sp, sid, "restore")
+
+    stop = sp.request("POST", SESS % sid, {"cmd": "touch /tmp/stop"}).json
+    st2 = Stream(sp, stop["attach_url"], stop["attach_token"])
+    assert collect(st2.events())["exit"]["code"] == 0
+
+    st = Stream(sp, s["attach_url"], s["attach_token"], last_id=last)
+    assert st.status == 200
+    res = collect(st.events())
+    assert res["stdout"].endswith(b"bye\n"), res
+    assert res["exit"]["code"] == 0
+    out = b"".join(d for _, n, d in seen if n == "stdout") + res["stdout"]
+    ticks = [int(x[4:]) for x in out.split(b"\n") if x.startswith(b"tick")]
+    assert ticks == list(range(len(ticks))), "output lost or repeated across pause/suspend"
+    assert res["ids"] == list(range(last + 1, last + 1 + len(res["ids"])))
+
+    op = sp.request("DELETE", "/v1/sandboxes/" + sid).json["operation"]
+    assert sp.wait_op(op["id"])["state"] == "succeeded"
+
+
+def test_sessions_end_when_the_sandbox_stops(need_vm, spaced):
+    sp = spaced
+    r = sp.create({"template": "base", "timeout": 0})
+    assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded"
+    sid = r["sandbox"]["id"]
+    s = sp.request("POST", SESS % sid, {"cmd": "echo up; exec sleep 1000"}).json
+    st = Stream(sp, s["attach_url"], s["attach_token"])
+    it = st.events()
+    for ev in it:
+        if ev[1] == "stdout":
+            break
+    _wait_verb(sp, sid, "stop")
+    res = collect(it)  # the attached reader is told, then the stream ends
+    assert res["error"]["code"] == "sandbox_stopped", res
+    info = sp.request("GET", "%s/%s" % (SESS % sid, s["id"])).json["session"]
+    assert info["state"] == "lost" and info["error"]["code"] == "sandbox_stopped"
+    op = sp.request("DELETE", "/v1/sandboxes/" + sid).json["operation"]
+    assert sp.wait_op(op["id"])["state"] == "succeeded"
