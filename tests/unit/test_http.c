@@ -12,7 +12,6 @@
 #include <cmocka.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 
 #include "daemon/api/http_internal.h"
 #include "daemon/api/sse.h"
@@ -110,7 +109,7 @@ static void counter_resume(evutil_socket_t fd, short what, void *arg)
 static void counter_chunk(struct http_req *req, const char *data, size_t len, void *arg)
 {
     struct counter *k = arg;
-    size_t in = evbuffer_get_length(bufferevent_get_input(req->conn->bev));
+    size_t in = evbuffer_get_length(req->conn->in);
     if (in > k->max_buffered)
         k->max_buffered = in;
     for (size_t i = 0; i < len; i++)

@@ -8,7 +8,13 @@
  *                         closes or the linger deadline passes, so the peer reads our
  *                         last response instead of losing it to a TCP reset)
  * conn_process() moves between them; it runs only from libevent callbacks, never from
- * inside an application call (see http_internal.h). */
+ * inside an application call (see http_internal.h).
+ *
+ * Reading is done here rather than by the bufferevent (which only writes): libevent 2.1
+ * reads at most 4 KiB per call, so a 1 GiB upload would cost 262144 readv + ioctl +
+ * epoll_wait round trips. conn_read_cb reads up to the free room below read_high
+ * into the connection's input buffer and stops reading while that buffer is full,
+ * which is also what bounds memory when the application pauses a body. */
 #include "http_internal.h"
 
 #include <errno.h>
@@ -32,6 +38,7 @@
 #define HTTP_LINGER_MS 2000
 #define HTTP_ACCEPT_RETRY_MS 100
 
+static bool conn_advance(struct http_conn *c);
 static void conn_process(struct http_conn *c);
 
 void http_limits_default(struct http_limits *lim)
@@ -99,11 +106,25 @@ static bool body_reading(const struct http_req *r)
     }
 }
 
+/* Arms or disarms the read event: reading continues while the input has room and the
+ * peer has not finished, with the idle timeout that fits the state. */
+static void conn_update_read(struct http_conn *c)
+{
+    size_t len = evbuffer_get_length(c->in);
+    if (c->eof || len >= c->srv->read_high) {
+        event_del(c->rd_ev);
+        return;
+    }
+    struct timeval tv = ms_tv(c->lingering ? HTTP_LINGER_MS : c->srv->lim.body_idle_timeout_ms);
+    bool timed = c->lingering || body_reading(c->req);
+    event_add(c->rd_ev, timed ? &tv : NULL);
+}
+
 void http_conn_update_timeouts(struct http_conn *c)
 {
-    struct timeval rd = ms_tv(c->srv->lim.body_idle_timeout_ms);
     struct timeval wr = ms_tv(c->srv->lim.write_timeout_ms);
-    bufferevent_set_timeouts(c->bev, body_reading(c->req) ? &rd : NULL, &wr);
+    bufferevent_set_timeouts(c->bev, NULL, &wr);
+    conn_update_read(c);
 }
 
 static void conn_free(struct http_conn *c)
@@ -127,7 +148,9 @@ static void conn_free(struct http_conn *c)
         }
         http_req_free(r);
     }
+    event_free(c->rd_ev); /* before the socket closes with the bufferevent */
     bufferevent_free(c->bev);
+    evbuffer_free(c->in);
     event_free(c->head_timer);
     event_free(c->defer);
     free(c);
@@ -158,7 +181,7 @@ static void req_fail(struct http_conn *c, struct http_req *r, int status, const 
 static bool conn_read_head(struct http_conn *c)
 {
     struct http_server *s = c->srv;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->in;
     size_t len = evbuffer_get_length(in);
     /* RFC 9112 2.2: empty lines before a request line are ignored. */
     while (c->scan == 0 && len >= 2) {
@@ -203,7 +226,7 @@ static bool conn_read_head(struct http_conn *c)
 /* Moves body bytes from the input to the consumer. Returns true on progress. */
 static bool pump_body(struct http_conn *c, struct http_req *r)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->in;
     struct evbuffer_iovec v;
     if (evbuffer_get_length(in) == 0 || evbuffer_peek(in, -1, NULL, &v, 1) < 1)
         return false;
@@ -269,39 +292,41 @@ static bool deliver_body_end(struct http_req *r)
     return false;
 }
 
-/* Closing phase: flush, then half-close and drop input until EOF or the deadline. */
-static void conn_close_step(struct http_conn *c)
+/* Closing phase: flush, then half-close and drop input until EOF or the deadline.
+ * Returns false if the connection was freed (the peer had already finished). */
+static bool conn_close_step(struct http_conn *c)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->in;
     evbuffer_drain(in, evbuffer_get_length(in));
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
         bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-        return;
+        return true;
     }
     if (c->lingering)
-        return;
+        return true;
+    if (c->eof) {
+        conn_free(c);
+        return false;
+    }
     c->lingering = true;
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
-    struct timeval rd = ms_tv(HTTP_LINGER_MS);
-    struct timeval wr = ms_tv(c->srv->lim.write_timeout_ms);
-    bufferevent_set_timeouts(c->bev, &rd, &wr);
-    bufferevent_enable(c->bev, EV_READ);
-    evtimer_add(c->head_timer, &rd);
+    struct timeval deadline = ms_tv(HTTP_LINGER_MS);
+    evtimer_add(c->head_timer, &deadline);
+    return true;
 }
 
-static void conn_process(struct http_conn *c)
+/* Makes all the progress possible now. Returns false if the connection was freed. */
+static bool conn_advance(struct http_conn *c)
 {
     struct http_server *s = c->srv;
     bool drain_fired = false;
     for (;;) {
-        if (c->closing) {
-            conn_close_step(c);
-            return;
-        }
+        if (c->closing)
+            return conn_close_step(c);
         struct http_req *r = c->req;
         if (!r) {
             if (!conn_read_head(c))
-                return;
+                return true;
             continue;
         }
         if (r->body_error && !r->app_done) {
@@ -333,7 +358,7 @@ static void conn_process(struct http_conn *c)
             evbuffer_get_length(bufferevent_get_output(c->bev)) <= s->lim.stream_low_water) {
             if (drain_fired) {
                 http_conn_schedule(c);
-                return;
+                return true;
             }
             drain_fired = true;
             http_drain_fn cb = r->drain_cb;
@@ -341,34 +366,23 @@ static void conn_process(struct http_conn *c)
             cb(r, r->drain_arg);
             continue;
         }
-        return;
+        return true;
     }
 }
 
-static void conn_readcb(struct bufferevent *bev, void *arg)
+static void conn_process(struct http_conn *c)
 {
-    conn_process(arg);
+    if (conn_advance(c))
+        conn_update_read(c);
 }
 
-static void conn_writecb(struct bufferevent *bev, void *arg)
+/* The peer finished sending (EOF). */
+static void conn_on_eof(struct http_conn *c)
 {
-    conn_process(arg);
-}
-
-static void conn_eventcb(struct bufferevent *bev, short what, void *arg)
-{
-    struct http_conn *c = arg;
     struct http_req *r = c->req;
-    if (c->lingering && (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))) {
-        conn_free(c);
-        return;
-    }
-    if (what & BEV_EVENT_TIMEOUT && what & BEV_EVENT_READING && r && !c->closing) {
-        req_fail(c, r, 408, "request_timeout", "request body not received in time");
-        conn_process(c);
-        return;
-    }
-    if (what & BEV_EVENT_EOF && !(what & BEV_EVENT_ERROR) && (!r || r->app_done) &&
+    c->eof = true;
+    event_del(c->rd_ev);
+    if (!c->lingering && (!r || r->app_done) &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
         /* Peer half-closed after its request: still deliver what it asked for. */
         c->closing = true;
@@ -376,6 +390,71 @@ static void conn_eventcb(struct bufferevent *bev, short what, void *arg)
         return;
     }
     conn_free(c);
+}
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    if (what & EV_TIMEOUT) {
+        if (!c->lingering && c->req && !c->closing) {
+            req_fail(c, c->req, 408, "request_timeout", "request body not received in time");
+            conn_process(c);
+        } else {
+            conn_free(c);
+        }
+        return;
+    }
+    struct evbuffer *in = c->in;
+    size_t len = evbuffer_get_length(in);
+    if (len >= c->srv->read_high) {
+        event_del(c->rd_ev);
+        return;
+    }
+    size_t room = c->srv->read_high - len;
+    struct evbuffer_iovec v[2];
+    int nv = evbuffer_reserve_space(in, (ev_ssize_t)room, v, 2);
+    if (nv <= 0) {
+        conn_free(c);
+        return;
+    }
+    /* The reservation may exceed room; read no more than room in total. */
+    size_t want = room;
+    for (int i = 0; i < nv; i++) {
+        if (v[i].iov_len > want)
+            v[i].iov_len = want;
+        want -= v[i].iov_len;
+    }
+    ssize_t n = readv(fd, (struct iovec *)v, nv);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        evbuffer_commit_space(in, v, 0);
+        return;
+    }
+    if (n <= 0) {
+        evbuffer_commit_space(in, v, 0);
+        if (n == 0)
+            conn_on_eof(c);
+        else
+            conn_free(c);
+        return;
+    }
+    size_t left = (size_t)n;
+    for (int i = 0; i < nv; i++) {
+        v[i].iov_len = v[i].iov_len < left ? v[i].iov_len : left;
+        left -= v[i].iov_len;
+    }
+    evbuffer_commit_space(in, v, nv);
+    conn_process(c);
+}
+
+static void conn_writecb(struct bufferevent *bev, void *arg)
+{
+    conn_process(arg);
+}
+
+/* The bufferevent only writes: any event from it is a write error or timeout. */
+static void conn_eventcb(struct bufferevent *bev, short what, void *arg)
+{
+    conn_free(arg);
 }
 
 static void head_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -455,13 +534,19 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         c->bev = bufferevent_socket_new(s->base, fd,
                                         BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
         c->head_timer = evtimer_new(s->base, head_timer_cb, c);
+        c->rd_ev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+        c->in = evbuffer_new();
         c->defer = event_new(s->base, -1, 0, defer_cb, c);
     }
-    if (!c || !c->bev || !c->head_timer || !c->defer) {
+    if (!c || !c->bev || !c->head_timer || !c->defer || !c->rd_ev || !c->in) {
         if (c && c->bev)
             bufferevent_free(c->bev);
         else
             evutil_closesocket(fd);
+        if (c && c->rd_ev)
+            event_free(c->rd_ev);
+        if (c && c->in)
+            evbuffer_free(c->in);
         if (c && c->head_timer)
             event_free(c->head_timer);
         if (c && c->defer)
@@ -475,15 +560,13 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
-    size_t high = s->lim.max_header_bytes + 1 > HTTP_READ_HIGH ? s->lim.max_header_bytes + 1
-                                                                : HTTP_READ_HIGH;
-    bufferevent_setcb(c->bev, conn_readcb, conn_writecb, conn_eventcb, c);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, high);
+    bufferevent_setcb(c->bev, NULL, conn_writecb, conn_eventcb, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, s->lim.stream_low_water, 0);
     /* libevent writes at most 16 KiB per call by default: a 1 GiB download then costs
      * 65536 writev calls instead of 4096. (Reads stay at libevent 2.1's fixed 4 KiB.) */
     bufferevent_set_max_single_write(c->bev, HTTP_READ_HIGH);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    bufferevent_disable(c->bev, EV_READ);
+    bufferevent_enable(c->bev, EV_WRITE);
     http_conn_update_timeouts(c);
     struct timeval tv = ms_tv(s->lim.header_timeout_ms);
     evtimer_add(c->head_timer, &tv);
@@ -520,6 +603,8 @@ struct http_server *http_server_new(struct event_base *base, const struct http_l
     s->plim.max_header_bytes = s->lim.max_header_bytes;
     s->plim.max_target_bytes = s->lim.max_target_bytes;
     s->plim.max_headers = s->lim.max_headers;
+    s->read_high = s->lim.max_header_bytes + 1 > HTTP_READ_HIGH ? s->lim.max_header_bytes + 1
+                                                                : HTTP_READ_HIGH;
     s->dispatch = dispatch;
     s->dispatch_arg = arg;
     s->accept_retry = evtimer_new(base, accept_retry_cb, s);

@@ -36,6 +36,9 @@ struct http_server {
     struct event_base *base;            /* not owned */
     struct http_limits lim;             /* copy, defaults filled in */
     struct http_parse_limits plim;      /* derived from lim for the parser */
+    size_t read_high;                   /* input buffered per connection before reading
+                                           stops: HTTP_READ_HIGH, or more if a whole head
+                                           may be larger */
     http_handler_fn dispatch;           /* application entry point */
     void *dispatch_arg;
     struct evconnlistener *listeners[HTTP_MAX_LISTENERS]; /* owned */
@@ -105,8 +108,10 @@ struct http_req {
 struct http_conn {
     struct http_server *srv;         /* owner of this connection */
     struct http_conn *prev, *next;   /* srv->conns list links */
-    struct bufferevent *bev;         /* owned, owns the socket */
-    struct event *head_timer;        /* owned; head deadline / keep-alive idle */
+    struct bufferevent *bev;         /* owned, owns the socket; used for writing only */
+    struct evbuffer *in;             /* owned; bytes read, not yet consumed */
+    struct event *rd_ev;             /* owned; socket readable (we read, not the bev) */
+    struct event *head_timer;        /* owned; head deadline / keep-alive idle / linger */
     struct event *defer;             /* owned; runs conn_process from the loop */
     char peer[64];                   /* "ip:port" */
     struct http_req *req;            /* owned, the request being served, or NULL */
@@ -115,12 +120,13 @@ struct http_conn {
     bool close_after;                /* close once the current request is finished */
     bool closing;                    /* flush output, then half-close and linger */
     bool lingering;                  /* FIN sent; reading and dropping until EOF/deadline */
+    bool eof;                        /* the peer finished sending */
 };
 
 /* http_conn.c */
 void http_conn_schedule(struct http_conn *c);
-/* Sets the read timeout to match the body state (idle timeout only while a body is
- * being actively consumed). */
+/* Sets the timeouts to match the state: write progress always; read idle only while a
+ * body is being actively consumed (or while lingering). */
 void http_conn_update_timeouts(struct http_conn *c);
 struct evbuffer *http_conn_output(struct http_conn *c);
 
