@@ -20,6 +20,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <poll.h>
 #include <linux/if_tun.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -475,12 +476,104 @@ static void test_gateway_supervision(void **state)
     event_base_free(base);
 }
 
-int main(void)
+/* ---- fixture mode for tests/e2e/test_network.py ------------------------------------- */
+
+/* Plays the VM for the end-to-end test: claims a namespace through net.c exactly as
+ * the sandbox start path does (gateway at CTL attached with POLICY), makes a tap "eth0"
+ * with the guest MAC in the test's namespace GUEST_NS and configures it with the guest
+ * agent's own code, then copies frames between the two taps (as QEMU's virtio-net
+ * would) until stdin closes. Lines on stdin: "policy JSON" -> net_set_policy; the
+ * answer is one line "ok" or "error MESSAGE". Prints "ready NETNS_PATH" first. */
+static int fixture_guest(int argc, char **argv)
 {
+    if (argc != 8) {
+        fprintf(stderr, "usage: test_net guest DATA_DIR PREFIX SANDBOX CTL GUEST_NS POLICY_JSON\n");
+        return 2;
+    }
+    const char *data = argv[2], *pfx = argv[3], *sid = argv[4], *ctl = argv[5], *gns = argv[6];
+    char err[512];
+    struct event_base *base = event_base_new();
+    struct net_opts o = {.data_dir = data, .ns_prefix = pfx, .gateway_ctl = ctl};
+    struct net *n = net_new(base, &o, err, sizeof err);
+    struct net_lease l;
+    struct spaced_err e;
+    if (!n || net_claim(n, sid, "tenant-e2e", argv[7], &l, &e) != 0 || l.tap_fd < 0) {
+        fprintf(stderr, "claim failed: %s\n", n ? e.message : err);
+        return 1;
+    }
+    char path[300];
+    snprintf(path, sizeof path, "/run/netns/%s", gns);
+    int gfd = open(path, O_RDONLY | O_CLOEXEC), guest = -1;
+    if (gfd < 0 || setns(gfd, CLONE_NEWNET) != 0) {
+        perror(path);
+        return 1;
+    }
+    guest = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    struct ifreq ifr = {.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR};
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "eth0");
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq mac = {0};
+    snprintf(mac.ifr_name, sizeof mac.ifr_name, "eth0");
+    mac.ifr_hwaddr.sa_family = 1; /* ARPHRD_ETHER */
+    memcpy(mac.ifr_hwaddr.sa_data, "\x02\x5b\x00\x00\x00\x01", 6);
+    if (guest < 0 || ioctl(guest, TUNSETIFF, &ifr) != 0 || ioctl(s, SIOCSIFHWADDR, &mac) != 0 ||
+        agent_net_configure("eth0", NULL, err, sizeof err) != 1) {
+        fprintf(stderr, "guest side: %s (%s)\n", err, strerror(errno));
+        return 1;
+    }
+    close(s);
+    close(gfd);
+    if (setns(home_fd, CLONE_NEWNET) != 0)
+        return 1;
+    printf("ready %s\n", l.netns);
+    fflush(stdout);
+    static char buf[65536 + 64];
+    char line[65536];
+    size_t used = 0;
+    for (;;) {
+        struct pollfd p[3] = {{l.tap_fd, POLLIN, 0}, {guest, POLLIN, 0}, {0, POLLIN, 0}};
+        if (poll(p, 3, -1) < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++)
+            if (p[i].revents & POLLIN) {
+                ssize_t r = read(p[i].fd, buf, sizeof buf);
+                if (r > 0 && write(p[1 - i].fd, buf, (size_t)r) < 0)
+                    perror("relay");
+            }
+        if (!(p[2].revents & (POLLIN | POLLHUP)))
+            continue;
+        ssize_t r = read(0, line + used, sizeof line - used - 1);
+        if (r <= 0)
+            break;
+        used += (size_t)r;
+        char *nl;
+        while ((nl = memchr(line, '\n', used))) {
+            *nl = 0;
+            json_t *pol = strncmp(line, "policy ", 7) == 0 ? json_loads(line + 7, 0, NULL) : NULL;
+            if (pol && net_set_policy(n, sid, "tenant-e2e", pol, false, &e) == 0)
+                printf("ok\n");
+            else
+                printf("error %s\n", pol ? e.message : "bad command");
+            fflush(stdout);
+            json_decref(pol);
+            used -= (size_t)(nl + 1 - line);
+            memmove(line, nl + 1, used);
+        }
+    }
+    net_release(n, sid);
+    net_free(n);
+    event_base_free(base);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (argc > 1 && strcmp(argv[1], "guest") == 0)
+        return fixture_guest(argc, argv);
     snprintf(prefix, sizeof prefix, "sptest%d-", (int)getpid());
     snprintf(datadir, sizeof datadir, "/tmp/space-test-net-%d", (int)getpid());
     mkdir(datadir, 0700);
-    home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rtnl_build),
         cmocka_unit_test(test_agent_net_in_namespace),

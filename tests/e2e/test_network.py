@@ -1,0 +1,253 @@
+"""Sandbox networking end to end (spaced's net module + space-gateway + the guest's
+agent_net code), against the fake internet of tests/netsec (netlab.py, imported).
+
+Part 1, no VM: a namespace is claimed through net.c exactly as for a sandbox (the
+`guest` fixture mode of build/san/tests/test_net: net_claim, gateway attach, then the
+guest side configured by agent_net_configure on a tap in a namespace this test made,
+frames copied between the two taps as QEMU would). A process in that guest namespace
+resolves an allowed name through the gateway, is refused a blocked one, fetches over
+HTTP, and loses the name after a live policy change.
+
+Part 2, real VMs: spaced's own gateway runs in the lab's gateway namespace (SPACE_GATEWAY
+wrapper, SPACE_GATEWAY_ARGS for the fake resolver); a `base` sandbox with an allowlist
+resolves and fetches with busybox, is refused a blocked name, follows a live policy
+change made through the API; the API serves the decision log and credential rules
+without secrets; a sandbox with policy none has no NIC.
+
+Everything runs in namespaces the tests create (TEST-NET addresses, no route off the
+machine). Skips, saying why, without root, namespaces, the lab's tools or the builds."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import conftest
+
+sys.path.insert(0, os.path.join(conftest.ROOT, "tests", "netsec"))
+import netlab  # noqa: E402
+
+ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test"]}
+FIXTURE = os.path.join(conftest.BUILD, "tests", "test_net")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    why = netlab.can_run()
+    if why:
+        pytest.skip("network lab unavailable: " + why)
+    lab = netlab.Lab()
+    try:
+        lab.start([])
+        yield lab
+    finally:
+        lab.stop()
+
+
+class ClaimedGuest:
+    """A namespace claimed through net.c, with a guest namespace wired like a VM."""
+
+    def __init__(self, lab, sid, policy):
+        self.lab, self.sid = lab, sid
+        self.guest = lab.prefix + "-nguest"
+        self.data = os.path.join(lab.dir, "net-" + sid)
+        os.makedirs(self.data)
+        netlab.sh("ip", "netns", "add", self.guest)
+        netlab.sh("ip", "link", "set", "lo", "up", ns=self.guest)
+        etc = "/etc/netns/" + self.guest
+        os.makedirs(etc, exist_ok=True)
+        with open(etc + "/resolv.conf", "w") as f:
+            f.write("nameserver %s\noptions timeout:2 attempts:1\n" % netlab.GW_IP)
+        self.proc = subprocess.Popen(
+            [FIXTURE, "guest", self.data, lab.prefix + "-n", sid, lab.ctl_path, self.guest,
+             json.dumps(policy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready "):
+            self.proc.kill()
+            raise AssertionError("fixture failed: %s %s" % (line, self.proc.stderr.read()))
+        self.netns = line.split()[1]
+
+    def run(self, *cmd):
+        return netlab.sh(*cmd, ns=self.guest, check=False, timeout=60)
+
+    def dns(self, name):
+        r = self.run("python3", os.path.join(netlab.HERE, "guestpy.py"), "dns", netlab.GW_IP, name, "1")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def set_policy(self, policy):
+        self.proc.stdin.write("policy %s\n" % json.dumps(policy))
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def close(self):
+        self.proc.stdin.close()
+        rc = self.proc.wait(30)
+        netlab.sh("ip", "netns", "del", self.guest, check=False)
+        subprocess.run(["rm", "-rf", "/etc/netns/" + self.guest])
+        return rc
+
+
+@pytest.fixture
+def claimed(lab):
+    if not os.access(FIXTURE, os.X_OK):
+        pytest.skip("%s not built (make SAN=1 build/san/tests/test_net)" % FIXTURE)
+    claimed.count = getattr(claimed, "count", 0) + 1
+    g = ClaimedGuest(lab, "sbe2e%d" % claimed.count, ALLOW)
+    yield g
+    assert g.close() == 0, g.proc.stderr.read()
+    assert not os.path.exists(g.netns), "release left the namespace mounted"
+
+
+def test_claimed_namespace_is_mounted_and_attached(lab, claimed):
+    assert os.path.exists(claimed.netns)
+    log = lab.ctl({"op": "log", "sandbox": claimed.sid})
+    assert log["ok"] and log["policy"]["mode"] == "allowlist", log
+
+
+def test_allowed_name_resolves_blocked_does_not(lab, claimed):
+    r = claimed.dns("allowed.test")
+    assert r["rcode"] == 0 and r["answers"] == ["203.0.113.10"], r
+    r = claimed.dns("blocked.test")
+    assert r["answers"] == [] and r["rcode"] != 0, r
+    entries = lab.ctl({"op": "log", "sandbox": claimed.sid})["entries"]
+    assert any(e["kind"] == "dns" and e["name"] == "blocked.test" and not e["allowed"] for e in entries)
+
+
+def test_http_through_the_gateway(claimed):
+    r = claimed.run("curl", "-sS", "-m", "10", "http://allowed.test/x")
+    assert r.returncode == 0, r.stderr
+    assert '"host": "allowed.test"' in r.stdout
+    r = claimed.run("curl", "-sS", "-m", "10", "http://203.0.113.20/x")  # no name: refused
+    assert '"addr": "203.0.113.20"' not in r.stdout
+
+
+def test_live_policy_change(claimed):
+    assert claimed.dns("allowed.test")["answers"] == ["203.0.113.10"]
+    assert claimed.set_policy({"mode": "allowlist", "allow": ["api.test"]}) == "ok"
+    assert claimed.dns("allowed.test")["answers"] == []
+    assert claimed.set_policy({"mode": "allowlist", "allow": ["bad name"]}).startswith("error")
+
+
+# ---- part 2: real VMs ------------------------------------------------------------------
+
+def guest_has_net_code():
+    try:
+        with open(os.path.join(conftest.GUEST, "initramfs.cpio"), "rb") as f:
+            return b"the sandbox's only resolver" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def net_spaced(lab):
+    why = conftest.vm_missing()
+    if why:
+        pytest.skip(why)
+    if not guest_has_net_code():
+        pytest.skip("the guest initramfs predates agent_net_up: rebuild it with `make guest`")
+    wrapper = os.path.join(lab.dir, "gateway-in-lab")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (lab.gwns, lab.gateway_bin))
+    os.chmod(wrapper, 0o755)
+    saved = dict(conftest.SPACED_ENV)
+    conftest.SPACED_ENV["SPACE_GATEWAY"] = wrapper
+    conftest.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir
+    sp = conftest.Spaced(conftest.GUEST)
+    try:
+        sp.start()
+        yield sp
+    finally:
+        conftest.SPACED_ENV.clear()
+        conftest.SPACED_ENV.update(saved)
+        sp.stop()
+        pid = os.path.join(sp.data_dir, "gateway", "gateway.pid")
+        if os.path.exists(pid):
+            subprocess.run(["kill", open(pid).read().strip()])
+
+
+def create(sp, network):
+    r = sp.create({"template": "base", "timeout": 0, "network": network})
+    op = sp.wait_op(r["operation"]["id"])
+    assert op["state"] == "succeeded", op
+    return r["sandbox"]["id"]
+
+
+def sh_in(sp, sid, cmd):
+    from test_sessions import run
+    _, res = run(sp, sid, {"cmd": cmd})
+    return res["exit"]["code"], res["stdout"].decode(errors="replace") + res["stderr"].decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def vm_sbx(net_spaced):
+    sid = create(net_spaced, ALLOW)
+    yield sid
+    net_spaced.request("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_vm_resolves_and_fetches_allowed(net_spaced, vm_sbx):
+    code, out = sh_in(net_spaced, vm_sbx, "nslookup allowed.test && wget -q -O - http://allowed.test/hello")
+    assert code == 0, out
+    assert "203.0.113.10" in out and '"host": "allowed.test"' in out
+
+
+def test_vm_blocked_name_and_direct_address(net_spaced, vm_sbx):
+    code, out = sh_in(net_spaced, vm_sbx, "nslookup blocked.test")
+    assert code != 0 and "203.0.113" not in out, out
+    code, out = sh_in(net_spaced, vm_sbx, "wget -q -T 5 -O - http://203.0.113.20/x")
+    assert code != 0 and '"addr"' not in out, out
+
+
+def test_vm_network_api(net_spaced, vm_sbx):
+    url = "/v1/sandboxes/%s/network" % vm_sbx
+    r = net_spaced.request("GET", url)
+    assert r.status == 200 and r.json["mode"] == "allowlist" and r.json["nic"] is True, r
+    for bad in ({"mode": "everything"}, {"mode": "allowlist", "allow": ["a b"]},
+                {"mode": "open", "allow": ["x.test"]}, {"mode": "allowlist", "extra": 1}):
+        r = net_spaced.request("PUT", url, bad)
+        assert r.status == 400, (bad, r)
+    # Live change: the name that worked is refused at once, another becomes reachable.
+    r = net_spaced.request("PUT", url, {"mode": "allowlist", "allow": ["api.test"]})
+    assert r.status == 200 and r.json["allow"] == ["api.test"], r
+    code, out = sh_in(net_spaced, vm_sbx, "nslookup allowed.test")
+    assert code != 0 and "203.0.113.10" not in out, out
+    r = net_spaced.request("GET", url + "/log")
+    assert r.status == 200
+    assert any(e["kind"] == "dns" and e["name"] == "allowed.test" and not e["allowed"]
+               for e in r.json["entries"]), r
+    r = net_spaced.request("PUT", url, ALLOW)
+    assert r.status == 200
+
+
+def test_vm_credentials_never_come_back(net_spaced, vm_sbx):
+    url = "/v1/sandboxes/%s/credentials" % vm_sbx
+    secret = "Bearer " + netlab.TOKEN
+    r = net_spaced.request("PUT", url, [{"host": "api.test", "header": "Authorization", "secret": secret}])
+    assert r.status == 200, r
+    assert netlab.TOKEN.encode() not in r.body
+    r = net_spaced.request("GET", url)
+    assert r.status == 200 and r.json["credentials"] == [{"host": "api.test", "header": "Authorization"}]
+    assert netlab.TOKEN.encode() not in net_spaced.request("GET", "/v1/sandboxes/" + vm_sbx).body
+    r = net_spaced.request("PUT", url, [{"host": "api.test", "header": "X", "secret": "a\r\nb"}])
+    assert r.status == 400
+    code, out = sh_in(net_spaced, vm_sbx, "grep -r %s /etc /root /tmp 2>/dev/null; true" % netlab.TOKEN)
+    assert netlab.TOKEN not in out
+
+
+def test_vm_policy_none_has_no_nic(net_spaced):
+    sid = create(net_spaced, {"mode": "none"})
+    try:
+        code, out = sh_in(net_spaced, sid, "ls /sys/class/net")
+        assert code == 0 and "eth0" not in out, out
+        r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % sid, {"mode": "open"})
+        assert r.status == 409, r
+    finally:
+        net_spaced.request("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_vm_network_routes_need_a_key(net_spaced, vm_sbx):
+    r = net_spaced.request("GET", "/v1/sandboxes/%s/network" % vm_sbx, key="sk_bogus")
+    assert r.status == 401
