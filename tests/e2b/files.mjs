@@ -26,6 +26,11 @@ await main(async () => {
     assert.deepEqual(Buffer.from(await fs.read('/tmp/octet.dat', { format: 'bytes' })), Buffer.from(bin))
     await fs.write('/tmp/gz.txt', 'compressed '.repeat(1000), { gzip: true })
     assert.equal(await fs.read('/tmp/gz.txt', { gzip: true }), 'compressed '.repeat(1000))
+    // Downloads are gzipped for clients that accept it (fetch decodes transparently).
+    const r = await fetch(process.env.E2B_SANDBOX_URL + '/files?path=/tmp/gz.txt', {
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken, 'Accept-Encoding': 'gzip' } })
+    assert.equal(r.headers.get('content-encoding'), 'gzip')
+    assert.equal(await r.text(), 'compressed '.repeat(1000))
   })
   await step('large streamed upload (chunked octet-stream) and streamed download', async () => {
     const size = 8 * 1024 * 1024
@@ -97,6 +102,29 @@ await main(async () => {
     assert.ok(events.every((e) => typeof e.type === 'string'))
     await h.stop()
     await rejectsWith(fs.watchDir('/tmp/no-such-dir', () => {}), sdk.SandboxError)
+  })
+  await step('polling watcher RPCs (Python sync SDK): create, events, remove', async () => {
+    const rpc = async (method, body) => {
+      const r = await fetch(process.env.E2B_SANDBOX_URL + '/filesystem.Filesystem/' + method, {
+        method: 'POST', body: JSON.stringify(body),
+        headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken } })
+      return { status: r.status, json: await r.json() }
+    }
+    await fs.makeDir('/tmp/pw')
+    const c = await rpc('CreateWatcher', { path: '/tmp/pw', recursive: false })
+    assert.equal(c.status, 200)
+    const id = c.json.watcherId
+    assert.ok(id)
+    await fs.write('/tmp/pw/p.txt', 'p')
+    const seen = await eventually(async () => {
+      const e = await rpc('GetWatcherEvents', { watcher_id: id })
+      return (e.json.events || []).find((x) => x.name === 'p.txt' && x.type.startsWith('EVENT_TYPE_'))
+    }, 'polled watcher events')
+    assert.ok(seen)
+    assert.equal((await rpc('RemoveWatcher', { watcherId: id })).status, 200)
+    const gone = await rpc('GetWatcherEvents', { watcherId: id })
+    assert.equal(gone.status, 404)
+    assert.equal(gone.json.code, 'not_found')
   })
   await step('uploadUrl / downloadUrl signatures', async () => {
     const up = await sbx.uploadUrl('/tmp/signed.txt')

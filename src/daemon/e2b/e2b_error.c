@@ -55,14 +55,6 @@ const char *e2b_code_name(enum e2b_code code)
     return code_table[code].name;
 }
 
-enum e2b_code e2b_code_parse(const char *name)
-{
-    for (unsigned i = 1; name && i < CODE_COUNT; i++)
-        if (strcmp(code_table[i].name, name) == 0)
-            return (enum e2b_code)i;
-    return E2B_UNKNOWN;
-}
-
 int e2b_code_http(enum e2b_code code)
 {
     if ((unsigned)code >= CODE_COUNT)

@@ -50,8 +50,6 @@ int e2b_err_set(struct e2b_err *err, enum e2b_code code, const char *fmt, ...)
 
 /* "not_found" etc.; "unknown" for out-of-range values. */
 const char *e2b_code_name(enum e2b_code code);
-/* Parses a Connect code name; E2B_UNKNOWN if it is not one. */
-enum e2b_code e2b_code_parse(const char *name);
 /* The HTTP status Connect assigns to a code for unary errors (not_found -> 404). */
 int e2b_code_http(enum e2b_code code);
 /* The status an envd REST endpoint (/files) uses for a code. Same as e2b_code_http except

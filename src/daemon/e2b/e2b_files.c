@@ -99,9 +99,13 @@ bool e2b_files_signer(struct e2b *e, struct http_req *req, char *id, size_t cap)
 
 /* ---- download ---------------------------------------------------------------------------- */
 
+#define GZIP_MIN_SIZE 1024 /* smaller files are sent as they are */
+
 struct download {
     struct http_req *req;     /* NULL once finished or closed */
     struct agentc_chan *ch;   /* NULL once closed */
+    bool accepts_gzip;        /* the client's Accept-Encoding allows gzip */
+    struct e2b_gzip *gz;      /* encoder when the response is gzipped (owned) */
     bool streaming;
     uint32_t owed;            /* OUT bytes not yet credited back */
     bool waiting;             /* drain callback registered */
@@ -110,8 +114,18 @@ struct download {
 
 static void dl_release(struct download *d)
 {
-    if (!d->req && !d->ch)
-        free(d);
+    if (d->req || d->ch)
+        return;
+    e2b_gzip_free(d->gz);
+    free(d);
+}
+
+static int dl_sink(void *arg, const uint8_t *data, size_t len, struct e2b_err *err)
+{
+    struct download *d = arg;
+    if (http_stream_write(d->req, data, len) < 0)
+        return e2b_err_set(err, E2B_INTERNAL, "client stream closed");
+    return 0;
 }
 
 static void dl_drain(struct http_req *req, void *arg)
@@ -134,7 +148,10 @@ static void dl_event(void *arg, json_t *ev)
     json_int_t size = json_integer_value(json_object_get(json_object_get(ev, "stat"), "size"));
     if (size < 0)
         size = 0;
-    if (http_stream_start(d->req, 200, "application/octet-stream", size) == 0)
+    /* Compressed bodies have no length known in advance: chunked. */
+    if (d->accepts_gzip && size >= GZIP_MIN_SIZE && (d->gz = e2b_gzip_new(true, dl_sink, d)))
+        http_reply_add_header(d->req, "Content-Encoding", "gzip");
+    if (http_stream_start(d->req, 200, "application/octet-stream", d->gz ? -1 : size) == 0)
         d->streaming = true;
 }
 
@@ -143,7 +160,9 @@ static void dl_data(void *arg, enum frame_stream stream, const uint8_t *buf, siz
     struct download *d = arg;
     if (!d->req || !d->streaming || stream != FRAME_STREAM_OUT)
         return;
-    if (http_stream_write(d->req, buf, len) < 0) {
+    struct e2b_err err = {0};
+    if (d->gz ? e2b_gzip_feed(d->gz, buf, len, &err) < 0
+              : http_stream_write(d->req, buf, len) < 0) {
         /* The file grew past its stat size: end at the promised length. */
         http_stream_end(d->req);
         d->req = NULL;
@@ -178,6 +197,9 @@ static void dl_close(void *arg)
     d->ch = NULL;
     if (d->req) {
         if (d->streaming) {
+            struct e2b_err err = {0};
+            if (d->gz)
+                e2b_gzip_finish(d->gz, &err);
             http_stream_end(d->req);
         } else {
             if (d->err.code == E2B_OK)
@@ -245,6 +267,7 @@ void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, con
     }
     json_decref(r);
     d->req = req;
+    d->accepts_gzip = e2b_accepts_gzip(http_req_header(req, "Accept-Encoding"));
     http_req_on_close(req, dl_http_close, d);
 }
 

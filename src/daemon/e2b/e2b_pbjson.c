@@ -109,15 +109,6 @@ int e2b_pb_u32(json_t *obj, struct e2b_pb_field f, uint32_t *out, struct e2b_err
     return 1;
 }
 
-int e2b_pb_i64(json_t *obj, struct e2b_pb_field f, int64_t *out, struct e2b_err *err)
-{
-    json_t *v;
-    int r = fetch(obj, f, &v, err);
-    if (r <= 0)
-        return r;
-    return integer(v, f, INT64_MIN, INT64_MAX, out, err) < 0 ? -1 : 1;
-}
-
 int e2b_pb_message(json_t *obj, struct e2b_pb_field f, json_t **out, struct e2b_err *err)
 {
     json_t *v;

@@ -32,7 +32,6 @@ json_t *e2b_pb_get(json_t *obj, struct e2b_pb_field f, struct e2b_err *err, int 
 int e2b_pb_string(json_t *obj, struct e2b_pb_field f, const char **out, struct e2b_err *err);
 int e2b_pb_bool(json_t *obj, struct e2b_pb_field f, bool *out, struct e2b_err *err);
 int e2b_pb_u32(json_t *obj, struct e2b_pb_field f, uint32_t *out, struct e2b_err *err);
-int e2b_pb_i64(json_t *obj, struct e2b_pb_field f, int64_t *out, struct e2b_err *err);
 /* An object member (sub-message); *out is borrowed from obj. */
 int e2b_pb_message(json_t *obj, struct e2b_pb_field f, json_t **out, struct e2b_err *err);
 /* A map<string,string>: *out is the borrowed object, every value checked to be a string. */

@@ -194,12 +194,6 @@ json_t *e2b_proc_ev_end(int code, int signal)
     return event("end", end);
 }
 
-json_t *e2b_proc_ev_end_error(const char *message)
-{
-    return event("end", json_pack("{s:i, s:b, s:s, s:s}", "exitCode", -1, "exited", 0, "status",
-                                  "unknown", "error", message ? message : "process lost"));
-}
-
 json_t *e2b_proc_info(uint32_t pid, const char *tag, const char *cmd, json_t *args,
                       json_t *envs, const char *cwd)
 {

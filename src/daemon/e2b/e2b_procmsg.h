@@ -65,8 +65,6 @@ json_t *e2b_proc_ev_keepalive(void);
 /* EndEvent as envd fills it: signal > 0 -> exitCode -1, exited false, "signal: killed";
  * else exitCode = code, exited true, "exit status N", error set when N != 0. */
 json_t *e2b_proc_ev_end(int code, int signal);
-/* An EndEvent for a process whose wait failed without a status (agent lost). */
-json_t *e2b_proc_ev_end_error(const char *message);
 /* ProcessInfo (config always present: the SDK dereferences it). args/envs borrowed,
  * may be NULL; cwd/tag may be NULL. */
 json_t *e2b_proc_info(uint32_t pid, const char *tag, const char *cmd, json_t *args,
