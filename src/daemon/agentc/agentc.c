@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -40,8 +41,7 @@ struct agentc_chan {
 };
 
 struct agentc {
-    struct bufferevent *bev;                /* owned; NULL once the connection ended */
-    int fd;                                 /* the socket (owned), -1 once closed */
+    struct bufferevent *bev;                /* owned, owns the fd; NULL once ended */
     const struct agentc_callbacks *cbs;     /* borrowed */
     void *arg;
     json_t *hello;                          /* agent's HELLO (owned) */
@@ -56,17 +56,16 @@ struct agentc {
 
 static void agentc_destroy(struct agentc *c);
 
-/* Frees the bufferevent and closes the socket now. libevent unregisters the events at
- * once but finalizes a bufferevent on a later loop pass; closing the fd ourselves makes
- * the agent see the hang-up even if the loop never runs again. */
+/* Hangs up at once and frees the bufferevent. libevent finalizes a bufferevent (and,
+ * with BEV_OPT_CLOSE_ON_FREE, closes its fd) on a later loop pass; shutdown() makes the
+ * agent see the hang-up now, even if the loop never runs again. */
 static void drop_socket(struct agentc *c)
 {
-    if (c->bev)
-        bufferevent_free(c->bev);
+    if (!c->bev)
+        return;
+    shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
+    bufferevent_free(c->bev);
     c->bev = NULL;
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
 }
 
 /* ---- output ---- */
@@ -426,8 +425,7 @@ struct agentc *agentc_new(struct event_base *base, int fd, const struct agentc_c
     }
     evutil_make_socket_nonblocking(fd);
     evutil_make_socket_closeonexec(fd);
-    c->fd = fd;
-    c->bev = bufferevent_socket_new(base, fd, 0);
+    c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!c->bev) {
         close(fd);
         free(c);
