@@ -187,3 +187,25 @@ def test_files_need_a_running_sandbox(spaced):
     op = spaced.request("DELETE", "/v1/sandboxes/" + sid).json["operation"]
     assert spaced.wait_op(op["id"])["state"] == "succeeded"
     assert spaced.request("GET", F % sid + "/stat" + q(path="/")).status == 404
+
+
+def test_broken_upload_leaves_no_file(spaced, sbx):
+    import socket
+    import time
+    assert spaced.request("POST", F % sbx + "/mkdir", {"path": "/tmp/half"}).status in (201, 409)
+    s = socket.create_connection(("127.0.0.1", spaced.port))
+    s.sendall(("PUT %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+               "Content-Length: 1048576\r\n\r\n" % (F % sbx + q(path="/tmp/half/f.bin"),
+                                                   spaced.admin_key)).encode())
+    s.sendall(b"x" * 100000)
+    time.sleep(0.5)  # let part of it reach the guest
+    s.close()
+    # The upload is cancelled: the target never appears and the temporary file goes.
+    deadline = time.monotonic() + 30
+    while True:
+        entries = spaced.request("GET", F % sbx + "/list" + q(path="/tmp/half")).json["entries"]
+        if not entries or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert entries == []
+    assert spaced.request("GET", F % sbx + "/stat" + q(path="/tmp/half/f.bin")).status == 404

@@ -389,22 +389,24 @@ static void h_put(struct http_req *req, void *arg)
         fop_fail(f, 500, "internal", "request body already claimed");
 }
 
+/* Routes whose whole request is the path query: download and stat. */
+static void path_op(struct http_req *req, struct files_ctx *fc, const char *op,
+                    enum fop_kind kind)
+{
+    struct agentc *a = files_agent(fc->sp, req);
+    json_t *r = a ? path_request(req, op) : NULL;
+    if (r)
+        fop_start(fc, req, a, kind, 200, r);
+}
+
 static void h_get(struct http_req *req, void *arg)
 {
-    struct files_ctx *fc = arg;
-    struct agentc *a = files_agent(fc->sp, req);
-    json_t *r = a ? path_request(req, "read") : NULL;
-    if (r)
-        fop_start(fc, req, a, FOP_READ, 200, r);
+    path_op(req, arg, "read", FOP_READ);
 }
 
 static void h_stat(struct http_req *req, void *arg)
 {
-    struct files_ctx *fc = arg;
-    struct agentc *a = files_agent(fc->sp, req);
-    json_t *r = a ? path_request(req, "stat") : NULL;
-    if (r)
-        fop_start(fc, req, a, FOP_RESULT, 200, r);
+    path_op(req, arg, "stat", FOP_RESULT);
 }
 
 static void h_list(struct http_req *req, void *arg)
@@ -472,18 +474,21 @@ static void rename_body(struct http_req *req, const char *data, size_t len, void
     body_op(req, data, len, arg, 200, sess_req_rename);
 }
 
+/* Checks auth and sandbox before reading the body (body_op checks again after it). */
+static void with_body(struct http_req *req, struct files_ctx *fc, http_body_fn done)
+{
+    if (files_agent(fc->sp, req))
+        http_req_read_body(req, FILES_BODY_MAX, done, fc);
+}
+
 static void h_mkdir(struct http_req *req, void *arg)
 {
-    struct files_ctx *fc = arg;
-    if (files_agent(fc->sp, req))
-        http_req_read_body(req, FILES_BODY_MAX, mkdir_body, arg);
+    with_body(req, arg, mkdir_body);
 }
 
 static void h_rename(struct http_req *req, void *arg)
 {
-    struct files_ctx *fc = arg;
-    if (files_agent(fc->sp, req))
-        http_req_read_body(req, FILES_BODY_MAX, rename_body, arg);
+    with_body(req, arg, rename_body);
 }
 
 /* Transfers end when their sandbox leaves "running" for anything but a pause. Entering

@@ -161,11 +161,18 @@ static void create_body(struct http_req *req, const char *data, size_t len, void
     json_decref(o);
 }
 
-static void h_create(struct http_req *req, void *arg)
+/* Authorises before reading a JSON body; `done` resolves again (the session or the
+ * sandbox may have changed while the body arrived). */
+static void with_body(struct http_req *req, void *arg, bool token_ok, http_body_fn done)
 {
     struct sess_target tg;
-    if (resolve(arg, req, false, &tg))
-        http_req_read_body(req, SESS_BODY_MAX, create_body, arg);
+    if (resolve(arg, req, token_ok, &tg))
+        http_req_read_body(req, SESS_BODY_MAX, done, arg);
+}
+
+static void h_create(struct http_req *req, void *arg)
+{
+    with_body(req, arg, false, create_body);
 }
 
 static void h_list(struct http_req *req, void *arg)
@@ -179,14 +186,18 @@ static void h_list(struct http_req *req, void *arg)
     json_decref(o);
 }
 
+static void reply_session(struct http_req *req, struct sess *s)
+{
+    json_t *o = json_pack("{s:o}", "session", sess_to_json(s));
+    http_reply_json(req, 200, o);
+    json_decref(o);
+}
+
 static void h_get(struct http_req *req, void *arg)
 {
     struct sess_target tg;
-    if (!resolve(arg, req, true, &tg))
-        return;
-    json_t *o = json_pack("{s:o}", "session", sess_to_json(tg.s));
-    http_reply_json(req, 200, o);
-    json_decref(o);
+    if (resolve(arg, req, true, &tg))
+        reply_session(req, tg.s);
 }
 
 static void h_attach(struct http_req *req, void *arg)
@@ -218,13 +229,6 @@ static void h_stdin(struct http_req *req, void *arg)
         reply_err(req, &e);
 }
 
-static void reply_ok(struct http_req *req, struct sess *s)
-{
-    json_t *o = json_pack("{s:o}", "session", sess_to_json(s));
-    http_reply_json(req, 200, o);
-    json_decref(o);
-}
-
 static void h_close_stdin(struct http_req *req, void *arg)
 {
     struct sess_target tg;
@@ -234,7 +238,7 @@ static void h_close_stdin(struct http_req *req, void *arg)
     if (sess_close_stdin(tg.s, sbx_agent(tg.x), &e) < 0)
         reply_err(req, &e);
     else
-        reply_ok(req, tg.s);
+        reply_session(req, tg.s);
 }
 
 static void signal_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -247,7 +251,7 @@ static void signal_body(struct http_req *req, const char *data, size_t len, void
     if (sess_req_signal(data, len, &sig, &e) < 0 || sess_signal(tg.s, sbx_agent(tg.x), sig, &e) < 0)
         reply_err(req, &e);
     else
-        reply_ok(req, tg.s);
+        reply_session(req, tg.s);
 }
 
 static void resize_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -261,21 +265,17 @@ static void resize_body(struct http_req *req, const char *data, size_t len, void
         sess_resize(tg.s, sbx_agent(tg.x), rows, cols, &e) < 0)
         reply_err(req, &e);
     else
-        reply_ok(req, tg.s);
+        reply_session(req, tg.s);
 }
 
 static void h_signal(struct http_req *req, void *arg)
 {
-    struct sess_target tg;
-    if (resolve(arg, req, true, &tg))
-        http_req_read_body(req, SESS_BODY_MAX, signal_body, arg);
+    with_body(req, arg, true, signal_body);
 }
 
 static void h_resize(struct http_req *req, void *arg)
 {
-    struct sess_target tg;
-    if (resolve(arg, req, true, &tg))
-        http_req_read_body(req, SESS_BODY_MAX, resize_body, arg);
+    with_body(req, arg, true, resize_body);
 }
 
 static void h_token(struct http_req *req, void *arg)
