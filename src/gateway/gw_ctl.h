@@ -7,7 +7,8 @@
  *
  *   {"op":"ping"}                                  -> {"ok":true,"ca":"<path of CA cert>"}
  *   {"op":"attach","sandbox":ID,"tenant":ID?,"netns":"/run/netns/NAME","dev":"tap0",
- *    "guest_mac":"02:..","guest_ip":"10.0.2.15","gateway_ip":"10.0.2.2","policy":POLICY}
+ *    "guest_mac":"02:..","guest_ip":"10.0.2.15","gateway_ip":"10.0.2.2","policy":POLICY,
+ *    "limits":{"dns_per_s":200,"dns_burst":400,"conn_per_s":100,"conn_burst":200}?}
  *        spaced has created the namespace and the tap, put gateway_ip on it and set it
  *        up; the gateway installs the nftables rules (netns.h) and opens its sockets
  *        there. Errors: code "bad_request", "exists", "netns".

@@ -39,6 +39,13 @@ static int parse_ip(const char *s, uint32_t *out)
     return 0;
 }
 
+/* An optional positive number from attach's "limits" object, else the default. */
+static double limit(const json_t *limits, const char *key, double def)
+{
+    double v = json_number_value(json_object_get(limits, key));
+    return v >= 1 && v <= 1e6 ? v : def;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
@@ -110,8 +117,10 @@ int gw_sandbox_attach(struct gw *gw, const json_t *req, char *err, size_t errlen
     snprintf(sb->tenant, sizeof sb->tenant, "%s", tenant ? tenant : "");
     sb->cache = calloc(GW_CACHE_MAX, sizeof *sb->cache);
     sb->log = calloc(GW_LOG_RING, sizeof *sb->log);
-    gw_rate_init(&sb->dns_rate, GW_DNS_RATE, GW_DNS_BURST);
-    gw_rate_init(&sb->conn_rate, GW_CONN_RATE, GW_CONN_BURST);
+    const json_t *lim = json_object_get(req, "limits");
+    gw_rate_init(&sb->dns_rate, limit(lim, "dns_per_s", GW_DNS_RATE), limit(lim, "dns_burst", GW_DNS_BURST));
+    gw_rate_init(&sb->conn_rate, limit(lim, "conn_per_s", GW_CONN_RATE),
+                 limit(lim, "conn_burst", GW_CONN_BURST));
     if (!sb->cache || !sb->log) {
         snprintf(err, errlen, "out of memory");
         goto fail;

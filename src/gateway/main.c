@@ -10,6 +10,7 @@
  *          addresses of the gateway's own namespace are always added). */
 #include <getopt.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,9 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* Credential values live in this process's memory: no core dumps, no ptrace by
+     * other processes of the same user. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     char err[512], path[4096], cadir[4096];
     snprintf(cadir, sizeof cadir, "%s/ca", data_dir);
     snprintf(path, sizeof path, "%s/gateway.sock", data_dir);

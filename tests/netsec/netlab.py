@@ -75,8 +75,8 @@ def make_certs(d):
 
 
 class Sandbox:
-    def __init__(self, lab, idx, policy):
-        self.lab, self.id = lab, "sb%d" % idx
+    def __init__(self, lab, idx, policy, limits=None):
+        self.lab, self.id, self.limits = lab, "sb%d" % idx, limits
         self.ns = "%s-sbx%d" % (lab.prefix, idx)
         self.guest = "%s-guest%d" % (lab.prefix, idx)
         self.policy = policy
@@ -103,9 +103,12 @@ class Sandbox:
         del p
 
     def attach(self):
-        return self.lab.ctl({"op": "attach", "sandbox": self.id, "netns": "/run/netns/" + self.ns,
-                             "dev": "tap0", "guest_mac": GUEST_MAC, "guest_ip": GUEST_IP,
-                             "gateway_ip": GW_IP, "policy": self.policy})
+        req = {"op": "attach", "sandbox": self.id, "netns": "/run/netns/" + self.ns,
+               "dev": "tap0", "guest_mac": GUEST_MAC, "guest_ip": GUEST_IP,
+               "gateway_ip": GW_IP, "policy": self.policy}
+        if self.limits:
+            req["limits"] = self.limits
+        return self.lab.ctl(req)
 
     def set_policy(self, policy):
         self.policy = policy
@@ -143,7 +146,7 @@ class Lab:
         self.gateway_bin = os.path.join(build, "space-gateway")
 
     # ---- building
-    def start(self, policies):
+    def start(self, policies, limits=None):
         if not os.path.exists(self.gateway_bin):
             raise RuntimeError("missing %s (make SAN=1 programs, or set SPACE_BUILD)" % self.gateway_bin)
         make_certs(self.dir)
@@ -193,7 +196,7 @@ class Lab:
             f.write(open(self.dir + "/testca.crt").read())
             f.write(open(self.dir + "/ca/space-ca.crt").read())
         for i, pol in enumerate(policies, 1):
-            sb = Sandbox(self, i, pol)
+            sb = Sandbox(self, i, pol, limits)
             self.sandboxes.append(sb)
             sb.create()
             r = sb.attach()

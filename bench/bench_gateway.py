@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Egress gateway benchmark: the same client and server with and without the gateway,
+in one run, on the netsec lab (tests/netsec/netlab.py; needs root).
+
+  * HTTPS download throughput: curl fetching a large body over TLS (passthrough path)
+    from the guest namespace through the gateway, vs from the gateway's namespace
+    straight to the server.
+  * New HTTPS connections per second: one client process opening N connections in
+    sequence (TLS handshake + one small request each), through the gateway vs direct.
+  * DNS queries per second: sequential A queries for an allowed, cached name answered by
+    the gateway, vs the same queries sent straight to the fake internet's nameserver.
+
+The servers are Python (the fake internet), so absolute numbers are bounded by them;
+the ratios are the result. Usage: sudo python3 bench/bench_gateway.py [--quick]
+Environment: SPACE_BUILD selects the gateway build (default build/, the optimised one).
+"""
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "netsec"))
+os.environ.setdefault("SPACE_BUILD", os.path.join(ROOT, "build"))
+import netlab  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+BIG = 20_000_000 if QUICK else 100_000_000
+CONNS = 100 if QUICK else 400
+QUERIES = 1000 if QUICK else 5000
+
+CONN_CLIENT = r"""
+import socket, ssl, sys, time
+ip, n, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca)
+t0 = time.time()
+for i in range(n):
+    s = ctx.wrap_socket(socket.create_connection((ip, 443)), server_hostname="allowed.test")
+    s.sendall(b"GET /c HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+    while s.recv(65536):
+        pass
+    s.close()
+print(n / (time.time() - t0))
+"""
+
+DNS_CLIENT = r"""
+import socket, struct, sys, time
+server, n = sys.argv[1], int(sys.argv[2])
+q = struct.pack("!HHHHHH", 1, 0x0100, 1, 0, 0, 0) + b"\x07allowed\x04test\x00\x00\x01\x00\x01"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+t0 = time.time()
+ok = 0
+for i in range(n):
+    s.sendto(q, (server, 53))
+    try:
+        s.recvfrom(512)
+        ok += 1
+    except socket.timeout:
+        pass
+print(ok / (time.time() - t0))
+"""
+
+
+def run(ns, *cmd, timeout=600):
+    return netlab.sh(*cmd, ns=ns, timeout=timeout).stdout.strip()
+
+
+def main():
+    why = netlab.can_run()
+    if why:
+        print("bench_gateway: skipped: " + why)
+        return 0
+    lab = netlab.Lab()
+    limits = {"dns_per_s": 1e6, "dns_burst": 1e6, "conn_per_s": 1e6, "conn_burst": 1e6}
+    try:
+        lab.start([{"mode": "allowlist", "allow": ["allowed.test"]}], limits)
+        sb = lab.sandboxes[0]
+        ca = lab.dir + "/guest-ca.pem"
+        res = {}
+        url = "https://allowed.test/big/%d" % BIG
+        # warm up the gateway's cache and the server
+        sb.run("curl", "-s", "-o", "/dev/null", "--cacert", ca, "https://allowed.test/")
+        via = float(run(sb.guest, "curl", "-s", "-o", "/dev/null", "-w", "%{speed_download}", "--cacert", ca, url))
+        direct = float(run(lab.gwns, "curl", "-s", "-o", "/dev/null", "-w", "%{speed_download}", "--cacert", ca,
+                           "--resolve", "allowed.test:443:203.0.113.10", url))
+        res["https_MBps"] = (via / 1e6, direct / 1e6)
+        via = float(run(sb.guest, "python3", "-c", CONN_CLIENT, "203.0.113.10", str(CONNS), ca))
+        direct = float(run(lab.gwns, "python3", "-c", CONN_CLIENT, "203.0.113.10", str(CONNS), ca))
+        res["https_conns_per_s"] = (via, direct)
+        via = float(run(sb.guest, "python3", "-c", DNS_CLIENT, netlab.GW_IP, str(QUERIES)))
+        direct = float(run(lab.gwns, "python3", "-c", DNS_CLIENT, "192.0.2.53", str(QUERIES)))
+        res["dns_queries_per_s"] = (via, direct)
+    finally:
+        lab.stop()
+    print("bench_gateway (%s; gateway %s; Python test servers)" % (
+        "quick" if QUICK else "full", os.environ["SPACE_BUILD"]))
+    print("%-22s %12s %12s %8s" % ("metric", "via gateway", "direct", "ratio"))
+    for k, (v, d) in res.items():
+        print("%-22s %12.1f %12.1f %8.2f" % (k, v, d, v / d if d else 0))
+    print(json.dumps({k: {"via_gateway": v, "direct": d} for k, (v, d) in res.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
