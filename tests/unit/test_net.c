@@ -337,11 +337,11 @@ static void test_pool_claim_release(void **state)
     assert_int_equal(net_claim(n, "sbtest3", "tn1", "{\"mode\":\"wide\"}", &l2, &err), -1);
     assert_int_equal(err.status, 400);
 
-    /* Live rules: none -> allowlist needs a NIC (409 unless cold), the rest just works. */
+    /* Live rules: none -> open needs a NIC (409), the rest just works. */
     json_t *open_p = json_pack("{s:s}", "mode", "open");
-    assert_int_equal(net_set_policy(n, "sbtest2", "tn1", open_p, false, &err), -1);
+    assert_int_equal(net_set_policy(n, "sbtest2", "tn1", open_p, &err), -1);
     assert_int_equal(err.status, 409);
-    assert_int_equal(net_set_policy(n, "sbtest1", "tn1", open_p, false, &err), 0);
+    assert_int_equal(net_set_policy(n, "sbtest1", "tn1", open_p, &err), 0);
     json_t *got = net_policy_get(n, "sbtest1", &err);
     assert_string_equal(json_string_value(json_object_get(got, "mode")), "open");
     assert_true(json_is_true(json_object_get(got, "nic")));
@@ -376,17 +376,25 @@ static void test_pool_claim_release(void **state)
     assert_int_equal(net_claim(n, "sbtest1", "tn1", NULL, &l, &err), 0);
     assert_int_equal(ino_of(path), ino);
     close(l.tap_fd);
-    /* A stopped sandbox without a NIC may get one: it comes at the next start. */
-    assert_int_equal(net_set_policy(n, "sbtest2", "tn1", open_p, true, &err), 0);
-    assert_int_equal(net_claim(n, "sbtest2", "tn1", NULL, &l, &err), 0);
+    /* A sandbox whose policy was set before its first claim gets that policy's NIC. */
+    assert_int_equal(net_set_policy(n, "sbtest4", "tn1", open_p, &err), 0);
+    assert_int_equal(net_claim(n, "sbtest4", "tn1", "{\"mode\":\"none\"}", &l, &err), 0);
     assert_true(l.tap_fd >= 0);
     close(l.tap_fd);
+    /* Traffic -> none keeps the NIC (the gateway refuses everything). */
+    json_t *none_p = json_pack("{s:s}", "mode", "none");
+    assert_int_equal(net_set_policy(n, "sbtest4", "tn1", none_p, &err), 0);
+    got = net_policy_get(n, "sbtest4", &err);
+    assert_true(json_is_true(json_object_get(got, "nic")));
+    json_decref(got);
+    json_decref(none_p);
     json_decref(open_p);
 
     /* Release: namespace and record gone; releasing twice is fine. */
     net_release(n, "sbtest1");
     net_release(n, "sbtest1");
     net_release(n, "sbtest2");
+    net_release(n, "sbtest4");
     assert_int_not_equal(access(path, F_OK), 0);
     assert_int_not_equal(access(rec, F_OK), 0);
     assert_null(net_policy_get(n, "sbtest1", &err));
@@ -550,7 +558,7 @@ static int fixture_guest(int argc, char **argv)
         while ((nl = memchr(line, '\n', used))) {
             *nl = 0;
             json_t *pol = strncmp(line, "policy ", 7) == 0 ? json_loads(line + 7, 0, NULL) : NULL;
-            if (pol && net_set_policy(n, sid, "tenant-e2e", pol, false, &e) == 0)
+            if (pol && net_set_policy(n, sid, "tenant-e2e", pol, &e) == 0)
                 printf("ok\n");
             else
                 printf("error %s\n", pol ? e.message : "bad command");

@@ -59,7 +59,7 @@ static int ensure_record(struct net *net, const struct sbx *s, struct spaced_err
         return 0;
     }
     json_t *given = created_policy(s);
-    int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), given, true, err);
+    int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), given, err);
     json_decref(given);
     return rc;
 }
@@ -99,10 +99,12 @@ static void put_network_body(struct http_req *req, const char *data, size_t len,
     json_t *o = routes_parse_object(sp, req, data, len, known);
     if (!o)
         return;
-    enum sbx_state st = sbx_state(s);
+    /* The record first (from the create request's policy), so a sandbox created with
+     * `none` is known to have no NIC. */
     struct spaced_err err;
-    int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), o, st == SBX_STOPPED || st == SBX_FAILED,
-                            &err);
+    int rc = ensure_record(net, s, &err);
+    if (rc == 0)
+        rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), o, &err);
     json_decref(o);
     if (rc != 0) {
         routes_reply_err(sp, req, &err);

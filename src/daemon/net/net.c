@@ -473,6 +473,19 @@ void net_release(struct net *n, const char *sandbox)
     }
 }
 
+void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), void *arg)
+{
+    struct net_rec *r = n->recs;
+    while (r) {
+        struct net_rec *next = r->next;
+        if (!known(r->id, arg)) {
+            log_info("net.sweep", "sandbox=%s", r->id);
+            net_release(n, r->id);
+        }
+        r = next;
+    }
+}
+
 /* ---- policy, credentials, log ------------------------------------------------------ */
 
 static struct net_rec *rec_or_404(struct net *n, const char *id, struct spaced_err *err)
@@ -486,7 +499,7 @@ static struct net_rec *rec_or_404(struct net *n, const char *id, struct spaced_e
 }
 
 int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const json_t *policy,
-                   bool cold, struct spaced_err *err)
+                   struct spaced_err *err)
 {
     if (!id_ok(sandbox))
         return spaced_err_set(err, 400, "invalid_id", "not a sandbox id");
@@ -508,24 +521,21 @@ int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const
         n->recs = r;
         return 0;
     }
-    if (!r->nic && !policy_is_none(p) && !cold) {
+    if (!r->nic && !policy_is_none(p)) {
         json_decref(p);
         return spaced_err_set(err, 409, "nic_change_needed",
-                              "sandbox %s has network mode \"none\" and no network device; stop "
-                              "it first (the device is added at the next start)", sandbox);
+                              "sandbox %s was created with network mode \"none\" and has no network "
+                              "device; create a new sandbox with a network policy instead", sandbox);
     }
     json_t *old = r->policy;
-    bool old_nic = r->nic;
     r->policy = p;
-    r->nic = r->nic || !policy_is_none(p);
     if (rec_save(n, r) != 0) {
         r->policy = old;
-        r->nic = old_nic;
         json_decref(p);
         return spaced_err_set(err, 500, "internal", "cannot write the network record");
     }
     json_decref(old);
-    if (old_nic)
+    if (r->nic)
         json_decref(gw_call(n, json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id,
                                          "policy", r->policy), NULL, 0));
     return 0;

@@ -24,8 +24,8 @@
  * record with a namespace is attached again with its policy and credentials.
  *
  * Policy `none` means no NIC: claim returns tap_fd -1 and creates no namespace. A live
- * change between `none` and a mode with traffic needs a NIC change and is refused
- * (409) unless the sandbox already has a NIC (it then only changes the gateway policy).
+ * change from `none` to a mode with traffic would need a NIC and is refused (409); the
+ * other way the NIC stays and the gateway refuses everything.
  *
  * All calls run on the event loop thread (they switch that thread's namespace briefly
  * and talk to the gateway synchronously over a local socket, a few ms at most). */
@@ -103,11 +103,12 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
 
 /* Sets the policy (validated; recorded, then sent to the gateway, which resets the
  * connections the new policy forbids). A sandbox never claimed gets a record with it
- * (tenant is used then), so its first start uses it. `cold`: the sandbox's next start is
- * a cold boot (stopped or failed), so a NIC can still be added; otherwise going from
- * `none` to a mode with traffic on a sandbox without a NIC is 409. */
+ * (tenant is used then; its NIC follows from the policy), so its first claim uses it.
+ * Going from `none` to a mode with traffic on a sandbox without a NIC is 409: a NIC
+ * cannot be added to a VM (nor to its snapshots); from a mode with traffic to `none`
+ * keeps the NIC and makes the gateway refuse everything. */
 int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const json_t *policy,
-                   bool cold, struct spaced_err *err);
+                   struct spaced_err *err);
 /* The recorded policy (new reference) plus "nic": bool, or NULL (404) without a record. */
 json_t *net_policy_get(struct net *n, const char *sandbox, struct spaced_err *err);
 
@@ -126,12 +127,18 @@ json_t *net_log(struct net *n, const char *sandbox, int64_t since, struct spaced
  * it disappear with the last user), record removed. Unknown ids are fine (idempotent). */
 void net_release(struct net *n, const char *sandbox);
 
+/* Releases every record whose sandbox known() does not recognise (deleted while spaced
+ * was down, or between its delete and the release). */
+void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), void *arg);
+
 /* True while a gateway answers on the control socket (health, tests). */
 bool net_gateway_up(struct net *n);
 
 /* The process's network module for spaced, created on first use from sp->opt
  * (data_dir; the gateway binary next to spaced's own or $SPACE_GATEWAY, started if
- * present, with the extra arguments in $SPACE_GATEWAY_ARGS, space-separated). Lives until
+ * present, with the extra arguments in $SPACE_GATEWAY_ARGS, space-separated); records
+ * of sandboxes the table does not know are swept then, so call it after the table is
+ * loaded (routes_network_register does). Lives until
  * exit: spaced has no slot for it and no shutdown hook for route modules; an exit
  * handler calls net_exit. NULL (logged) if it cannot be set up, e.g. without root. */
 struct net *net_get(struct spaced *sp);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon/net/net.h"
+#include "daemon/sandbox/sbx.h"
 #include "log.h"
 
 static struct {
@@ -18,6 +19,11 @@ static struct {
     struct net *net;
     bool tried; /* set up once; a failure is logged once and not retried */
 } net_proc;
+
+static bool sandbox_known(const char *id, void *arg)
+{
+    return sbx_find(arg, NULL, id) != NULL;
+}
 
 static void at_exit(void)
 {
@@ -80,7 +86,9 @@ struct net *net_get(struct spaced *sp)
     net_proc.net = net_new(sp->base, &o, err, sizeof err);
     if (!net_proc.net)
         log_error("net.unavailable", "error=\"%s\"", err);
-    else
+    else {
+        net_sweep(net_proc.net, sandbox_known, sp);
         atexit(at_exit);
+    }
     return net_proc.net;
 }
