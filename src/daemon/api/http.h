@@ -157,9 +157,10 @@ typedef void (*http_chunk_fn)(struct http_req *req, const char *data, size_t len
 typedef void (*http_end_fn)(struct http_req *req, void *arg);
 int http_req_stream_body(struct http_req *req, http_chunk_fn chunk, http_end_fn end, void *arg);
 
-/* Backpressure for streamed bodies: paused == true stops chunk delivery and, once at
- * most ~256 KiB is buffered, stops reading the socket; false resumes (deliveries of
- * already-buffered data happen from the event loop, not inside this call). */
+/* Backpressure for streamed bodies: paused == true stops chunk (and end) delivery and,
+ * once 256 KiB is buffered, stops reading the socket; the body idle timeout does not
+ * run while paused. false resumes (deliveries of already-buffered data happen from the
+ * event loop, not inside this call). */
 void http_req_pause_body(struct http_req *req, bool paused);
 
 /* A body the application never claims is discarded after the reply: drained if small
@@ -168,8 +169,9 @@ void http_req_pause_body(struct http_req *req, bool paused);
 /* ---- buffered replies (each finishes the request) ---------------------------------- */
 
 /* Adds a response header before the reply starts. The server sets Date,
- * Content-Length / Transfer-Encoding and Connection itself. Returns -1 (and adds
- * nothing) if name/value hold CR, LF or NUL, or the name is not a token. */
+ * Content-Length / Transfer-Encoding and Connection itself (adding one of those is
+ * refused). Returns -1 (and adds nothing) for those, if the value holds CR or LF, or if
+ * the name is not a token. */
 int http_reply_add_header(struct http_req *req, const char *name, const char *value);
 
 /* Replies with `len` bytes of `data` (copied). content_type may be NULL (no header). */
