@@ -384,6 +384,34 @@ static void test_bad_input(void **state)
         assert_int_equal(err, VM_E_START);
     }
 
+    /* QEMU that cannot start: a synchronous error with the reason, nothing left behind */
+    c = b.cfg;
+    c.qemu = "/nonexistent/qemu-system-x86_64";
+    assert_null(vm_boot(base, &c, &cbs, &o, &err, msg, sizeof(msg)));
+    assert_int_equal(err, VM_E_START);
+    assert_non_null(strstr(msg, "/nonexistent/qemu-system-x86_64"));
+    char sock[300];
+    snprintf(sock, sizeof(sock), "%s/qmp.sock", b.run);
+    assert_int_equal(access(sock, F_OK), -1);
+
+    /* QEMU that starts but rejects its configuration (an unreadable disk image) */
+    char junk[200];
+    snprintf(junk, sizeof(junk), "%s/junk.qcow2", work);
+    FILE *jf = fopen(junk, "w");
+    assert_non_null(jf);
+    fputs("not a qcow2 image", jf);
+    fclose(jf);
+    c = b.cfg;
+    c.disk = junk;
+    struct vm *vj = vm_boot(base, &c, &cbs, &o, &err, msg, sizeof(msg));
+    assert_non_null(vj);
+    vmh_run_until(base, &o.exited, BOOT_LIMIT_MS);
+    assert_int_equal(o.ready_err, VM_E_START);
+    assert_int_equal(o.reason, VM_EXIT_FAILED);
+    fprintf(stderr, "bad disk: %s\n", o.ready_msg);
+    assert_non_null(strstr(o.ready_msg, "qemu:"));
+    obs_init(&o);
+
     /* snapshot dir without a snapshot */
     assert_null(vm_restore(base, &b.cfg, work, 0, &cbs, &o, &err, msg, sizeof(msg)));
     assert_int_equal(err, VM_E_SNAPSHOT);
@@ -460,6 +488,15 @@ static void test_jail_isolation(void **state)
         fclose(f);
     assert_true(uid_ok);
     assert_true(nspid_ok);
+    /* and sits in its own cgroup */
+    char cg[4096] = "";
+    snprintf(p, sizeof(p), "/proc/%d/cgroup", (int)vm_pid(va));
+    f = fopen(p, "r");
+    size_t cgn = f ? fread(cg, 1, sizeof(cg) - 1, f) : 0;
+    cg[cgn] = 0;
+    if (f)
+        fclose(f);
+    assert_non_null(strstr(cg, "space-test/space-jaila"));
     kill_and_wait(va, &oa);
     kill_and_wait(vb, &ob);
 

@@ -3,8 +3,8 @@
  *
  * This module is the only code that starts QEMU. It builds the command line, speaks QMP
  * (qmp.h), owns the per-sandbox run directory (sockets, console log, pidfile, state),
- * supervises the process (death noticed through a pidfd, hangs through a QMP ping that
- * must answer within VM_PING_TIMEOUT_MS), and jails it (vm_jail.h: unprivileged uid,
+ * supervises the process (death noticed through a pidfd, hangs through a QMP ping, see
+ * VM_PING_*), and jails it (vm_spawn.h: unprivileged uid,
  * own mount + PID namespaces showing only the files it needs, seccomp `-sandbox`, a
  * cgroup with cpu/memory/pids limits).
  *
@@ -112,10 +112,16 @@ struct vm_jail {
     int enabled;               /* 1: namespaces + uid switch + cgroup */
     uid_t uid;                 /* unprivileged uid QEMU runs as (never 0) */
     gid_t gid;                 /* its gid */
-    const char *cgroup_parent; /* cgroup dir under which "space-<id>" is made; NULL: none */
+    const char *cgroup_parent; /* cgroup name (e.g. "space"); the sandbox's group is
+                                  <parent>/space-<id> in cgroup v2 (/sys/fs/cgroup) or in
+                                  each v1 hierarchy (cpu, memory, pids); NULL: no cgroup */
     unsigned cpu_percent;      /* cpu.max as % of one CPU (100 = 1 CPU); 0 = no limit */
-    unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory) */
+    unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory); 0 = 256 */
     unsigned pids_max;         /* pids.max; 0 = default (64) */
+    /* Files QEMU sees: the kernel, initramfs, disk chain (overlay read-write, layers
+     * read-only) and RAM file, bind-mounted at their own paths; /usr and libraries
+     * read-only; /dev/{null,zero,urandom,random} (+kvm). Not the run directory: its
+     * sockets are inherited as descriptors. The overlay and RAM file are chowned to uid. */
 };
 
 /* One read-only layer under a sandbox's overlay. The chain is given explicitly (from the
@@ -159,7 +165,9 @@ struct vm_callbacks {
     vm_done_cb on_ready;
     /* The agent socket is connected: fd (nonblocking, close-on-exec) now belongs to the
      * callee, who hands it to agentc. Called once after on_ready succeeded; again after
-     * vm_agent_reconnect. Guest readiness is the agent's hello, not this call. */
+     * vm_agent_reconnect. Guest readiness is the agent's hello, not this call. For a VM
+     * from pool_claim the connection has already been greeted once (warm-up); the
+     * caller's HELLO restarts the agent session on it. May be NULL: no connection. */
     void (*on_agent)(struct vm *vm, int fd, void *arg);
     /* The VM is gone (see enum vm_exit_reason). msg says why, console_tail holds the last
      * console lines (may be empty). Both are valid only during the call. The vm is freed
@@ -170,9 +178,12 @@ struct vm_callbacks {
 
 /* ---- disks ---------------------------------------------------------------------------- */
 
-/* Creates `overlay` as a qcow2 whose backing file is `backing` (format "raw" or "qcow2"),
- * by running `qemu-img create` watched by the loop. cb gets vm == NULL. The overlay takes
- * the backing file's virtual size. Fails with VM_E_NOENT if backing is missing. */
+/* Creates `overlay` as a qcow2 whose backing file is `backing` (format "raw" or "qcow2",
+ * recorded as an absolute path), by running `qemu-img create` watched by the loop.
+ * Returns VM_OK (cb follows, with vm == NULL and qemu-img's message on failure) or an
+ * error with no callback: VM_E_NOENT if backing is missing, VM_E_INVAL for a bad format.
+ * The overlay takes the backing file's virtual size. Deleting a sandbox's disk is a plain
+ * unlink of its overlay. */
 int vm_disk_overlay_create(struct event_base *base, const char *backing,
                            const char *backing_format, const char *overlay,
                            vm_done_cb cb, void *arg);
@@ -187,9 +198,12 @@ struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
                    size_t msg_cap);
 
 /* Starts a new QEMU from a snapshot directory (template or suspend). With `paused` the
- * vCPUs stay stopped after the load (warm pool; vm_resume continues). For template
- * snapshots cfg->disk must be an overlay whose backing chain contains the template's
- * frozen overlay, and cfg->mem_path is ignored (the snapshot's mem is used). */
+ * vCPUs stay stopped after the load (vm_resume continues). For template snapshots
+ * cfg->disk must be an overlay whose backing chain (cfg->backing) starts with the
+ * template's frozen overlay, and cfg->mem_path is ignored (the snapshot's mem is mapped
+ * private copy-on-write). A snapshot whose snapshot.json disagrees with cfg (memory,
+ * vCPUs) or whose files are missing/truncated fails synchronously with VM_E_SNAPSHOT;
+ * one that QEMU cannot load fails through on_ready(VM_E_SNAPSHOT, QEMU's message). */
 struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
                       const char *snapshot_dir, int paused,
                       const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
@@ -217,8 +231,11 @@ int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 
 /* Template snapshot: only for a VM booted with cfg->mem_path (share=on RAM). Stops the
  * VM, migrates device state only (x-ignore-shared) to dir/state, links the RAM file as
- * dir/mem, writes dir/snapshot.json, then quits QEMU (the RAM file and the template's
- * disk overlay are frozen from then on). Call it after the agent reported ready. */
+ * dir/mem (same filesystem; or boot with mem_path = dir/mem), writes dir/snapshot.json,
+ * then quits QEMU (the RAM file and the template's disk overlay are frozen from then on).
+ * Call it after the agent reported ready, and close the agent connection first: a clone
+ * must greet its own host, not inherit a session in the middle (the agent notices the
+ * new connection after restore and answers its HELLO). */
 int vm_template_snapshot(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 
 /* Graceful stop: the control plane has already asked the agent to power off; this waits
@@ -246,8 +263,12 @@ const char *vm_run_dir(const struct vm *vm);
 /* Copies the last lines of the console log (at most cap-1 bytes, NUL-terminated). */
 size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
 
-/* Supervision constants. */
-#define VM_PING_INTERVAL_MS 500  /* QMP query-status every ... */
-#define VM_PING_TIMEOUT_MS  1000 /* ... and a reply later than this means hung */
+/* Supervision constants: a QMP query-status every VM_PING_INTERVAL_MS; VM_PING_STRIKES
+ * consecutive replies later than VM_PING_TIMEOUT_MS mean hung (detected in ~2 s; one
+ * miss alone is tolerated because an overloaded host can delay a healthy QEMU). A dead
+ * process is noticed at once through its pidfd. */
+#define VM_PING_INTERVAL_MS 500
+#define VM_PING_TIMEOUT_MS  1000
+#define VM_PING_STRIKES     2
 
 #endif

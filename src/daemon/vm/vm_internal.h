@@ -35,6 +35,7 @@ struct vm {
     struct qmp *qmp;          /* owned */
     struct event *ping_timer; /* owned: periodic query-status */
     int ping_outstanding;
+    int ping_misses;          /* consecutive ping timeouts */
     int con_fd;               /* console socket, -1 if not connected */
     struct event *con_ev;     /* owned */
     int log_fd;               /* console.log, O_APPEND */

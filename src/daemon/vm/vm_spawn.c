@@ -26,7 +26,9 @@ static void child_fail(int errfd, const char *what)
     char buf[256];
     int e = errno;
     size_t n = 0, w = strlen(what);
-    const char *es = strerror(e);
+    const char *es = strerrordesc_np(e); /* static string: safe after fork */
+    if (!es)
+        es = "unknown error";
     if (w > 180)
         w = 180;
     memcpy(buf, what, w);
