@@ -44,11 +44,30 @@ static void write_resolv(const char *path)
     }
 }
 
+/* IPv6 off before the link comes up: the gateway drops every IPv6 frame at the tap, so
+ * the guest's router solicitations and duplicate-address probes would only be noise in
+ * its log. Best effort (a kernel without IPv6 has no such files). */
+static void ipv6_off(const char *ifname)
+{
+    char path[96];
+    const char *names[] = {"all", "default", ifname};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(path, sizeof path, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", names[i]);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            if (write(fd, "1", 1) != 1)
+                log_warn("net.ipv6", "path=%s errno=%d", path, errno);
+            close(fd);
+        }
+    }
+}
+
 int agent_net_configure(const char *ifname, const char *resolv_path, char *err, size_t errlen)
 {
     int idx = (int)if_nametoindex(ifname);
     if (idx == 0)
         return 0;
+    ipv6_off(ifname);
     int lo = (int)if_nametoindex("lo");
     struct rtnl r;
     if (rtnl_open(&r, err, errlen) != 0)

@@ -18,7 +18,7 @@
 #define AGENT_NET_PREFIX 24
 #define AGENT_NET_RESOLV "/etc/resolv.conf"
 
-/* If eth0 exists: lo and eth0 up, the guest address on eth0, the default route via the
+/* If eth0 exists: IPv6 off, lo and eth0 up, the guest address on eth0, the default route via the
  * gateway, and /etc/resolv.conf naming the gateway (skipped with a log line when the
  * root filesystem refuses the write). Returns 1 if configured, 0 if there is no eth0
  * (nothing done), -1 with err filled on failure. Call once at boot, after the virtio

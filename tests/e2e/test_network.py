@@ -162,10 +162,13 @@ def net_spaced(lab):
     finally:
         conftest.SPACED_ENV.clear()
         conftest.SPACED_ENV.update(saved)
-        sp.stop()
+        # spaced leaves a gateway running while a sandbox has a NIC (for the next spaced
+        # to adopt); the sandboxes are deleted by now, but make sure in any case.
         pid = os.path.join(sp.data_dir, "gateway", "gateway.pid")
-        if os.path.exists(pid):
-            subprocess.run(["kill", open(pid).read().strip()])
+        pid = open(pid).read().strip() if os.path.exists(pid) else None
+        sp.stop()
+        if pid:
+            subprocess.run(["kill", pid], capture_output=True)
 
 
 def create(sp, network):
@@ -173,6 +176,12 @@ def create(sp, network):
     op = sp.wait_op(r["operation"]["id"])
     assert op["state"] == "succeeded", op
     return r["sandbox"]["id"]
+
+
+def delete(sp, sid):
+    r = sp.request("DELETE", "/v1/sandboxes/" + sid)
+    if r.status == 202:
+        sp.wait_op(r.json["operation"]["id"])
 
 
 def sh_in(sp, sid, cmd):
@@ -185,7 +194,8 @@ def sh_in(sp, sid, cmd):
 def vm_sbx(net_spaced):
     sid = create(net_spaced, ALLOW)
     yield sid
-    net_spaced.request("DELETE", "/v1/sandboxes/" + sid)
+    delete(net_spaced, sid)
+    assert not os.path.exists("/run/netns/space-" + sid), "delete left the namespace mounted"
 
 
 def test_vm_resolves_and_fetches_allowed(net_spaced, vm_sbx):
@@ -245,7 +255,7 @@ def test_vm_policy_none_has_no_nic(net_spaced):
         r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % sid, {"mode": "open"})
         assert r.status == 409, r
     finally:
-        net_spaced.request("DELETE", "/v1/sandboxes/" + sid)
+        delete(net_spaced, sid)
 
 
 def test_vm_network_routes_need_a_key(net_spaced, vm_sbx):

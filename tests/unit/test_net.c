@@ -156,6 +156,13 @@ static void test_agent_net_in_namespace(void **state)
     assert_true(has_addr("eth0", AGENT_NET_GUEST_IP));
     assert_true(default_route_via("eth0", inet_addr(AGENT_NET_GATEWAY_IP)));
     assert_true(if_nametoindex("lo") > 0 && has_addr("lo", "127.0.0.1"));
+    char v[4] = {0};
+    int v6 = open("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", O_RDONLY);
+    if (v6 >= 0) { /* a kernel without IPv6 has nothing to turn off */
+        assert_true(read(v6, v, sizeof v - 1) > 0);
+        assert_int_equal(v[0], '1');
+        close(v6);
+    }
     /* Idempotent: a second run (e.g. re-running init steps) succeeds unchanged. */
     assert_int_equal(agent_net_configure("eth0", resolv, err, sizeof err), 1);
     char text[256] = {0};
@@ -301,6 +308,11 @@ static ino_t ino_of(const char *path)
     return stat(path, &st) == 0 ? st.st_ino : 0;
 }
 
+static bool only_sbtest1_2_4(const char *id, void *arg)
+{
+    return !strcmp(id, "sbtest1") || !strcmp(id, "sbtest2") || !strcmp(id, "sbtest4");
+}
+
 static void test_pool_claim_release(void **state)
 {
     NEED_ROOT();
@@ -389,6 +401,17 @@ static void test_pool_claim_release(void **state)
     json_decref(got);
     json_decref(none_p);
     json_decref(open_p);
+
+    /* The start-up sweep releases what the sandbox table does not know. */
+    assert_int_equal(net_claim(n, "sbtest5", "tn1", allow, &l, &err), 0);
+    close(l.tap_fd);
+    net_sweep(n, only_sbtest1_2_4, NULL);
+    assert_null(net_policy_get(n, "sbtest5", &err));
+    char p5[128];
+    snprintf(p5, sizeof p5, "/run/netns/%ssbtest5", prefix);
+    assert_int_not_equal(access(p5, F_OK), 0);
+    assert_non_null(got = net_policy_get(n, "sbtest4", &err));
+    json_decref(got);
 
     /* Release: namespace and record gone; releasing twice is fine. */
     net_release(n, "sbtest1");
