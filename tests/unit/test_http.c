@@ -682,6 +682,44 @@ static void test_upload_refused_or_abandoned(void **state)
     assert_int_equal(atomic_load(&uploads_aborted), 1);
 }
 
+static void test_listen_addresses(void **state)
+{
+    char err[256];
+    assert_int_equal(http_server_listen(T.srv, "nonsense", err, sizeof err), -1);
+    assert_non_null(strstr(err, "invalid listen address"));
+    assert_int_equal(http_server_listen(T.srv, "127.0.0.1:x", err, sizeof err), -1);
+    assert_int_equal(http_server_listen(T.srv, "[::1:0", err, sizeof err), -1);
+    char taken[64];
+    snprintf(taken, sizeof taken, "127.0.0.1:%d", T.port);
+    assert_int_equal(http_server_listen(T.srv, taken, err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot listen"));
+    /* IPv6 loopback, when the host has it. */
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool v6 = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!v6) {
+        print_message("skipping the IPv6 part: no ::1 on this host\n");
+        return;
+    }
+    assert_int_equal(http_server_listen(T.srv, "[::1]:0", err, sizeof err), 0);
+    int port = http_server_port(T.srv);
+    assert_true(port > 0);
+    fd = socket(AF_INET6, SOCK_STREAM, 0);
+    sa.sin6_port = htons((uint16_t)port);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    th_set_timeout(fd, TH_RECV_TIMEOUT_S);
+    struct th_conn *c = calloc(1, sizeof *c);
+    c->fd = fd;
+    struct th_resp r;
+    assert_int_equal(th_sends(c, GET("/hello")), 0);
+    assert_int_equal(th_read_resp(c, &r, false), 0);
+    assert_string_equal(r.body, "hello");
+    th_resp_free(&r);
+    th_close(c);
+}
+
 static void check_pattern(const struct th_resp *r, size_t n)
 {
     assert_int_equal(r->body_len, n);
@@ -736,6 +774,7 @@ int main(void)
     log_init("test_http", LOG_ERROR); /* the overload test would log 800 warnings */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_keepalive, start, stop),
+        cmocka_unit_test_setup_teardown(test_listen_addresses, start, stop),
         cmocka_unit_test_setup_teardown(test_pipelining, start, stop),
         cmocka_unit_test_setup_teardown(test_chunked_both_ways, start, stop),
         cmocka_unit_test_setup_teardown(test_head_and_http10, start, stop),
