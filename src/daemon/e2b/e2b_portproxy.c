@@ -2,8 +2,9 @@
  * (or that carries E2b-Sandbox-Id plus E2b-Sandbox-Port != 49983) is forwarded to
  * 127.0.0.1:<port> inside the sandbox.
  *
- * The agent protocol has no TCP-forwarding op, so each request runs `nc 127.0.0.1
- * <port>` in the guest and relays through its stdin/stdout: the request goes out as
+ * The agent protocol has no TCP-forwarding op, so each request runs a relay in the guest
+ * (`nc 127.0.0.1 <port>`, or Python where nc is missing) and talks through its
+ * stdin/stdout: the request goes out as
  * HTTP/1.0 with Connection: close, so the response is never chunked and ends at EOF,
  * and its head is parsed here to answer our client with the same status and headers.
  * Bounded: request bodies up to PROXY_BODY_MAX, response heads up to PROXY_HEAD_MAX;
@@ -21,6 +22,24 @@
 
 #define PROXY_BODY_MAX (16u * 1024 * 1024)
 #define PROXY_HEAD_MAX (64u * 1024)
+
+/* The relay run in the guest for one request: nc where the template has it (busybox),
+ * else a few lines of Python (Debian templates without netcat). $1 is the port. */
+#define RELAY_SCRIPT                                                                       \
+    "if command -v nc >/dev/null 2>&1; then exec nc 127.0.0.1 \"$1\"; fi\n"                  \
+    "exec python3 -c 'import os, socket, sys, threading\n"                                   \
+    "s = socket.create_connection((\"127.0.0.1\", int(sys.argv[1])))\n"                      \
+    "def up():\n"                                                                           \
+    "    while True:\n"                                                                     \
+    "        d = os.read(0, 65536)\n"                                                       \
+    "        if not d: return\n"                                                            \
+    "        s.sendall(d)\n"                                                                \
+    "threading.Thread(target=up, daemon=True).start()\n"                                    \
+    "while True:\n"                                                                         \
+    "    d = s.recv(65536)\n"                                                               \
+    "    if not d: break\n"                                                                 \
+    "    os.write(1, d)\n"                                                                  \
+    "' \"$1\""
 
 struct pxy {
     struct http_req *req;     /* NULL once finished or closed */
@@ -255,8 +274,8 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     }
     char port[8];
     snprintf(port, sizeof port, "%u", pp.port);
-    json_t *r = json_pack("{s:s, s:[s,s,s], s:b, s:s}", "op", "exec", "argv", "nc", "127.0.0.1",
-                          port, "stdin", 1, "user", "root");
+    json_t *r = json_pack("{s:s, s:[s,s,s,s,s], s:b, s:s}", "op", "exec", "argv", "/bin/sh", "-c",
+                          RELAY_SCRIPT, "relay", port, "stdin", 1, "user", "root");
     struct pxy *p = calloc(1, sizeof *p);
     size_t hl = 0;
     char *head = request_head(req, len, &hl);
