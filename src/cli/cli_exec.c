@@ -29,6 +29,27 @@ struct exec_state {
     int stream_fd;             /* the event stream's socket (the child closes it) */
 };
 
+/* SIGINT/SIGTERM received while following the stream, to be forwarded to the command
+ * (Ctrl-C interrupts the remote command, not just the client). */
+static volatile sig_atomic_t exec_signal;
+
+static void exec_on_signal(int sig)
+{
+    exec_signal = sig;
+}
+
+/* Sends a pending signal to the session's process group. */
+static void forward_signal(const struct exec_state *st)
+{
+    char path[600];
+    const char *name = exec_signal == SIGTERM ? "TERM" : "INT";
+    exec_signal = 0;
+    snprintf(path, sizeof path, "%s/signal", st->session_path);
+    json_t *body = json_pack("{s:s}", "signal", name);
+    json_decref(cli_call(st->tok, "POST", path, body, NULL));
+    json_decref(body);
+}
+
 /* Child: POST our stdin as a chunked body, then close the command's stdin. */
 static int feed_stdin(struct exec_state *st)
 {
@@ -66,6 +87,9 @@ static void start_feeder(struct exec_state *st)
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
+        /* Ctrl-C is the parent's to forward; SIGTERM from the parent must end us. */
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_DFL);
         close(st->stream_fd);
         _exit(feed_stdin(st));
     }
@@ -156,9 +180,14 @@ static int attach_once(const char *url, struct cli_sse *sse, struct exec_state *
         return 1;
     }
     st->stream_fd = c.fd;
+    c.interruptible = true;
     char buf[16384];
     for (;;) {
         ssize_t got = cli_http_read_body(&c, buf, sizeof buf);
+        if (exec_signal)
+            forward_signal(st);
+        if (got < 0 && errno == EINTR)
+            continue;
         if (got <= 0)
             break;
         int rc = cli_sse_feed(sse, buf, (size_t)got, on_event, st);
@@ -214,12 +243,16 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
     char esid[128], spath[512];
     struct cli_ctx tok = *x;
     snprintf(tok.key, sizeof tok.key, "%s", token);
-    if (want_stdin && (!sid || !cli_pct(sid, esid, sizeof esid))) {
+    if (!sid || !cli_pct(sid, esid, sizeof esid)) {
         cli_err("the server returned no session id");
         json_decref(r);
         return 1;
     }
-    snprintf(spath, sizeof spath, "/v1/sandboxes/%s/sessions/%s", eid, want_stdin ? esid : "");
+    snprintf(spath, sizeof spath, "/v1/sandboxes/%s/sessions/%s", eid, esid);
+    struct sigaction sa = {.sa_handler = exec_on_signal}; /* no SA_RESTART: reads see EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     struct exec_state st = {.exit_status = -1, .tok = &tok, .session_path = spath,
                             .want_stdin = want_stdin};
     struct cli_sse sse = {0};

@@ -146,7 +146,7 @@ static ssize_t fill(struct cli_conn *c)
     ssize_t n;
     do
         n = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
-    while (n < 0 && errno == EINTR);
+    while (n < 0 && errno == EINTR && !c->interruptible);
     if (n > 0)
         c->len += (size_t)n;
     return n;

@@ -34,6 +34,8 @@ struct cli_conn {
     int64_t left;            /* Content-Length bytes left, or chunk bytes left */
     bool until_close;        /* no framing: body ends at EOF */
     bool body_done;          /* the body has been read to its end */
+    bool interruptible;      /* a signal interrupting a read makes it fail with EINTR
+                                (state intact: the read can be retried) */
 };
 
 /* Parses "http://host[:port][/]" into *u. Returns 0 or -1 (message in err). */
