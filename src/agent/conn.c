@@ -175,14 +175,12 @@ static void conn_on_open(struct agent_conn *c, const struct frame *f)
         conn_error(c, f->channel, FRAME_E_PROTOCOL, "OPEN on a channel in use");
         return;
     }
-    if (c->live >= AGENT_MAX_CHANNELS || c->tombstones >= AGENT_MAX_TOMBSTONES) {
-        conn_error(c, f->channel, FRAME_E_TOO_MANY, "too many open channels");
-        conn_send(c, f->channel, FRAME_CLOSE, FRAME_STREAM_NONE, NULL, 0);
-        return;
-    }
-    struct agent_chan *ch = calloc(1, sizeof *ch);
+    /* Refusals still get a channel entry (a tombstone), so frames the host pipelined
+     * after its OPEN are absorbed instead of answered as unknown. Only a host that
+     * never answers our CLOSEs runs out of tombstones. */
+    struct agent_chan *ch = c->tombstones < AGENT_MAX_TOMBSTONES ? calloc(1, sizeof *ch) : NULL;
     if (!ch) {
-        conn_error(c, f->channel, FRAME_E_INTERNAL, "out of memory");
+        conn_error(c, f->channel, FRAME_E_TOO_MANY, "too many channels awaiting CLOSE");
         conn_send(c, f->channel, FRAME_CLOSE, FRAME_STREAM_NONE, NULL, 0);
         return;
     }
@@ -193,6 +191,10 @@ static void conn_on_open(struct agent_conn *c, const struct frame *f)
     ch->next = c->chans;
     c->chans = ch;
     c->live++;
+    if (c->live > AGENT_MAX_CHANNELS) {
+        agent_chan_fail(ch, FRAME_E_TOO_MANY, "more than %d open channels", AGENT_MAX_CHANNELS);
+        return;
+    }
 
     char err[160];
     json_t *req = frame_json(f, err, sizeof err);
@@ -214,8 +216,10 @@ static void chan_violation(struct agent_chan *ch, const char *why)
 static void conn_on_channel_frame(struct agent_conn *c, const struct frame *f)
 {
     struct agent_chan *ch = conn_find(c, f->channel);
-    if (!ch && f->type == FRAME_ERROR)
-        return; /* never answer an ERROR with an ERROR: two peers could loop */
+    /* Never answer an ERROR with an ERROR (two peers could loop), nor a CLOSE: it may
+     * cross a refusal we sent without keeping state. */
+    if (!ch && (f->type == FRAME_ERROR || f->type == FRAME_CLOSE))
+        return;
     if (!ch) {
         conn_error(c, f->channel, FRAME_E_PROTOCOL, "frame for a channel that is not open");
         return;
