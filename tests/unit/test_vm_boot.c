@@ -608,6 +608,47 @@ static void test_shutdown(void **state)
     assert_true(o.reason == VM_EXIT_KILLED || o.reason == VM_EXIT_SHUTDOWN);
 }
 
+/* The real thing: the process that started QEMU is SIGKILLed (QEMU is not its child any
+ * more, nobody will reap it for us), and a fresh event loop adopts the VM. */
+static void test_adopt_after_sigkill(void **state)
+{
+    NEED_GUEST();
+    struct box b;
+    struct obs o;
+    int err, pfd[2];
+    char msg[512];
+    box_init(&b, "adopt2", NULL);
+    assert_int_equal(pipe(pfd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        /* a stand-in spaced: its own loop, boots the VM, reports, then waits to die */
+        struct event_base *cb = event_base_new();
+        struct obs co;
+        obs_init(&co);
+        base = cb;
+        struct vm *vm = vm_boot(cb, &b.cfg, &cbs, &co, &err, msg, sizeof(msg));
+        char ok = vm && vmh_run_until(cb, &co.ready, BOOT_LIMIT_MS) && !co.ready_err ? 'y' : 'n';
+        if (write(pfd[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    char ok = 0;
+    assert_int_equal(read(pfd[0], &ok, 1), 1);
+    assert_int_equal(ok, 'y');
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    obs_init(&o);
+    struct vm *vm = vm_adopt(base, b.run, &cbs, &o, &err, msg, sizeof(msg));
+    if (!vm)
+        fail_msg("adopt after SIGKILL: %s", msg);
+    wait_ready_hello(&o);
+    kill_and_wait(vm, &o); /* killing an adopted VM works through its pidfd */
+    assert_int_equal(o.reason, VM_EXIT_KILLED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -616,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_crash_detected),
         cmocka_unit_test(test_hang_detected),
         cmocka_unit_test(test_adopt),
+        cmocka_unit_test(test_adopt_after_sigkill),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_jail_isolation),
         cmocka_unit_test(test_pool),

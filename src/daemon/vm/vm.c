@@ -631,8 +631,11 @@ struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
         return NULL;
     if (cfg->mem_path) {
         /* The template's RAM file must exist (with its size) before QEMU maps it: the
-         * jail bind-mounts files, it cannot create them. */
-        int fd = open(cfg->mem_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+         * jail bind-mounts files, it cannot create them. A previous file is unlinked,
+         * never truncated: clones of an older snapshot may still map that inode, and
+         * truncating it would turn their unmodified pages into SIGBUS. */
+        unlink(cfg->mem_path);
+        int fd = open(cfg->mem_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 || ftruncate(fd, (off_t)cfg->mem_mib << 20) < 0) {
             *err = VM_E_IO;
             snprintf(msg, msg_cap, "memory file %s: %s", cfg->mem_path, strerror(errno));
