@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -241,10 +242,49 @@ def test_vm_credentials_never_come_back(net_spaced, vm_sbx):
     r = net_spaced.request("GET", url)
     assert r.status == 200 and r.json["credentials"] == [{"host": "api.test", "header": "Authorization"}]
     assert netlab.TOKEN.encode() not in net_spaced.request("GET", "/v1/sandboxes/" + vm_sbx).body
-    r = net_spaced.request("PUT", url, [{"host": "api.test", "header": "X", "secret": "a\r\nb"}])
-    assert r.status == 400
-    code, out = sh_in(net_spaced, vm_sbx, "grep -r %s /etc /root /tmp 2>/dev/null; true" % netlab.TOKEN)
+    for bad in ([{"host": "api.test", "header": "X", "secret": "a\r\nb"}], {"host": "api.test"},
+                [{"host": "*.test", "header": "X", "secret": "s"}]):
+        r = net_spaced.request("PUT", url, bad)
+        assert r.status == 400, (bad, r)
+
+
+@pytest.mark.xfail(strict=True, reason="space-gateway crashes (heap-use-after-free in "
+                   "gw_mitm_start, gw_mitm.c:51, conn freed by gw_conn_down_event) on busybox "
+                   "wget's TLS connection to a credential host; remove this mark once fixed")
+def test_vm_credential_injected_on_the_way_out(lab, net_spaced, vm_sbx):
+    r = net_spaced.request("PUT", "/v1/sandboxes/%s/credentials" % vm_sbx,
+                           [{"host": "api.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}])
+    assert r.status == 200, r
+    r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % vm_sbx,
+                           {"mode": "allowlist", "allow": ALLOW["allow"] + ["api.test"]})
+    assert r.status == 200, r
+    mark = lab.mark()
+    # busybox wget does not check certificates, so the gateway CA need not be installed.
+    code, out = sh_in(net_spaced, vm_sbx, "wget -q -O - https://api.test/v1/thing")
+    assert code == 0 and '"authorized": true' in out, out
     assert netlab.TOKEN not in out
+    ev = [e for e in lab.since(mark) if e["kind"] == "api"]
+    assert ev and ev[0]["authorized"], ev
+    code, out = sh_in(net_spaced, vm_sbx, "grep -r %s /etc /root /tmp /run 2>/dev/null; true" % netlab.TOKEN)
+    assert netlab.TOKEN not in out
+
+
+def test_vm_network_survives_a_gateway_crash(net_spaced, vm_sbx):
+    """spaced restarts a dead gateway and attaches every sandbox again."""
+    pidfile = os.path.join(net_spaced.data_dir, "gateway", "gateway.pid")
+    old = open(pidfile).read().strip()
+    os.kill(int(old), 9)
+    r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % vm_sbx, ALLOW)
+    assert r.status == 200, r
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        r = net_spaced.request("GET", "/v1/sandboxes/%s/network/log" % vm_sbx)
+        if r.status == 200 and open(pidfile).read().strip() != old:
+            break
+        time.sleep(0.2)
+    assert r.status == 200, r
+    code, out = sh_in(net_spaced, vm_sbx, "nslookup allowed.test")
+    assert code == 0 and "203.0.113.10" in out, out
 
 
 def test_vm_policy_none_has_no_nic(net_spaced):
