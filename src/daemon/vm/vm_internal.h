@@ -118,6 +118,15 @@ void vm_console_close(struct vm *vm);
 /* Tail of run_dir/qemu.log (QEMU's own stderr) for start failure messages. */
 size_t vm_qemu_log_tail(const struct vm *vm, char *out, size_t cap);
 
+/* Removes sockets, pidfile, adoption record, jail root and cgroup of a VM that is gone. */
+void vm_remove_runtime_files(struct vm *vm);
+/* (Re)arms the start / shutdown deadline (vm->kill_timer). */
+void vm_arm_kill_timer(struct vm *vm, unsigned ms);
+/* Blocking connect to a unix socket path; returns a nonblocking fd or -1 (errno). */
+int vm_connect_unix(const char *path);
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+
 /* Writes run_dir/vm.json (adoption record). */
 int vm_write_record(struct vm *vm);
 

@@ -1,0 +1,302 @@
+/* vm_start: turning a config into a running QEMU process: accelerator choice, config
+ * checks, the sockets QEMU inherits, the jail's file list and cgroup, the spawn, and the
+ * adoption record. The process is then supervised by vm.c. */
+#include "vm_internal.h"
+#include "accel.h"
+#include "log.h"
+#include "vm_cgroup.h"
+#include "vm_spawn.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define VM_START_TIMEOUT_MS 30000 /* QEMU up and (restore) state loaded */
+
+/* ---- accelerator --------------------------------------------------------------------- */
+
+enum vm_accel vm_accel_resolve(enum vm_accel want)
+{
+    static int probed;
+    static enum vm_accel cached;
+    if (want != VM_ACCEL_AUTO)
+        return want;
+    if (!probed) {
+        char why[256];
+        probed = 1;
+        enum accel_kvm k = accel_probe_kvm("/dev/kvm", "/sys/module/kvm_pvm", why, sizeof(why));
+        cached = k == ACCEL_KVM_USABLE ? VM_ACCEL_KVM : VM_ACCEL_TCG;
+        if (cached == VM_ACCEL_TCG) {
+            char q[300];
+            log_warn("vm.accel", "accel=tcg reason=%s note=\"KVM unusable: VMs run under "
+                     "software emulation (TCG), expect much slower guests\"",
+                     log_quote(why, q, sizeof(q)));
+        }
+    }
+    return cached;
+}
+
+static int listen_unix(const struct vm *vm, const char *name, char *msg, size_t cap)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    char p[4096];
+    if (vm_path(vm, name, p, sizeof(p)) < 0 || strlen(p) >= sizeof(sa.sun_path)) {
+        snprintf(msg, cap, "run_dir too long for a unix socket path");
+        return -1;
+    }
+    memcpy(sa.sun_path, p, strlen(p) + 1);
+    unlink(p);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(p, 0600) < 0 ||
+        listen(fd, 8) < 0) {
+        snprintf(msg, cap, "socket %s: %s", p, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The files the jailed QEMU must see, and their ownership for the unprivileged uid. */
+static int jail_paths(struct vm *vm, struct vm_spawn *s, const char *mem_path)
+{
+    const struct vm_config *c = &vm->cfg;
+    s->n_paths = 0;
+    s->paths[s->n_paths++] = (struct vm_spawn_path){ c->kernel, 0 };
+    if (c->initramfs)
+        s->paths[s->n_paths++] = (struct vm_spawn_path){ c->initramfs, 0 };
+    if (c->disk) {
+        s->paths[s->n_paths++] = (struct vm_spawn_path){ c->disk, 1 };
+        if (chown(c->disk, c->jail.uid, c->jail.gid) < 0)
+            return -1;
+    }
+    for (unsigned i = 0; i < c->n_backing; i++)
+        s->paths[s->n_paths++] = (struct vm_spawn_path){ c->backing[i].path, 0 };
+    if (mem_path) {
+        /* QEMU 7.2 opens a file RAM backend read-write even for share=off (8.2's
+         * readonly=on,rom=off is the fix), so clones get a writable bind of the template
+         * RAM file too. Residual risk: a QEMU taken over by its guest could write() that
+         * file and so alter the memory other clones of the template start from. */
+        s->paths[s->n_paths++] = (struct vm_spawn_path){ mem_path, 1 };
+        if (chown(mem_path, c->jail.uid, c->jail.gid) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int incoming,
+                     int paused, int *err, char *msg, size_t cap)
+{
+    static unsigned tsc_khz;
+    if (vm->accel == VM_ACCEL_TCG && !tsc_khz)
+        tsc_khz = accel_host_tsc_khz();
+    struct vm_launch l = { .accel = vm->accel, .mem_path = mem_path, .mem_share = mem_share,
+                           .incoming = incoming, .paused = paused, .tsc_khz = tsc_khz };
+    struct vm_argv argv;
+    struct vm_spawn s = { .log_fd = -1, .jail = &vm->cfg.jail,
+                          .cgroup_fds = { -1, -1, -1 } };
+    char p[4096], root[4096];
+    int rc = -1;
+    *err = VM_E_START;
+    for (int i = 0; i < VM_FD_COUNT; i++)
+        s.fds[i] = -1;
+    if (vm_cmdline_build(&vm->cfg, &l, &argv, msg, cap) < 0) {
+        *err = VM_E_INVAL;
+        return -1;
+    }
+    s.argv = argv.argv;
+    s.need_kvm = vm->accel == VM_ACCEL_KVM;
+    if ((s.fds[VM_FD_QMP] = listen_unix(vm, "qmp.sock", msg, cap)) < 0 ||
+        (s.fds[VM_FD_AGENT] = listen_unix(vm, "agent.sock", msg, cap)) < 0 ||
+        (s.fds[VM_FD_CONSOLE] = listen_unix(vm, "console.sock", msg, cap)) < 0)
+        goto out;
+    s.fds[VM_FD_TAP] = vm->cfg.net.tap_fd;
+    if (vm_path(vm, "qemu.log", p, sizeof(p)) < 0 ||
+        (s.log_fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        snprintf(msg, cap, "open qemu.log: %s", strerror(errno));
+        goto out;
+    }
+    if (vm->cfg.jail.enabled) {
+        *err = VM_E_JAIL;
+        if (vm->cfg.jail.uid == 0) {
+            snprintf(msg, cap, "jail uid must not be 0");
+            goto out;
+        }
+        if (vm_path(vm, "root", root, sizeof(root)) < 0 || (mkdir(root, 0700) < 0 && errno != EEXIST)) {
+            snprintf(msg, cap, "jail root: %s", strerror(errno));
+            goto out;
+        }
+        s.jail_root = root;
+        if (jail_paths(vm, &s, mem_path) < 0) {
+            snprintf(msg, cap, "chown for jail: %s", strerror(errno));
+            goto out;
+        }
+        if (vm->cfg.jail.cgroup_parent) {
+            struct vm_cgroup_limits lim = {
+                .cpu_percent = vm->cfg.jail.cpu_percent,
+                .mem_bytes = ((unsigned long long)vm->cfg.mem_mib +
+                              (vm->cfg.jail.mem_overhead_mib ? vm->cfg.jail.mem_overhead_mib : 256)) << 20,
+                .pids_max = vm->cfg.jail.pids_max ? vm->cfg.jail.pids_max : 64,
+            };
+            if (vm_cgroup_create(CGROUP_ROOT, vm->cfg.jail.cgroup_parent, vm->cfg.id, &lim,
+                                 s.cgroup_fds, msg, cap) < 0)
+                goto out;
+        }
+        *err = VM_E_START;
+    }
+    if (vm_spawn(&s, &vm->pid, msg, cap) < 0) {
+        if (vm->cfg.jail.enabled && vm->cfg.jail.cgroup_parent)
+            vm_cgroup_remove(CGROUP_ROOT, vm->cfg.jail.cgroup_parent, vm->cfg.id);
+        goto out;
+    }
+    vm->is_child = 1;
+    vm->starttime = vm_proc_starttime(vm->pid);
+    if (vm_attach_process(vm, msg, cap) < 0) {
+        kill(vm->pid, SIGKILL);
+        waitpid(vm->pid, NULL, 0);
+        goto out;
+    }
+    vm_write_record(vm);
+    vm->op = VM_OP_START;
+    vm_arm_kill_timer(vm, VM_START_TIMEOUT_MS);
+    char q[200];
+    log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d",
+             vm->cfg.id, (int)vm->pid, vm_accel_name(vm->accel), vm->cfg.vcpus,
+             vm->cfg.mem_mib, log_quote(vm->snap_dir, q, sizeof(q)), vm->cfg.jail.enabled);
+    rc = 0;
+out:
+    for (int i = VM_FD_QMP; i < VM_FD_TAP; i++)
+        if (s.fds[i] >= 0)
+            close(s.fds[i]);
+    for (int i = 0; i < 3; i++)
+        if (s.cgroup_fds[i] >= 0)
+            close(s.cgroup_fds[i]);
+    if (s.log_fd >= 0)
+        close(s.log_fd);
+    vm_argv_free(&argv);
+    if (rc < 0)
+        vm_remove_runtime_files(vm);
+    return rc;
+}
+
+int vm_write_record(struct vm *vm)
+{
+    char p[4096], pid[32];
+    json_t *j = json_pack("{s:i, s:I, s:s, s:s, s:i, s:s?}", "pid", (int)vm->pid, "starttime",
+                          (json_int_t)vm->starttime, "id", vm->cfg.id, "accel",
+                          vm_accel_name(vm->accel), "jail", vm->cfg.jail.enabled,
+                          "cgroup_parent", vm->cfg.jail.cgroup_parent);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    int r = -1;
+    if (s && vm_path(vm, "vm.json", p, sizeof(p)) == 0)
+        r = vm_write_file_atomic(p, s, strlen(s));
+    free(s);
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)vm->pid);
+    if (vm_path(vm, "qemu.pid", p, sizeof(p)) == 0)
+        vm_write_file_atomic(p, pid, (size_t)n);
+    return r;
+}
+
+/* Builds the struct and checks what can be checked before starting anything. */
+struct vm *vm_new(struct event_base *base, const struct vm_config *cfg,
+                  const struct vm_callbacks *cbs, void *arg, int *err, char *msg, size_t cap)
+{
+    const char *files[3 + VM_DISK_BACKING_MAX] = { cfg->kernel, cfg->initramfs, cfg->disk };
+    for (unsigned i = 0; i < cfg->n_backing && i < VM_DISK_BACKING_MAX; i++)
+        files[3 + i] = cfg->backing[i].path;
+    *err = VM_E_INVAL;
+    if (!vm_id_valid(cfg->id)) {
+        snprintf(msg, cap, "invalid sandbox id");
+        return NULL;
+    }
+    if (!cfg->run_dir || access(cfg->run_dir, W_OK) < 0) {
+        snprintf(msg, cap, "run_dir %s not writable", cfg->run_dir ? cfg->run_dir : "(null)");
+        return NULL;
+    }
+    if (cfg->n_backing > VM_DISK_BACKING_MAX) {
+        snprintf(msg, cap, "too many backing layers");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (files[i] && access(files[i], R_OK) < 0) {
+            *err = VM_E_NOENT;
+            snprintf(msg, cap, "%s: %s", files[i], strerror(errno));
+            return NULL;
+        }
+    }
+    struct vm *vm = calloc(1, sizeof(*vm));
+    if (!vm || vm_config_copy(&vm->cfg, cfg) < 0) {
+        free(vm);
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
+    vm->base = base;
+    if (cbs)
+        vm->cbs = *cbs;
+    vm->arg = arg;
+    vm->pidfd = vm->con_fd = vm->log_fd = vm->state_fd = vm->save_fd = -1;
+    vm->state = VM_STATE_STARTING;
+    vm->accel = vm_accel_resolve(cfg->accel);
+    if (cfg->accel == VM_ACCEL_KVM) {
+        char why[256];
+        if (accel_probe_kvm("/dev/kvm", "/sys/module/kvm_pvm", why, sizeof(why)) !=
+            ACCEL_KVM_USABLE) {
+            *err = VM_E_START;
+            snprintf(msg, cap, "accel=kvm forced but %s", why);
+            vm_config_free(&vm->cfg);
+            free(vm);
+            return NULL;
+        }
+    }
+    return vm;
+}
+
+void vm_free_unstarted(struct vm *vm)
+{
+    vm_config_free(&vm->cfg);
+    free(vm->snap_dir);
+    free(vm->save_dir);
+    free(vm);
+}
+
+struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
+                   const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
+                   size_t msg_cap)
+{
+    struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msg_cap);
+    if (!vm)
+        return NULL;
+    if (cfg->mem_path) {
+        /* The template's RAM file must exist (with its size) before QEMU maps it: the
+         * jail bind-mounts files, it cannot create them. A previous file is unlinked,
+         * never truncated: clones of an older snapshot may still map that inode, and
+         * truncating it would turn their unmodified pages into SIGBUS. */
+        unlink(cfg->mem_path);
+        int fd = open(cfg->mem_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)cfg->mem_mib << 20) < 0) {
+            *err = VM_E_IO;
+            snprintf(msg, msg_cap, "memory file %s: %s", cfg->mem_path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            vm_free_unstarted(vm);
+            return NULL;
+        }
+        close(fd);
+    }
+    if (vm_start_process(vm, cfg->mem_path, 1, 0, 0, err, msg, msg_cap) < 0) {
+        vm_free_unstarted(vm);
+        return NULL;
+    }
+    return vm;
+}
+
