@@ -92,9 +92,8 @@ static struct net_rec *rec_new(const char *id, const char *tenant, json_t *polic
     return r;
 }
 
-/* Writes the record atomically (temp file + rename), 0600: it holds secrets. No fsync:
- * the record must survive spaced's death (the page cache does), and after a power cut
- * the namespaces are gone too, while the sandbox's policy is also in the store. */
+/* Writes the record atomically (temp file + rename), 0600: it holds secrets. Synced:
+ * after a power cut a tightened policy must not come back as the older, wider one. */
 static int rec_save(struct net *n, const struct net_rec *r)
 {
     char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
@@ -104,7 +103,7 @@ static int rec_save(struct net *n, const struct net_rec *r)
                           "policy", r->policy, "creds", r->creds, "nic", r->nic);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     int rc = -1;
-    if (o && fd >= 0 && json_dumpfd(o, fd, JSON_COMPACT) == 0)
+    if (o && fd >= 0 && json_dumpfd(o, fd, JSON_COMPACT) == 0 && fsync(fd) == 0)
         rc = 0;
     if (fd >= 0)
         close(fd);
