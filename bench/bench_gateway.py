@@ -85,11 +85,11 @@ def main():
         direct = float(run(lab.gwns, "curl", "-s", "-o", "/dev/null", "-w", "%{speed_download}", "--cacert", ca,
                            "--resolve", "allowed.test:443:203.0.113.10", url))
         res["https_MBps"] = (via / 1e6, direct / 1e6)
-        via = float(run(sb.guest, "python3", "-c", CONN_CLIENT, "203.0.113.10", str(CONNS), ca))
-        direct = float(run(lab.gwns, "python3", "-c", CONN_CLIENT, "203.0.113.10", str(CONNS), ca))
+        via = float(run(sb.guest, netlab.PY, "-c", CONN_CLIENT, "203.0.113.10", str(CONNS), ca))
+        direct = float(run(lab.gwns, netlab.PY, "-c", CONN_CLIENT, "203.0.113.10", str(CONNS), ca))
         res["https_conns_per_s"] = (via, direct)
-        via = float(run(sb.guest, "python3", "-c", DNS_CLIENT, netlab.GW_IP, str(QUERIES)))
-        direct = float(run(lab.gwns, "python3", "-c", DNS_CLIENT, "192.0.2.53", str(QUERIES)))
+        via = float(run(sb.guest, netlab.PY, "-c", DNS_CLIENT, netlab.GW_IP, str(QUERIES)))
+        direct = float(run(lab.gwns, netlab.PY, "-c", DNS_CLIENT, "192.0.2.53", str(QUERIES)))
         res["dns_queries_per_s"] = (via, direct)
     finally:
         lab.stop()

@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -27,6 +28,8 @@ GUEST_IP = "10.0.2.15"
 GW_IP = "10.0.2.2"
 GW_UPLINK = "192.0.2.2"
 TOKEN = "s3cret-token-7f1c9b"
+# The interpreter running the tests (not a PATH lookup: version-manager shims are slow).
+PY = sys.executable
 COUNTED = ["192.0.2.53", "198.51.100.53", "203.0.113.10", "203.0.113.20", "203.0.113.30"]
 
 
@@ -123,7 +126,7 @@ class Sandbox:
 
     def py(self, *args, timeout=60):
         """Runs tests/netsec/guestpy.py as the guest; returns its JSON result."""
-        r = self.run("python3", os.path.join(HERE, "guestpy.py"), *args, timeout=timeout)
+        r = self.run(PY, os.path.join(HERE, "guestpy.py"), *args, timeout=timeout)
         if r.returncode != 0:
             raise RuntimeError("guestpy %s: %s" % (args, r.stderr[-2000:]))
         return json.loads(r.stdout)
@@ -178,11 +181,11 @@ class Lab:
         rules += ["  udp dport != 53 counter name udp_other", "  meta l4proto icmp counter name icmp_in",
                   " }", "}"]
         sh("nft", "-f", "-", ns=self.inet, input="\n".join(rules) + "\n")
-        self._spawn(self.inet, ["python3", os.path.join(HERE, "fakenet.py"), self.events_path,
+        self._spawn(self.inet, [PY, os.path.join(HERE, "fakenet.py"), self.events_path,
                                 self.dir, TOKEN], "fakenet")
         self._wait(lambda: any(e["kind"] == "ready" for e in self.events()), "fake internet")
         # Canary listeners on the gateway host's own addresses: must never be dialled.
-        self._spawn(self.gwns, ["python3", os.path.join(HERE, "guestpy.py"), "canary",
+        self._spawn(self.gwns, [PY, os.path.join(HERE, "guestpy.py"), "canary",
                                 self.events_path, "127.0.0.1", GW_UPLINK], "canary")
         self.ctl_path = os.path.join(self.dir, "gateway.sock")
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")

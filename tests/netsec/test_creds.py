@@ -75,7 +75,7 @@ def test_second_request_with_other_host_inside_terminated_tls(lab, sb):
     r = sb.py("tlsget", "203.0.113.30", "443", "api.test", "api.test", "/one", lab.dir + "/guest-ca.pem",
               "0", extra)
     assert r["ok"] and r["status"] == 200
-    r = sb.run("python3", "-c", """
+    r = sb.run(netlab.PY, "-c", """
 import socket, ssl, sys
 ctx = ssl.create_default_context(cafile=sys.argv[1])
 s = ctx.wrap_socket(socket.create_connection(('203.0.113.30', 443)), server_hostname='api.test')

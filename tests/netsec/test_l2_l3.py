@@ -111,7 +111,7 @@ def test_udp_other_than_dns_dropped(lab, sb):
     before = lab.counters()
     for dst, port in (("203.0.113.10", 443), ("203.0.113.10", 123), (netlab.GW_IP, 123),
                       (netlab.GW_IP, 443), ("198.51.100.53", 53)):
-        sb.run("python3", "-c", "import socket;s=socket.socket(2,2);s.sendto(b'x'*1200,('%s',%d))"
+        sb.run(netlab.PY, "-c", "import socket;s=socket.socket(2,2);s.sendto(b'x'*1200,('%s',%d))"
                % (dst, port))
     time.sleep(0.5)
     after = lab.counters()
@@ -122,7 +122,7 @@ def test_udp_other_than_dns_dropped(lab, sb):
 def test_quic_initial_to_allowed_host_dropped(lab, sb):
     before = lab.counters()
     quic = bytes([0xC3, 0, 0, 0, 1, 8]) + b"\x01" * 8 + b"\x00" + b"\x00" * 1180
-    sb.run("python3", "-c", "import socket;s=socket.socket(2,2);s.sendto(bytes.fromhex('%s'),('203.0.113.10',443))" % quic.hex())
+    sb.run(netlab.PY, "-c", "import socket;s=socket.socket(2,2);s.sendto(bytes.fromhex('%s'),('203.0.113.10',443))" % quic.hex())
     time.sleep(0.5)
     assert lab.counters()["udp_other"] == before["udp_other"]
 

@@ -11,7 +11,7 @@ NARROW = {"mode": "allowlist", "allow": ["api.test"]}
 
 
 def test_policy_change_ends_live_connections(lab, sb):
-    hold = subprocess.Popen(["ip", "netns", "exec", sb.guest, "python3", netlab.HERE + "/guestpy.py",
+    hold = subprocess.Popen(["ip", "netns", "exec", sb.guest, netlab.PY, netlab.HERE + "/guestpy.py",
                              "hold", "203.0.113.10", "80", "allowed.test", "20"],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -32,7 +32,7 @@ def test_policy_change_ends_live_connections(lab, sb):
 
 
 def test_policy_change_to_none_ends_tls_passthrough(lab, sb):
-    hold = subprocess.Popen(["ip", "netns", "exec", sb.guest, "python3", "-c", """
+    hold = subprocess.Popen(["ip", "netns", "exec", sb.guest, netlab.PY, "-c", """
 import socket, ssl, sys, json
 ctx = ssl.create_default_context(cafile=sys.argv[1])
 s = ctx.wrap_socket(socket.create_connection(('203.0.113.10', 443)), server_hostname='allowed.test')
