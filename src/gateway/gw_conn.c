@@ -15,6 +15,7 @@
 #define HELLO_TIMEOUT_S 10         /* HELLO..CONNECT must finish within this */
 #define IDLE_TIMEOUT_S 600         /* an OPEN connection silent this long is closed */
 #define PIPE_HIGH (256 * 1024)     /* per direction buffering before back-pressure */
+#define PIPE_CHUNK (128 * 1024)    /* bytes per read/write syscall when splicing */
 
 static void conn_dial(struct gw_conn *c, const struct gw_cache_entry *e);
 
@@ -248,6 +249,11 @@ void gw_conn_up_event(struct bufferevent *bev, short what, void *arg)
         gw_decide(c->sb, c->mitm ? "mitm" : c->tls ? "tls" : "http", true, c->name, "dialled",
                   c->orig_dst, c->port);
         bufferevent_enable(c->up, EV_READ | EV_WRITE);
+        /* libevent moves 16 KiB per syscall by default; bulk downloads want more. */
+        bufferevent_set_max_single_read(c->up, PIPE_CHUNK);
+        bufferevent_set_max_single_write(c->down, PIPE_CHUNK);
+        bufferevent_set_max_single_read(c->down, PIPE_CHUNK);
+        bufferevent_set_max_single_write(c->up, PIPE_CHUNK);
         struct timeval idle = {IDLE_TIMEOUT_S, 0};
         bufferevent_set_timeouts(c->up, &idle, NULL);
         if (c->tls && !c->mitm)
