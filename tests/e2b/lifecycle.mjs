@@ -1,7 +1,7 @@
 // Sandbox lifecycle through the SDK: create (template, timeout, metadata, envs), getInfo,
 // list with filters and paging, setTimeout, isRunning, connect, pause/resume keeping id,
 // token, files and running processes, kill.
-import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, eventually } from './lib.mjs'
+import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, eventually, sdkVersion } from './lib.mjs'
 
 await main(async () => {
   let a, b
@@ -37,6 +37,12 @@ await main(async () => {
     assert.deepEqual(new Set([...page1, ...page2].map((s) => s.sandboxId)), new Set([a.sandboxId, b.sandboxId]))
     assert.equal(p.hasNext, false)
     assert.equal(page1[0].state, 'running')
+    if (Number(sdkVersion.split('.')[1]) >= 40) { // startedAfter arrived in later 2.x SDKs
+      const later = await Sandbox.list({ query: { metadata: { run: runId }, startedAfter: new Date(Date.now() + 3600_000) } }).nextItems()
+      assert.deepEqual(later, [])
+      const earlier = await Sandbox.list({ query: { metadata: { run: runId }, startedAfter: new Date(Date.now() - 3600_000) } }).nextItems()
+      assert.equal(earlier.length, 2)
+    }
   })
   await step('setTimeout shortens and extends the deadline', async () => {
     await a.setTimeout(120_000)

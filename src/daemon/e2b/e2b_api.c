@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon/api/router.h"
 #include "daemon/auth/auth.h"
@@ -534,6 +535,7 @@ static void h_metrics(struct http_req *req, void *arg)
 struct list_ctx {
     json_t *out;
     bool running, paused;
+    int64_t started_after_ms; /* startedAfter filter, 0 = none */
     unsigned limit;
     bool more;            /* a further match exists beyond limit */
     char last[STORE_ID_MAX];
@@ -544,7 +546,8 @@ static int list_row(const struct store_sbx *r, void *arg)
     struct list_ctx *l = arg;
     snprintf(l->last, sizeof l->last, "%s", r->id);
     const char *st = e2b_state(r->state);
-    if (!st || (strcmp(st, "running") == 0 ? !l->running : !l->paused))
+    if (!st || (strcmp(st, "running") == 0 ? !l->running : !l->paused) ||
+        r->created_ms < l->started_after_ms)
         return 0;
     if (json_array_size(l->out) == l->limit) {
         l->more = true;
@@ -554,6 +557,31 @@ static int list_row(const struct store_sbx *r, void *arg)
     if (j)
         json_array_append_new(l->out, j);
     return 0;
+}
+
+/* "2026-01-02T03:04:05[.fff]Z" (what the SDK sends: toISOString) -> ms, or -1. */
+static int64_t parse_time_ms(const char *s)
+{
+    struct tm tm = {0};
+    int ms = 0, n = 0;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+               &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
+        return -1;
+    const char *p = s + n;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 3)
+                ms = ms * 10 + (*p - '0');
+        for (; digits > 0 && digits < 3; digits++)
+            ms *= 10;
+    }
+    if (strcmp(p, "Z") != 0 || tm.tm_mon < 1 || tm.tm_mon > 12)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    time_t t = timegm(&tm);
+    return t < 0 ? -1 : (int64_t)t * 1000 + ms;
 }
 
 static void list(struct e2b *e, struct http_req *req, bool paged)
@@ -585,6 +613,13 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
             return;
         }
         l.limit = (unsigned)n;
+    }
+    const char *after = http_req_query(req, "startedAfter");
+    if (after && (l.started_after_ms = parse_time_ms(after)) < 0) {
+        free(meta_text);
+        json_decref(l.out);
+        rest_error(req, 400, "startedAfter must be an RFC 3339 time");
+        return;
     }
     const char *next = http_req_query(req, "nextToken");
     snprintf(l.last, sizeof l.last, "%s", next && paged ? next : "");
