@@ -290,6 +290,12 @@ static void in_ns(const char *path, void (*fn)(void))
 static void expect_wired(void)
 {
     assert_true(has_addr(NET_TAP, NET_GATEWAY_IP));
+    char mac[32] = {0};
+    FILE *f = fopen("/sys/class/net/" NET_TAP "/address", "r");
+    assert_non_null(f);
+    assert_non_null(fgets(mac, sizeof mac, f));
+    fclose(f);
+    assert_int_equal(strncmp(mac, NET_GATEWAY_MAC, 17), 0);
     assert_true(has_addr("lo", "127.0.0.1"));
     char v[8] = {0};
     int fd = open("/proc/sys/net/ipv6/conf/all/disable_ipv6", O_RDONLY);
@@ -344,6 +350,16 @@ static void test_pool_claim_release(void **state)
     assert_int_equal(l2.tap_fd, -1);
     snprintf(path, sizeof path, "/run/netns/%ssbtest2", prefix);
     assert_int_not_equal(access(path, F_OK), 0);
+    /* A template VM's NIC: a namespace wired the same way, no record, released by id. */
+    assert_int_equal(net_claim_template(n, "t-base-1x256", &l2, &err), 0);
+    assert_true(l2.tap_fd >= 0);
+    in_ns(l2.netns, expect_wired);
+    close(l2.tap_fd);
+    assert_null(net_policy_get(n, "t-base-1x256", &err));
+    char tpath[sizeof l2.netns];
+    snprintf(tpath, sizeof tpath, "%s", l2.netns);
+    net_release(n, "t-base-1x256");
+    assert_int_not_equal(access(tpath, F_OK), 0);
     /* Bad input never claims. */
     assert_int_equal(net_claim(n, "../x", "tn1", allow, &l2, &err), -1);
     assert_int_equal(net_claim(n, "sbtest3", "tn1", "{\"mode\":\"wide\"}", &l2, &err), -1);

@@ -412,6 +412,22 @@ static int ns_for(struct net *n, const char *id, struct spaced_err *err)
     return fd;
 }
 
+/* A fresh fd on the tap of the namespace mounted for id (made if needed). */
+static int lease_tap(struct net *n, const char *id, struct net_lease *out, struct spaced_err *err)
+{
+    int nsfd = ns_for(n, id, err);
+    if (nsfd < 0)
+        return -1;
+    char msg[256];
+    out->tap_fd = net_ns_tap_open(n->home_fd, nsfd, msg, sizeof msg);
+    close(nsfd);
+    if (out->tap_fd < 0)
+        return spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
+    snprintf(out->mac, sizeof out->mac, "%s", NET_GUEST_MAC);
+    ns_path(n, id, out->netns, sizeof out->netns);
+    return 0;
+}
+
 int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
               struct net_lease *out, struct spaced_err *err)
 {
@@ -440,18 +456,20 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
     }
     if (!r->nic)
         return 0;
-    int nsfd = ns_for(n, sandbox, err);
-    if (nsfd < 0)
+    if (lease_tap(n, sandbox, out, err) != 0)
         return -1;
-    char msg[256];
-    out->tap_fd = net_ns_tap_open(n->home_fd, nsfd, msg, sizeof msg);
-    close(nsfd);
-    if (out->tap_fd < 0)
-        return spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
-    snprintf(out->mac, sizeof out->mac, "%s", NET_GUEST_MAC);
-    ns_path(n, sandbox, out->netns, sizeof out->netns);
     gw_attach(n, r);
     return 0;
+}
+
+int net_claim_template(struct net *n, const char *owner, struct net_lease *out,
+                       struct spaced_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->tap_fd = -1;
+    if (!id_ok(owner))
+        return spaced_err_set(err, 400, "invalid_id", "not a template VM id");
+    return lease_tap(n, owner, out, err);
 }
 
 void net_release(struct net *n, const char *sandbox)

@@ -47,6 +47,7 @@ struct net;
 #define NET_GATEWAY_IP "10.0.2.2"
 #define NET_PREFIX_LEN 24
 #define NET_GUEST_MAC "02:5b:00:00:00:01"
+#define NET_GATEWAY_MAC "02:5b:00:00:00:02" /* the tap's own, same in every namespace */
 #define NET_NETNS_DIR "/run/netns"
 #define NET_NS_PREFIX "space-"
 #define NET_POOL_DEFAULT 2
@@ -100,6 +101,14 @@ json_t *net_policy_check(const json_t *policy, struct spaced_err *err);
  * with err (nothing claimed). */
 int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
               struct net_lease *out, struct spaced_err *err);
+
+/* A NIC for a template VM whose memory snapshot clones will restore: clones with a NIC
+ * must find the same device model (and the guest's eth0 configured by its agent at
+ * boot) in the snapshot. A namespace and tap under `owner`'s name (e.g. the template
+ * VM id), with no gateway and so no traffic; no record. net_release(owner) removes it
+ * once the snapshot is taken. Returns 0, or -1 with err. */
+int net_claim_template(struct net *n, const char *owner, struct net_lease *out,
+                       struct spaced_err *err);
 
 /* Sets the policy (validated; recorded, then sent to the gateway, which resets the
  * connections the new policy forbids). A sandbox never claimed gets a record with it

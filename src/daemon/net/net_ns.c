@@ -7,6 +7,8 @@
 #include <linux/if_tun.h>
 #include <linux/magic.h>
 #include <net/if.h>
+#include <net/if_arp.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -77,6 +79,28 @@ static int tap_create(char *err, size_t errlen)
     return rc;
 }
 
+/* The tap's own MAC, the same in every namespace: a clone restored from a template
+ * snapshot keeps the template's neighbour entry for the gateway address, which must
+ * stay right in whichever namespace the clone lands. */
+static int tap_set_mac(char *err, size_t errlen)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", NET_TAP);
+    ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+    unsigned m[6];
+    sscanf(NET_GATEWAY_MAC, "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
+    for (int i = 0; i < 6; i++)
+        ifr.ifr_hwaddr.sa_data[i] = (char)m[i];
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int rc = s >= 0 ? ioctl(s, SIOCSIFHWADDR, &ifr) : -1;
+    if (rc != 0)
+        snprintf(err, errlen, "setting the tap's MAC: %s", strerror(errno));
+    if (s >= 0)
+        close(s);
+    return rc;
+}
+
 /* Everything done inside the new namespace. */
 static int wire(char *err, size_t errlen)
 {
@@ -85,7 +109,7 @@ static int wire(char *err, size_t errlen)
         snprintf(err, errlen, "disabling IPv6: %s", strerror(errno));
         return -1;
     }
-    if (tap_create(err, errlen) != 0)
+    if (tap_create(err, errlen) != 0 || tap_set_mac(err, errlen) != 0)
         return -1;
     int lo = (int)if_nametoindex("lo"), tap = (int)if_nametoindex(NET_TAP);
     if (lo == 0 || tap == 0) {
