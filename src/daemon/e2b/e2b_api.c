@@ -352,6 +352,12 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         json_object_set(spec_json, "metadata", meta);
     if (json_is_object(env))
         json_object_set(spec_json, "env", env);
+    /* Only an explicit choice changes the daemon's default network policy: "open" is the
+     * public internet through space-gateway (private ranges stay blocked), false none. */
+    json_t *inet = json_object_get(body, "allow_internet_access");
+    if (json_is_boolean(inet))
+        json_object_set_new(spec_json, "network",
+                            json_pack("{s:s}", "mode", json_is_true(inet) ? "open" : "none"));
     char *text = spec_json ? json_dumps(spec_json, JSON_COMPACT) : NULL;
     json_decref(spec_json);
     struct sbx_spec spec;
