@@ -84,6 +84,7 @@ static int vmh_run_until(struct event_base *base, volatile int *flag, double tim
  * closed by vmh_hello_stop. */
 struct vmh_hello {
     struct event *ev;
+    struct event *retry; /* re-sends our HELLO until answered */
     int fd;
     uint8_t buf[8192];
     size_t len;
@@ -108,29 +109,51 @@ static void vmh_hello_read(evutil_socket_t fd, short what, void *arg)
         h->got = f.type == FRAME_HELLO ? 1 : -1;
         h->at_ms = vmh_now_ms();
         event_del(h->ev);
+        event_del(h->retry);
     } else if (h->len == sizeof(h->buf)) {
         h->got = -1;
     }
 }
 
-/* The agent answers the host's HELLO with its own (docs/agent-protocol.md). */
-static void vmh_hello_start(struct vmh_hello *h, struct event_base *base, int fd)
+/* The agent answers the host's HELLO with its own (docs/agent-protocol.md). A HELLO that
+ * reaches the guest while the agent is still closing the previous connection's port is
+ * discarded by the guest driver, so it is repeated until answered (a second HELLO just
+ * restarts the agent's session). */
+static void vmh_hello_send(struct vmh_hello *h)
 {
     static const char body[] = "{\"version\":1,\"min_version\":1,\"software\":\"vm-harness\"}";
     uint8_t msg[FRAME_HEADER_SIZE + sizeof(body)];
     frame_encode_header(msg, FRAME_CONTROL_CHANNEL, FRAME_HELLO, FRAME_STREAM_NONE,
                         sizeof(body) - 1);
     memcpy(msg + FRAME_HEADER_SIZE, body, sizeof(body) - 1);
+    if (write(h->fd, msg, FRAME_HEADER_SIZE + sizeof(body) - 1) < 0)
+        h->got = -1;
+}
+
+static void vmh_hello_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct vmh_hello *h = arg;
+    if (h->got == 0)
+        vmh_hello_send(h);
+}
+
+static void vmh_hello_start(struct vmh_hello *h, struct event_base *base, int fd)
+{
     memset(h, 0, sizeof(*h));
     h->fd = fd;
-    if (write(fd, msg, FRAME_HEADER_SIZE + sizeof(body) - 1) < 0)
-        h->got = -1;
     h->ev = event_new(base, fd, EV_READ | EV_PERSIST, vmh_hello_read, h);
+    h->retry = event_new(base, -1, EV_PERSIST, vmh_hello_retry, h);
+    struct timeval tv = { 2, 0 };
     event_add(h->ev, NULL);
+    event_add(h->retry, &tv);
+    vmh_hello_send(h);
 }
 
 static void vmh_hello_stop(struct vmh_hello *h)
 {
+    if (h->retry)
+        event_free(h->retry);
+    h->retry = NULL;
     if (h->ev)
         event_free(h->ev);
     if (h->fd >= 0)

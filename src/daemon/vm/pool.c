@@ -33,6 +33,8 @@ struct pool_entry {
     int orphan;           /* pool freed while qemu-img ran: on_overlay cleans up */
     int agent_fd;         /* warm-up connection to the agent, handed over at claim */
     struct event *agent_ev; /* owned: reads the agent's HELLO during warm-up */
+    struct event *warm_timer; /* owned: per-attempt deadline of the warm-up handshake */
+    unsigned warm_attempts;
     uint8_t in[1024];     /* warm-up input (the agent's HELLO frame) */
     size_t in_len;
     pool_discard_cb discard; /* copied from the pool for the orphan case */
@@ -79,6 +81,9 @@ static void entry_discard(struct pool *p, struct pool_entry *e)
 {
     entry_unlink(p, e);
     entry_agent_close(e);
+    if (e->warm_timer)
+        event_free(e->warm_timer);
+    e->warm_timer = NULL;
     if (e->cfg.disk)
         unlink(e->cfg.disk);
     if (p->discard)
@@ -139,8 +144,24 @@ static void on_entry_agent_input(evutil_socket_t fd, short what, void *arg)
     /* Handshake done: stop reading, so whatever comes next is the claimer's. */
     event_free(e->agent_ev);
     e->agent_ev = NULL;
+    evtimer_del(e->warm_timer);
     if (vm_pause(e->vm, on_entry_paused, e) != VM_OK)
         vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: cannot pause a warmed-up VM");
+}
+
+/* A HELLO can be lost: if it reaches the guest while the agent is still closing the
+ * port of the template's last connection, the guest driver discards it. No answer within
+ * WARM_ATTEMPT_MS: reconnect and greet again (a fresh connection, so no late answer to
+ * the old HELLO can reach the claimer); give up after WARM_ATTEMPTS. */
+#define WARM_ATTEMPT_MS 5000
+#define WARM_ATTEMPTS 12
+
+static void on_warm_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct pool_entry *e = arg;
+    entry_agent_close(e);
+    if (++e->warm_attempts >= WARM_ATTEMPTS || vm_agent_reconnect(e->vm) != VM_OK)
+        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: agent never answered HELLO");
 }
 
 static void on_entry_agent(struct vm *vm, int fd, void *arg)
@@ -155,11 +176,16 @@ static void on_entry_agent(struct vm *vm, int fd, void *arg)
                         sizeof(hello) - 1);
     memcpy(msg + FRAME_HEADER_SIZE, hello, sizeof(hello) - 1);
     e->agent_ev = event_new(e->p->base, fd, EV_READ | EV_PERSIST, on_entry_agent_input, e);
-    if (!e->agent_ev || write(fd, msg, FRAME_HEADER_SIZE + sizeof(hello) - 1) < 0) {
+    if (!e->warm_timer)
+        e->warm_timer = evtimer_new(e->p->base, on_warm_timeout, e);
+    if (!e->agent_ev || !e->warm_timer ||
+        write(fd, msg, FRAME_HEADER_SIZE + sizeof(hello) - 1) < 0) {
         vm_kill_reason(vm, VM_EXIT_CRASHED, "pool: cannot greet the agent");
         return;
     }
+    struct timeval tv = { WARM_ATTEMPT_MS / 1000, (WARM_ATTEMPT_MS % 1000) * 1000 };
     event_add(e->agent_ev, NULL);
+    evtimer_add(e->warm_timer, &tv);
 }
 
 static void on_entry_exit(struct vm *vm, enum vm_exit_reason r, const char *msg,
@@ -292,6 +318,8 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
     pick->agent_fd = -1;
     entry_unlink(p, pick);
     entry_agent_close(pick);
+    if (pick->warm_timer)
+        event_free(pick->warm_timer);
     vm_config_free(&pick->cfg);
     free(pick);
     vm->cbs = *cbs;

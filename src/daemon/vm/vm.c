@@ -227,7 +227,10 @@ static void on_ping_reply(struct qmp *q, int err, const char *msg, json_t *ret, 
 static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct vm *vm = arg;
-    if (vm->ping_outstanding || !vm->qmp || !qmp_is_ready(vm->qmp))
+    /* An incoming migration loads in a coroutine of QEMU's main loop that does not yield
+     * while reading a regular file, so QMP is legitimately silent during a restore; the
+     * start has its own deadline (VM_START_TIMEOUT_MS). */
+    if (vm->ping_outstanding || !vm->qmp || !qmp_is_ready(vm->qmp) || vm->op == VM_OP_START)
         return;
     if (qmp_command(vm->qmp, "query-status", NULL, -1, VM_PING_TIMEOUT_MS, on_ping_reply,
                     vm) == 0)
