@@ -23,7 +23,8 @@ def lab():
         assert r["ok"], r
         yield lab
     finally:
-        lab.stop()
+        report = lab.stop()
+    assert not report, "space-gateway sanitizer report:\n" + report
 
 
 @pytest.fixture

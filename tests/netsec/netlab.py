@@ -221,12 +221,23 @@ class Lab:
         raise RuntimeError("timed out waiting for " + what)
 
     def stop(self):
+        """Tears everything down; returns sanitizer reports found in the gateway's log
+        (empty string if none), so the suite fails on a leak or a memory error."""
+        report = ""
         if getattr(self, "gateway", None) and self.gateway.poll() is None:
             self.gateway.send_signal(signal.SIGTERM)
             try:
-                self.gateway.wait(10)
+                self.gateway.wait(30)
             except subprocess.TimeoutExpired:
                 self.gateway.kill()
+        if getattr(self, "gw_log", None):
+            self.gw_log.close()
+            with open(self.gw_log.name) as f:
+                text = f.read()
+            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+                if marker in text:
+                    report = text[text.index(marker) - 200 if text.index(marker) > 200 else 0:][:6000]
+                    break
         for p in self.procs:
             p.kill()
             p.wait()
@@ -236,6 +247,7 @@ class Lab:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         if os.environ.get("SPACE_NETSEC_KEEP") is None:
             shutil.rmtree(self.dir, ignore_errors=True)
+        return report
 
     # ---- observing
     def ctl(self, req):
