@@ -517,8 +517,8 @@ static void act_create(struct sbx *s)
     }
     c->s = s;
     char overlay[SBX_PATH_MAX];
-    bool snap = tpl_snapshot(s->sp, &t, s->rec.vcpus, s->rec.memory_mib, c->snap, sizeof c->snap,
-                             overlay, sizeof overlay);
+    bool snap = tpl_snapshot(s->sp, &t, s->rec.vcpus, s->rec.memory_mib, wants_network(s), c->snap,
+                             sizeof c->snap, overlay, sizeof overlay);
     if (!snap)
         c->snap[0] = '\0';
     struct disk_chain chain = {.n = 0};

@@ -10,7 +10,7 @@
  * Snapshots (see vm.h): for each (template, vcpus, memory_mib) shape a sandbox asks for,
  * the first create cold-boots and meanwhile a template VM is booted on its own overlay
  * with file-backed RAM, snapshotted once its agent says hello, and kept under
- * <data-dir>/templates/<name>/<vcpus>x<mem>/ {disk.qcow2, snap/, ready}. Later creates of
+ * <data-dir>/templates/<name>/<vcpus>x<mem>[-net]/ {disk.qcow2, snap/, ready}. Later creates of
  * that shape restore from it. Built once per data dir; reused across restarts. */
 #ifndef SPACE_TPL_H
 #define SPACE_TPL_H
@@ -44,11 +44,13 @@ void tpl_registry_free(struct tpl_registry *r);
 int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct tpl_info *out,
                struct spaced_err *err);
 
-/* The snapshot for (name, vcpus, mem): true with snap_dir and overlay (the frozen disk to
- * back a clone's overlay, qcow2) filled when ready. Otherwise false, and a background
- * build starts if none is running or failed before. */
+/* The snapshot for (name, vcpus, mem, nic): true with snap_dir and overlay (the frozen
+ * disk to back a clone's overlay, qcow2) filled when ready. Otherwise false, and a
+ * background build starts if none is running or failed before. `nic`: clones with a
+ * network device need a snapshot taken with one (net_claim_template), clones without
+ * one a snapshot without. */
 bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, unsigned mem_mib,
-                  char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap);
+                  bool nic, char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap);
 
 /* Fills the parts of a VM config that come from the host (kernel, initramfs, qemu,
  * accel, jail); strings stay valid while the registry lives. Returns -1 with err when

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/net/net.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "tpl_internal.h"
@@ -23,6 +24,9 @@ struct tpl_snap {
     struct spaced *sp;
     char name[64];
     unsigned vcpus, mem_mib;
+    bool nic;                   /* built with a network device (see tpl.h) */
+    bool nic_claimed;           /* its template namespace exists (released when done) */
+    char vm_id[64];             /* "t-<name>-<v>x<m>[-net]" */
     enum tpl_snap_state state;
     char dir[TPL_PATH_MAX];     /* <data>/templates/<name>/<v>x<m> */
     char rootfs[TPL_PATH_MAX + 16];
@@ -38,8 +42,16 @@ static void snap_path(const struct tpl_snap *s, const char *leaf, char *out, siz
     snprintf(out, cap, "%s/%s", s->dir, leaf);
 }
 
+static void snap_release_nic(struct tpl_snap *s)
+{
+    if (s->nic_claimed && net_get(s->sp))
+        net_release(net_get(s->sp), s->vm_id);
+    s->nic_claimed = false;
+}
+
 static void snap_fail(struct tpl_snap *s, const char *why)
 {
+    snap_release_nic(s);
     char q[300];
     log_warn("template.snapshot", "template=%s shape=%ux%u result=failed reason=%s", s->name,
              s->vcpus, s->mem_mib, log_quote(why, q, sizeof q));
@@ -69,6 +81,7 @@ static void on_snapshot_done(struct vm *vm, int err, const char *msg, void *arg)
     fsync(fd);
     close(fd);
     s->state = SNAP_READY;
+    snap_release_nic(s);
     log_info("template.snapshot", "template=%s shape=%ux%u result=ready", s->name, s->vcpus,
              s->mem_mib);
 }
@@ -151,11 +164,21 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
         snap_fail(s, e.message);
         return;
     }
-    char id[64], disk[TPL_PATH_MAX + 16], ram[TPL_PATH_MAX + 16];
-    snprintf(id, sizeof id, "t-%.32s-%ux%u", s->name, s->vcpus, s->mem_mib);
+    char disk[TPL_PATH_MAX + 16], ram[TPL_PATH_MAX + 16];
     snap_path(s, "disk.qcow2", disk, sizeof disk);
     snap_path(s, "ram", ram, sizeof ram);
-    cfg.id = id;
+    cfg.id = s->vm_id;
+    struct net_lease lease = {.tap_fd = -1};
+    if (s->nic) {
+        struct net *n = net_get(s->sp);
+        if (!n || net_claim_template(n, s->vm_id, &lease, &e) < 0) {
+            snap_fail(s, n ? e.message : "sandbox networking is not available on this host");
+            return;
+        }
+        s->nic_claimed = true;
+        cfg.net.tap_fd = lease.tap_fd;
+        cfg.net.mac = lease.mac;
+    }
     cfg.vcpus = s->vcpus;
     cfg.mem_mib = s->mem_mib;
     cfg.disk = disk;
@@ -167,6 +190,8 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     int verr = 0;
     char msgbuf[256] = "";
     s->vm = vm_boot(s->sp->base, &cfg, &snap_vm_cbs, s, &verr, msgbuf, sizeof msgbuf);
+    if (lease.tap_fd >= 0)
+        close(lease.tap_fd); /* QEMU holds its own copy from the spawn */
     if (!s->vm) {
         snap_fail(s, msgbuf[0] ? msgbuf : vm_error_code(verr));
         return;
@@ -243,11 +268,12 @@ static void snap_build(struct tpl_snap *s)
 }
 
 bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, unsigned mem_mib,
-                  char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap)
+                  bool nic, char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap)
 {
     struct tpl_registry *r = sp->tpl;
     struct tpl_snap *s = r->snaps;
-    while (s && !(strcmp(s->name, t->name) == 0 && s->vcpus == vcpus && s->mem_mib == mem_mib))
+    while (s && !(strcmp(s->name, t->name) == 0 && s->vcpus == vcpus && s->mem_mib == mem_mib &&
+                  s->nic == nic))
         s = s->next;
     if (!s) {
         s = calloc(1, sizeof *s);
@@ -257,11 +283,13 @@ bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, u
         snprintf(s->name, sizeof s->name, "%s", t->name);
         s->vcpus = vcpus;
         s->mem_mib = mem_mib;
-        snprintf(s->dir, sizeof s->dir, "%s/templates/%s/%ux%u", sp->opt.data_dir, t->name,
-                 vcpus, mem_mib);
+        s->nic = nic;
+        const char *sfx = nic ? "-net" : "";
+        snprintf(s->vm_id, sizeof s->vm_id, "t-%.32s-%ux%u%s", t->name, vcpus, mem_mib, sfx);
+        snprintf(s->dir, sizeof s->dir, "%s/templates/%s/%ux%u%s", sp->opt.data_dir, t->name,
+                 vcpus, mem_mib, sfx);
         snprintf(s->rootfs, sizeof s->rootfs, "%s", t->rootfs);
-        snprintf(s->run_dir, sizeof s->run_dir, "%s/run/t-%s-%ux%u", sp->opt.data_dir, t->name,
-                 vcpus, mem_mib);
+        snprintf(s->run_dir, sizeof s->run_dir, "%s/run/%s", sp->opt.data_dir, s->vm_id);
         s->timer = evtimer_new(sp->base, on_boot_timeout, s);
         s->next = r->snaps;
         r->snaps = s;
