@@ -7,6 +7,7 @@
  * agentc.c gets the sandbox as arg; the sandbox outlives them because it is only freed
  * after its VM's on_exit (delete) or at shutdown after vm_detach/agentc_free. */
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <ftw.h>
 #include <jansson.h>
@@ -279,11 +280,14 @@ static bool wants_network(const struct sbx *s);
 static void finish_delete(struct sbx *s)
 {
     char p[SBX_PATH_MAX];
+    /* Only a sandbox that ever got a NIC has network state to release (this also keeps
+     * deletes from bringing the network module up for nothing). */
+    sbx_path(s, "net.claimed", p, sizeof p);
+    if (file_exists(p) && net_get(s->sp))
+        net_release(net_get(s->sp), s->rec.id);
     sbx_path(s, NULL, p, sizeof p);
     rm_rf(p);
     rm_rf(s->rec.run_dir);
-    if (wants_network(s) && net_get(s->sp))
-        net_release(net_get(s->sp), s->rec.id);
     sbx_set_desired(s, SBX_DELETED);
     sbx_set_state(s, SBX_DELETED, NULL);
     act_end(s, true, NULL, NULL);
@@ -430,6 +434,11 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
         }
         cfg.net.tap_fd = lease.tap_fd;
         cfg.net.mac = lease.mac;
+        char marker[SBX_PATH_MAX];
+        sbx_path(s, "net.claimed", marker, sizeof marker);
+        int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
     }
     int verr = 0;
     char msg[256] = "";
