@@ -34,6 +34,7 @@ static struct {
     struct agent_conn *conn;      /* current connection (owned), NULL between hosts */
     struct agent_watch io;        /* the connection fd (owned) */
     bool closing;                 /* broken stream: flush what is queued, then drop */
+    bool suspect;                 /* SERVE_PORT: saw a hang-up, re-checking in 50 ms */
     struct agent_watch listen;    /* SERVE_SOCKET: listening fd (owned) */
     struct agent_watch timer;     /* SERVE_PORT: reopen timer (owned timerfd) */
     const char *port;             /* SERVE_PORT: device path */
@@ -54,6 +55,7 @@ static void serve_start_conn(int fd)
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     sv.conn = agent_conn_new(&serve_hooks);
     sv.closing = false;
+    sv.suspect = false;
     sv.io = (struct agent_watch){.fd = fd, .fn = serve_io};
     if (!sv.conn || agent_loop_set(&sv.io, EPOLLIN) < 0) {
         log_error("agent.conn_setup", "errno=%d", errno);
@@ -61,6 +63,8 @@ static void serve_start_conn(int fd)
         sv.conn = NULL;
         close(fd);
         sv.io.fd = -1;
+        if (sv.mode == SERVE_PORT)
+            serve_arm_reopen();
     }
 }
 
@@ -72,8 +76,12 @@ static void serve_drop_conn(void)
     agent_conn_free(sv.conn);
     sv.conn = NULL;
     agent_loop_del(&sv.io);
-    close(sv.io.fd);
-    sv.io.fd = -1;
+    /* The virtio port stays open: closing it would make the guest kernel discard what
+     * a quickly reconnecting host has already sent (its HELLO). */
+    if (sv.mode != SERVE_PORT) {
+        close(sv.io.fd);
+        sv.io.fd = -1;
+    }
     log_info("agent.disconnected", NULL);
     if (sv.mode == SERVE_FD)
         agent_loop_stop();
@@ -83,10 +91,25 @@ static void serve_drop_conn(void)
         serve_arm_reopen();
 }
 
+/* The peer seems gone. A virtio port can report a hang-up for a moment right after a
+ * host connects (the guest learns "host connected" on the control queue, which may lag
+ * the first data), so there it is only suspected: the port goes quiet and
+ * serve_reopen looks again in 50 ms before the session is dropped. */
+static void serve_lost(void)
+{
+    if (sv.mode != SERVE_PORT)
+        return serve_drop_conn();
+    if (sv.suspect)
+        return;
+    sv.suspect = true;
+    agent_loop_set(&sv.io, 0);
+    serve_arm_reopen();
+}
+
 /* Writes queued output; keeps EPOLLOUT interest while some remains. */
 static void serve_flush(void)
 {
-    if (!sv.conn)
+    if (!sv.conn || sv.suspect)
         return;
     struct agent_buf *out = agent_conn_output(sv.conn);
     while (out->len) {
@@ -96,12 +119,13 @@ static void serve_flush(void)
         if (n < 0 && errno == EAGAIN)
             break;
         if (n <= 0)
-            return serve_drop_conn();
+            return serve_lost();
         agent_buf_drop(out, (size_t)n);
     }
     if (sv.closing && out->len == 0)
         return serve_drop_conn();
-    agent_loop_set(&sv.io, (sv.closing ? 0 : EPOLLIN) | (out->len ? EPOLLOUT : 0));
+    if (!sv.suspect)
+        agent_loop_set(&sv.io, (sv.closing ? 0 : EPOLLIN) | (out->len ? EPOLLOUT : 0));
     /* Producers paused on a full queue resume here (may queue more, flushed next batch). */
     agent_conn_wrote(sv.conn);
 }
@@ -112,7 +136,7 @@ static void serve_io(struct agent_watch *w, uint32_t events)
         uint8_t buf[FRAME_MAX_PAYLOAD + FRAME_HEADER_SIZE];
         ssize_t n = read(w->fd, buf, sizeof buf);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-            return serve_drop_conn();
+            return serve_lost();
         if (n > 0 && agent_conn_input(sv.conn, buf, (size_t)n) < 0) {
             log_warn("agent.protocol_error", "action=drop_connection");
             sv.closing = true;
@@ -122,7 +146,7 @@ static void serve_io(struct agent_watch *w, uint32_t events)
     if (events & (EPOLLHUP | EPOLLERR)) {
         /* Virtio-serial reports HUP while no host is connected; a socket peer that
          * closed also gets here once its last bytes were read. */
-        return serve_drop_conn();
+        return serve_lost();
     }
 }
 
@@ -135,21 +159,31 @@ static void serve_accept(struct agent_watch *w, uint32_t events)
     serve_start_conn(fd);
 }
 
+/* SERVE_PORT timer: opens the port once, then checks whether a host is connected (no
+ * POLLHUP, or data waiting). With a suspected session: resume it, or drop it if the
+ * host is really gone. Without one: start a session, or look again in 50 ms. */
 static void serve_reopen(struct agent_watch *w, uint32_t events)
 {
     uint64_t ticks;
     if (read(w->fd, &ticks, sizeof ticks) < 0 && errno == EAGAIN)
         return;
-    int fd = open(sv.port, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
+    if (sv.io.fd < 0)
+        sv.io.fd = open(sv.port, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (sv.io.fd < 0)
         return serve_arm_reopen();
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP)) {
-        close(fd); /* host not there yet */
-        return serve_arm_reopen();
+    struct pollfd p = {.fd = sv.io.fd, .events = POLLIN};
+    bool gone = poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) && !(p.revents & POLLIN);
+    if (sv.conn) {
+        sv.suspect = false;
+        if (gone)
+            return serve_drop_conn();
+        agent_loop_set(&sv.io, EPOLLIN | (agent_conn_output(sv.conn)->len ? EPOLLOUT : 0));
+        return;
     }
+    if (gone)
+        return serve_arm_reopen(); /* host not there yet */
     log_info("agent.connected", NULL);
-    serve_start_conn(fd);
+    serve_start_conn(sv.io.fd);
 }
 
 static void serve_signal(struct agent_watch *w, uint32_t events)
@@ -200,8 +234,8 @@ static int serve_run(int fd)
         serve_drop_conn();
     }
     agent_loop_on_batch(NULL);
-    struct agent_watch *owned[] = {&sv.sig, &sv.listen, &sv.timer};
-    for (size_t i = 0; i < 3; i++)
+    struct agent_watch *owned[] = {&sv.sig, &sv.listen, &sv.timer, &sv.io};
+    for (size_t i = 0; i < 4; i++)
         if (owned[i]->fd >= 0) {
             agent_loop_del(owned[i]);
             close(owned[i]->fd);
