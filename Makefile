@@ -31,7 +31,7 @@ else
   LDSAN  :=
 endif
 CFLAGS  := $(CSTD) $(WARN) $(OPT) $(INC) -MMD -MP
-LIBS_DAEMON  := -levent -levent_openssl -levent_pthreads -ljansson -lsqlite3 -lssl -lcrypto -lpthread -lm -lz
+LIBS_DAEMON  := -levent -levent_openssl -levent_pthreads -ljansson -lsqlite3 -lpq -lssl -lcrypto -lpthread -lm -lz
 LIBS_GATEWAY := -levent -levent_openssl -ljansson -lssl -lcrypto -lm
 LIBS_CLI     := -ljansson -lm
 
