@@ -90,6 +90,23 @@ static bool host_matches(const struct gw_conn *c, const struct gwhttp_req *r)
     return strcmp(r->host, c->name) == 0 && (r->port == 0 || r->port == c->port);
 }
 
+/* The connection's name is known: check it, then dial from the sandbox's cache or
+ * resolve first. (On 443 a refusal is a reset: gw_conn_deny ignores the status.) */
+static void conn_start(struct gw_conn *c)
+{
+    const struct gw_cache_entry *e;
+    if (!policy_name_may_resolve(&c->sb->policy, c->name)) {
+        gw_conn_deny(c, "policy", 403);
+    } else if ((e = gw_cache_get(c->sb, c->name))) {
+        conn_dial(c, e);
+    } else {
+        c->state = CS_RESOLVE;
+        c->lookup = gw_resolve(c->sb, c->name, gw_conn_resolved, c);
+        if (!c->lookup)
+            gw_conn_deny(c, "resolver_unavailable", 502);
+    }
+}
+
 /* HTTP: checks and forwards every request head, frames bodies. */
 static void http_pump(struct gw_conn *c)
 {
@@ -139,17 +156,7 @@ static void http_pump(struct gw_conn *c)
                 return;
             }
             snprintf(c->name, sizeof c->name, "%s", r.host);
-            const struct gw_cache_entry *e;
-            if (!policy_name_may_resolve(&c->sb->policy, c->name)) {
-                gw_conn_deny(c, "policy", 403);
-            } else if ((e = gw_cache_get(c->sb, c->name))) {
-                conn_dial(c, e);
-            } else {
-                c->state = CS_RESOLVE;
-                c->lookup = gw_resolve(c->sb, c->name, gw_conn_resolved, c);
-                if (!c->lookup)
-                    gw_conn_deny(c, "resolver_unavailable", 502);
-            }
+            conn_start(c);
             return;
         }
         if (c->state != CS_OPEN)
@@ -186,17 +193,7 @@ static void tls_hello(struct gw_conn *c)
         return;
     }
     snprintf(c->name, sizeof c->name, "%s", ch.sni);
-    const struct gw_cache_entry *e;
-    if (!policy_name_may_resolve(&c->sb->policy, c->name)) {
-        gw_conn_deny(c, "policy", 0);
-    } else if ((e = gw_cache_get(c->sb, c->name))) {
-        conn_dial(c, e);
-    } else {
-        c->state = CS_RESOLVE;
-        c->lookup = gw_resolve(c->sb, c->name, gw_conn_resolved, c);
-        if (!c->lookup)
-            gw_conn_deny(c, "resolver_unavailable", 0);
-    }
+    conn_start(c);
 }
 
 void gw_conn_resolved(void *arg, int rcode, const struct gw_cache_entry *e)

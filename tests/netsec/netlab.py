@@ -57,6 +57,20 @@ def can_run():
     return None
 
 
+def wire(ns_a, dev_a, addr_a, ns_b, dev_b, addr_b, mac_b=None):
+    """Two new namespaces joined by a veth pair (dev_a in ns_a, dev_b in ns_b), with
+    their addresses, links up."""
+    for ns in (ns_a, ns_b):
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "set", "lo", "up", ns=ns)
+    sh("ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b)
+    if mac_b:
+        sh("ip", "link", "set", dev_b, "address", mac_b, ns=ns_b)
+    for ns, dev, addr in ((ns_a, dev_a, addr_a), (ns_b, dev_b, addr_b)):
+        sh("ip", "addr", "add", addr, "dev", dev, ns=ns)
+        sh("ip", "link", "set", dev, "up", ns=ns)
+
+
 def make_certs(d):
     def run(*a):
         subprocess.run(["openssl"] + list(a), check=True, capture_output=True)
@@ -85,17 +99,7 @@ class Sandbox:
         self.policy = policy
 
     def create(self):
-        p = self.lab.prefix
-        for ns in (self.ns, self.guest):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "set", "lo", "up", ns=ns)
-        sh("ip", "link", "add", "tap0", "netns", self.ns, "type", "veth", "peer", "name", "eth0",
-           "netns", self.guest)
-        sh("ip", "addr", "add", GW_IP + "/24", "dev", "tap0", ns=self.ns)
-        sh("ip", "link", "set", "tap0", "up", ns=self.ns)
-        sh("ip", "link", "set", "eth0", "address", GUEST_MAC, ns=self.guest)
-        sh("ip", "addr", "add", GUEST_IP + "/24", "dev", "eth0", ns=self.guest)
-        sh("ip", "link", "set", "eth0", "up", ns=self.guest)
+        wire(self.ns, "tap0", GW_IP + "/24", self.guest, "eth0", GUEST_IP + "/24", GUEST_MAC)
         sh("ip", "route", "add", "default", "via", GW_IP, ns=self.guest)
         etc = "/etc/netns/" + self.guest
         os.makedirs(etc, exist_ok=True)
@@ -103,7 +107,6 @@ class Sandbox:
             f.write("nameserver %s\noptions timeout:2 attempts:1\n" % GW_IP)
         with open(etc + "/hosts", "w") as f:
             f.write("127.0.0.1 localhost\n")
-        del p
 
     def attach(self):
         req = {"op": "attach", "sandbox": self.id, "netns": "/run/netns/" + self.ns,
@@ -155,16 +158,8 @@ class Lab:
         make_certs(self.dir)
         with open(os.path.join(self.dir, "trust.pem"), "w") as f:
             f.write(open(self.dir + "/testca.crt").read())
-        for ns in (self.inet, self.gwns):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "set", "lo", "up", ns=ns)
-        sh("ip", "link", "add", "up0", "netns", self.gwns, "type", "veth", "peer", "name", "inet0",
-           "netns", self.inet)
-        sh("ip", "addr", "add", GW_UPLINK + "/24", "dev", "up0", ns=self.gwns)
-        sh("ip", "link", "set", "up0", "up", ns=self.gwns)
+        wire(self.gwns, "up0", GW_UPLINK + "/24", self.inet, "inet0", "192.0.2.1/24")
         sh("ip", "route", "add", "default", "via", "192.0.2.1", ns=self.gwns)
-        sh("ip", "addr", "add", "192.0.2.1/24", "dev", "inet0", ns=self.inet)
-        sh("ip", "link", "set", "inet0", "up", ns=self.inet)
         for a in COUNTED:
             sh("ip", "addr", "add", a + "/32", "dev", "lo", ns=self.inet)
         rules = ["table inet count {"]
