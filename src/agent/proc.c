@@ -108,13 +108,6 @@ void agent_proc_set_env(json_t *env)
     proc_env = env;
 }
 
-void agent_proc_fini(void)
-{
-    while (proc_list)
-        proc_free(proc_list);
-    agent_proc_set_env(NULL);
-}
-
 /* Keeps at most AGENT_PROC_KEEP detached exited processes: drops the oldest. */
 static void proc_trim_exited(void)
 {

@@ -24,7 +24,4 @@ unsigned agent_proc_count(void);
  * object of strings, or NULL for none). */
 void agent_proc_set_env(json_t *env);
 
-/* Forgets every process (closes fds, no signals): tests and fuzzers tear down with it. */
-void agent_proc_fini(void);
-
 #endif

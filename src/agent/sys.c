@@ -59,12 +59,6 @@ bool agent_sys_shutdown_requested(void)
     return sys_shutdown;
 }
 
-void agent_sys_fini(void)
-{
-    free(sys_token);
-    sys_token = NULL;
-}
-
 json_t *agent_sys_hello(void)
 {
     return json_pack("{s:i, s:i, s:s, s:[ssssssss], s:s, s:i}", "version", FRAME_VERSION,

@@ -20,7 +20,4 @@ json_t *agent_sys_hello(void);
 /* true once a `shutdown` was accepted: the serve loop stops after flushing. */
 bool agent_sys_shutdown_requested(void);
 
-/* Frees what refresh stored (tests, fuzzers). */
-void agent_sys_fini(void);
-
 #endif

@@ -7,13 +7,6 @@
 
 #define FRAME_HELLO_MAX 4096u
 
-const char *const frame_error_codes[] = {
-    FRAME_E_INVALID_ARGUMENT, FRAME_E_NOT_FOUND, FRAME_E_PERMISSION_DENIED,
-    FRAME_E_ALREADY_EXISTS, FRAME_E_NOT_DIR, FRAME_E_IS_DIR, FRAME_E_NOT_EMPTY,
-    FRAME_E_NO_SPACE, FRAME_E_PROTOCOL, FRAME_E_TOO_MANY, FRAME_E_UNSUPPORTED,
-    FRAME_E_DISCONNECTED, FRAME_E_INTERNAL, NULL,
-};
-
 static uint32_t get_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

@@ -129,7 +129,4 @@ char *frame_json_dump(const json_t *obj, size_t *len);
 /* Name of a frame type for logs ("DATA"), "?" if unknown. */
 const char *frame_type_name(unsigned type);
 
-/* Ordered list of the stable error codes above, NULL-terminated (for validation). */
-extern const char *const frame_error_codes[];
-
 #endif

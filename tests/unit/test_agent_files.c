@@ -3,10 +3,12 @@
  * the path rules (normalisation, NUL bytes, above /). */
 #include "test_agent_harness.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include "agent/req.h"
+#include "agent/users.h"
 
 static uint8_t pattern(uint64_t off)
 {
@@ -334,12 +336,61 @@ static void test_watch(void **state)
     ah_stop(&h);
 }
 
+/* /etc/passwd and /etc/group parsing (the agent's own: static binaries have no NSS). */
+static void test_users(void **state)
+{
+    char dir[] = "/tmp/space-users.XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/passwd", dir);
+    FILE *f = fopen(path, "w");
+    fputs("# comment\nroot:x:0:0:root:/root:/bin/bash\nbroken line\nbad:x:notanumber:1::/:\n"
+          "alice:x:1000:1000:Alice:/home/alice:/bin/zsh\nsvc:x:999:999::::\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/group", dir);
+    f = fopen(path, "w");
+    fputs("root:x:0:\nalice:x:1000:\nwheel:x:10:bob,alice\ndocker:x:998:alice\nother:x:5:bob\n", f);
+    fclose(f);
+    agent_users_set_dir(dir);
+    struct agent_user u;
+    assert_int_equal(agent_user_lookup("alice", &u), 0);
+    assert_int_equal(u.uid, 1000);
+    assert_int_equal(u.gid, 1000);
+    assert_string_equal(u.home, "/home/alice");
+    assert_string_equal(u.shell, "/bin/zsh");
+    assert_int_equal(u.ngroups, 3); /* primary, wheel, docker */
+    assert_int_equal(u.groups[1], 10);
+    assert_int_equal(u.groups[2], 998);
+    assert_int_equal(agent_user_lookup("svc", &u), 0);
+    assert_string_equal(u.home, "/");
+    assert_string_equal(u.shell, "/bin/sh");
+    assert_int_equal(agent_user_lookup("bad", &u), -1);
+    assert_int_equal(agent_user_lookup("ghost", &u), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(agent_user_lookup("", &u), -1);
+    assert_int_equal(agent_user_lookup("ali:ce", &u), -1);
+    char name[64];
+    assert_string_equal(agent_user_name(1000, name, sizeof name), "alice");
+    assert_string_equal(agent_user_name(4242, name, sizeof name), "4242");
+    assert_string_equal(agent_group_name(998, name, sizeof name), "docker");
+    /* a changed file is re-read */
+    snprintf(path, sizeof path, "%s/passwd", dir);
+    f = fopen(path, "a");
+    fputs("carol:x:1001:1001::/home/carol:/bin/sh\n", f);
+    fclose(f);
+    assert_int_equal(agent_user_lookup("carol", &u), 0);
+    agent_users_set_dir("/etc");
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_write_read), cmocka_unit_test(test_read_range_and_errors),
         cmocka_unit_test(test_write_modes),      cmocka_unit_test(test_dir_ops),
         cmocka_unit_test(test_paths),            cmocka_unit_test(test_watch),
+        cmocka_unit_test(test_users),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,10 +171,6 @@ static void test_type_names(void **state)
     assert_string_equal(frame_type_name(FRAME_CREDIT), "CREDIT");
     assert_string_equal(frame_type_name(0), "?");
     assert_string_equal(frame_type_name(200), "?");
-    size_t n = 0;
-    while (frame_error_codes[n])
-        n++;
-    assert_int_equal(n, 13);
 }
 
 static void test_b64(void **state)
