@@ -191,6 +191,38 @@ static void test_two_replicas_share_rows(void **state)
     store_pg_close(b);
 }
 
+/* Two replicas take the same Idempotency-Key at once: whether the second insert runs
+ * before the first commits (it then waits on the unique index) or after, exactly one
+ * wins and the other gets STORE_CONFLICT. */
+static void test_replicas_race_on_idempotency_key(void **state)
+{
+    (void)state;
+    NEED_PG();
+    STORE_T *a = checks_open();
+    struct store_op o;
+    fill_op(&o, "opa", "A", "pending", "same-key", 1);
+    assert_int_equal(store_pg_begin(a), 0);
+    assert_int_equal(store_pg_op_put(a, &o), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char err[256];
+        STORE_T *b = checks_open_quiet(err, sizeof err);
+        struct store_op ob;
+        fill_op(&ob, "opb", "A", "pending", "same-key", 2);
+        _exit(b && store_pg_op_put(b, &ob) == STORE_CONFLICT ? 0 : 1);
+    }
+    assert_int_equal(store_pg_commit(a), 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct store_op got;
+    assert_int_equal(store_pg_op_by_idem(a, "A", "same-key", &got), 0);
+    assert_string_equal(got.id, "opa");
+    store_op_clear(&got);
+    store_pg_close(a);
+}
+
 /* PostgreSQL aborts a transaction on its first failed statement; the store reports every
  * later statement as failed until rollback, after which the handle works again. */
 static void test_failed_statement_aborts_transaction(void **state)
@@ -327,6 +359,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_open_migrates_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_replicas_share_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replicas_race_on_idempotency_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_statement_aborts_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnects_after_server_drop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_and_metadata, setup, teardown),
