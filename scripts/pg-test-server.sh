@@ -56,7 +56,10 @@ start)
     as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
         -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -p $port -c fsync=off" \
         start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
-    as_pg "$bindir/createdb" -h "$dir" -p "$port" -U postgres "$db"
+    # A locale-aware default collation (ICU en-US orders "sb_" < "sba" < "sbA"), so a
+    # query whose order silently depends on the database's locale fails the tests.
+    as_pg "$bindir/createdb" -h "$dir" -p "$port" -U postgres -T template0 \
+        --locale-provider=icu --icu-locale=en-US "$db"
     url
     ;;
 url)
