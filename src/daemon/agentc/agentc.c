@@ -200,11 +200,6 @@ static void protocol_error(struct agentc *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* Tell the agent why before hanging up: it helps debugging a broken guest. */
-    json_t *e = json_pack("{s:s, s:s}", "code", FRAME_E_PROTOCOL, "message", msg);
-    if (e)
-        send_json(c, 0, FRAME_ERROR, e);
-    json_decref(e);
     fail_conn(c, FRAME_E_PROTOCOL, msg);
 }
 
