@@ -151,7 +151,12 @@ run: deps
 	$(MAKE) TEMPLATES="base python" templates programs
 	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest)
 
-bench: guest programs
+# Benchmarks (not tests): bench/X.c builds into $(B)/X; bench/*.py drive them and print
+# ratios measured side by side, every figure labelled with its accelerator.
+$(B)/bench_%: bench/bench_%.c $(ARCHIVES)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,--start-group $(ARCHIVES) -Wl,--end-group $(LIBS_DAEMON) -lutil
+
+bench: templates programs $(patsubst bench/%.c,$(B)/%,$(wildcard bench/*.c))
 	@for b in bench/*.py; do $(PYTHON) $$b; done
 
 clean:
