@@ -29,6 +29,7 @@ void tpl_registry_free(struct tpl_registry *r)
     if (!r)
         return;
     tpl_snapshots_free(r);
+    tpl_builds_free(r);
     free(r);
 }
 

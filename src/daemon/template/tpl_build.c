@@ -51,10 +51,16 @@ struct tpl_build {
     size_t outlen;
     int exit_code;
     bool finished;                   /* op finished; free once the VM is gone */
+    struct tpl_build *next;          /* registry list */
 };
 
 static void build_free(struct tpl_build *b)
 {
+    for (struct tpl_build **pp = &b->sp->tpl->builds; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
     agentc_free(b->agent);
     if (b->timer)
         event_free(b->timer);
@@ -369,6 +375,8 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
         return -1;
     }
     b->sp = sp;
+    b->next = sp->tpl->builds;
+    sp->tpl->builds = b;
     snprintf(b->op_id, sizeof b->op_id, "%s", op_id);
     snprintf(b->name, sizeof b->name, "%s", name);
     snprintf(b->dir, sizeof b->dir, "%s/templates/%s", sp->opt.data_dir, name);
@@ -406,4 +414,19 @@ void tpl_build_interrupted(struct spaced *sp, const char *name)
         store_tpl_put(sp->store, &t);
     }
     store_tpl_clear(&t);
+}
+
+void tpl_builds_free(struct tpl_registry *r)
+{
+    while (r->builds) {
+        struct tpl_build *b = r->builds;
+        if (b->vm) {
+            kill(vm_pid(b->vm), SIGKILL);
+            vm_detach(b->vm);
+            b->vm = NULL;
+        }
+        if (b->convert_pid > 0 && !b->finished)
+            kill(b->convert_pid, SIGKILL);
+        build_free(b); /* unlinks b from r->builds */
+    }
 }
