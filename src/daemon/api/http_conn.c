@@ -117,6 +117,10 @@ static void conn_update_read(struct http_conn *c)
     }
     struct timeval tv = ms_tv(c->lingering ? HTTP_LINGER_MS : c->srv->lim.body_idle_timeout_ms);
     bool timed = c->lingering || body_reading(c->req);
+    /* event_add(ev, NULL) keeps a timeout that is already armed: drop it first, or the
+     * body-idle timer of a finished body fires later and aborts a slow reply with 408. */
+    if (!timed)
+        event_del(c->rd_ev);
     event_add(c->rd_ev, timed ? &tv : NULL);
 }
 
