@@ -8,6 +8,10 @@
 # every src/<component>/**.c except main.c is library code that unit tests link against;
 # main.c is the program's entry point.
 
+# Build in parallel on every core; test and run recipes stay sequential (they are single
+# recipes whose steps run one after the other).
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+
 CC       ?= gcc
 CLANG    ?= clang
 SAN      ?= 0
