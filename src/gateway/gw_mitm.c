@@ -29,10 +29,14 @@ int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred)
         goto fail;
     cli = NULL; /* owned by up now */
     /* The ClientHello is still unread in the socket bufferevent's input: the TLS filter
-     * reads it from there. The filter takes ownership of the socket bufferevent. */
+     * reads it from there. The filter takes ownership of the socket bufferevent.
+     * Its callbacks are deferred: a handshake that fails at once (the ClientHello is
+     * already here) would otherwise run gw_conn_down_event, and free c, from inside
+     * bufferevent_enable below, under this function and its callers. */
     struct bufferevent *down = bufferevent_openssl_filter_new(base, c->down, srv,
                                                               BUFFEREVENT_SSL_ACCEPTING,
-                                                              BEV_OPT_CLOSE_ON_FREE);
+                                                              BEV_OPT_CLOSE_ON_FREE |
+                                                              BEV_OPT_DEFER_CALLBACKS);
     if (!down)
         goto fail;
     struct bufferevent *sock = c->down;
@@ -41,19 +45,20 @@ int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred)
     c->up = up;
     c->cred_value = secret;
     snprintf(c->cred_header, sizeof c->cred_header, "%s", cred->header);
+    /* c is complete from here on: every failure below is the caller's deny, which
+     * frees both sides. The upstream is dialled before the guest side is enabled, so
+     * nothing after the enable touches c. */
+    bufferevent_setcb(up, gw_conn_up_read, gw_conn_write_done, gw_conn_up_event, c);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(c->port),
+                             .sin_addr.s_addr = htonl(addr)};
+    if (bufferevent_socket_connect(up, (struct sockaddr *)&sa, sizeof sa) != 0)
+        return -1;
     bufferevent_setwatermark(sock, EV_READ, 0, 0);
     bufferevent_setwatermark(down, EV_READ, 0, GWHTTP_HEAD_MAX + 65536);
     bufferevent_setcb(down, gw_conn_down_read, gw_conn_write_done, gw_conn_down_event, c);
     bufferevent_enable(down, EV_READ | EV_WRITE);
     /* Bytes already buffered raise no new read event: kick the handshake once. */
     bufferevent_trigger(sock, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
-    bufferevent_setcb(up, gw_conn_up_read, gw_conn_write_done, gw_conn_up_event, c);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(c->port),
-                             .sin_addr.s_addr = htonl(addr)};
-    if (bufferevent_socket_connect(up, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        /* c is now fully set up; the caller's deny frees both sides */
-        return -1;
-    }
     return 0;
 fail:
     SSL_free(srv);

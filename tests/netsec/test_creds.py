@@ -120,3 +120,16 @@ def test_secret_absent_from_guest_visible_files(lab, sb):
     r = sb.run("env")
     assert TOKEN not in r.stdout
     assert TOKEN not in open(lab.dir + "/ca/space-ca.crt").read()
+
+
+def test_handshake_failing_at_setup_does_not_crash_gateway(lab, sb):
+    """A guest TLS handshake that fails at once (the ClientHello is already buffered
+    when the credential path starts) used to free the connection under gw_mitm_start.
+    busybox wget's own TLS client (used when no openssl is on PATH, as in the guest)
+    offers only RSA suites; a P-256 only leaf made it fail like that."""
+    for _ in range(3):
+        sb.run("env", "PATH=/var/empty", "/bin/busybox", "wget", "-q", "-T", "5", "-O", "-",
+               "https://api.test/v1/thing", timeout=20)
+    assert lab.gateway_alive(), "space-gateway died on a failed credential-path handshake"
+    r = curl(lab, sb, "https://api.test/v1/thing")
+    assert r.returncode == 0 and json.loads(r.stdout)["authorized"], r.stderr
