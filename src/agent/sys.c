@@ -67,7 +67,14 @@ json_t *agent_sys_hello(void)
                      "boot_id", sys_boot_id, "pid", (int)getpid());
 }
 
-/* Credits `n` bytes into the kernel RNG (counts as entropy, unlike a plain write). */
+#ifndef RNDRESEEDCRNG
+#define RNDRESEEDCRNG _IO('R', 0x07)
+#endif
+
+/* Credits `n` bytes into the kernel RNG (counts as entropy, unlike a plain write), then
+ * forces the CRNG to reseed. Adding entropy alone leaves the already-initialised CRNG
+ * state untouched until the kernel's next scheduled reseed, so clones restored from one
+ * snapshot would keep producing the same /dev/urandom bytes for a while. */
 static int sys_add_entropy(const uint8_t *p, size_t n)
 {
     struct rand_pool_info *info = calloc(1, sizeof *info + n);
@@ -78,6 +85,8 @@ static int sys_add_entropy(const uint8_t *p, size_t n)
     memcpy(info->buf, p, n);
     int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
     int rc = fd < 0 ? -1 : ioctl(fd, RNDADDENTROPY, info);
+    if (rc == 0)
+        rc = ioctl(fd, RNDRESEEDCRNG);
     int e = errno;
     if (fd >= 0)
         close(fd);

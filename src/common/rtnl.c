@@ -151,7 +151,8 @@ static int transact(struct rtnl *r, void *buf, size_t len, const char *what, cha
             snprintf(err, errlen, "%s: netlink receive: %s", what, strerror(errno));
             return -1;
         }
-        int left = (int)n;
+        /* unsigned: NLMSG_OK compares it with nlmsg_len (u32); n >= 0 here. */
+        unsigned int left = (unsigned int)n;
         for (struct nlmsghdr *h = (struct nlmsghdr *)reply; NLMSG_OK(h, left);
              h = NLMSG_NEXT(h, left)) {
             if (h->nlmsg_seq != r->seq || h->nlmsg_type != NLMSG_ERROR)
