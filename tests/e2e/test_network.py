@@ -223,6 +223,8 @@ def test_vm_network_api(net_spaced, vm_sbx):
     # Live change: the name that worked is refused at once, another becomes reachable.
     r = net_spaced.request("PUT", url, {"mode": "allowlist", "allow": ["api.test"]})
     assert r.status == 200 and r.json["allow"] == ["api.test"], r
+    r = net_spaced.request("GET", "/v1/sandboxes/" + vm_sbx)
+    assert r.status == 200 and r.json["network"] == {"mode": "allowlist", "allow": ["api.test"]}, r
     code, out = sh_in(net_spaced, vm_sbx, "nslookup allowed.test")
     assert code != 0 and "203.0.113.10" not in out, out
     r = net_spaced.request("GET", url + "/log")
@@ -294,6 +296,8 @@ def test_vm_policy_none_has_no_nic(net_spaced):
         assert code == 0 and "eth0" not in out, out
         r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % sid, {"mode": "open"})
         assert r.status == 409, r
+        r = net_spaced.request("GET", "/v1/sandboxes/" + sid)
+        assert r.status == 200 and r.json["network"] == {"mode": "none"}, r
     finally:
         delete(net_spaced, sid)
 

@@ -99,13 +99,30 @@ static void put_network_body(struct http_req *req, const char *data, size_t len,
     json_t *o = routes_parse_object(sp, req, data, len, known);
     if (!o)
         return;
-    /* The record first (from the create request's policy), so a sandbox created with
-     * `none` is known to have no NIC. */
+    /* net's record first (from the create request's policy), so a sandbox created with
+     * `none` is known to have no NIC. Then the sandbox's store record (what GET
+     * /v1/sandboxes/{id} shows and its next start uses), then net; a refusal by net puts
+     * the store record back. */
     struct spaced_err err;
+    json_t *p = NULL;
+    char *before = NULL;
     int rc = ensure_record(net, s, &err);
-    if (rc == 0)
-        rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), o, &err);
+    if (rc == 0 && !(p = net_policy_check(o, &err)))
+        rc = -1;
     json_decref(o);
+    if (rc == 0 && sbx_record(s)->network_json && !(before = strdup(sbx_record(s)->network_json)))
+        rc = spaced_err_set(&err, 500, "internal", "out of memory");
+    if (rc == 0)
+        rc = sbx_set_network(s, p, &err);
+    if (rc == 0 && (rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), p, &err)) != 0 && before) {
+        json_t *back = json_loads(before, 0, NULL);
+        struct spaced_err ignored;
+        if (back)
+            sbx_set_network(s, back, &ignored);
+        json_decref(back);
+    }
+    free(before);
+    json_decref(p);
     if (rc != 0) {
         routes_reply_err(sp, req, &err);
         return;

@@ -185,6 +185,22 @@ int sbx_set_timeout(struct spaced *sp, struct sbx *s, int64_t timeout_s, const c
     return 0;
 }
 
+int sbx_set_network(struct sbx *s, const json_t *policy, struct spaced_err *err)
+{
+    char *text = json_dumps(policy, JSON_COMPACT);
+    if (!text)
+        return spaced_err_set(err, 500, "internal", "out of memory");
+    char *old = s->rec.network_json;
+    s->rec.network_json = text;
+    if (sbx_persist(s) < 0) {
+        s->rec.network_json = old;
+        free(text);
+        return spaced_err_set(err, 500, "internal", "cannot store the new network policy");
+    }
+    free(old);
+    return 0;
+}
+
 static json_t *json_time(int64_t ms)
 {
     char buf[32];
