@@ -22,7 +22,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location(
-    "e2e_fixtures", os.path.join(HERE, "..", "e2e", "conftest.py"))
+    "e2e_spacedlib", os.path.join(HERE, "..", "e2e", "spacedlib.py"))
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 

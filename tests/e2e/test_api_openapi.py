@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import ROOT
+from spacedlib import ROOT
 
 try:
     import yaml

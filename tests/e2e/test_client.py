@@ -10,7 +10,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import space  # noqa: E402
 
-from conftest import GUEST  # noqa: E402
+from spacedlib import GUEST  # noqa: E402
 
 
 @pytest.fixture(scope="module")

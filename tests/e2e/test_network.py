@@ -24,13 +24,13 @@ import time
 
 import pytest
 
-import conftest
+import spacedlib
 
-sys.path.insert(0, os.path.join(conftest.ROOT, "tests", "netsec"))
+sys.path.insert(0, os.path.join(spacedlib.ROOT, "tests", "netsec"))
 import netlab  # noqa: E402
 
 ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test"]}
-FIXTURE = os.path.join(conftest.BUILD, "tests", "test_net")
+FIXTURE = os.path.join(spacedlib.BUILD, "tests", "test_net")
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_live_policy_change(claimed):
 
 def guest_has_net_code():
     try:
-        with open(os.path.join(conftest.GUEST, "initramfs.cpio"), "rb") as f:
+        with open(os.path.join(spacedlib.GUEST, "initramfs.cpio"), "rb") as f:
             return b"the sandbox's only resolver" in f.read()
     except OSError:
         return False
@@ -144,7 +144,7 @@ def guest_has_net_code():
 
 @pytest.fixture(scope="module")
 def net_spaced(lab):
-    why = conftest.vm_missing()
+    why = spacedlib.vm_missing()
     if why:
         pytest.skip(why)
     if not guest_has_net_code():
@@ -153,23 +153,17 @@ def net_spaced(lab):
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (lab.gwns, lab.gateway_bin))
     os.chmod(wrapper, 0o755)
-    saved = dict(conftest.SPACED_ENV)
-    conftest.SPACED_ENV["SPACE_GATEWAY"] = wrapper
-    conftest.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir
-    sp = conftest.Spaced(conftest.GUEST)
+    saved = dict(spacedlib.SPACED_ENV)
+    spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
+    spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir
+    sp = spacedlib.Spaced(spacedlib.GUEST)
     try:
         sp.start()
         yield sp
     finally:
-        conftest.SPACED_ENV.clear()
-        conftest.SPACED_ENV.update(saved)
-        # spaced leaves a gateway running while a sandbox has a NIC (for the next spaced
-        # to adopt); the sandboxes are deleted by now, but make sure in any case.
-        pid = os.path.join(sp.data_dir, "gateway", "gateway.pid")
-        pid = open(pid).read().strip() if os.path.exists(pid) else None
-        sp.stop()
-        if pid:
-            subprocess.run(["kill", pid], capture_output=True)
+        spacedlib.SPACED_ENV.clear()
+        spacedlib.SPACED_ENV.update(saved)
+        sp.stop()  # also ends the gateway spaced leaves running for a successor
 
 
 def create(sp, network):

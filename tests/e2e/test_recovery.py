@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import make_fake_guest
+from spacedlib import make_fake_guest
 
 TERMINAL = ("succeeded", "failed", "canceled")
 
