@@ -559,6 +559,7 @@ void sess_link_in(struct sess_table *t, struct sess *s)
     else
         t->head = s;
     t->tail = s;
+    sess_report(t); /* created, or restored after a restart */
 }
 
 struct sess *sess_create(struct sess_table *t, const char *tenant, const char *sbx_id,
@@ -598,7 +599,6 @@ struct sess *sess_create(struct sess_table *t, const char *tenant, const char *s
     }
     sess_link_in(t, s);
     log_info("session.create", "session=%s sandbox=%s tenant=%s", s->id, s->sbx, s->tenant);
-    sess_report(t);
     return s;
 }
 
