@@ -114,10 +114,10 @@ static void put_network_body(struct http_req *req, const char *data, size_t len,
         rc = spaced_err_set(&err, 500, "internal", "out of memory");
     if (rc == 0)
         rc = sbx_set_network(s, p, &err);
-    if (rc == 0 && (rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), p, &err)) != 0 && before) {
-        json_t *back = json_loads(before, 0, NULL);
+    if (rc == 0 && (rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), p, &err)) != 0) {
+        json_t *back = before ? json_loads(before, 0, NULL) : NULL;
         struct spaced_err ignored;
-        if (back)
+        if (back || !before)
             sbx_set_network(s, back, &ignored);
         json_decref(back);
     }

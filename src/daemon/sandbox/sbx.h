@@ -143,8 +143,8 @@ int sbx_listen(struct spaced *sp, sbx_state_fn fn, void *arg);
 int sbx_set_timeout(struct spaced *sp, struct sbx *s, int64_t timeout_s,
                     const char *on_timeout, struct spaced_err *err);
 
-/* Records a new network policy (canonical JSON, see net_policy_check) in the sandbox's
- * store record, so the sandbox's representation and its next start use it. Persisted
+/* Records a new network policy (canonical JSON, see net_policy_check; NULL = none given)
+ * in the sandbox's store record, so the sandbox's representation and its next start use it. Persisted
  * immediately (the old value is kept if that fails: 500). The caller then tells net. */
 int sbx_set_network(struct sbx *s, const json_t *policy, struct spaced_err *err);
 

@@ -187,8 +187,8 @@ int sbx_set_timeout(struct spaced *sp, struct sbx *s, int64_t timeout_s, const c
 
 int sbx_set_network(struct sbx *s, const json_t *policy, struct spaced_err *err)
 {
-    char *text = json_dumps(policy, JSON_COMPACT);
-    if (!text)
+    char *text = policy ? json_dumps(policy, JSON_COMPACT) : NULL;
+    if (policy && !text)
         return spaced_err_set(err, 500, "internal", "out of memory");
     char *old = s->rec.network_json;
     s->rec.network_json = text;
