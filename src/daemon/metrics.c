@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx_pool.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 
@@ -96,6 +97,8 @@ long metrics_render(struct spaced *sp, char **out)
                     (unsigned long long)m->http_errors[s]);
     fprintf(f, "# HELP space_sessions Open command sessions.\n# TYPE space_sessions gauge\n"
                "space_sessions %lld\n", (long long)m->sessions);
+    fprintf(f, "# HELP space_pool_ready Warm pooled VMs ready to claim (all shapes).\n"
+               "# TYPE space_pool_ready gauge\nspace_pool_ready %u\n", sbx_pools_ready(sp));
     fprintf(f, "# HELP space_uptime_seconds Seconds since spaced started.\n"
                "# TYPE space_uptime_seconds gauge\nspace_uptime_seconds %lld\n",
             (long long)((spaced_now_ms() - sp->started_ms) / 1000));

@@ -42,6 +42,7 @@ struct op_engine;
 struct sbx_table;
 struct tpl_registry;
 struct metrics;
+struct sbx_pools;
 
 /* Command-line options (main.c fills them; strings point into argv or literals). */
 struct spaced_opts {
@@ -51,7 +52,10 @@ struct spaced_opts {
     int accel;             /* enum vm_accel (vm.h) */
     unsigned pool;         /* warm pool size per template (0 disables) */
     const char *qemu;      /* QEMU binary override (SPACE_QEMU), NULL = from PATH */
-    int jail;              /* 1: run QEMU jailed (default when root and not disabled) */
+    int jail;              /* 1: run QEMU jailed, 0: not, -1: decide from the host
+                              (sandbox/sbx_jail.h: on when root and the jail works) */
+    unsigned jail_uid;     /* uid/gid jailed QEMUs run as (sbx_jail_resolve fills them) */
+    unsigned jail_gid;
 };
 
 struct spaced {
@@ -63,6 +67,7 @@ struct spaced {
     struct sbx_table *sbx;     /* live sandboxes by id (sbx.h) */
     struct tpl_registry *tpl;  /* templates found under guest_dir and in the store */
     struct metrics *metrics;   /* Prometheus counters (metrics.h) */
+    struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
     struct router *router;     /* HTTP routes (api/router.h) */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
 };

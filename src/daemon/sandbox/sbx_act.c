@@ -26,6 +26,8 @@
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "sbx_internal.h"
+#include "sbx_jail.h"
+#include "sbx_pool.h"
 
 #define SBX_AGENT_TIMEOUT_S 120   /* boot/restore until the agent's HELLO */
 #define SBX_SHUTDOWN_TIMEOUT_MS 10000
@@ -417,6 +419,7 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     cfg.id = s->rec.id;
     cfg.vcpus = s->rec.vcpus;
     cfg.mem_mib = s->rec.memory_mib;
+    sbx_jail_fill(s->sp, &cfg);
     cfg.disk = disk;
     cfg.run_dir = s->rec.run_dir;
     /* The NIC: a tap inside the sandbox's own namespace (net.h); none for policy none. */
@@ -540,6 +543,15 @@ static void act_create(struct sbx *s)
     if (chain_save(s, &chain) < 0) {
         free(c);
         act_fail(s, SBX_FAILED, "host_io", "cannot write %s/backing.json", dir);
+        return;
+    }
+    if (snap && !wants_network(s) &&
+        (s->vm = sbx_pool_claim(s->sp, &s->rec, c->snap, overlay, t.rootfs, disk, &sbx_vm_cbs, s))) {
+        free(c);
+        sbx_persist(s); /* the run dir is the pooled VM's: adoption must find it */
+        s->restored = true;
+        op_progress(s->sp, s->op_id, 10, "claimed a warm VM from the pool");
+        arm_agent_timeout(s);
         return;
     }
     op_progress(s->sp, s->op_id, 10, snap ? "restoring from the template snapshot"

@@ -1,0 +1,255 @@
+/* sbx_pool.c: warm pools per clone shape (sbx_pool.h), over vm/pool.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/template/tpl.h"
+#include "daemon/vm/pool.h"
+#include "daemon/vm/vm.h"
+#include "log.h"
+#include "sbx_internal.h"
+#include "sbx_jail.h"
+#include "sbx_pool.h"
+
+#define SBXP_PATH_MAX 600
+
+/* One shape's pool. */
+struct sbx_shape {
+    struct sbx_shape *next;
+    char snap_dir[SBXP_PATH_MAX]; /* the key */
+    struct pool *pool;            /* owned */
+};
+
+struct sbx_pools {
+    struct spaced *sp;
+    struct sbx_shape *shapes; /* owned list */
+};
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        log_warn("pool.cleanup", "path=%s errno=%d", path, errno);
+    return 0;
+}
+
+static void rm_rf(const char *path)
+{
+    if (access(path, F_OK) == 0)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+struct sbx_pools *sbx_pools_new(struct spaced *sp)
+{
+    struct sbx_pools *ps = calloc(1, sizeof *ps);
+    if (ps)
+        ps->sp = sp;
+    return ps;
+}
+
+void sbx_pools_free(struct sbx_pools *ps)
+{
+    if (!ps)
+        return;
+    while (ps->shapes) {
+        struct sbx_shape *sh = ps->shapes;
+        ps->shapes = sh->next;
+        pool_free(sh->pool);
+        free(sh);
+    }
+    free(ps);
+}
+
+/* pool_prepare_cb: a fresh id, its run dir, and where its overlay goes. The strings live
+ * in static buffers: the pool copies the config during the call. */
+static int shape_prepare(struct vm_config *cfg, void *arg)
+{
+    struct sbx_pools *ps = arg;
+    static char id[32], run_dir[SBXP_PATH_MAX], disk[SBXP_PATH_MAX];
+    char dir[SBXP_PATH_MAX];
+    if (spaced_random_id(id, "pool-", 16) < 0)
+        return -1;
+    if (snprintf(run_dir, sizeof run_dir, "%s/run/%s", ps->sp->opt.data_dir, id) >= (int)sizeof run_dir ||
+        snprintf(dir, sizeof dir, "%s/pool", ps->sp->opt.data_dir) >= (int)sizeof dir ||
+        snprintf(disk, sizeof disk, "%s/%s.qcow2", dir, id) >= (int)sizeof disk)
+        return -1;
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || mkdir(run_dir, 0700) != 0) {
+        log_warn("pool.fill", "id=%s msg=\"cannot create %s or %s: %s\"", id, dir, run_dir,
+                 strerror(errno));
+        return -1;
+    }
+    cfg->id = id;
+    cfg->run_dir = run_dir;
+    cfg->disk = disk;
+    return 0;
+}
+
+/* pool_discard_cb: the overlay is already gone; the run dir is ours. */
+static void shape_discard(const char *id, const char *run_dir, void *arg)
+{
+    (void)arg;
+    log_info("pool.discard", "id=%s", id);
+    rm_rf(run_dir);
+}
+
+/* The shape's pool, started now if missing (NULL if it cannot be). */
+static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec,
+                               const char *snap_dir, const char *overlay, const char *rootfs)
+{
+    for (struct sbx_shape *sh = ps->shapes; sh; sh = sh->next)
+        if (strcmp(sh->snap_dir, snap_dir) == 0)
+            return sh->pool;
+    struct pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    struct spaced_err e;
+    if (tpl_vm_base(ps->sp, &pc.base, &e) < 0)
+        return NULL;
+    pc.base.vcpus = rec->vcpus;
+    pc.base.mem_mib = rec->memory_mib;
+    /* the same chain a restore gets (sbx_act.c backing.json): frozen overlay, rootfs */
+    pc.base.backing[0].path = overlay;
+    pc.base.backing[0].format = "qcow2";
+    pc.base.backing[1].path = rootfs;
+    pc.base.backing[1].format = "raw";
+    pc.base.n_backing = 2;
+    sbx_jail_fill(ps->sp, &pc.base);
+    pc.snapshot_dir = snap_dir;
+    pc.template_overlay = overlay;
+    pc.size = ps->sp->opt.pool;
+    pc.prepare = shape_prepare;
+    pc.discard = shape_discard;
+    pc.prepare_arg = ps;
+    struct sbx_shape *sh = calloc(1, sizeof *sh);
+    if (!sh || !(sh->pool = pool_new(ps->sp->base, &pc))) {
+        free(sh);
+        return NULL;
+    }
+    snprintf(sh->snap_dir, sizeof sh->snap_dir, "%s", snap_dir);
+    sh->next = ps->shapes;
+    ps->shapes = sh;
+    char q[SBXP_PATH_MAX + 8];
+    log_info("pool.start", "template=%s vcpus=%u memory_mib=%u size=%u snapshot=%s",
+             rec->template_name, rec->vcpus, rec->memory_mib, pc.size,
+             log_quote(snap_dir, q, sizeof q));
+    return sh->pool;
+}
+
+struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *snap_dir,
+                          const char *overlay, const char *rootfs, const char *disk,
+                          const struct vm_callbacks *cbs, void *arg)
+{
+    struct sbx_pools *ps = sp->pools;
+    if (!ps || !sp->opt.pool)
+        return NULL;
+    struct pool *p = shape_pool(ps, rec, snap_dir, overlay, rootfs);
+    if (!p)
+        return NULL;
+    struct vm *vm = pool_claim(p, cbs, arg);
+    if (!vm)
+        return NULL;
+    char from[SBXP_PATH_MAX];
+    snprintf(from, sizeof from, "%s/pool/%s.qcow2", sp->opt.data_dir, vm_id(vm));
+    /* QEMU keeps its open file: the move only changes the name the sandbox knows. */
+    if (rename(from, disk) != 0) {
+        log_warn("pool.claim", "sandbox=%s id=%s msg=\"cannot move %s: %s\"", rec->id, vm_id(vm),
+                 from, strerror(errno));
+        vm_kill(vm); /* the caller owns it now: its on_exit reports the failure */
+    }
+    snprintf(rec->run_dir, sizeof rec->run_dir, "%s", vm_run_dir(vm));
+    log_info("pool.claim", "sandbox=%s id=%s left=%u", rec->id, vm_id(vm), pool_ready(p));
+    return vm;
+}
+
+unsigned sbx_pools_ready(const struct spaced *sp)
+{
+    unsigned n = 0;
+    for (const struct sbx_shape *sh = sp->pools ? sp->pools->shapes : NULL; sh; sh = sh->next)
+        n += pool_ready(sh->pool);
+    return n;
+}
+
+/* ---- start-up sweep ---------------------------------------------------------------- */
+
+struct sweep_hit {
+    const char *run_dir;
+    bool used;
+};
+
+static void sweep_check(struct sbx *s, void *arg)
+{
+    struct sweep_hit *h = arg;
+    if (strcmp(s->rec.run_dir, h->run_dir) == 0)
+        h->used = true;
+}
+
+static void leftover_ready(struct vm *vm, int err, const char *msg, void *arg)
+{
+    (void)err;
+    (void)msg;
+    (void)arg;
+    if (vm_state(vm) < VM_STATE_STOPPING)
+        vm_kill(vm);
+}
+
+static void leftover_exit(struct vm *vm, enum vm_exit_reason reason, const char *msg,
+                          const char *tail, void *arg)
+{
+    (void)vm;
+    (void)reason;
+    (void)msg;
+    (void)tail;
+    rm_rf(arg);
+    free(arg);
+}
+
+static void leftover_agent(struct vm *vm, int fd, void *arg)
+{
+    (void)vm;
+    (void)arg;
+    close(fd);
+}
+
+static const struct vm_callbacks leftover_cbs = {leftover_ready, leftover_agent, leftover_exit};
+
+void sbx_pools_sweep(struct spaced *sp)
+{
+    char dir[SBXP_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/pool", sp->opt.data_dir);
+    rm_rf(dir); /* unclaimed overlays: a claim moves its overlay out */
+    snprintf(dir, sizeof dir, "%s/run", sp->opt.data_dir);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, "pool-", 5) != 0)
+            continue;
+        char *run_dir = malloc(SBXP_PATH_MAX);
+        if (!run_dir)
+            break;
+        if (snprintf(run_dir, SBXP_PATH_MAX, "%s/%s", dir, de->d_name) >= SBXP_PATH_MAX) {
+            free(run_dir);
+            continue;
+        }
+        struct sweep_hit h = {run_dir, false};
+        sbx_each(sp, sweep_check, &h);
+        if (h.used) {
+            free(run_dir);
+            continue;
+        }
+        int verr = 0;
+        char msg[256];
+        log_info("pool.sweep", "id=%s msg=\"unclaimed pooled VM of an earlier spaced\"", de->d_name);
+        /* run_dir is owned by the adopted VM's callbacks until its on_exit */
+        if (!vm_adopt(sp->base, run_dir, &leftover_cbs, run_dir, &verr, msg, sizeof msg)) {
+            rm_rf(run_dir);
+            free(run_dir);
+        }
+    }
+    if (d)
+        closedir(d);
+}

@@ -1,0 +1,50 @@
+/* sbx_pool: the warm pools of spaced (`--pool N`), one vm/pool.h pool per clone shape.
+ *
+ * A shape is (template, vcpus, memory, no NIC): exactly one template snapshot directory,
+ * which is the key. A shape's pool is made the first time a create asks for it with a
+ * ready snapshot; from then on it keeps N restored-and-paused clones. Networked shapes are
+ * not pooled (each clone would need its own namespace and tap before it is claimed), so
+ * their creates always restore.
+ *
+ * Layout of a pooled, unclaimed VM (data dir):
+ *   run/pool-<hex>/        its run directory (vm.h), id "pool-<hex>"
+ *   pool/pool-<hex>.qcow2  its overlay on the template's frozen overlay
+ * A claim moves the overlay to sandboxes/<id>/disk.qcow2 (QEMU keeps its open file) and
+ * makes run/pool-<hex> the sandbox's run_dir in its record, so adoption after a restart
+ * finds it like any other sandbox VM. At start-up, sbx_pools_sweep kills the pooled VMs a
+ * previous spaced left unclaimed and removes their files.
+ *
+ * Ownership: struct sbx_pools is owned by spaced (sp->pools), freed by sbx_pools_free,
+ * which kills every unclaimed VM. */
+#ifndef SPACE_SBX_POOL_H
+#define SPACE_SBX_POOL_H
+
+#include <stdbool.h>
+
+struct spaced;
+struct sbx_pools;
+struct vm;
+struct vm_callbacks;
+struct store_sbx;
+
+struct sbx_pools *sbx_pools_new(struct spaced *sp);
+void sbx_pools_free(struct sbx_pools *ps);
+
+/* Kills leftovers of an earlier spaced: pooled VMs whose run dir no sandbox record names,
+ * and overlays never claimed. Call after sbx_table_load. */
+void sbx_pools_sweep(struct spaced *sp);
+
+/* For a create of `rec` with template snapshot `snap_dir`, frozen `overlay` over the
+ * template's raw `rootfs` (the chain the caller saved in backing.json): starts the
+ * shape's pool if there is none, then claims a ready VM. On success returns the VM
+ * (callbacks cbs/arg, as pool_claim), has moved its overlay to `disk` and set
+ * rec->run_dir to its run directory (the caller persists the record). NULL when the pool
+ * is off or empty: the caller restores as usual. */
+struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *snap_dir,
+                          const char *overlay, const char *rootfs, const char *disk,
+                          const struct vm_callbacks *cbs, void *arg);
+
+/* Pooled VMs ready to claim, over all shapes (metrics). */
+unsigned sbx_pools_ready(const struct spaced *sp);
+
+#endif
