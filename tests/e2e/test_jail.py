@@ -1,0 +1,80 @@
+"""End-to-end test of the QEMU jail (`spaced --jail`): a sandbox's QEMU runs as an
+unprivileged uid, in its own PID and mount namespaces, in a cgroup with limits; commands
+still run in the sandbox."""
+import glob
+import os
+import pwd
+
+import pytest
+
+from conftest import vm_missing
+from test_sessions import run
+
+
+def jail_missing():
+    if os.geteuid() != 0:
+        return "the jail needs spaced to run as root"
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return "no `nobody` user to run jailed QEMUs as"
+    if not os.access("/sys/fs/cgroup", os.W_OK):
+        return "/sys/fs/cgroup is not writable"
+    return vm_missing()
+
+
+def cgroup_dir(pid):
+    """The cgroup v2 directory of pid, or the v1 memory hierarchy's."""
+    with open("/proc/%d/cgroup" % pid) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "":
+            return "/sys/fs/cgroup" + path, path
+        if "memory" in ctrls.split(","):
+            return "/sys/fs/cgroup/memory" + path, path
+    raise AssertionError("no cgroup found for %d: %s" % (pid, lines))
+
+
+def test_jailed_sandbox(fresh_spaced):
+    why = jail_missing()
+    if why:
+        pytest.skip(why)
+    sp = fresh_spaced()
+    sp.stop(cleanup=False)
+    sp.start(extra=("--jail",))
+    assert "event=jail state=on" in open(sp.log_path).read(), sp.log()
+    r = sp.create({"template": "base", "timeout": 0, "memory_mib": 256})
+    op = sp.wait_op(r["operation"]["id"])
+    assert op["state"] == "succeeded", (op, sp.log())
+    sid = r["sandbox"]["id"]
+    _, res = run(sp, sid, {"cmd": "echo jailed"})
+    assert res["stdout"] == b"jailed\n" and res["exit"]["code"] == 0, res
+
+    pids = []
+    for p in glob.glob(os.path.join(sp.data_dir, "run", "*", "qemu.pid")):
+        with open(p) as f:
+            pid = int(f.read().strip())
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if sid.encode() in f.read():
+                pids.append(pid)
+    assert len(pids) == 1, pids
+    pid = pids[0]
+    with open("/proc/%d/status" % pid) as f:
+        ids = {l.split()[0]: l.split()[1:] for l in f if l.startswith(("Uid:", "Gid:"))}
+    assert all(int(u) != 0 for u in ids["Uid:"]), ids
+    assert all(int(g) != 0 for g in ids["Gid:"]), ids
+    for ns in ("pid", "mnt"):
+        assert os.readlink("/proc/%d/ns/%s" % (pid, ns)) != os.readlink("/proc/self/ns/%s" % ns), ns
+    d, path = cgroup_dir(pid)
+    assert "space-" in path, path
+    if os.path.exists(os.path.join(d, "memory.max")):  # cgroup v2
+        for limit in ("memory.max", "pids.max"):
+            with open(os.path.join(d, limit)) as f:
+                assert f.read().strip() != "max", limit
+        with open(os.path.join(d, "cpu.max")) as f:
+            assert not f.read().startswith("max"), "cpu.max unlimited"
+    else:
+        with open(os.path.join(d, "memory.limit_in_bytes")) as f:
+            assert int(f.read()) < 1 << 40
+    assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
