@@ -102,7 +102,7 @@ int e2b_pb_u32(json_t *obj, struct e2b_pb_field f, uint32_t *out, struct e2b_err
     int r = fetch(obj, f, &v, err);
     if (r <= 0)
         return r;
-    int64_t x;
+    int64_t x = 0; /* set whenever integer() succeeds; the compiler cannot see across e2b_err_set */
     if (integer(v, f, 0, UINT32_MAX, &x, err) < 0)
         return -1;
     *out = (uint32_t)x;
