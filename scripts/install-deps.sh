@@ -17,7 +17,7 @@ PKGS=(
   # networking (gateway, namespaces) and test tools
   iproute2 nftables curl openssl socat bind9-dnsutils
   # tests
-  python3 python3-pytest python3-yaml sqlite3 procps
+  python3 python3-pytest python3-yaml sqlite3 procps postgresql
 )
 # Node.js (for the E2B SDK tests): any install that provides node and npm will do; some
 # images ship a nodejs package that bundles npm and conflicts with Debian's npm.
