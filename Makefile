@@ -21,6 +21,8 @@ LISTEN   ?= 127.0.0.1:7070
 # Debian's python3 (with python3-pytest); a python3 earlier on PATH (pyenv) may lack pytest.
 PYTHON   ?= /usr/bin/python3
 TEMPLATES ?= base
+# Warm VMs kept per template shape by `make run` (restored and paused; create = claim).
+POOL     ?= 2
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wformat=2 -Wvla
 CSTD    := -std=gnu11 -D_GNU_SOURCE
@@ -163,7 +165,7 @@ test: deps
 
 run: deps
 	$(MAKE) TEMPLATES="base python" templates programs
-	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest)
+	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest) --pool $(POOL)
 
 # Benchmarks (not tests): bench/X.c builds into $(B)/X; bench/*.py drive them and print
 # ratios measured side by side, every figure labelled with its accelerator.

@@ -7,7 +7,7 @@ import pwd
 
 import pytest
 
-from conftest import vm_missing
+from spacedlib import vm_missing
 from test_sessions import run
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import vm_missing
+from spacedlib import vm_missing
 from test_sessions import run
 
 POOL = 2
