@@ -10,7 +10,9 @@
 
 # Build in parallel on every core; test and run recipes stay sequential (they are single
 # recipes whose steps run one after the other).
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
 CC       ?= gcc
 CLANG    ?= clang
