@@ -21,6 +21,7 @@ struct tpl_registry *tpl_registry_new(struct spaced *sp)
         return NULL;
     snprintf(r->kernel, sizeof r->kernel, "%s/vmlinux", sp->opt.guest_dir);
     snprintf(r->initramfs, sizeof r->initramfs, "%s/initramfs.cpio", sp->opt.guest_dir);
+    tpl_kill_stale_vms(sp->opt.data_dir);
     return r;
 }
 

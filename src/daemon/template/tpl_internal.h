@@ -15,6 +15,9 @@ struct tpl_registry {
 };
 
 void tpl_snapshots_free(struct tpl_registry *r);
+/* Kills template VMs an earlier spaced on data_dir left running (called once at start,
+ * before this spaced starts any). */
+void tpl_kill_stale_vms(const char *data_dir);
 /* Ends every build in flight (their VMs are killed: a build cannot be resumed). */
 void tpl_builds_free(struct tpl_registry *r);
 /* Number of ready snapshot shapes of template `name` (for the API). */

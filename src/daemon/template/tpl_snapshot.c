@@ -1,5 +1,6 @@
 /* tpl_snapshot.c: building template memory snapshots in the background, one per
  * (template, vcpus, memory) shape, and finding them again after a restart. */
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -214,39 +215,51 @@ static int mkdir_p(const char *path)
     return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* A template VM left running by a spaced that was killed mid-build is of no use (its
- * build is redone from scratch): end it. It is recognised by its pidfile and by its
- * command line naming this run directory, so a recycled pid is never hit. */
-static void kill_stale_builder(const struct tpl_snap *s)
+/* Template VMs (snapshot builders "t-...", API builds "b-...") are never adopted: their
+ * work is redone from scratch. One left by a spaced killed mid-build would run forever,
+ * and its pid file is no guide (it may not have been written yet, or a rebuild has
+ * overwritten it), so the process table is searched instead: a QEMU named "t-..." or
+ * "b-..." (-name) whose command line names a disk under this data dir's templates/.
+ * Sandboxes ("sb...", "pool-...") match neither name, and another data dir's VMs do not
+ * name our path, so only our own leftovers are hit. */
+void tpl_kill_stale_vms(const char *data_dir)
 {
-    char p[TPL_PATH_MAX + 32], cmd[8192];
-    snprintf(p, sizeof p, "%s/qemu.pid", s->run_dir);
-    FILE *f = fopen(p, "r");
-    int pid = 0;
-    if (!f)
-        return;
-    if (fscanf(f, "%d", &pid) != 1)
-        pid = 0;
-    fclose(f);
-    snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
-    f = pid > 1 ? fopen(p, "r") : NULL;
-    if (!f)
-        return;
-    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-        if (cmd[i] == '\0')
-            cmd[i] = ' ';
-    cmd[n] = '\0';
-    if (strstr(cmd, s->run_dir)) {
-        log_warn("template.snapshot", "template=%s msg=\"killing a stale template VM\" pid=%d", s->name, pid);
-        kill(pid, SIGKILL);
+    char prefix[TPL_PATH_MAX + 32], path[64], cmd[8192];
+    snprintf(prefix, sizeof prefix, "%s/templates/", data_dir);
+    DIR *proc = opendir("/proc");
+    struct dirent *de;
+    while (proc && (de = readdir(proc))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 1 || pid == (long)getpid())
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[n] = '\0';
+        bool named = false, ours = false;
+        for (size_t i = 0; i < n; i += strlen(cmd + i) + 1) {
+            const char *arg = cmd + i;
+            if (strcmp(arg, "-name") == 0 && i + 6 < n)
+                named = strncmp(arg + 6, "t-", 2) == 0 || strncmp(arg + 6, "b-", 2) == 0;
+            if (strstr(arg, prefix))
+                ours = true;
+        }
+        if (named && ours) {
+            log_warn("template.stale_vm", "pid=%ld msg=\"killing a template VM left by an earlier spaced\"",
+                     pid);
+            kill((pid_t)pid, SIGKILL);
+        }
     }
+    if (proc)
+        closedir(proc);
 }
 
 static void snap_build(struct tpl_snap *s)
 {
-    kill_stale_builder(s);
     s->state = SNAP_BUILDING;
     char p[TPL_PATH_MAX + 16];
     if (mkdir_p(s->dir) < 0 || mkdir_p(s->run_dir) < 0) {
