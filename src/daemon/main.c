@@ -42,10 +42,13 @@ static void usage(FILE *f)
             "  --guest-dir DIR      vmlinux, initramfs.cpio, templates/ (default build/guest if\n"
             "                       present, else /usr/local/share/space/guest)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
-            "  --pool N             warm VMs per template shape without network (default 0)\n"
+            "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
             "  --jail / --no-jail   run sandbox QEMUs as nobody in own namespaces and cgroup\n"
             "                       (default off; --jail needs root and a `nobody` user)\n"
+            "  --rate RPS           API requests per second per API key, or per address for\n"
+            "                       requests without a valid key (default 200; 0 = no limit)\n"
+            "  --burst N            requests allowed at once above the rate (default 1000)\n"
             "  --help\n");
 }
 
@@ -56,6 +59,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"guest-dir", required_argument, NULL, 'g'}, {"accel", required_argument, NULL, 'a'},
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
+        {"rate", required_argument, NULL, 'r'},   {"burst", required_argument, NULL, 'b'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     o->listen = "127.0.0.1:7070";
@@ -64,6 +68,8 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
     o->jail = 0; /* opt-in until the whole e2e suite has run jailed; -1 = auto */
+    o->rate = 200;
+    o->burst = 1000;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -93,6 +99,18 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
                 return -1;
             }
             o->pool = (unsigned)n;
+            break;
+        }
+        case 'r':
+        case 'b': {
+            char *end = NULL;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v >= (c == 'r' ? 0 : 1)) || v > 1e6) {
+                fprintf(stderr, "spaced: --%s must be a number in %s..1000000\n",
+                        c == 'r' ? "rate" : "burst", c == 'r' ? "0" : "1");
+                return -1;
+            }
+            *(c == 'r' ? &o->rate : &o->burst) = v;
             break;
         }
         case 'h': usage(stdout); exit(0);
@@ -184,6 +202,10 @@ int main(int argc, char **argv)
     sbx_pools_sweep(&sp);
     op_engine_recover(&sp);
 
+    if (routes_ratelimit_register(sp.router, &sp, err, sizeof err) < 0) {
+        fprintf(stderr, "spaced: %s\n", err);
+        return 1;
+    }
     routes_health_register(sp.router, &sp);
     routes_keys_register(sp.router, &sp);
     routes_sandboxes_register(sp.router, &sp);
@@ -219,6 +241,7 @@ int main(int argc, char **argv)
 
     /* Sandboxes keep running: the next spaced adopts them (vm_detach in the table). */
     http_server_free(srv);
+    router_shutdown(sp.router); /* route modules free their contexts (router.h) */
     event_free(sigint);
     event_free(sigterm);
     sbx_pools_free(sp.pools); /* unclaimed pooled VMs die with this spaced */

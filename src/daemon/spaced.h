@@ -56,6 +56,9 @@ struct spaced_opts {
                               (sandbox/sbx_jail.h: on when root and the jail works) */
     unsigned jail_uid;     /* uid/gid jailed QEMUs run as (sbx_jail_resolve fills them) */
     unsigned jail_gid;
+    double rate;           /* API requests per second per client (api/routes_ratelimit.c);
+                              0 disables rate limiting */
+    double burst;          /* requests a client may make at once above the rate */
 };
 
 struct spaced {

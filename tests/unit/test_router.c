@@ -171,12 +171,51 @@ static void test_hooks(void **state)
     expect("GET", "/health", NULL, 404, NULL);
 }
 
+/* Shutdown functions: run newest first, exactly once (router_shutdown, then router_free). */
+struct down_log {
+    char order[8];
+    unsigned n;
+};
+
+static void down_a(void *arg)
+{
+    struct down_log *l = arg;
+    l->order[l->n++] = 'a';
+}
+
+static void down_b(void *arg)
+{
+    struct down_log *l = arg;
+    l->order[l->n++] = 'b';
+}
+
+static void test_shutdown(void **state)
+{
+    struct down_log log = {{0}, 0};
+    struct router *r = router_new();
+    assert_non_null(r);
+    assert_int_equal(router_on_shutdown(r, down_a, &log), 0);
+    assert_int_equal(router_on_shutdown(r, down_b, &log), 0);
+    router_shutdown(r);
+    assert_string_equal(log.order, "ba");
+    router_shutdown(r);
+    router_free(r);
+    assert_int_equal(log.n, 2);
+    /* router_free alone runs them too. */
+    struct down_log log2 = {{0}, 0};
+    r = router_new();
+    assert_int_equal(router_on_shutdown(r, down_a, &log2), 0);
+    router_free(r);
+    assert_string_equal(log2.order, "a");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_params, start, stop),
         cmocka_unit_test_setup_teardown(test_errors, start, stop),
         cmocka_unit_test_setup_teardown(test_hooks, start, stop),
+        cmocka_unit_test(test_shutdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,11 +26,18 @@ struct hook {
     void *arg;
 };
 
+struct shutdown_fn {
+    router_free_fn fn;
+    void *arg;
+};
+
 struct router {
     struct route *routes;   /* owned array */
     unsigned nroutes;
     struct hook *hooks;     /* owned array */
     unsigned nhooks;
+    struct shutdown_fn *downs; /* owned array, run newest first by router_shutdown */
+    unsigned ndowns;
 };
 
 struct router *router_new(void)
@@ -47,10 +54,35 @@ static void route_free(struct route *rt)
     free(rt->method);
 }
 
+int router_on_shutdown(struct router *r, router_free_fn fn, void *arg)
+{
+    struct shutdown_fn *grown = realloc(r->downs, (r->ndowns + 1) * sizeof *grown);
+    if (!grown)
+        return -1;
+    r->downs = grown;
+    r->downs[r->ndowns].fn = fn;
+    r->downs[r->ndowns].arg = arg;
+    r->ndowns++;
+    return 0;
+}
+
+void router_shutdown(struct router *r)
+{
+    /* Popped one at a time, so a shutdown function may not run twice even if it
+     * reaches router_shutdown again. */
+    while (r->ndowns > 0) {
+        struct shutdown_fn d = r->downs[--r->ndowns];
+        d.fn(d.arg);
+    }
+    free(r->downs);
+    r->downs = NULL;
+}
+
 void router_free(struct router *r)
 {
     if (!r)
         return;
+    router_shutdown(r);
     for (unsigned i = 0; i < r->nroutes; i++)
         route_free(&r->routes[i]);
     free(r->routes);

@@ -18,6 +18,10 @@
  *      otherwise 404 JSON error {"error":{"code":"not_found",...}}.
  *
  * Routes are fixed at startup: add them before the server starts serving.
+ *
+ * Shutdown: a module that allocates a context for its routes or hooks registers a free
+ * function with router_on_shutdown; router_shutdown (or router_free) runs them, newest
+ * first, so every registered context has an owner until exit.
  */
 #ifndef SPACE_ROUTER_H
 #define SPACE_ROUTER_H
@@ -47,6 +51,19 @@ int router_add(struct router *r, const char *method, const char *pattern,
 
 /* Adds a hook (see dispatch order). Returns 0 or -1 on allocation failure. */
 int router_add_hook(struct router *r, router_hook_fn fn, void *arg);
+
+/* A module's shutdown function: frees what it registered (arg is its context). */
+typedef void (*router_free_fn)(void *arg);
+
+/* Registers fn(arg) to run once at shutdown. Returns 0, or -1 on allocation failure
+ * (then fn never runs and the caller still owns arg). */
+int router_on_shutdown(struct router *r, router_free_fn fn, void *arg);
+
+/* Runs the shutdown functions, newest first, once (later calls do nothing). Call it
+ * after the HTTP server is freed (no request in flight, no callback pending) and before
+ * the modules those contexts use (sandboxes, store) are freed. router_free calls it
+ * too. The routes stay registered but must not be dispatched to afterwards. */
+void router_shutdown(struct router *r);
 
 /* Dispatches one request; signature fits http_handler_fn with the router as arg:
  *   http_server_new(base, &lim, router_dispatch, router); */

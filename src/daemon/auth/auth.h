@@ -47,6 +47,9 @@ void auth_free(struct auth *a);
 bool auth_require(struct spaced *sp, struct http_req *req, struct auth_principal *who);
 /* Same, and additionally 403 "forbidden" unless the key is an admin key. */
 bool auth_require_admin(struct spaced *sp, struct http_req *req, struct auth_principal *who);
+/* The API key a request presents ("Authorization: Bearer <key>", else "X-API-Key"),
+ * unchecked; "" for an Authorization header of another scheme, NULL when absent. */
+const char *auth_request_key(struct http_req *req);
 
 /* The check itself, without HTTP: key is the presented secret. Returns 0 and fills who,
  * or -1 with a reason in why[cap] ("unknown API key", "API key revoked", ...). */

@@ -7,8 +7,7 @@
 #include "daemon/spaced.h"
 #include "log.h"
 
-/* The presented key: "Authorization: Bearer <key>" or "X-API-Key: <key>". */
-static const char *request_key(struct http_req *req)
+const char *auth_request_key(struct http_req *req)
 {
     const char *h = http_req_header(req, "Authorization");
     if (h) {
@@ -24,7 +23,7 @@ static const char *request_key(struct http_req *req)
 
 bool auth_require(struct spaced *sp, struct http_req *req, struct auth_principal *who)
 {
-    const char *key = request_key(req);
+    const char *key = auth_request_key(req);
     if (!key) {
         http_reply_error(req, 401, "unauthorized",
                          "missing API key: send 'Authorization: Bearer <key>' (the admin key "
