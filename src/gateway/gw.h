@@ -39,6 +39,7 @@
 #define GW_CREDS_MAX 64           /* credential rules per sandbox or tenant */
 #define GW_HEADER_MAX 64          /* credential header name length */
 #define GW_SECRET_MAX 4096        /* credential header value length */
+#define GW_REASON_MAX 96          /* decision reason length, with its terminator */
 
 struct gw_rate {
     double tokens, rate, burst;
@@ -54,7 +55,7 @@ struct gw_decision {
     const char *kind;             /* "dns", "tls", "http", "mitm", "policy" (static) */
     bool allowed;
     char name[POLICY_NAME_MAX + 1];
-    char reason[40];
+    char reason[GW_REASON_MAX];
     uint32_t dst;                 /* guest's original destination (host order), 0 if none */
     uint16_t port;
 };

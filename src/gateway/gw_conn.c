@@ -63,8 +63,8 @@ void gw_conn_deny(struct gw_conn *c, const char *reason, int status)
     const char *text = status == 403 ? "Forbidden" : status == 421 ? "Misdirected Request"
                      : status == 431 ? "Request Header Fields Too Large"
                      : status == 502 ? "Bad Gateway" : "Bad Request";
-    char body[96];
-    int blen = snprintf(body, sizeof body, "space-gateway: %s\n", reason);
+    char body[GW_REASON_MAX + 32];
+    int blen = snprintf(body, sizeof body, "space-gateway: %.*s\n", GW_REASON_MAX, reason);
     evbuffer_add_printf(bufferevent_get_output(c->down),
                         "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
                         "Connection: close\r\n\r\n%s", status, text, blen, body);
@@ -260,7 +260,12 @@ void gw_conn_up_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (c->state != CS_OPEN) {
-        gw_conn_deny(c, (what & BEV_EVENT_ERROR) && c->mitm ? "upstream_tls_failed" : "upstream_unreachable", 502);
+        char why[GW_REASON_MAX];
+        if (c->mitm && (what & BEV_EVENT_ERROR))
+            gw_mitm_tls_reason(c->up, true, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "upstream_unreachable");
+        gw_conn_deny(c, why, 502);
         return;
     }
     /* Upstream finished: deliver what is queued for the guest, then close. */
@@ -296,8 +301,15 @@ void gw_conn_down_read(struct bufferevent *bev, void *arg)
 void gw_conn_down_event(struct bufferevent *bev, short what, void *arg)
 {
     struct gw_conn *c = arg;
-    if (what & BEV_EVENT_CONNECTED)
-        return; /* credential path: the guest-side TLS handshake finished */
+    if (what & BEV_EVENT_CONNECTED) {
+        c->down_tls_done = true; /* credential path: the guest-side handshake finished */
+        return;
+    }
+    if (c->mitm && !c->down_tls_done) {
+        char why[GW_REASON_MAX];
+        gw_mitm_tls_reason(c->down, false, why, sizeof why);
+        gw_decide(c->sb, "mitm", false, c->name, why, c->orig_dst, c->port);
+    }
     if ((what & BEV_EVENT_EOF) && c->state == CS_OPEN && c->up &&
         !(what & BEV_EVENT_ERROR)) {
         /* Half close: the guest is done sending; let the answer come back. */

@@ -32,6 +32,7 @@ struct gw_conn {
     bool in_body;                     /* HTTP: forwarding a request body */
     bool opaque;                      /* HTTP: after a websocket upgrade, plain splice */
     bool down_eof;
+    bool down_tls_done;               /* mitm: the guest-side handshake finished */
     unsigned close_polls;             /* closing_check rounds so far (bounded) */
     struct gwhttp_body body;
     char cred_header[GW_HEADER_MAX + 1]; /* mitm: header to replace */
@@ -55,6 +56,10 @@ void gw_conn_resolved(void *arg, int rcode, const struct gw_cache_entry *e);
  * leaf, verified TLS towards `addr`. Returns 0, or -1 after which the caller must deny
  * (free) c: it may already hold the new bufferevents. */
 int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred);
+/* A decision-log reason for a failed TLS handshake on bev (an OpenSSL bufferevent):
+ * "client_tls_failed: <OpenSSL reason>" for the guest side, "upstream_cert: <X.509
+ * verification error>" or "upstream_tls_failed: <reason>" for the upstream side. */
+void gw_mitm_tls_reason(struct bufferevent *bev, bool upstream, char *out, size_t cap);
 /* Writes head (of r) to out without any copy of the credential header, plus the real one. */
 void gw_mitm_rewrite_head(const struct gw_conn *c, const char *head, const struct gwhttp_req *r,
                           struct evbuffer *out);

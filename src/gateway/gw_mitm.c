@@ -9,6 +9,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,4 +81,20 @@ void gw_mitm_rewrite_head(const struct gw_conn *c, const char *head, const struc
         if (!gwhttp_header_is(head, &r->headers[i], c->cred_header))
             evbuffer_add(out, head + r->headers[i].off, r->headers[i].len);
     evbuffer_add_printf(out, "%s: %s\r\n\r\n", c->cred_header, c->cred_value);
+}
+
+void gw_mitm_tls_reason(struct bufferevent *bev, bool upstream, char *out, size_t cap)
+{
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    long verify = upstream && ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+    unsigned long e = bufferevent_get_openssl_error(bev);
+    const char *why = e ? ERR_reason_error_string(e) : NULL;
+    if (verify != X509_V_OK)
+        snprintf(out, cap, "upstream_cert: %s", X509_verify_cert_error_string(verify));
+    else
+        snprintf(out, cap, "%s: %s", upstream ? "upstream_tls_failed" : "client_tls_failed",
+                 why ? why : "connection closed during the handshake");
+    /* Whatever else this failure queued must not be blamed on the next connection. */
+    while (bufferevent_get_openssl_error(bev))
+        ;
 }

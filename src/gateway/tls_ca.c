@@ -16,22 +16,30 @@
 #include "policy.h"
 
 #define LEAF_CACHE 64
+#define RSA_BITS 2048
+
+enum leaf_kind { LEAF_EC, LEAF_RSA, LEAF_KINDS };
 
 struct leaf {
     char name[POLICY_NAME_MAX + 1];
+    enum leaf_kind kind;
     X509 *cert; /* owned */
 };
 
 struct tls_ca {
     X509 *cert;         /* owned: CA certificate */
     EVP_PKEY *key;      /* owned: CA key */
-    EVP_PKEY *leaf_key; /* owned: key of every leaf */
+    EVP_PKEY *leaf_key[LEAF_KINDS]; /* owned: key of every leaf of that kind (RSA: NULL
+                                       until first needed) */
     SSL_CTX *server;    /* owned: guest-facing context */
     SSL_CTX *client;    /* owned: upstream context with the trust store */
     struct leaf leaves[LEAF_CACHE];
     size_t next_leaf;   /* round-robin replacement slot */
     char cert_path[4096];
 };
+
+/* ex_data slot of a server SSL: the name its leaf is for (owned by the SSL). */
+static int name_idx = -1;
 
 static int add_ext(X509 *cert, X509 *issuer, int nid, const char *value)
 {
@@ -131,6 +139,81 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
     return SSL_TLSEXT_ERR_OK;
 }
 
+static void name_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                      void *argp)
+{
+    free(ptr);
+}
+
+/* The leaf for (name, kind), minted and cached on first use. */
+static X509 *leaf_for(struct tls_ca *ca, const char *name, enum leaf_kind kind)
+{
+    for (size_t i = 0; i < LEAF_CACHE; i++)
+        if (ca->leaves[i].cert && ca->leaves[i].kind == kind && strcmp(ca->leaves[i].name, name) == 0)
+            return ca->leaves[i].cert;
+    if (!ca->leaf_key[kind] && !(ca->leaf_key[kind] = EVP_RSA_gen(RSA_BITS)))
+        return NULL;
+    char san[POLICY_NAME_MAX + 8];
+    snprintf(san, sizeof san, "DNS:%s", name);
+    X509 *c = cert_new(name, ca->leaf_key[kind], ca->cert, -3600, 7L * 24 * 3600);
+    /* RSA leaves also do RSA key exchange (keyEncipherment). */
+    if (!c || add_ext(c, ca->cert, NID_basic_constraints, "critical,CA:FALSE") ||
+        add_ext(c, ca->cert, NID_key_usage, kind == LEAF_RSA ? "critical,digitalSignature,keyEncipherment"
+                                                              : "critical,digitalSignature") ||
+        add_ext(c, ca->cert, NID_ext_key_usage, "serverAuth") ||
+        add_ext(c, ca->cert, NID_subject_alt_name, san) ||
+        add_ext(c, ca->cert, NID_authority_key_identifier, "keyid:always") ||
+        !X509_sign(c, ca->key, EVP_sha256())) {
+        X509_free(c);
+        return NULL;
+    }
+    struct leaf *slot = &ca->leaves[ca->next_leaf++ % LEAF_CACHE];
+    X509_free(slot->cert);
+    slot->cert = c;
+    slot->kind = kind;
+    snprintf(slot->name, sizeof slot->name, "%s", name);
+    return c;
+}
+
+/* RSA only for a client that offers no suite an ECDSA key can serve. TLS 1.3 suites
+ * authenticate with any key type (NID_auth_any); so do, on paper, the signalling
+ * values such as the renegotiation SCSV, which are no suites at all; TLS 1.3 suites
+ * are the ones numbered 0x13XX (RFC 8446 B.4). */
+static enum leaf_kind leaf_kind_for(SSL *s)
+{
+    const unsigned char *ids;
+    size_t n = SSL_client_hello_get0_ciphers(s, &ids);
+    bool rsa = false;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        const SSL_CIPHER *c = SSL_CIPHER_find(s, ids + i);
+        int auth = c ? SSL_CIPHER_get_auth_nid(c) : NID_undef;
+        if (auth == NID_auth_ecdsa || (auth == NID_auth_any && SSL_CIPHER_get_protocol_id(c) >> 8 == 0x13))
+            return LEAF_EC;
+        rsa |= auth == NID_auth_rsa;
+    }
+    return rsa ? LEAF_RSA : LEAF_EC;
+}
+
+/* Runs before OpenSSL chooses a suite: installs the leaf matching what the client can
+ * use (see tls_ca.h). */
+static int client_hello(SSL *s, int *alert, void *arg)
+{
+    struct tls_ca *ca = arg;
+    const char *name = SSL_get_ex_data(s, name_idx);
+    const unsigned char *ext;
+    size_t extlen;
+    enum leaf_kind kind = leaf_kind_for(s);
+    X509 *leaf = name ? leaf_for(ca, name, kind) : NULL;
+    if (!leaf || SSL_use_certificate(s, leaf) != 1 || SSL_use_PrivateKey(s, ca->leaf_key[kind]) != 1 ||
+        SSL_add1_chain_cert(s, ca->cert) != 1) {
+        *alert = SSL_AD_INTERNAL_ERROR;
+        return SSL_CLIENT_HELLO_ERROR;
+    }
+    if (SSL_client_hello_get0_ext(s, TLSEXT_TYPE_signature_algorithms, &ext, &extlen) != 1)
+        SSL_set_security_level(s, 0); /* SHA-1 signatures: see tls_ca.h */
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
 int tls_ca_open(const char *dir, const char *trust_file, struct tls_ca **out, char *err,
                 size_t errlen)
 {
@@ -150,16 +233,19 @@ int tls_ca_open(const char *dir, const char *trust_file, struct tls_ca **out, ch
         snprintf(err, errlen, "cannot load or create the CA in %s", dir);
         goto fail;
     }
-    ca->leaf_key = EVP_EC_gen("P-256");
+    if (name_idx < 0)
+        name_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, name_free);
+    ca->leaf_key[LEAF_EC] = EVP_EC_gen("P-256");
     ca->server = SSL_CTX_new(TLS_server_method());
     ca->client = SSL_CTX_new(TLS_client_method());
-    if (!ca->leaf_key || !ca->server || !ca->client ||
+    if (name_idx < 0 || !ca->leaf_key[LEAF_EC] || !ca->server || !ca->client ||
         !SSL_CTX_set_min_proto_version(ca->server, TLS1_2_VERSION) ||
         !SSL_CTX_set_min_proto_version(ca->client, TLS1_2_VERSION)) {
         snprintf(err, errlen, "TLS context setup failed");
         goto fail;
     }
     SSL_CTX_set_alpn_select_cb(ca->server, alpn_select, NULL);
+    SSL_CTX_set_client_hello_cb(ca->server, client_hello, ca);
     SSL_CTX_set_verify(ca->client, SSL_VERIFY_PEER, NULL);
     if (trust_file ? SSL_CTX_load_verify_locations(ca->client, trust_file, NULL) != 1
                    : SSL_CTX_set_default_verify_paths(ca->client) != 1) {
@@ -181,44 +267,19 @@ void tls_ca_free(struct tls_ca *ca)
         X509_free(ca->leaves[i].cert);
     X509_free(ca->cert);
     EVP_PKEY_free(ca->key);
-    EVP_PKEY_free(ca->leaf_key);
+    for (int k = 0; k < LEAF_KINDS; k++)
+        EVP_PKEY_free(ca->leaf_key[k]);
     SSL_CTX_free(ca->server);
     SSL_CTX_free(ca->client);
     free(ca);
 }
 
-static X509 *leaf_for(struct tls_ca *ca, const char *name)
-{
-    for (size_t i = 0; i < LEAF_CACHE; i++)
-        if (ca->leaves[i].cert && strcmp(ca->leaves[i].name, name) == 0)
-            return ca->leaves[i].cert;
-    char san[POLICY_NAME_MAX + 8];
-    snprintf(san, sizeof san, "DNS:%s", name);
-    X509 *c = cert_new(name, ca->leaf_key, ca->cert, -3600, 7L * 24 * 3600);
-    if (!c || add_ext(c, ca->cert, NID_basic_constraints, "critical,CA:FALSE") ||
-        add_ext(c, ca->cert, NID_key_usage, "critical,digitalSignature") ||
-        add_ext(c, ca->cert, NID_ext_key_usage, "serverAuth") ||
-        add_ext(c, ca->cert, NID_subject_alt_name, san) ||
-        add_ext(c, ca->cert, NID_authority_key_identifier, "keyid:always") ||
-        !X509_sign(c, ca->key, EVP_sha256())) {
-        X509_free(c);
-        return NULL;
-    }
-    struct leaf *slot = &ca->leaves[ca->next_leaf++ % LEAF_CACHE];
-    X509_free(slot->cert);
-    slot->cert = c;
-    snprintf(slot->name, sizeof slot->name, "%s", name);
-    return c;
-}
-
 SSL *tls_ca_server_ssl(struct tls_ca *ca, const char *name)
 {
-    X509 *leaf = leaf_for(ca, name);
-    SSL *ssl = leaf ? SSL_new(ca->server) : NULL;
-    if (!ssl)
-        return NULL;
-    if (SSL_use_certificate(ssl, leaf) != 1 || SSL_use_PrivateKey(ssl, ca->leaf_key) != 1 ||
-        SSL_add1_chain_cert(ssl, ca->cert) != 1) {
+    SSL *ssl = SSL_new(ca->server);
+    char *copy = strdup(name);
+    if (!ssl || !copy || SSL_set_ex_data(ssl, name_idx, copy) != 1) {
+        free(copy);
         SSL_free(ssl);
         return NULL;
     }

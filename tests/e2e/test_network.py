@@ -244,10 +244,6 @@ def test_vm_credentials_never_come_back(net_spaced, vm_sbx):
         assert r.status == 400, (bad, r)
 
 
-@pytest.mark.xfail(strict=True, reason="busybox wget's built-in TLS (the guest has no openssl) "
-                   "shares no cipher suite with the gateway's EC P-256 leaf, so the handshake "
-                   "fails (the gateway no longer crashes on it: tests/netsec/test_creds.py); "
-                   "remove this mark once the gateway can serve such clients")
 def test_vm_credential_injected_on_the_way_out(lab, net_spaced, vm_sbx):
     r = net_spaced.request("PUT", "/v1/sandboxes/%s/credentials" % vm_sbx,
                            [{"host": "api.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}])
@@ -262,8 +258,20 @@ def test_vm_credential_injected_on_the_way_out(lab, net_spaced, vm_sbx):
     assert netlab.TOKEN not in out
     ev = [e for e in lab.since(mark) if e["kind"] == "api"]
     assert ev and ev[0]["authorized"], ev
-    code, out = sh_in(net_spaced, vm_sbx, "grep -r %s /etc /root /tmp /run 2>/dev/null; true" % netlab.TOKEN)
-    assert netlab.TOKEN not in out
+    # Nowhere the guest can look: files, its environment, every process's environment
+    # and command line. The command carries the token in two halves (its own command
+    # line is under /proc too); the second run plants it to show the search finds it.
+    half = len(netlab.TOKEN) // 2
+    search = ("a='%s'; b='%s'; t=\"$a$b\"; grep -r -l -F \"$t\" /etc /root /tmp /run /var 2>/dev/null"
+              " | sed 's/^/LEAK file /'; p=$(env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline"
+              " 2>/dev/null | tr '\\0' '\\n'); case \"$p\" in *\"$t\"*) echo LEAK proc;; esac; echo searched"
+              % (netlab.TOKEN[:half], netlab.TOKEN[half:]))
+    code, out = sh_in(net_spaced, vm_sbx, search)
+    assert code == 0 and "searched" in out and "LEAK" not in out, out
+    code, out = sh_in(net_spaced, vm_sbx, search.replace("; grep", "; export PLANTED=\"$t\"; grep", 1))
+    assert "LEAK proc" in out, out
+    log = net_spaced.request("GET", "/v1/sandboxes/%s/network/log" % vm_sbx).json["entries"]
+    assert any(e["kind"] == "mitm" and e["allowed"] and e["name"] == "api.test" for e in log), log
 
 
 def test_vm_network_survives_a_gateway_crash(net_spaced, vm_sbx):
