@@ -1,9 +1,12 @@
 /* frame.c: agent protocol wire format (parse, validate, encode); see frame.h. */
 #include "frame.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define FRAME_HELLO_MAX 4096u
 
@@ -202,4 +205,37 @@ const char *frame_type_name(unsigned type)
     static const char *const names[] = {"?",    "HELLO", "PING",  "PONG",  "OPEN",  "DATA",
                                         "EOF",  "CREDIT", "CTRL", "EVENT", "ERROR", "CLOSE"};
     return type <= FRAME_TYPE_MAX ? names[type] : "?";
+}
+
+int frame_tcp_target(const char *host, long long port, struct sockaddr_storage *addr,
+                     unsigned *addrlen, const char **why)
+{
+    struct sockaddr_in v4 = {.sin_family = AF_INET};
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
+    if (port < 1 || port > 65535) {
+        *why = "port must be 1..65535";
+        return -1;
+    }
+    if (!host || strlen(host) > FRAME_TCP_HOST_MAX) {
+        *why = "host must be an IPv4 or IPv6 address";
+        return -1;
+    }
+    if (inet_pton(AF_INET, host, &v4.sin_addr) == 1) {
+        v4.sin_port = htons((uint16_t)port);
+        if (addr) {
+            memcpy(addr, &v4, sizeof v4);
+            *addrlen = sizeof v4;
+        }
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &v6.sin6_addr) == 1) {
+        v6.sin6_port = htons((uint16_t)port);
+        if (addr) {
+            memcpy(addr, &v6, sizeof v6);
+            *addrlen = sizeof v6;
+        }
+        return 0;
+    }
+    *why = "host must be an IPv4 or IPv6 address";
+    return -1;
 }

@@ -95,6 +95,9 @@ enum frame_parse_result {
 #define FRAME_E_TOO_MANY          "too_many"           /* channel/process/size limit */
 #define FRAME_E_UNSUPPORTED       "unsupported"        /* unknown op or version */
 #define FRAME_E_DISCONNECTED      "disconnected"       /* connection went away (host) */
+#define FRAME_E_REFUSED           "connection_refused" /* tcp: nothing listens there */
+#define FRAME_E_UNREACHABLE       "unreachable"        /* tcp: no route, or timed out */
+#define FRAME_E_RESET             "connection_reset"   /* tcp: the peer reset it */
 #define FRAME_E_INTERNAL          "internal"           /* anything else (errno text) */
 
 /* Parses one frame from buf[0..len). Checks the header only: reserved bytes are zero and
@@ -125,6 +128,19 @@ json_t *frame_json(const struct frame *f, char *err, size_t errlen);
 /* Serialises `obj` compactly for a frame payload. Returns a malloc'd string the caller
  * frees and its length in *len, or NULL if it does not fit in FRAME_MAX_PAYLOAD. */
 char *frame_json_dump(const json_t *obj, size_t *len);
+
+/* The `tcp` op (a byte channel to a TCP port in the guest): limits and the target check
+ * both ends apply, agentc before sending the OPEN and the agent on receipt. */
+#define FRAME_TCP_MAX          64          /* open tcp channels per connection */
+#define FRAME_TCP_HOST_DEFAULT "127.0.0.1"
+#define FRAME_TCP_HOST_MAX     45          /* longest IPv6 literal */
+
+/* Checks a tcp target: host is an IPv4 or IPv6 literal (no names: the agent must not
+ * resolve), port 1..65535. Fills *addr (a struct sockaddr_in or sockaddr_in6) and
+ * *addrlen when addr is non-NULL. Returns 0, or -1 with *why a static string. */
+struct sockaddr_storage;
+int frame_tcp_target(const char *host, long long port, struct sockaddr_storage *addr,
+                     unsigned *addrlen, const char **why);
 
 /* Name of a frame type for logs ("DATA"), "?" if unknown. */
 const char *frame_type_name(unsigned type);

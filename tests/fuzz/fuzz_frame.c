@@ -1,12 +1,34 @@
 /* fuzz_frame: the frame parser and validator on arbitrary bytes. Every parsed frame is
  * checked for both directions, its header re-encoded (must match the input bytes), and
- * its payload decoded as CREDIT or JSON when the type says so. */
+ * its payload decoded as CREDIT or JSON when the type says so; a `tcp` OPEN's target
+ * goes through frame_tcp_target (the check both ends apply). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/socket.h>
+
 #include "frame.h"
+
+/* The target of a tcp OPEN: accepted ones must have produced an address. */
+static void check_tcp(json_t *req)
+{
+    if (!json_is_string(json_object_get(req, "op")) ||
+        strcmp(json_string_value(json_object_get(req, "op")), "tcp") != 0)
+        return;
+    struct sockaddr_storage sa;
+    unsigned len = 0;
+    const char *why = NULL;
+    json_t *host = json_object_get(req, "host");
+    if (frame_tcp_target(json_is_string(host) ? json_string_value(host) : FRAME_TCP_HOST_DEFAULT,
+                         json_integer_value(json_object_get(req, "port")), &sa, &len, &why) == 0) {
+        if (len == 0 || len > sizeof sa || (sa.ss_family != AF_INET && sa.ss_family != AF_INET6))
+            __builtin_trap();
+    } else if (!why) {
+        __builtin_trap();
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -36,6 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             char err[128];
             json_t *j = frame_json(&f, err, sizeof err);
             if (j) {
+                if (f.type == FRAME_OPEN)
+                    check_tcp(j);
                 size_t n;
                 char *s = frame_json_dump(j, &n);
                 free(s);

@@ -100,6 +100,18 @@ struct agentc_chan *agentc_open(struct agentc *c, json_t *request,
                                 const struct agentc_chan_ops *ops, void *arg, unsigned flags,
                                 char *err, size_t errlen);
 
+/* Opens a `tcp` channel: a connection the agent makes inside the guest to host:port
+ * (host NULL = 127.0.0.1; an IPv4/IPv6 literal, port 1..65535: checked here with
+ * frame_tcp_target, as the agent does). Bytes written with agentc_write go to the
+ * guest's server, its bytes arrive as FRAME_STREAM_OUT data; agentc_eof half-closes
+ * our side, on_eof(OUT) is the server's half-close. The agent sends EVENT
+ * {"type":"connected"} once connected, ERROR (connection_refused, unreachable,
+ * connection_reset, too_many, ...) + close on failure, and closes the channel when
+ * both directions have ended. Returns NULL with a reason in err like agentc_open. */
+struct agentc_chan *agentc_open_tcp(struct agentc *c, const char *host, unsigned port,
+                                    const struct agentc_chan_ops *ops, void *arg,
+                                    unsigned flags, char *err, size_t errlen);
+
 /* Queues bytes for FRAME_STREAM_IN (copied). Sent in frames as the agent grants credit.
  * Returns 0, or -1 if the channel's IN stream was already ended or the connection is down. */
 int agentc_write(struct agentc_chan *ch, const void *data, size_t len);
