@@ -7,12 +7,19 @@ Fixtures:
                 idempotency, illegal transitions) runs without VMs or guest artifacts
   fresh_spaced  function-scoped factory for tests that kill and restart spaced
   need_vm       skips, saying what is missing, unless real VMs can run here
+
+At the end of the session, any process of this test run still alive (spacedlib.RUN_DIR
+on its command line: QEMU, space-gateway, spaced) fails the run and is killed.
 """
 import shutil
 
 import pytest
 
-from spacedlib import GUEST, Spaced, make_fake_guest, vm_missing
+from spacedlib import GUEST, Spaced, check_leftovers, make_fake_guest, vm_missing
+
+
+def pytest_sessionfinish(session, exitstatus):
+    check_leftovers(session)
 
 
 @pytest.fixture
@@ -47,10 +54,22 @@ def fresh_spaced():
     made = []
 
     def make(guest_dir=None, data_dir=None):
-        s = Spaced(guest_dir or GUEST, data_dir).start()
+        s = Spaced(guest_dir or GUEST, data_dir)
         made.append(s)
-        return s
+        return s.start()
 
     yield make
-    for s in made:
-        s.stop()
+    stop_all(made)
+
+
+def stop_all(daemons):
+    """Stops every daemon, newest first (a restart test's successor on a shared data dir
+    is stopped before its predecessor's cleanup runs), even when one of them fails."""
+    errors = []
+    for s in reversed(daemons):
+        try:
+            s.stop()
+        except AssertionError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]

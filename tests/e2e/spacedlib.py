@@ -2,9 +2,16 @@
 named module, so tests/e2e and tests/netsec can be collected in one pytest run):
 a real spaced on a free port with its own data directory.
 
+Every data and guest directory a test run makes lives under one run directory
+(RUN_DIR, a fresh /tmp/spt* per pytest process, shared with child processes and with a
+second import of this module through SPACE_TEST_RUN_DIR). A process whose command line
+names RUN_DIR belongs to this run and to no other run on the machine; at the end of the
+session check_leftovers() fails the run loudly if any is still alive, and kills it.
+
 Environment:
   SPACE_BUILD  directory holding the spaced binary (default build/san)
   SPACE_GUEST  guest directory with vmlinux, initramfs.cpio, templates/ (default build/guest)
+  SPACE_TEST_KEEP  set: keep RUN_DIR (logs of stopped daemons are removed anyway)
 """
 import http.client
 import json
@@ -23,13 +30,90 @@ BUILD = os.path.abspath(os.environ.get("SPACE_BUILD", os.path.join(ROOT, "build"
 GUEST = os.path.abspath(os.environ.get("SPACE_GUEST", os.path.join(ROOT, "build", "guest")))
 SPACED = os.path.join(BUILD, "spaced")
 
+
+def _run_dir():
+    d = os.environ.get("SPACE_TEST_RUN_DIR")
+    if not d or not os.path.isdir(d):
+        # Short (Unix socket paths under it are limited to 108 bytes) and unique.
+        d = tempfile.mkdtemp(prefix="spt", dir="/tmp")
+        os.environ["SPACE_TEST_RUN_DIR"] = d
+    return d
+
+
+RUN_DIR = _run_dir()
+
 # Route contexts registered once at start-up live as long as the process by design;
 # LeakSanitizer must not turn them into a failed exit status. Anything else leaked
 # still fails the test that stops spaced.
-_LSAN_SUPP = os.path.join(tempfile.gettempdir(), "space-e2e-lsan.supp")
+_LSAN_SUPP = os.path.join(RUN_DIR, "lsan.supp")
 with open(_LSAN_SUPP, "w") as _f:
     _f.write("leak:routes_sessions_register\nleak:routes_files_register\nleak:routes_network_register\nleak:net_get\nleak:e2b_register\n")
 SPACED_ENV = dict(os.environ, LSAN_OPTIONS="suppressions=%s:print_suppressions=0" % _LSAN_SUPP)
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def _ancestors():
+    """This process and its parents (never to be killed)."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def procs_naming(path):
+    """[(pid, argv)] of live processes whose command line names `path` (a directory:
+    matched as `path/` anywhere in an argument, or the argument itself)."""
+    mine = _ancestors()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in mine:
+            continue
+        argv = _cmdline(int(name))
+        if argv and any(a == path or (path + "/") in a for a in argv):
+            found.append((int(name), argv))
+    return found
+
+
+def kill_procs(procs):
+    for pid, _ in procs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def check_leftovers(session):
+    """pytest_sessionfinish body shared by the e2e, e2b and netsec conftests: every
+    process of this run (QEMU, space-gateway, spaced, qemu-img...) must be gone once all
+    fixtures are torn down. Leftovers are listed in red, killed, and fail the run."""
+    left = procs_naming(RUN_DIR)
+    if left:
+        kill_procs(left)
+        lines = ["%d %s" % (pid, " ".join(argv)[:400]) for pid, argv in left]
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = ("%d process(es) of this test run outlived their tests (killed now); "
+               "a fixture or spaced failed to end them:\n%s" % (len(left), "\n".join(lines)))
+        if tr:
+            tr.ensure_newline()
+            tr.write_sep("!", "LEFTOVER PROCESSES", red=True, bold=True)
+            tr.write_line(msg, red=True)
+        else:
+            print(msg)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not os.environ.get("SPACE_TEST_KEEP") and os.path.isdir(RUN_DIR):
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 def free_port():
@@ -56,11 +140,15 @@ class Response:
 
 
 class Spaced:
-    """One spaced process. Sandboxes' QEMU processes are killed on stop(cleanup=True)."""
+    """One spaced process. On stop(cleanup=True) everything it left (sandbox QEMUs,
+    template VMs, its gateway, namespaces, the data dir) is ended and removed, unless a
+    later Spaced still runs on the same data dir (a restart test): that one cleans up."""
+
+    live = []  # every Spaced whose process was started and not yet stopped
 
     def __init__(self, guest_dir, data_dir=None):
         self.guest_dir = guest_dir
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="spd")
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="spd", dir=RUN_DIR)
         self.port = None
         self.proc = None
         self.log_path = os.path.join(self.data_dir, "spaced.log")
@@ -84,16 +172,26 @@ class Spaced:
              "--guest-dir", self.guest_dir, *extra],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=SPACED_ENV)
         log.close()
+        if self not in Spaced.live:
+            Spaced.live.append(self)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail("spaced exited with %s at start; log:\n%s" % (self.proc.returncode, self.log()))
+                pytest.fail("spaced exited with %s at start; log:\n%s" % (self.proc.returncode, self._abandon()))
             try:
                 if self.request("GET", "/healthz", key=None).status == 200:
                     return self
             except OSError:
                 time.sleep(0.05)
-        pytest.fail("spaced did not answer /healthz within 30 s; log:\n%s" % self.log())
+        pytest.fail("spaced did not answer /healthz within 30 s; log:\n%s" % self._abandon())
+
+    def _abandon(self):
+        """A start that failed: nothing may outlive it. Returns the log's tail."""
+        if self.proc.poll() is None:
+            self.kill9()
+        log = self.log()
+        self.cleanup()
+        return log
 
     def log(self):
         try:
@@ -113,32 +211,32 @@ class Spaced:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill9()
-        if self.proc and self.proc.returncode not in (0, -signal.SIGKILL):
-            # ASan reports and crashes must fail the test run, not vanish.
-            raise AssertionError("spaced exited with %s; log:\n%s" % (self.proc.returncode, self.log()))
+        failed = self.proc and self.proc.returncode not in (0, -signal.SIGKILL)
+        log = self.log() if failed else ""
         if cleanup:
-            self.kill_vms()
-            self.kill_gateway()
-            self.remove_netns()
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.cleanup()
+        if failed:
+            # ASan reports and crashes must fail the test run, not vanish; what it left
+            # running is ended first (above).
+            raise AssertionError("spaced exited with %s; log:\n%s" % (self.proc.returncode, log))
 
-    def kill_vms(self):
-        run = os.path.join(self.data_dir, "run")
-        for d in os.listdir(run) if os.path.isdir(run) else []:
-            try:
-                with open(os.path.join(run, d, "qemu.pid")) as f:
-                    os.kill(int(f.read().strip()), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+    def cleanup(self):
+        """Ends and removes what this instance left, unless another live instance uses
+        the same data dir."""
+        if self in Spaced.live:
+            Spaced.live.remove(self)
+        if any(o.data_dir == self.data_dir and o.proc and o.proc.poll() is None for o in Spaced.live):
+            return
+        self.kill_processes()
+        self.remove_netns()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def kill_gateway(self):
-        """spaced leaves its gateway running while sandboxes have a NIC (for the next
-        spaced to adopt): nothing will adopt this one."""
-        try:
-            with open(os.path.join(self.data_dir, "gateway", "gateway.pid")) as f:
-                os.kill(int(f.read().strip()), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
+    def kill_processes(self):
+        """Ends every process naming this data dir: sandbox and template QEMUs (also one
+        whose pid file was never written, or was overwritten by a rebuild), qemu-img, and
+        the gateway spaced leaves running while sandboxes have a NIC (for the next spaced
+        to adopt; nothing will adopt this one). Found by command line, not pid files."""
+        kill_procs(procs_naming(self.data_dir))
 
     def remove_netns(self):
         """Unmounts the namespaces of this instance's sandboxes (named by the records in
@@ -193,7 +291,7 @@ class Spaced:
 def make_fake_guest():
     """A guest dir with a template whose rootfs exists but no kernel: creates are
     accepted and then fail fast, without QEMU."""
-    d = tempfile.mkdtemp(prefix="spg")
+    d = tempfile.mkdtemp(prefix="spg", dir=RUN_DIR)
     os.makedirs(os.path.join(d, "templates", "fake"))
     with open(os.path.join(d, "templates", "fake", "rootfs.ext4"), "wb") as f:
         f.write(b"\0" * 4096)
