@@ -1,16 +1,13 @@
 /* store_checks.h: behavioural checks of a store backend, shared by the tests of every
  * backend so that all of them are held to the same semantics.
  *
- * The includer defines, before including:
- *   STORE_T               the backend's handle type (struct store, struct store_pg)
- *   STORE_FN(name)        the backend's function for store.h's store_<name>
- *                         (e.g. #define STORE_FN(n) store_pg_##n)
- *   checks_open()         STORE_T *: opens the backend's store for the current test, or
- *                         fails the test
+ * Both backends sit behind the same store.h functions; the includer only says where its
+ * store lives by defining, before including:
+ *   checks_open()         struct store *: opens the backend's store for the current test
+ *                         (store_open of a SQLite path or a PostgreSQL URL), or fails it
  *   checks_open_quiet(err, cap)
- *                         STORE_T *: the same without failing (used in forked children)
+ *                         struct store *: the same without failing (used in forked children)
  * and gets static check_* functions (cmocka test bodies) to list in its own main().
- * Record clearing (store_sbx_clear...) is backend-neutral and comes from store.h.
  *
  * What is checked: every table's round trip, uniqueness (STORE_CONFLICT), NOTFOUND,
  * filters and keyset pagination, transactions and rollback, and crash consistency (a
@@ -55,30 +52,30 @@ static void fill_sbx(struct store_sbx *s, const char *id, const char *tenant, co
 static void check_tenants_and_keys(void **state)
 {
     (void)state;
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_tenant t = {.id = "tn1", .name = "team", .created_ms = 5};
-    assert_int_equal(STORE_FN(tenant_put)(st, &t), 0);
-    assert_int_equal(STORE_FN(tenant_put)(st, &t), STORE_CONFLICT);
+    assert_int_equal(store_tenant_put(st, &t), 0);
+    assert_int_equal(store_tenant_put(st, &t), STORE_CONFLICT);
     struct store_tenant got;
-    assert_int_equal(STORE_FN(tenant_by_name)(st, "team", &got), 0);
+    assert_int_equal(store_tenant_by_name(st, "team", &got), 0);
     assert_string_equal(got.id, "tn1");
-    assert_int_equal(STORE_FN(tenant_get)(st, "nope", &got), STORE_NOTFOUND);
+    assert_int_equal(store_tenant_get(st, "nope", &got), STORE_NOTFOUND);
 
     struct store_key k = {.id = "ak1", .tenant = "tn1", .hash = "abc", .prefix = "space_12", .admin = true,
                           .created_ms = 1};
-    assert_int_equal(STORE_FN(key_put)(st, &k), 0);
+    assert_int_equal(store_key_put(st, &k), 0);
     struct store_key kk;
-    assert_int_equal(STORE_FN(key_by_hash)(st, "abc", &kk), 0);
+    assert_int_equal(store_key_by_hash(st, "abc", &kk), 0);
     assert_string_equal(kk.id, "ak1");
     assert_true(kk.admin);
     assert_int_equal(kk.revoked_ms, 0);
-    assert_int_equal(STORE_FN(key_revoke)(st, "ak1", 77), 0);
-    assert_int_equal(STORE_FN(key_revoke)(st, "ak1", 78), STORE_NOTFOUND); /* already revoked */
-    assert_int_equal(STORE_FN(key_revoke)(st, "ak2", 78), STORE_NOTFOUND);
-    assert_int_equal(STORE_FN(key_get)(st, "ak1", &kk), 0);
+    assert_int_equal(store_key_revoke(st, "ak1", 77), 0);
+    assert_int_equal(store_key_revoke(st, "ak1", 78), STORE_NOTFOUND); /* already revoked */
+    assert_int_equal(store_key_revoke(st, "ak2", 78), STORE_NOTFOUND);
+    assert_int_equal(store_key_get(st, "ak1", &kk), 0);
     assert_int_equal(kk.revoked_ms, 77);
-    assert_int_equal(STORE_FN(key_by_hash)(st, "zzz", &kk), STORE_NOTFOUND);
-    STORE_FN(close)(st);
+    assert_int_equal(store_key_by_hash(st, "zzz", &kk), STORE_NOTFOUND);
+    store_close(st);
 }
 
 static int count_cb(const struct store_sbx *s, void *arg)
@@ -92,73 +89,73 @@ static int count_cb(const struct store_sbx *s, void *arg)
 static void check_sandboxes_list(void **state)
 {
     (void)state;
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_sbx s;
     fill_sbx(&s, "sb1", "A", "base", "running", "{\"grp\":\"x\",\"n\":\"1\"}");
-    assert_int_equal(STORE_FN(sbx_put)(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     fill_sbx(&s, "sb2", "A", "python", "paused", "{\"grp\":\"y\"}");
-    assert_int_equal(STORE_FN(sbx_put)(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     fill_sbx(&s, "sb3", "A", "base", "deleted", "{\"grp\":\"x\"}");
-    assert_int_equal(STORE_FN(sbx_put)(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     fill_sbx(&s, "sb4", "B", "base", "running", "{\"grp\":\"x\"}");
-    assert_int_equal(STORE_FN(sbx_put)(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     fill_sbx(&s, "sb5", "A", "base", "running", "{\"grp\":\"x\",\"n\":\"2\"}");
-    assert_int_equal(STORE_FN(sbx_put)(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     /* upsert changes state and keeps one row */
     fill_sbx(&s, "sb1", "A", "base", "stopped", "{\"grp\":\"x\",\"n\":\"1\"}");
     s.failure = (char *)"why";
-    assert_int_equal(STORE_FN(sbx_put)(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
 
     struct store_sbx got;
-    assert_int_equal(STORE_FN(sbx_get)(st, "sb1", &got), 0);
+    assert_int_equal(store_sbx_get(st, "sb1", &got), 0);
     assert_string_equal(got.state, "stopped");
     assert_string_equal(got.failure, "why");
     assert_string_equal(got.network_json, "{\"mode\":\"none\"}");
     store_sbx_clear(&got);
-    assert_int_equal(STORE_FN(sbx_get)(st, "zz", &got), STORE_NOTFOUND);
+    assert_int_equal(store_sbx_get(st, "zz", &got), STORE_NOTFOUND);
 
     char ids[256] = "";
     bool more;
     struct store_sbx_filter f = {.tenant = "A", .limit = 100};
-    assert_int_equal(STORE_FN(sbx_list)(st, &f, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &f, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb1,sb2,sb5,"); /* tenant B and deleted rows hidden */
     assert_false(more);
 
     ids[0] = '\0';
     f.limit = 2;
-    assert_int_equal(STORE_FN(sbx_list)(st, &f, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &f, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb1,sb2,");
     assert_true(more);
     ids[0] = '\0';
     f.after_id = "sb2";
-    assert_int_equal(STORE_FN(sbx_list)(st, &f, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &f, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb5,");
     assert_false(more);
 
     ids[0] = '\0';
     struct store_sbx_filter g = {.tenant = "A", .limit = 100, .metadata_json = "{\"grp\":\"x\"}"};
-    assert_int_equal(STORE_FN(sbx_list)(st, &g, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &g, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb1,sb5,");
     ids[0] = '\0';
     g.metadata_json = "{\"grp\":\"x\",\"n\":\"2\"}";
-    assert_int_equal(STORE_FN(sbx_list)(st, &g, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &g, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb5,");
     g.metadata_json = "[1]";
-    assert_int_equal(STORE_FN(sbx_list)(st, &g, count_cb, ids, &more), -1);
+    assert_int_equal(store_sbx_list(st, &g, count_cb, ids, &more), -1);
 
     ids[0] = '\0';
     struct store_sbx_filter h = {.tenant = "A", .limit = 100, .state = "deleted"};
-    assert_int_equal(STORE_FN(sbx_list)(st, &h, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &h, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb3,");
     ids[0] = '\0';
     struct store_sbx_filter t = {.tenant = "A", .limit = 100, .template_name = "python"};
-    assert_int_equal(STORE_FN(sbx_list)(st, &t, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &t, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sb2,");
 
     ids[0] = '\0';
-    assert_int_equal(STORE_FN(sbx_each_live)(st, count_cb, ids), 0);
+    assert_int_equal(store_sbx_each_live(st, count_cb, ids), 0);
     assert_string_equal(ids, "sb1,sb2,sb4,sb5,");
-    STORE_FN(close)(st);
+    store_close(st);
 }
 
 static int op_ids(const struct store_op *o, void *arg)
@@ -184,24 +181,24 @@ static void fill_op(struct store_op *o, const char *id, const char *tenant, cons
 static void check_operations(void **state)
 {
     (void)state;
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_op o;
     fill_op(&o, "op1", "A", "running", "k1", 10);
-    assert_int_equal(STORE_FN(op_put)(st, &o), 0);
+    assert_int_equal(store_op_put(st, &o), 0);
     fill_op(&o, "op2", "A", "pending", "", 20);
-    assert_int_equal(STORE_FN(op_put)(st, &o), 0);
+    assert_int_equal(store_op_put(st, &o), 0);
     fill_op(&o, "op3", "A", "succeeded", "", 30);
-    assert_int_equal(STORE_FN(op_put)(st, &o), 0);
+    assert_int_equal(store_op_put(st, &o), 0);
     fill_op(&o, "op4", "A", "pending", "k1", 40); /* same tenant + key: refused */
-    assert_int_equal(STORE_FN(op_put)(st, &o), STORE_CONFLICT);
+    assert_int_equal(store_op_put(st, &o), STORE_CONFLICT);
     fill_op(&o, "op5", "B", "pending", "k1", 50); /* other tenant, same key: fine */
-    assert_int_equal(STORE_FN(op_put)(st, &o), 0);
+    assert_int_equal(store_op_put(st, &o), 0);
 
     struct store_op got;
-    assert_int_equal(STORE_FN(op_by_idem)(st, "A", "k1", &got), 0);
+    assert_int_equal(store_op_by_idem(st, "A", "k1", &got), 0);
     assert_string_equal(got.id, "op1");
     store_op_clear(&got);
-    assert_int_equal(STORE_FN(op_by_idem)(st, "A", "", &got), STORE_NOTFOUND);
+    assert_int_equal(store_op_by_idem(st, "A", "", &got), STORE_NOTFOUND);
 
     /* terminal update persists error fields */
     fill_op(&o, "op1", "A", "failed", "k1", 10);
@@ -209,8 +206,8 @@ static void check_operations(void **state)
     o.error_message = (char *)"it broke";
     o.progress = 40;
     o.finished_ms = 99;
-    assert_int_equal(STORE_FN(op_put)(st, &o), 0);
-    assert_int_equal(STORE_FN(op_get)(st, "op1", &got), 0);
+    assert_int_equal(store_op_put(st, &o), 0);
+    assert_int_equal(store_op_get(st, "op1", &got), 0);
     assert_string_equal(got.state, "failed");
     assert_string_equal(got.error_message, "it broke");
     assert_int_equal(got.progress, 40);
@@ -218,15 +215,15 @@ static void check_operations(void **state)
     store_op_clear(&got);
 
     char ids[128] = "";
-    assert_int_equal(STORE_FN(op_each_open)(st, op_ids, ids), 0);
+    assert_int_equal(store_op_each_open(st, op_ids, ids), 0);
     assert_string_equal(ids, "op2,op5,");
     ids[0] = '\0';
-    assert_int_equal(STORE_FN(op_list)(st, "A", NULL, 10, op_ids, ids), 0);
+    assert_int_equal(store_op_list(st, "A", NULL, 10, op_ids, ids), 0);
     assert_string_equal(ids, "op3,op2,op1,");
     ids[0] = '\0';
-    assert_int_equal(STORE_FN(op_list)(st, "A", "sb1", 1, op_ids, ids), 0);
+    assert_int_equal(store_op_list(st, "A", "sb1", 1, op_ids, ids), 0);
     assert_string_equal(ids, "op3,");
-    STORE_FN(close)(st);
+    store_close(st);
 }
 
 static int ses_ids(const struct store_session *s, void *arg)
@@ -244,48 +241,48 @@ static int tpl_names(const struct store_tpl *t, void *arg)
 static void check_sessions_templates_tx(void **state)
 {
     (void)state;
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_session s = {.id = "ss1", .tenant = "A", .sandbox = "sb1", .spec_json = (char *)"{}",
                               .state = "running", .exit_code = -1};
-    assert_int_equal(STORE_FN(session_put)(st, &s), 0);
+    assert_int_equal(store_session_put(st, &s), 0);
     s.exit_code = 3;
     snprintf(s.state, sizeof s.state, "exited");
-    assert_int_equal(STORE_FN(session_put)(st, &s), 0);
+    assert_int_equal(store_session_put(st, &s), 0);
     struct store_session g;
-    assert_int_equal(STORE_FN(session_get)(st, "ss1", &g), 0);
+    assert_int_equal(store_session_get(st, "ss1", &g), 0);
     assert_int_equal(g.exit_code, 3);
     assert_string_equal(g.state, "exited");
     store_session_clear(&g);
     char ids[64] = "";
-    assert_int_equal(STORE_FN(session_each)(st, "sb1", ses_ids, ids), 0);
+    assert_int_equal(store_session_each(st, "sb1", ses_ids, ids), 0);
     assert_string_equal(ids, "ss1");
-    assert_int_equal(STORE_FN(session_delete)(st, "ss1"), 0);
-    assert_int_equal(STORE_FN(session_get)(st, "ss1", &g), STORE_NOTFOUND);
+    assert_int_equal(store_session_delete(st, "ss1"), 0);
+    assert_int_equal(store_session_get(st, "ss1", &g), STORE_NOTFOUND);
 
     struct store_tpl t = {.name = "base", .state = "ready", .dir = "/x"};
-    assert_int_equal(STORE_FN(tpl_put)(st, &t), 0);
+    assert_int_equal(store_tpl_put(st, &t), 0);
     struct store_tpl tg;
-    assert_int_equal(STORE_FN(tpl_get)(st, "base", &tg), 0);
+    assert_int_equal(store_tpl_get(st, "base", &tg), 0);
     assert_string_equal(tg.dir, "/x");
     store_tpl_clear(&tg);
     ids[0] = '\0';
-    assert_int_equal(STORE_FN(tpl_each)(st, tpl_names, ids), 0);
+    assert_int_equal(store_tpl_each(st, tpl_names, ids), 0);
     assert_string_equal(ids, "base");
 
     /* rollback discards everything written since begin */
-    assert_int_equal(STORE_FN(begin)(st), 0);
+    assert_int_equal(store_begin(st), 0);
     struct store_sbx sb;
     fill_sbx(&sb, "sbtx", "A", "base", "running", "{}");
-    assert_int_equal(STORE_FN(sbx_put)(st, &sb), 0);
-    STORE_FN(rollback)(st);
+    assert_int_equal(store_sbx_put(st, &sb), 0);
+    store_rollback(st);
     struct store_sbx got;
-    assert_int_equal(STORE_FN(sbx_get)(st, "sbtx", &got), STORE_NOTFOUND);
-    assert_int_equal(STORE_FN(begin)(st), 0);
-    assert_int_equal(STORE_FN(sbx_put)(st, &sb), 0);
-    assert_int_equal(STORE_FN(commit)(st), 0);
-    assert_int_equal(STORE_FN(sbx_get)(st, "sbtx", &got), 0);
+    assert_int_equal(store_sbx_get(st, "sbtx", &got), STORE_NOTFOUND);
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_sbx_put(st, &sb), 0);
+    assert_int_equal(store_commit(st), 0);
+    assert_int_equal(store_sbx_get(st, "sbtx", &got), 0);
     store_sbx_clear(&got);
-    STORE_FN(close)(st);
+    store_close(st);
 }
 
 /* A child writes; it dies by SIGKILL (no close, no atexit). The parent reopens. */
@@ -296,31 +293,31 @@ static void check_crash_mid_transaction(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         char err[128];
-        STORE_T *st = checks_open_quiet(err, sizeof err);
+        struct store *st = checks_open_quiet(err, sizeof err);
         struct store_sbx s;
         fill_sbx(&s, "sbcommitted", "A", "base", "running", "{}");
-        if (!st || STORE_FN(sbx_put)(st, &s) != 0)
+        if (!st || store_sbx_put(st, &s) != 0)
             _exit(1);
-        STORE_FN(begin)(st);
+        store_begin(st);
         fill_sbx(&s, "sbtorn", "A", "base", "running", "{}");
-        STORE_FN(sbx_put)(st, &s);
+        store_sbx_put(st, &s);
         struct store_op o;
         fill_op(&o, "optorn", "A", "pending", "", 1);
-        STORE_FN(op_put)(st, &o);
+        store_op_put(st, &o);
         raise(SIGKILL);
         _exit(2);
     }
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_sbx got;
     struct store_op op;
-    assert_int_equal(STORE_FN(sbx_get)(st, "sbcommitted", &got), 0);
+    assert_int_equal(store_sbx_get(st, "sbcommitted", &got), 0);
     store_sbx_clear(&got);
-    assert_int_equal(STORE_FN(sbx_get)(st, "sbtorn", &got), STORE_NOTFOUND);
-    assert_int_equal(STORE_FN(op_get)(st, "optorn", &op), STORE_NOTFOUND);
-    STORE_FN(close)(st);
+    assert_int_equal(store_sbx_get(st, "sbtorn", &got), STORE_NOTFOUND);
+    assert_int_equal(store_op_get(st, "optorn", &op), STORE_NOTFOUND);
+    store_close(st);
 }
 
 /* The child acknowledges each commit on a pipe, like spaced answering 202; the parent
@@ -335,7 +332,7 @@ static void check_crash_loses_nothing_acknowledged(void **state)
     if (pid == 0) {
         close(fds[0]);
         char err[128];
-        STORE_T *st = checks_open_quiet(err, sizeof err);
+        struct store *st = checks_open_quiet(err, sizeof err);
         if (!st)
             _exit(1);
         for (int i = 0;; i++) {
@@ -346,7 +343,7 @@ static void check_crash_loses_nothing_acknowledged(void **state)
             fill_sbx(&s, id, "K", "base", "creating", "{}");
             snprintf(id, sizeof id, "opk%06d", i);
             fill_op(&o, id, "K", "pending", "", i);
-            if (STORE_FN(begin)(st) || STORE_FN(sbx_put)(st, &s) || STORE_FN(op_put)(st, &o) || STORE_FN(commit)(st))
+            if (store_begin(st) || store_sbx_put(st, &s) || store_op_put(st, &o) || store_commit(st))
                 _exit(3);
             if (write(fds[1], &i, sizeof i) != (ssize_t)sizeof i)
                 _exit(4);
@@ -360,19 +357,19 @@ static void check_crash_loses_nothing_acknowledged(void **state)
     waitpid(pid, NULL, 0);
     close(fds[0]);
     assert_true(last >= 40);
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     for (int i = 0; i <= last; i++) {
         char id[32];
         struct store_sbx s;
         struct store_op o;
         snprintf(id, sizeof id, "sbk%06d", i);
-        assert_int_equal(STORE_FN(sbx_get)(st, id, &s), 0);
+        assert_int_equal(store_sbx_get(st, id, &s), 0);
         store_sbx_clear(&s);
         snprintf(id, sizeof id, "opk%06d", i);
-        assert_int_equal(STORE_FN(op_get)(st, id, &o), 0);
+        assert_int_equal(store_op_get(st, id, &o), 0);
         store_op_clear(&o);
     }
-    STORE_FN(close)(st);
+    store_close(st);
 }
 
 

@@ -18,23 +18,21 @@
 #include <cmocka.h>
 #include <postgresql/libpq-fe.h>
 
-#include "daemon/store/store_pg.h"
+#include "daemon/store/store.h"
 
-#define STORE_T struct store_pg
-#define STORE_FN(name) store_pg_##name
 
 static const char *pg_url;
 static char schema[64];
 static char appname[96];
 
-static STORE_T *checks_open_quiet(char *err, size_t cap) { return store_pg_open(pg_url, err, cap); }
+static struct store *checks_open_quiet(char *err, size_t cap) { return store_open(pg_url, err, cap); }
 
-static STORE_T *checks_open(void)
+static struct store *checks_open(void)
 {
     char err[256];
-    STORE_T *st = checks_open_quiet(err, sizeof err);
+    struct store *st = checks_open_quiet(err, sizeof err);
     if (!st)
-        fail_msg("store_pg_open: %s", err);
+        fail_msg("store_open: %s", err);
     return st;
 }
 
@@ -125,12 +123,12 @@ static void test_concurrent_open_migrates_once(void **state)
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
             char err[256];
-            STORE_T *st = checks_open_quiet(err, sizeof err);
+            struct store *st = checks_open_quiet(err, sizeof err);
             if (!st) {
                 fprintf(stderr, "child open: %s\n", err);
                 _exit(1);
             }
-            store_pg_close(st);
+            store_close(st);
             _exit(0);
         }
     }
@@ -139,8 +137,8 @@ static void test_concurrent_open_migrates_once(void **state)
         assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
-    STORE_T *st = checks_open(); /* a further open applies nothing either */
-    store_pg_close(st);
+    struct store *st = checks_open(); /* a further open applies nothing either */
+    store_close(st);
     char sql[200];
     snprintf(sql, sizeof sql,
              "DO $$BEGIN IF (SELECT COUNT(*) FROM %s.space_migrations) <> 1 THEN"
@@ -154,12 +152,12 @@ static void test_newer_schema_refused(void **state)
 {
     (void)state;
     NEED_PG();
-    store_pg_close(checks_open());
+    store_close(checks_open());
     char sql[160];
     snprintf(sql, sizeof sql, "INSERT INTO %s.space_migrations(version) VALUES(99)", schema);
     admin_sql(sql);
     char err[256] = "";
-    assert_null(store_pg_open(pg_url, err, sizeof err));
+    assert_null(store_open(pg_url, err, sizeof err));
     assert_non_null(strstr(err, "newer"));
 }
 
@@ -168,27 +166,28 @@ static void test_two_replicas_share_rows(void **state)
 {
     (void)state;
     NEED_PG();
-    STORE_T *a = checks_open(), *b = checks_open();
+    struct store *a = checks_open(), *b = checks_open();
+    assert_string_equal(store_backend_name(a), "postgresql");
     struct store_tenant t = {.id = "tn1", .name = "team", .created_ms = 5}, got;
-    assert_int_equal(store_pg_tenant_put(a, &t), 0);
-    assert_int_equal(store_pg_tenant_get(b, "tn1", &got), 0);
+    assert_int_equal(store_tenant_put(a, &t), 0);
+    assert_int_equal(store_tenant_get(b, "tn1", &got), 0);
     assert_string_equal(got.name, "team");
     struct store_tenant t2 = {.id = "tn2", .name = "team"};
-    assert_int_equal(store_pg_tenant_put(b, &t2), STORE_CONFLICT);
-    assert_non_null(strstr(store_pg_errmsg(b), "already exists"));
+    assert_int_equal(store_tenant_put(b, &t2), STORE_CONFLICT);
+    assert_non_null(strstr(store_errmsg(b), "already exists"));
 
     /* Uncommitted writes of one replica are invisible to the other until commit. */
     struct store_sbx s;
     fill_sbx(&s, "sbx", "A", "base", "creating", "{}");
-    assert_int_equal(store_pg_begin(a), 0);
-    assert_int_equal(store_pg_sbx_put(a, &s), 0);
+    assert_int_equal(store_begin(a), 0);
+    assert_int_equal(store_sbx_put(a, &s), 0);
     struct store_sbx g;
-    assert_int_equal(store_pg_sbx_get(b, "sbx", &g), STORE_NOTFOUND);
-    assert_int_equal(store_pg_commit(a), 0);
-    assert_int_equal(store_pg_sbx_get(b, "sbx", &g), 0);
+    assert_int_equal(store_sbx_get(b, "sbx", &g), STORE_NOTFOUND);
+    assert_int_equal(store_commit(a), 0);
+    assert_int_equal(store_sbx_get(b, "sbx", &g), 0);
     store_sbx_clear(&g);
-    store_pg_close(a);
-    store_pg_close(b);
+    store_close(a);
+    store_close(b);
 }
 
 /* Two replicas take the same Idempotency-Key at once: whether the second insert runs
@@ -198,29 +197,29 @@ static void test_replicas_race_on_idempotency_key(void **state)
 {
     (void)state;
     NEED_PG();
-    STORE_T *a = checks_open();
+    struct store *a = checks_open();
     struct store_op o;
     fill_op(&o, "opa", "A", "pending", "same-key", 1);
-    assert_int_equal(store_pg_begin(a), 0);
-    assert_int_equal(store_pg_op_put(a, &o), 0);
+    assert_int_equal(store_begin(a), 0);
+    assert_int_equal(store_op_put(a, &o), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         char err[256];
-        STORE_T *b = checks_open_quiet(err, sizeof err);
+        struct store *b = checks_open_quiet(err, sizeof err);
         struct store_op ob;
         fill_op(&ob, "opb", "A", "pending", "same-key", 2);
-        _exit(b && store_pg_op_put(b, &ob) == STORE_CONFLICT ? 0 : 1);
+        _exit(b && store_op_put(b, &ob) == STORE_CONFLICT ? 0 : 1);
     }
-    assert_int_equal(store_pg_commit(a), 0);
+    assert_int_equal(store_commit(a), 0);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     struct store_op got;
-    assert_int_equal(store_pg_op_by_idem(a, "A", "same-key", &got), 0);
+    assert_int_equal(store_op_by_idem(a, "A", "same-key", &got), 0);
     assert_string_equal(got.id, "opa");
     store_op_clear(&got);
-    store_pg_close(a);
+    store_close(a);
 }
 
 /* PostgreSQL aborts a transaction on its first failed statement; the store reports every
@@ -229,19 +228,19 @@ static void test_failed_statement_aborts_transaction(void **state)
 {
     (void)state;
     NEED_PG();
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_tenant t = {.id = "tn1", .name = "team"};
-    assert_int_equal(store_pg_tenant_put(st, &t), 0);
-    assert_int_equal(store_pg_begin(st), 0);
-    assert_int_equal(store_pg_tenant_put(st, &t), STORE_CONFLICT);
+    assert_int_equal(store_tenant_put(st, &t), 0);
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_tenant_put(st, &t), STORE_CONFLICT);
     struct store_tenant t2 = {.id = "tn2", .name = "other"};
-    assert_int_equal(store_pg_tenant_put(st, &t2), -1);
-    assert_non_null(strstr(store_pg_errmsg(st), "aborted"));
-    store_pg_rollback(st);
+    assert_int_equal(store_tenant_put(st, &t2), -1);
+    assert_non_null(strstr(store_errmsg(st), "aborted"));
+    store_rollback(st);
     struct store_tenant got;
-    assert_int_equal(store_pg_tenant_get(st, "tn2", &got), STORE_NOTFOUND);
-    assert_int_equal(store_pg_tenant_put(st, &t2), 0);
-    store_pg_close(st);
+    assert_int_equal(store_tenant_get(st, "tn2", &got), STORE_NOTFOUND);
+    assert_int_equal(store_tenant_put(st, &t2), 0);
+    store_close(st);
 }
 
 /* The server drops the connection (restart, failover, idle kill): the call that finds
@@ -250,26 +249,26 @@ static void test_reconnects_after_server_drop(void **state)
 {
     (void)state;
     NEED_PG();
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     char sql[200];
     snprintf(sql, sizeof sql,
              "SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity WHERE application_name='%s'",
              appname);
     admin_sql(sql);
     struct store_tenant got;
-    assert_int_equal(store_pg_tenant_get(st, "tn1", &got), -1);
-    assert_true(store_pg_errmsg(st)[0] != '\0');
-    assert_int_equal(store_pg_tenant_get(st, "tn1", &got), STORE_NOTFOUND);
+    assert_int_equal(store_tenant_get(st, "tn1", &got), -1);
+    assert_true(store_errmsg(st)[0] != '\0');
+    assert_int_equal(store_tenant_get(st, "tn1", &got), STORE_NOTFOUND);
 
     /* Inside a transaction the loss is reported, never papered over by a reconnect. */
-    assert_int_equal(store_pg_begin(st), 0);
+    assert_int_equal(store_begin(st), 0);
     admin_sql(sql);
-    assert_int_equal(store_pg_tenant_get(st, "tn1", &got), -1);
-    assert_int_equal(store_pg_tenant_get(st, "tn1", &got), -1);
-    assert_non_null(strstr(store_pg_errmsg(st), "inside a transaction"));
-    store_pg_rollback(st);
-    assert_int_equal(store_pg_tenant_get(st, "tn1", &got), STORE_NOTFOUND);
-    store_pg_close(st);
+    assert_int_equal(store_tenant_get(st, "tn1", &got), -1);
+    assert_int_equal(store_tenant_get(st, "tn1", &got), -1);
+    assert_non_null(strstr(store_errmsg(st), "inside a transaction"));
+    store_rollback(st);
+    assert_int_equal(store_tenant_get(st, "tn1", &got), STORE_NOTFOUND);
+    store_close(st);
 }
 
 static void count_running(const char *st, int64_t n, void *arg)
@@ -284,53 +283,53 @@ static void test_order_and_metadata(void **state)
 {
     (void)state;
     NEED_PG();
-    STORE_T *st = checks_open();
+    struct store *st = checks_open();
     struct store_sbx s;
     fill_sbx(&s, "sba", "A", "base", "running", "{\"o\":{\"x\":1}}");
-    assert_int_equal(store_pg_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     fill_sbx(&s, "sb_", "A", "base", "running", "{\"o\":{\"x\":1,\"y\":2}}");
-    assert_int_equal(store_pg_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     fill_sbx(&s, "sbA", "A", "base", "running", NULL);
-    assert_int_equal(store_pg_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_put(st, &s), 0);
     char ids[128] = "";
     bool more;
     struct store_sbx_filter f = {.tenant = "A", .limit = 2};
-    assert_int_equal(store_pg_sbx_list(st, &f, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &f, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sbA,sb_,");
     assert_true(more);
     ids[0] = '\0';
     f.after_id = "sb_";
-    assert_int_equal(store_pg_sbx_list(st, &f, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &f, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sba,");
     assert_false(more);
 
     ids[0] = '\0';
     struct store_sbx_filter m = {.tenant = "A", .limit = 10, .metadata_json = "{\"o\":{\"x\":1}}"};
-    assert_int_equal(store_pg_sbx_list(st, &m, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &m, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sba,"); /* not sb_ (a superset), not sbA (no metadata) */
     ids[0] = '\0';
     m.metadata_json = "{}";
-    assert_int_equal(store_pg_sbx_list(st, &m, count_cb, ids, &more), 0);
+    assert_int_equal(store_sbx_list(st, &m, count_cb, ids, &more), 0);
     assert_string_equal(ids, "sbA,sb_,sba,");
     m.metadata_json = "not json";
-    assert_int_equal(store_pg_sbx_list(st, &m, count_cb, ids, &more), -1);
+    assert_int_equal(store_sbx_list(st, &m, count_cb, ids, &more), -1);
 
     int64_t running = 0;
-    assert_int_equal(store_pg_sbx_count_by_state(st, count_running, &running), 0);
+    assert_int_equal(store_sbx_count_by_state(st, count_running, &running), 0);
     assert_int_equal(running, 3);
-    store_pg_close(st);
+    store_close(st);
 }
 
 static void test_open_errors(void **state)
 {
     (void)state;
     char err[256] = "";
-    assert_null(store_pg_open("postgresql:///space?host=/nonexistent-dir&connect_timeout=2", err, sizeof err));
+    assert_null(store_open("postgresql:///space?host=/nonexistent-dir&connect_timeout=2", err, sizeof err));
     assert_non_null(strstr(err, "cannot connect"));
-    assert_true(store_pg_url_is_pg("postgres://u@h/db"));
-    assert_true(store_pg_url_is_pg("postgresql:///db?host=/run/pg"));
-    assert_true(store_pg_url_is_pg("host=db dbname=space"));
-    assert_false(store_pg_url_is_pg("/var/lib/space/space.db"));
+    assert_true(store_url_is_pg("postgres://u@h/db"));
+    assert_true(store_url_is_pg("postgresql:///db?host=/run/pg"));
+    assert_true(store_url_is_pg("host=db dbname=space"));
+    assert_false(store_url_is_pg("/var/lib/space/space.db"));
 }
 
 int main(void)

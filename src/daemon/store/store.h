@@ -1,18 +1,44 @@
 /* store: durable state of the control plane behind a backend-neutral interface.
  *
- * Backends: SQLite in WAL mode (store_sqlite.c, the embedded default). The interface is
- * shaped so a PostgreSQL backend can implement it later: plain rows, ids chosen by the
- * caller (no autoincrement), times as int64 Unix milliseconds, JSON documents stored as
- * text (the store never looks inside them except where stated), explicit transactions
- * and keyset pagination (ORDER BY id, `id > cursor`). No backend-specific SQL leaks out.
+ * Backends, chosen per handle by store_open():
+ *   - SQLite in WAL mode (store_sqlite.c), the embedded default: a file path.
+ *   - PostgreSQL (store_pg.c, libpq), for control replicas and nodes sharing one
+ *     database: a libpq connection string, URI or key=value form ("postgres://user@host/db",
+ *     "postgresql:///space?host=/run/pg", "host=db dbname=space").
+ * Both run the same statements (store.c, through the driver table of store_backend.h):
+ * plain rows, ids chosen by the caller (no autoincrement), times as int64 Unix
+ * milliseconds, JSON documents stored as text (the store never looks inside them except
+ * where stated), explicit transactions and keyset pagination (ORDER BY id, `id > cursor`,
+ * bytewise order in both). No backend-specific SQL leaks out.
+ *
+ * Schema: created or upgraded at open. Migrations are numbered and recorded in the table
+ * space_migrations, applied in one transaction under a lock (SQLite: BEGIN IMMEDIATE;
+ * PostgreSQL: a transaction-scoped advisory lock), so replicas starting together apply
+ * each one exactly once. A database already upgraded by a newer spaced is refused.
  *
  * Durability: a call that returns 0 has committed (or, inside store_begin/store_commit,
- * the commit has). SQLite runs with synchronous=FULL, so a SIGKILL of spaced (or power
- * loss) after a successful commit loses nothing.
+ * the commit has). SQLite runs with synchronous=FULL; PostgreSQL commits with the
+ * server's synchronous_commit (default on: flushed to its WAL). Either way a SIGKILL of
+ * spaced (or, for SQLite, power loss) after a successful commit loses nothing.
  *
- * Ownership: record structs are caller-owned; char * fields inside a record filled by
- * the store are heap strings owned by the record and released with the matching
- * store_*_clear(). Fixed-size arrays hold ids and short enums.
+ * PostgreSQL differences a caller can observe:
+ *   - After a failed statement inside store_begin/store_commit, PostgreSQL has aborted
+ *     the transaction: every later statement fails until store_rollback (the op engine
+ *     already rolls back on any failure).
+ *   - store_begin starts a READ COMMITTED transaction. Reads lock no rows, so two
+ *     replicas that read-modify-write the same row race (last writer wins), as two
+ *     threads would with SQLite; see docs/multinode.md for what is replica-safe.
+ *   - Every call blocks on a round trip to the server (the caller's event loop waits),
+ *     and a query's rows are fetched whole before the first callback.
+ *   - A broken connection is re-established at the start of the next call outside a
+ *     transaction; a statement is never re-sent after a failure (its effect is unknown),
+ *     and a loss inside a transaction is reported, never papered over.
+ *
+ * Ownership and threading: record structs are caller-owned; char * fields inside a record
+ * filled by the store are heap strings owned by the record and released with the
+ * matching store_*_clear(). Fixed-size arrays hold ids and short enums. One handle is one
+ * connection, used by one thread. A row callback (the fn of the each and list calls) may call the
+ * store on the same handle.
  *
  * Errors: functions return 0 on success, STORE_NOTFOUND when a looked-up row is absent,
  * STORE_CONFLICT on a uniqueness violation, -1 on any other failure; store_errmsg() then
@@ -32,11 +58,19 @@
 
 struct store;
 
-/* Opens (creating if needed) the store at `path` (SQLite file). Creates or upgrades the
- * schema. Returns NULL with a message in errbuf on failure. */
-struct store *store_open(const char *path, char *errbuf, size_t errcap);
+/* True when `url` names a PostgreSQL database ("postgres://", "postgresql://" or a
+ * key=value string with "dbname=" or "host="), false for a file path. */
+bool store_url_is_pg(const char *url);
+
+/* Opens the store: PostgreSQL when store_url_is_pg(url_or_path), else the SQLite file
+ * at that path (created if needed). Creates or upgrades the schema. Returns NULL with a
+ * message in errbuf on failure (PostgreSQL: "cannot connect to PostgreSQL: ..." with
+ * libpq's reason, which names host and user, never the password). */
+struct store *store_open(const char *url_or_path, char *errbuf, size_t errcap);
 void store_close(struct store *st);
 const char *store_errmsg(struct store *st);
+/* "sqlite" or "postgresql". */
+const char *store_backend_name(const struct store *st);
 
 /* Transactions: group several writes into one atomic commit ("intent first": the
  * sandbox's desired state and the operation row land together). Not nestable. */

@@ -1,0 +1,441 @@
+/* store.c: the backend-neutral store of store.h. Every statement is written once here,
+ * in SQL that SQLite and PostgreSQL both accept (`?` placeholders, INSERT ... ON CONFLICT
+ * DO UPDATE, partial unique index, keyset pagination); the handle's driver
+ * (store_backend.h) runs it and records map to rows through store_rec.h. */
+#include "store.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_backend.h"
+#include "store_rec.h"
+
+/* Each entry upgrades the schema by one version; entries are never edited once
+ * released, only appended (a replica may open an older database). Ordered keys are
+ * COLLATE "C" so pagination is bytewise whatever a PostgreSQL database's locale (the
+ * SQLite driver registers "C" as a byte comparison). A SQLite file created before the
+ * version table existed has these tables already: IF NOT EXISTS makes version 1 a no-op
+ * there. */
+static const char *const store_migrations[] = {
+    "CREATE TABLE IF NOT EXISTS tenants("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ms BIGINT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS api_keys("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
+    " prefix TEXT NOT NULL, admin INTEGER NOT NULL, created_ms BIGINT NOT NULL,"
+    " expires_ms BIGINT NOT NULL, revoked_ms BIGINT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS sandboxes("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, template TEXT NOT NULL,"
+    " vcpus INTEGER NOT NULL, memory_mib INTEGER NOT NULL, env TEXT, metadata TEXT,"
+    " network TEXT, timeout_s BIGINT NOT NULL, deadline_ms BIGINT NOT NULL,"
+    " on_timeout TEXT NOT NULL, desired TEXT NOT NULL, state TEXT NOT NULL, failure TEXT,"
+    " run_dir TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes(tenant, id);"
+    "CREATE TABLE IF NOT EXISTS operations("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, kind TEXT NOT NULL,"
+    " target TEXT NOT NULL, state TEXT NOT NULL, error_code TEXT NOT NULL, error_message TEXT,"
+    " progress INTEGER NOT NULL, detail TEXT, idem_key TEXT NOT NULL, body_hash TEXT NOT NULL,"
+    " created_ms BIGINT NOT NULL, started_ms BIGINT NOT NULL, finished_ms BIGINT NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS operations_idem ON operations(tenant, idem_key)"
+    " WHERE idem_key <> '';"
+    "CREATE INDEX IF NOT EXISTS operations_state ON operations(state, created_ms);"
+    "CREATE INDEX IF NOT EXISTS operations_target ON operations(tenant, target, created_ms);"
+    "CREATE TABLE IF NOT EXISTS sessions("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, sandbox TEXT NOT NULL, spec TEXT,"
+    " state TEXT NOT NULL, exit_code INTEGER NOT NULL, exit_signal INTEGER NOT NULL,"
+    " created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sessions_sandbox ON sessions(sandbox, id);"
+    "CREATE TABLE IF NOT EXISTS templates("
+    " name TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, state TEXT NOT NULL, spec TEXT,"
+    " failure TEXT, dir TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL);",
+};
+
+#define SQL_CAP 2048
+
+/* ---- generic reads and writes --------------------------------------------------------- */
+
+static int q(struct store *st, const char *sql, const struct store_arg *args, int nargs,
+             store_row_fn fn, void *arg)
+{
+    return st->ops->query(st, sql, args, nargs, fn, arg, NULL);
+}
+
+/* State of one SELECT of records: the first row into rec (each == NULL) or every row
+ * through each. */
+struct rec_scan {
+    const struct store_table *t;
+    void *rec;
+    int (*each)(const void *rec, void *arg);
+    void *arg;
+    bool found;
+    bool oom;
+};
+
+static int rec_row(void *p, const char *const *cols, int ncols)
+{
+    struct rec_scan *sc = p;
+    if (store_rec_read(sc->t, sc->rec, cols, ncols) != 0) {
+        sc->oom = true;
+        if (sc->t->clear)
+            sc->t->clear(sc->rec);
+        return 1;
+    }
+    sc->found = true;
+    if (!sc->each)
+        return 1;
+    int stop = sc->each(sc->rec, sc->arg);
+    if (sc->t->clear)
+        sc->t->clear(sc->rec);
+    return stop;
+}
+
+/* Runs "SELECT <t's columns> FROM <t> <tail>" with args. With each == NULL the first
+ * row fills rec and no row is STORE_NOTFOUND; otherwise every row goes through
+ * each(rec, arg) (nonzero stops), rec serving as scratch. */
+static int rec_select(struct store *st, const struct store_table *t, const char *tail,
+                      const struct store_arg *args, int nargs, void *rec,
+                      int (*each)(const void *, void *), void *arg)
+{
+    char sql[SQL_CAP];
+    store_rec_select(t, sql, sizeof sql);
+    snprintf(sql + strlen(sql), sizeof sql - strlen(sql), " %s", tail);
+    struct rec_scan sc = {.t = t, .rec = rec, .each = each, .arg = arg};
+    int rc = q(st, sql, args, nargs, rec_row, &sc);
+    if (rc == 0 && sc.oom) {
+        snprintf(st->err, sizeof st->err, "out of memory reading %s", t->name);
+        return -1;
+    }
+    if (rc == 0 && !each && !sc.found)
+        return STORE_NOTFOUND;
+    return rc;
+}
+
+/* The one-row lookup by a single text value. */
+static int rec_get(struct store *st, const struct store_table *t, const char *where,
+                   const char *v, void *out)
+{
+    struct store_arg a = STORE_ARG_S(v);
+    return rec_select(st, t, where, &a, 1, out, NULL, NULL);
+}
+
+static int rec_put(struct store *st, const struct store_table *t, const void *rec)
+{
+    char sql[SQL_CAP];
+    struct store_arg args[STORE_MAX_COLS];
+    store_rec_args(t, rec, args);
+    return q(st, store_rec_insert(t, sql, sizeof sql), args, t->ncols, NULL, NULL);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------- */
+
+bool store_url_is_pg(const char *url)
+{
+    return strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0 ||
+           strstr(url, "dbname=") || strstr(url, "host=");
+}
+
+static int read_i64(void *arg, const char *const *cols, int ncols)
+{
+    *(int64_t *)arg = ncols > 0 && cols[0] ? strtoll(cols[0], NULL, 10) : 0;
+    return 1;
+}
+
+/* Applies the migrations this database has not seen, in one transaction, after the
+ * driver's lock so that concurrent openers wait instead of racing on CREATE TABLE. */
+static int store_migrate(struct store *st)
+{
+    int64_t have = 0, want = (int64_t)(sizeof store_migrations / sizeof store_migrations[0]);
+    if (st->ops->begin(st) != 0 ||
+        (st->ops->migrate_lock_sql && q(st, st->ops->migrate_lock_sql, NULL, 0, NULL, NULL) != 0) ||
+        st->ops->script(st, "CREATE TABLE IF NOT EXISTS space_migrations(version INTEGER PRIMARY KEY,"
+                            " applied_at TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP)") != 0 ||
+        q(st, "SELECT COALESCE(MAX(version), 0) FROM space_migrations", NULL, 0, read_i64, &have) != 0)
+        goto fail;
+    if (have > want) {
+        snprintf(st->err, sizeof st->err,
+                 "database schema version %lld is newer than this spaced understands (%lld)",
+                 (long long)have, (long long)want);
+        goto fail;
+    }
+    for (int64_t v = have + 1; v <= want; v++) {
+        struct store_arg a = STORE_ARG_I(v);
+        if (st->ops->script(st, store_migrations[v - 1]) != 0 ||
+            q(st, "INSERT INTO space_migrations(version) VALUES(?)", &a, 1, NULL, NULL) != 0)
+            goto fail;
+    }
+    if (st->ops->commit(st) == 0)
+        return 0;
+fail:
+    st->ops->rollback(st);
+    return -1;
+}
+
+void *store_handle_new(size_t size, const struct store_ops *ops, char *errbuf, size_t errcap)
+{
+    struct store *st = calloc(1, size);
+    if (!st) {
+        snprintf(errbuf, errcap, "out of memory");
+        return NULL;
+    }
+    st->ops = ops;
+    return st;
+}
+
+struct store *store_open(const char *url_or_path, char *errbuf, size_t errcap)
+{
+    bool pg = store_url_is_pg(url_or_path);
+    struct store *st = pg ? store_pg_open(url_or_path, errbuf, errcap)
+                          : store_sqlite_open(url_or_path, errbuf, errcap);
+    if (!st)
+        return NULL;
+    if (store_migrate(st) != 0) {
+        if (pg)
+            snprintf(errbuf, errcap, "cannot initialise the PostgreSQL store: %s", st->err);
+        else
+            snprintf(errbuf, errcap, "cannot initialise %s: %s", url_or_path, st->err);
+        st->ops->close(st);
+        return NULL;
+    }
+    return st;
+}
+
+void store_close(struct store *st)
+{
+    if (st)
+        st->ops->close(st);
+}
+
+const char *store_errmsg(struct store *st) { return st->err; }
+const char *store_backend_name(const struct store *st) { return st->ops->name; }
+
+int store_begin(struct store *st) { return st->ops->begin(st); }
+int store_commit(struct store *st) { return st->ops->commit(st); }
+void store_rollback(struct store *st) { st->ops->rollback(st); }
+
+/* ---- tenants and keys ----------------------------------------------------------------- */
+
+int store_tenant_put(struct store *st, const struct store_tenant *t)
+{
+    return rec_put(st, &store_tbl_tenants, t);
+}
+
+int store_tenant_get(struct store *st, const char *id, struct store_tenant *out)
+{
+    return rec_get(st, &store_tbl_tenants, "WHERE id=?", id, out);
+}
+
+int store_tenant_by_name(struct store *st, const char *name, struct store_tenant *out)
+{
+    return rec_get(st, &store_tbl_tenants, "WHERE name=?", name, out);
+}
+
+int store_key_put(struct store *st, const struct store_key *k) { return rec_put(st, &store_tbl_keys, k); }
+
+int store_key_by_hash(struct store *st, const char *hash, struct store_key *out)
+{
+    return rec_get(st, &store_tbl_keys, "WHERE hash=?", hash, out);
+}
+
+int store_key_get(struct store *st, const char *id, struct store_key *out)
+{
+    return rec_get(st, &store_tbl_keys, "WHERE id=?", id, out);
+}
+
+int store_key_revoke(struct store *st, const char *id, int64_t now_ms)
+{
+    struct store_arg a[] = {STORE_ARG_I(now_ms), STORE_ARG_S(id)};
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "UPDATE api_keys SET revoked_ms=? WHERE id=? AND revoked_ms=0", a, 2,
+                            NULL, NULL, &changed);
+    return rc == 0 && changed == 0 ? STORE_NOTFOUND : rc;
+}
+
+int store_key_each(struct store *st, int (*fn)(const struct store_key *, void *), void *arg)
+{
+    struct store_key k;
+    return rec_select(st, &store_tbl_keys, "ORDER BY id", NULL, 0, &k,
+                      (int (*)(const void *, void *))fn, arg);
+}
+
+/* ---- sandboxes ------------------------------------------------------------------------ */
+
+int store_sbx_put(struct store *st, const struct store_sbx *s) { return rec_put(st, &store_tbl_sandboxes, s); }
+
+int store_sbx_get(struct store *st, const char *id, struct store_sbx *out)
+{
+    return rec_get(st, &store_tbl_sandboxes, "WHERE id=?", id, out);
+}
+
+/* Metadata filtering happens in C rather than in SQL: JSON operators differ between
+ * SQLite and PostgreSQL, and per-tenant sandbox counts are small. */
+static bool sbx_meta_match(const char *have_json, json_t *want)
+{
+    if (!want)
+        return true;
+    json_t *have = have_json ? json_loads(have_json, 0, NULL) : NULL;
+    bool ok = true;
+    const char *k;
+    json_t *v;
+    json_object_foreach(want, k, v) {
+        json_t *h = have ? json_object_get(have, k) : NULL;
+        if (!h || !json_equal(h, v)) {
+            ok = false;
+            break;
+        }
+    }
+    json_decref(have);
+    return ok;
+}
+
+struct sbx_list_scan {
+    const struct store_sbx_filter *f;
+    json_t *want;
+    int (*fn)(const struct store_sbx *, void *);
+    void *arg;
+    unsigned n;
+    bool *more;
+};
+
+static int sbx_list_row(const void *rec, void *p)
+{
+    const struct store_sbx *s = rec;
+    struct sbx_list_scan *sc = p;
+    if (!sbx_meta_match(s->metadata_json, sc->want))
+        return 0;
+    if (sc->n == sc->f->limit) {
+        *sc->more = true;
+        return 1;
+    }
+    sc->n++;
+    return sc->fn(s, sc->arg);
+}
+
+int store_sbx_list(struct store *st, const struct store_sbx_filter *f,
+                   int (*fn)(const struct store_sbx *, void *), void *arg, bool *more)
+{
+    *more = false;
+    struct sbx_list_scan sc = {.f = f, .fn = fn, .arg = arg, .more = more};
+    if (f->metadata_json) {
+        sc.want = json_loads(f->metadata_json, 0, NULL);
+        if (!json_is_object(sc.want)) {
+            json_decref(sc.want);
+            snprintf(st->err, sizeof st->err, "metadata filter is not a JSON object");
+            return -1;
+        }
+    }
+    struct store_arg a[] = {
+        STORE_ARG_S(f->tenant),        STORE_ARG_S(f->after_id ? f->after_id : ""),
+        STORE_ARG_S(f->state),         STORE_ARG_S(f->state),
+        STORE_ARG_S(f->template_name), STORE_ARG_S(f->template_name),
+    };
+    struct store_sbx s;
+    int rc = rec_select(st, &store_tbl_sandboxes,
+                        "WHERE tenant=? AND id>? AND ((? IS NULL AND state<>'deleted') OR state=?)"
+                        " AND (? IS NULL OR template=?) ORDER BY id",
+                        a, 6, &s, sbx_list_row, &sc);
+    json_decref(sc.want);
+    return rc;
+}
+
+int store_sbx_each_live(struct store *st, int (*fn)(const struct store_sbx *, void *), void *arg)
+{
+    struct store_sbx s;
+    return rec_select(st, &store_tbl_sandboxes, "WHERE state<>'deleted' ORDER BY id", NULL, 0, &s,
+                      (int (*)(const void *, void *))fn, arg);
+}
+
+struct count_scan {
+    void (*fn)(const char *, int64_t, void *);
+    void *arg;
+};
+
+static int count_row(void *p, const char *const *cols, int ncols)
+{
+    struct count_scan *sc = p;
+    if (ncols >= 2)
+        sc->fn(cols[0] ? cols[0] : "", cols[1] ? strtoll(cols[1], NULL, 10) : 0, sc->arg);
+    return 0;
+}
+
+int store_sbx_count_by_state(struct store *st, void (*fn)(const char *, int64_t, void *), void *arg)
+{
+    struct count_scan sc = {fn, arg};
+    return q(st, "SELECT state, COUNT(*) FROM sandboxes GROUP BY state", NULL, 0, count_row, &sc);
+}
+
+/* ---- operations ----------------------------------------------------------------------- */
+
+int store_op_put(struct store *st, const struct store_op *o) { return rec_put(st, &store_tbl_operations, o); }
+
+int store_op_get(struct store *st, const char *id, struct store_op *out)
+{
+    return rec_get(st, &store_tbl_operations, "WHERE id=?", id, out);
+}
+
+int store_op_by_idem(struct store *st, const char *tenant, const char *key, struct store_op *out)
+{
+    struct store_arg a[] = {STORE_ARG_S(tenant), STORE_ARG_S(key)};
+    return rec_select(st, &store_tbl_operations, "WHERE tenant=? AND idem_key=? AND idem_key<>''", a, 2,
+                      out, NULL, NULL);
+}
+
+int store_op_each_open(struct store *st, int (*fn)(const struct store_op *, void *), void *arg)
+{
+    struct store_op o;
+    return rec_select(st, &store_tbl_operations,
+                      "WHERE state IN ('pending','running') ORDER BY created_ms, id", NULL, 0, &o,
+                      (int (*)(const void *, void *))fn, arg);
+}
+
+int store_op_list(struct store *st, const char *tenant, const char *target, unsigned limit,
+                  int (*fn)(const struct store_op *, void *), void *arg)
+{
+    struct store_op o;
+    struct store_arg a[] = {STORE_ARG_S(tenant), STORE_ARG_S(target), STORE_ARG_S(target),
+                            STORE_ARG_I(limit)};
+    return rec_select(st, &store_tbl_operations,
+                      "WHERE tenant=? AND (? IS NULL OR target=?) ORDER BY created_ms DESC, id DESC LIMIT ?",
+                      a, 4, &o, (int (*)(const void *, void *))fn, arg);
+}
+
+/* ---- sessions and templates ----------------------------------------------------------- */
+
+int store_session_put(struct store *st, const struct store_session *s)
+{
+    return rec_put(st, &store_tbl_sessions, s);
+}
+
+int store_session_get(struct store *st, const char *id, struct store_session *out)
+{
+    return rec_get(st, &store_tbl_sessions, "WHERE id=?", id, out);
+}
+
+int store_session_delete(struct store *st, const char *id)
+{
+    struct store_arg a = STORE_ARG_S(id);
+    return q(st, "DELETE FROM sessions WHERE id=?", &a, 1, NULL, NULL);
+}
+
+int store_session_each(struct store *st, const char *sandbox,
+                       int (*fn)(const struct store_session *, void *), void *arg)
+{
+    struct store_session s;
+    struct store_arg a = STORE_ARG_S(sandbox);
+    return rec_select(st, &store_tbl_sessions, "WHERE sandbox=? ORDER BY id", &a, 1, &s,
+                      (int (*)(const void *, void *))fn, arg);
+}
+
+int store_tpl_put(struct store *st, const struct store_tpl *t) { return rec_put(st, &store_tbl_templates, t); }
+
+int store_tpl_get(struct store *st, const char *name, struct store_tpl *out)
+{
+    return rec_get(st, &store_tbl_templates, "WHERE name=?", name, out);
+}
+
+int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *), void *arg)
+{
+    struct store_tpl t;
+    return rec_select(st, &store_tbl_templates, "ORDER BY name", NULL, 0, &t,
+                      (int (*)(const void *, void *))fn, arg);
+}
