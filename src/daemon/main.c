@@ -241,7 +241,6 @@ int main(int argc, char **argv)
 
     /* Sandboxes keep running: the next spaced adopts them (vm_detach in the table). */
     http_server_free(srv);
-    router_shutdown(sp.router); /* route modules free their contexts (router.h) */
     event_free(sigint);
     event_free(sigterm);
     sbx_pools_free(sp.pools); /* unclaimed pooled VMs die with this spaced */
@@ -250,7 +249,7 @@ int main(int argc, char **argv)
     op_engine_free(sp.ops);
     /* vm.c frees detached VMs from the loop: give it that one last turn. */
     event_base_loop(sp.base, EVLOOP_NONBLOCK);
-    router_free(sp.router);
+    router_free(sp.router); /* route modules free their contexts (router.h) */
     auth_free(sp.auth);
     metrics_free(sp.metrics);
     store_close(sp.store);

@@ -48,6 +48,8 @@ struct sbx_pools;
 struct spaced_opts {
     const char *listen;    /* "ADDR:PORT", default 127.0.0.1:7070 */
     const char *data_dir;  /* store, admin.key, per-sandbox dirs; default /var/lib/space */
+    const char *store_url; /* --store / SPACE_STORE_URL: PostgreSQL URL or SQLite path;
+                              NULL = SQLite at <data_dir>/space.db */
     const char *guest_dir; /* vmlinux, initramfs.cpio, templates/<name>/ */
     int accel;             /* enum vm_accel (vm.h) */
     unsigned pool;         /* warm pool size per template (0 disables) */
