@@ -180,3 +180,45 @@ def test_kill9_during_creates_and_deletes(need_vm, fresh_spaced, delay):
     # no stray QEMU for the deleted sandbox, exactly one per live sandbox
     for c in creates:
         assert pid_alive(qemu_pid(s, c["sandbox"]["id"]))
+
+
+# ---- supervision: a dead or hung QEMU fails its sandbox --------------------------------
+
+def wait_failed(s, sid, timeout=120):
+    """Polls until the sandbox is failed; returns (seconds it took, failure text)."""
+    t0 = time.monotonic()
+    while state(s, sid) != "failed":
+        assert time.monotonic() - t0 < timeout, (sid, state(s, sid), s.log())
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    return took, s.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["failure"]
+
+
+def console_last_line(s, sid):
+    try:
+        with open(os.path.join(s.data_dir, "run", sid, "console.log"), errors="replace") as f:
+            lines = [l.strip() for l in f.read().splitlines() if l.strip()]
+        return lines[-1] if lines else None
+    except OSError:
+        return None
+
+
+def test_hung_and_dead_qemu_fail_the_sandbox(need_vm, fresh_spaced):
+    """SIGSTOP (hang: QMP stops answering) and SIGKILL (death: pidfd) of a sandbox's QEMU:
+    the sandbox becomes failed with the reason and the console tail. The bound is not
+    asserted (timing depends on the host's load); the measured delay is printed."""
+    s = fresh_spaced()
+    hung, dead = running(s, 2)
+    for sid, sig, why in ((hung, signal.SIGSTOP, "VM hung"), (dead, signal.SIGKILL, "VM crashed")):
+        pid = qemu_pid(s, sid)
+        line = console_last_line(s, sid)
+        os.kill(pid, sig)
+        took, failure = wait_failed(s, sid)
+        print("%s after %s: failed in %.2f s: %s" % (sid, sig.name, took, failure[:200]))
+        assert failure.startswith(why), failure
+        if line:
+            assert "console: " in failure and line[-40:] in failure, (line, failure)
+        deadline = time.monotonic() + 30
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid), "the hung QEMU was not killed"

@@ -7,6 +7,7 @@
 #include "vm_cgroup.h"
 #include "vm_spawn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define QMP_LOST_GRACE_MS 300     /* monitor EOF -> wait this long for the exit itself */
@@ -196,28 +198,80 @@ static void on_pid(evutil_socket_t fd, short what, void *arg)
 
 /* ---- supervision: QMP ping ------------------------------------------------------------ */
 
-static void on_ping_timer(evutil_socket_t fd, short what, void *arg);
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds QEMU's threads have spent runnable but waiting for a CPU, summed over its
+ * threads (field 2 of /proc/<pid>/task/<tid>/schedstat, in ns); 0 when unreadable. */
+static uint64_t runq_wait_ms(pid_t pid)
+{
+    char dir[64], p[128];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    unsigned long long sum = 0, run, wait;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof(p), "%s/%.20s/schedstat", dir, de->d_name);
+        FILE *f = fopen(p, "re");
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2)
+            sum += wait;
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return sum / 1000000;
+}
+
+/* The scheduler state letter of QEMU's main thread ('T' when stopped), or '?'. */
+static char proc_state(pid_t pid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "re");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the command name may hold anything */
+    return paren && paren[1] == ' ' && paren[2] ? paren[2] : '?';
+}
+
+/* A ping is still unanswered at a tick `gap` ms after the previous one: add what does not
+ * count to its excused time, then judge its age (see VM_HANG_MS). */
+static void ping_check(struct vm *vm, uint64_t now, uint64_t gap)
+{
+    uint64_t late = gap > VM_PING_INTERVAL_MS ? gap - VM_PING_INTERVAL_MS : 0;
+    uint64_t runq = runq_wait_ms(vm->pid);
+    uint64_t waited = vm->ping_runq_set && runq > vm->ping_runq_ms ? runq - vm->ping_runq_ms : 0;
+    vm->ping_runq_ms = runq;
+    vm->ping_runq_set = 1;
+    /* The sum over threads can exceed the wall time; never excuse more than passed. */
+    vm->ping_excused_ms += late + waited < gap ? late + waited : gap;
+    uint64_t span = now - vm->ping_sent_ms;
+    uint64_t age = span > vm->ping_excused_ms ? span - vm->ping_excused_ms : 0;
+    unsigned limit = vm->op == VM_OP_SAVE ? VM_HANG_SAVE_MS : VM_HANG_MS;
+    if (age < limit)
+        return;
+    char m[160];
+    snprintf(m, sizeof(m), "QMP did not answer for %llu ms (%llu ms counted; process state %c)",
+             (unsigned long long)span, (unsigned long long)age, proc_state(vm->pid));
+    vm_kill_reason(vm, VM_EXIT_HUNG, m);
+}
 
 static void on_ping_reply(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
 {
     struct vm *vm = arg;
     vm->ping_outstanding = 0;
-    if (err == VM_E_TIMEOUT) {
-        /* One miss can be an overloaded host (seen here at load 15+ on 2 CPUs); two in a
-         * row, back to back, is a monitor that is not coming back. */
-        if (++vm->ping_misses < VM_PING_STRIKES) {
-            on_ping_timer(-1, 0, vm);
-            return;
-        }
-        char m[128];
-        snprintf(m, sizeof(m), "QMP did not answer %d pings of %d ms", VM_PING_STRIKES,
-                 VM_PING_TIMEOUT_MS);
-        vm_kill_reason(vm, VM_EXIT_HUNG, m);
-        return;
-    }
     if (err)
-        return;
-    vm->ping_misses = 0;
+        return; /* the connection is going away: on_qmp_close handles it */
     const char *st = json_string_value(json_object_get(ret, "status"));
     if (st && (!strcmp(st, "guest-panicked") || !strcmp(st, "internal-error") ||
                !strcmp(st, "io-error")))
@@ -227,14 +281,26 @@ static void on_ping_reply(struct qmp *q, int err, const char *msg, json_t *ret, 
 static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct vm *vm = arg;
+    uint64_t now = mono_ms();
+    uint64_t gap = vm->ping_tick_ms ? now - vm->ping_tick_ms : VM_PING_INTERVAL_MS;
+    vm->ping_tick_ms = now;
+    if (vm->ping_outstanding) {
+        ping_check(vm, now, gap);
+        return;
+    }
     /* An incoming migration loads in a coroutine of QEMU's main loop that does not yield
      * while reading a regular file, so QMP is legitimately silent during a restore; the
      * start has its own deadline (VM_START_TIMEOUT_MS). */
-    if (vm->ping_outstanding || !vm->qmp || !qmp_is_ready(vm->qmp) || vm->op == VM_OP_START)
+    if (!vm->qmp || !qmp_is_ready(vm->qmp) || vm->op == VM_OP_START)
         return;
-    if (qmp_command(vm->qmp, "query-status", NULL, -1, VM_PING_TIMEOUT_MS, on_ping_reply,
-                    vm) == 0)
+    /* No per-command timeout: the reply is awaited as long as it takes, and ping_check
+     * decides when waiting has become a hang. */
+    if (qmp_command(vm->qmp, "query-status", NULL, -1, 0, on_ping_reply, vm) == 0) {
         vm->ping_outstanding = 1;
+        vm->ping_sent_ms = now;
+        vm->ping_excused_ms = 0;
+        vm->ping_runq_set = 0;
+    }
 }
 
 /* ---- QMP handlers --------------------------------------------------------------------- */

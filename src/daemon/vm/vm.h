@@ -4,7 +4,7 @@
  * This module is the only code that starts QEMU. It builds the command line, speaks QMP
  * (qmp.h), owns the per-sandbox run directory (sockets, console log, pidfile, state),
  * supervises the process (death noticed through a pidfd, hangs through a QMP ping, see
- * VM_PING_*), and jails it (vm_spawn.h: unprivileged uid,
+ * VM_HANG_MS), and jails it (vm_spawn.h: unprivileged uid,
  * own mount + PID namespaces showing only the files it needs, seccomp `-sandbox`, a
  * cgroup with cpu/memory/pids limits).
  *
@@ -263,12 +263,18 @@ const char *vm_run_dir(const struct vm *vm);
 /* Copies the last lines of the console log (at most cap-1 bytes, NUL-terminated). */
 size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
 
-/* Supervision constants: a QMP query-status every VM_PING_INTERVAL_MS; VM_PING_STRIKES
- * consecutive replies later than VM_PING_TIMEOUT_MS mean hung (detected in ~2 s; one
- * miss alone is tolerated because an overloaded host can delay a healthy QEMU). A dead
+/* Supervision constants. A QMP query-status goes out every VM_PING_INTERVAL_MS (the next
+ * only once the last one is answered). A ping unanswered for VM_HANG_MS (VM_HANG_SAVE_MS
+ * while a snapshot is written, when QEMU's main loop can wait on the migration thread)
+ * means hung: the process is killed. Only time in which the QEMU could have answered
+ * counts: the time spaced's own loop ran late (its timer fired late: a reply may sit
+ * unread) and the time QEMU's threads spent runnable but waiting for a CPU (from
+ * /proc/<pid>/task/<tid>/schedstat) are excused, so an overloaded host slows detection
+ * down instead of killing healthy VMs. A stopped (SIGSTOP) or deadlocked QEMU waits for
+ * no CPU and is detected in VM_HANG_MS to VM_HANG_MS + VM_PING_INTERVAL_MS. A dead
  * process is noticed at once through its pidfd. */
-#define VM_PING_INTERVAL_MS 500
-#define VM_PING_TIMEOUT_MS  1000
-#define VM_PING_STRIKES     2
+#define VM_PING_INTERVAL_MS 250
+#define VM_HANG_MS          1000
+#define VM_HANG_SAVE_MS     10000
 
 #endif

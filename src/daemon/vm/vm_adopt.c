@@ -25,7 +25,7 @@ static void on_status(struct qmp *q, int err, const char *msg, json_t *ret, void
 
 void vm_adopt_ready(struct vm *vm)
 {
-    if (qmp_command(vm->qmp, "query-status", NULL, -1, VM_PING_TIMEOUT_MS * 5, on_status, vm) < 0)
+    if (qmp_command(vm->qmp, "query-status", NULL, -1, VM_HANG_MS * 5, on_status, vm) < 0)
         vm_kill_reason(vm, VM_EXIT_CRASHED, "monitor unavailable");
 }
 

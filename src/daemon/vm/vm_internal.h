@@ -34,8 +34,12 @@ struct vm {
     struct event *pid_ev;     /* owned: pidfd readable = process gone */
     struct qmp *qmp;          /* owned */
     struct event *ping_timer; /* owned: periodic query-status */
-    int ping_outstanding;
-    int ping_misses;          /* consecutive ping timeouts */
+    int ping_outstanding;     /* a query-status is waiting for its reply */
+    uint64_t ping_tick_ms;    /* monotonic time of the last ping tick (0: none yet) */
+    uint64_t ping_sent_ms;    /* when the outstanding ping was sent */
+    uint64_t ping_excused_ms; /* of its age, time that does not count (see vm.h VM_HANG_MS) */
+    uint64_t ping_runq_ms;    /* QEMU's threads' run-queue wait at the last check */
+    int ping_runq_set;        /* ping_runq_ms holds a baseline for the outstanding ping */
     int con_fd;               /* console socket, -1 if not connected */
     struct event *con_ev;     /* owned */
     int log_fd;               /* console.log, O_APPEND */
