@@ -2,8 +2,9 @@
 
 Covers: output and exit codes, binary output, env/cwd/user, signals, stdin, PTY resize,
 reattach with Last-Event-ID (no loss, no duplicates), backpressure with no reader, 410
-for evicted events, token isolation and expiry, 100 concurrent sessions, and every error
-path a client can reach.
+for evicted events, token isolation and expiry, deleting a session (process killed,
+token dead, other tenants 404), 100 concurrent sessions, and every error path a client
+can reach.
 """
 import base64
 import http.client
@@ -424,6 +425,56 @@ def test_error_paths(spaced, sbx):
     assert collect(it)["exit"]["signal"] == 9
 
 
+def guest_has(spaced, sbx, needle, want, tries=60):
+    """Polls `ps` in the guest until `needle` is (want=True) or is not in it."""
+    for _ in range(tries):
+        _, res = run(spaced, sbx, {"cmd": "ps -o args 2>/dev/null || ps"})
+        if (needle in res["stdout"]) == want:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_delete_session(spaced, sbx):
+    base = URL_SESS % sbx
+    r = spaced.request("POST", "/v1/keys", {"tenant": "sess-del-other"})
+    assert r.status == 201, r
+    other = r.json["secret"]
+    s = new_session(spaced, sbx, {"cmd": "echo up; exec sleep 4242"})
+    one = "%s/%s" % (base, s["id"])
+    tok = {"Authorization": "Bearer " + s["attach_token"]}
+    st = Stream(spaced, s["attach_url"], s["attach_token"])
+    it = st.events()
+    assert [name for _, name, _ in [next(it), next(it)]] == ["start", "stdout"]
+    assert guest_has(spaced, sbx, b"sleep 4242", True)
+    # Another tenant gets 404; the session's own token may not delete it.
+    r = spaced.request("DELETE", one, key=other)
+    assert r.status == 404 and r.error_code() == "not_found", r
+    r = spaced.request("DELETE", one, key=None, headers=tok)
+    assert r.status == 403 and r.error_code() == "forbidden", r
+    r = spaced.request("DELETE", base + "/bad")
+    assert r.status == 400 and r.error_code() == "invalid_id", r
+    # The owner deletes it: the attached stream ends, the process dies.
+    r = spaced.request("DELETE", one)
+    assert r.status == 204 and r.body == b"", r
+    rest = collect(it)
+    assert rest["exit"] is None or rest["exit"]["signal"] == 9, rest
+    st.close()
+    assert guest_has(spaced, sbx, b"sleep 4242", False), "the deleted session's process still runs"
+    # Gone for every route: 404 with the key, the attach token opens nothing.
+    assert spaced.request("GET", one).status == 404
+    assert spaced.request("DELETE", one).status == 404
+    assert s["id"] not in [x["id"] for x in spaced.request("GET", base).json["sessions"]]
+    for method, path in [("GET", one), ("GET", one + "/attach"), ("POST", one + "/signal")]:
+        r = spaced.request(method, path, {"signal": 9} if method == "POST" else None, key=None,
+                           headers=tok)
+        assert r.status == 403 and r.error_code() == "forbidden", (path, r)
+    # A session never attached is deleted just as well.
+    s2 = new_session(spaced, sbx, {"cmd": "true"})
+    assert spaced.request("DELETE", "%s/%s" % (base, s2["id"])).status == 204
+    assert spaced.request("GET", "%s/%s" % (base, s2["id"])).status == 404
+
+
 def test_session_timeout_kills(spaced, sbx):
     s, res = run(spaced, sbx, {"cmd": "sleep 100", "timeout": 1})
     assert res["exit"]["signal"] == 9
@@ -483,6 +534,8 @@ def test_validation_without_a_vm(api_spaced):
         ("GET", "/v1/sandboxes/%s/sessions" % fake, "admin", None, 404, "not_found"),
         ("POST", "/v1/sandboxes/%s/sessions" % fake, "admin", b'{"cmd":"x"}', 404, "not_found"),
         ("GET", "/v1/sandboxes/%s/sessions/%s" % (fake, ss), "admin", None, 404, "not_found"),
+        ("DELETE", "/v1/sandboxes/%s/sessions/%s" % (fake, ss), "admin", None, 404, "not_found"),
+        ("DELETE", "/v1/sandboxes/%s/sessions/%s" % (fake, ss), None, None, 401, "unauthorized"),
         ("GET", "/v1/sandboxes/%s/sessions" % fake, None, None, 401, "unauthorized"),
         ("GET", "/v1/sandboxes/%s/files/stat?path=/" % fake, "admin", None, 404, "not_found"),
         ("GET", "/v1/sandboxes/%s/files/stat?path=/" % fake, None, None, 401, "unauthorized"),

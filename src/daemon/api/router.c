@@ -36,7 +36,7 @@ struct router {
     unsigned nroutes;
     struct hook *hooks;     /* owned array */
     unsigned nhooks;
-    struct shutdown_fn *downs; /* owned array, run newest first by router_shutdown */
+    struct shutdown_fn *downs; /* owned array, run newest first by router_free */
     unsigned ndowns;
 };
 
@@ -66,23 +66,16 @@ int router_on_shutdown(struct router *r, router_free_fn fn, void *arg)
     return 0;
 }
 
-void router_shutdown(struct router *r)
+void router_free(struct router *r)
 {
-    /* Popped one at a time, so a shutdown function may not run twice even if it
-     * reaches router_shutdown again. */
+    if (!r)
+        return;
+    /* Popped one at a time: a shutdown function never runs twice. */
     while (r->ndowns > 0) {
         struct shutdown_fn d = r->downs[--r->ndowns];
         d.fn(d.arg);
     }
     free(r->downs);
-    r->downs = NULL;
-}
-
-void router_free(struct router *r)
-{
-    if (!r)
-        return;
-    router_shutdown(r);
     for (unsigned i = 0; i < r->nroutes; i++)
         route_free(&r->routes[i]);
     free(r->routes);

@@ -20,8 +20,8 @@
  * Routes are fixed at startup: add them before the server starts serving.
  *
  * Shutdown: a module that allocates a context for its routes or hooks registers a free
- * function with router_on_shutdown; router_shutdown (or router_free) runs them, newest
- * first, so every registered context has an owner until exit.
+ * function with router_on_shutdown; router_free runs them, newest first, so every
+ * registered context has an owner until exit.
  */
 #ifndef SPACE_ROUTER_H
 #define SPACE_ROUTER_H
@@ -40,7 +40,11 @@ typedef bool (*router_hook_fn)(struct http_req *req, void *arg);
 
 /* Creates an empty router. Returns NULL on allocation failure. Caller owns it. */
 struct router *router_new(void);
-/* Frees the router (not the args given to routes). NULL is accepted. */
+/* Runs the shutdown functions (router_on_shutdown), then frees the router; route args
+ * without a shutdown function are not freed. spaced frees the router after the sandbox
+ * table and the ops engine (nothing can call into a route context any more) and before
+ * the store and the event loop (which a context may still use while freeing). NULL is
+ * accepted. */
 void router_free(struct router *r);
 
 /* Adds a route. method is an upper-case token ("GET"); pattern as above. Returns 0, or
@@ -55,15 +59,9 @@ int router_add_hook(struct router *r, router_hook_fn fn, void *arg);
 /* A module's shutdown function: frees what it registered (arg is its context). */
 typedef void (*router_free_fn)(void *arg);
 
-/* Registers fn(arg) to run once at shutdown. Returns 0, or -1 on allocation failure
- * (then fn never runs and the caller still owns arg). */
+/* Registers fn(arg) to run at shutdown, from router_free (newest first). Returns 0, or
+ * -1 on allocation failure (then fn never runs and the caller still owns arg). */
 int router_on_shutdown(struct router *r, router_free_fn fn, void *arg);
-
-/* Runs the shutdown functions, newest first, once (later calls do nothing). Call it
- * after the HTTP server is freed (no request in flight, no callback pending) and before
- * the modules those contexts use (sandboxes, store) are freed. router_free calls it
- * too. The routes stay registered but must not be dispatched to afterwards. */
-void router_shutdown(struct router *r);
 
 /* Dispatches one request; signature fits http_handler_fn with the router as arg:
  *   http_server_new(base, &lim, router_dispatch, router); */

@@ -23,7 +23,7 @@ void routes_ops_register(struct router *r, struct spaced *sp);
 void routes_templates_register(struct router *r, struct spaced *sp);
 /* Per-client rate limiting (routes_ratelimit.c) from sp->opt.rate/burst, as a router
  * hook: register it before any other hook. Nothing when rate is 0. Returns 0, or -1 with
- * a message in err. Its context is freed by router_shutdown. */
+ * a message in err. Its context is freed by router_free. */
 int routes_ratelimit_register(struct router *r, struct spaced *sp, char *err, size_t errlen);
 
 /* Sends err as the JSON error reply and counts it in the metrics. */

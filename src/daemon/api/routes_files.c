@@ -29,13 +29,12 @@ enum fop_kind { FOP_RESULT, FOP_LIST, FOP_READ, FOP_WRITE };
 
 struct fop;
 
-/* Route context: one per process, registered once at startup; static storage because
- * main.c has no shutdown hook for route modules. */
+/* Route context: one per process, made at startup, freed by router_free (files_free,
+ * registered with router_on_shutdown). */
 struct files_ctx {
     struct spaced *sp;
     struct fop *head; /* transfers in flight (each owned as described at struct fop) */
 };
-static struct files_ctx files_ctx;
 
 /* One file request in flight. Owned jointly by its HTTP request and its agent channel:
  * freed by whichever lets go last (fop_release). */
@@ -521,6 +520,20 @@ static void files_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
     }
 }
 
+/* Shutdown (router_free, after the sandboxes and their agent connections are gone):
+ * whatever is still listed waits for a channel close that can no longer come. */
+static void files_free(void *arg)
+{
+    struct files_ctx *fc = arg;
+    while (fc->head) {
+        struct fop *f = fc->head;
+        fc->head = f->nx;
+        json_decref(f->entries);
+        free(f);
+    }
+    free(fc);
+}
+
 void routes_files_register(struct router *r, struct spaced *sp);
 void routes_files_register(struct router *r, struct spaced *sp)
 {
@@ -536,7 +549,12 @@ void routes_files_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/files/mkdir", h_mkdir},
         {"POST", "/v1/sandboxes/{id}/files/rename", h_rename},
     };
-    struct files_ctx *fc = &files_ctx;
+    struct files_ctx *fc = calloc(1, sizeof *fc);
+    if (!fc || router_on_shutdown(r, files_free, fc) < 0) {
+        free(fc);
+        log_error("files.init", "msg=%s", "out of memory: files routes not registered");
+        return;
+    }
     fc->sp = sp;
     if (sbx_listen(sp, files_on_sbx, fc) < 0) {
         log_error("files.init", "msg=%s", "cannot register the files routes");

@@ -1,12 +1,14 @@
 /* routes_sessions.c: the command-session routes, /v1/sandboxes/{id}/sessions...
  *
  * Who may call what: creating, listing and minting a new token need the tenant's API
- * key. Everything about one session (status, attach, stdin, close-stdin, signal,
- * resize) accepts either the API key or that session's attach token, given as
- * `Authorization: Bearer sat_...` or `?token=sat_...` (browsers' EventSource cannot set
- * headers). An attach token is checked against the session named in the path only, so
- * it opens nothing else. The route shapes are documented in docs/api.md ("Sessions"). */
+ * key, and so does deleting a session. Everything else about one session (status,
+ * attach, stdin, close-stdin, signal, resize) accepts either the API key or that
+ * session's attach token, given as `Authorization: Bearer sat_...` or `?token=sat_...`
+ * (browsers' EventSource cannot set headers). An attach token is checked against the
+ * session named in the path only, so it opens nothing else. The route shapes are
+ * documented in docs/api.md ("Sessions"). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -19,14 +21,12 @@
 
 #define SESS_BODY_MAX (256u * 1024)
 
-/* Route context: one per process, registered once at startup. It is static storage
- * because main.c has no shutdown hook for route modules: the session table stays
- * reachable until exit instead of leaking. */
+/* Route context: one per process, made at startup, freed by router_free
+ * (routes_sess_free, registered with router_on_shutdown). */
 struct routes_sess {
     struct spaced *sp;
     struct sess_table *t; /* owned */
 };
-static struct routes_sess routes_sess_ctx;
 
 /* What a request resolved to; pointers valid until the handler returns to the loop. */
 struct sess_target {
@@ -298,6 +298,23 @@ static void h_token(struct http_req *req, void *arg)
     json_decref(o);
 }
 
+static void routes_sess_free(void *arg)
+{
+    struct routes_sess *R = arg;
+    sess_table_free(R->t);
+    free(R);
+}
+
+/* DELETE needs the API key: an attach token may drive its session, not remove it. */
+static void h_delete(struct http_req *req, void *arg)
+{
+    struct sess_target tg;
+    if (!resolve(arg, req, false, &tg))
+        return;
+    sess_delete(tg.s, sbx_agent(tg.x));
+    http_reply(req, 204, NULL, NULL, 0);
+}
+
 void routes_sessions_register(struct router *r, struct spaced *sp);
 void routes_sessions_register(struct router *r, struct spaced *sp)
 {
@@ -308,6 +325,7 @@ void routes_sessions_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/sessions", h_create},
         {"GET", "/v1/sandboxes/{id}/sessions", h_list},
         {"GET", "/v1/sandboxes/{id}/sessions/{sid}", h_get},
+        {"DELETE", "/v1/sandboxes/{id}/sessions/{sid}", h_delete},
         {"GET", "/v1/sandboxes/{id}/sessions/{sid}/attach", h_attach},
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/stdin", h_stdin},
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/close-stdin", h_close_stdin},
@@ -315,9 +333,13 @@ void routes_sessions_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/resize", h_resize},
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/token", h_token},
     };
-    struct routes_sess *R = &routes_sess_ctx;
-    R->t = sess_table_new(sp);
-    if (!R->t) {
+    struct routes_sess *R = calloc(1, sizeof *R);
+    if (R)
+        R->t = sess_table_new(sp);
+    if (!R || !R->t || router_on_shutdown(r, routes_sess_free, R) < 0) {
+        if (R)
+            sess_table_free(R->t);
+        free(R);
         log_error("sessions.init", "msg=%s", "out of memory: session routes not registered");
         return;
     }

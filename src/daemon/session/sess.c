@@ -478,6 +478,23 @@ static void sess_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
     }
 }
 
+void sess_delete(struct sess *s, struct agentc *agent)
+{
+    struct sess_table *t = s->t;
+    /* sess_signal re-attaches a detached process first, so it is reached too. */
+    if (!sess_finished(s) && s->state != SESS_CREATED &&
+        sess_signal(s, agent, 9, NULL) < 0)
+        log_warn("session.delete", "session=%s sandbox=%s msg=\"the process could not be "
+                 "killed: the agent is unreachable\"", s->id, s->sbx);
+    sess_drop_chan(s);
+    log_info("session.delete", "session=%s sandbox=%s state=%s", s->id, s->sbx,
+             sess_state_name(s->state));
+    sess_unlink(t, s);
+    sess_unpersist(s);
+    sess_free(s);
+    sess_report(t);
+}
+
 static void sess_gc(evutil_socket_t fd, short what, void *arg)
 {
     struct sess_table *t = arg;

@@ -108,6 +108,12 @@ int sess_signal(struct sess *s, struct agentc *agent, int sig, struct spaced_err
 int sess_resize(struct sess *s, struct agentc *agent, unsigned rows, unsigned cols,
                 struct spaced_err *err);
 
+/* Deletes the session: a started process that has not ended is killed (SIGKILL to its
+ * process group, best effort: an unreachable agent cannot be told), attached readers'
+ * streams end, a stdin upload gets 409, the ring and the store row are freed. Its id
+ * and attach token open nothing afterwards. `agent` as for sess_attach. s is freed. */
+void sess_delete(struct sess *s, struct agentc *agent);
+
 /* Number of sessions by state (for /metrics). */
 void sess_count(const struct sess_table *t, unsigned counts[SESS_LOST + 1]);
 
