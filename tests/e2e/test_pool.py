@@ -1,12 +1,16 @@
 """End-to-end test of the warm pool (`spaced --pool N`): creates are served from paused
 clones, each claimed clone gets its own identity and entropy (agent refresh), and the pool
-refills in the background. Only network-less shapes are pooled."""
+refills in the background. Shapes with a network are pooled too: a pooled clone waits with
+its own namespace and tap, and the claim attaches the sandbox's policy (tested against the
+fake internet of tests/netsec, as in test_network.py)."""
+import os
 import re
 import time
 
 import pytest
 
 from spacedlib import vm_missing
+from test_network import ALLOW, lab, net_spaced, sh_in  # noqa: F401 (fixtures)
 from test_sessions import run
 
 POOL = 2
@@ -30,9 +34,9 @@ def wait_pool(sp, want, timeout=900):
         time.sleep(1)
 
 
-def create(sp):
+def create(sp, body=BODY):
     t0 = time.monotonic()
-    r = sp.create(BODY)
+    r = sp.create(body)
     op = sp.wait_op(r["operation"]["id"])
     assert op["state"] == "succeeded", (op, sp.log())
     return r["sandbox"]["id"], time.monotonic() - t0
@@ -45,6 +49,28 @@ def identity(sp, sid):
     return host, rnd.strip()
 
 
+def start_pool(sp, want, body=BODY):
+    """Creates sandboxes of body's shape until its pool has started (the first creates
+    build the template snapshot, cold, then restore from it; the shape's pool starts at
+    the first create that finds the snapshot ready), then waits for `want` ready VMs.
+    Returns the ids made and the last create's time (a restore)."""
+    made = []
+    sid, took = create(sp, body)
+    made.append(sid)
+    deadline = time.monotonic() + 900
+    while "pool.start" not in open(sp.log_path).read():
+        assert time.monotonic() < deadline, "no pool started; log:\n" + sp.log()
+        time.sleep(5)
+        sid, took = create(sp, body)
+        made.append(sid)
+    wait_pool(sp, want)
+    return made, took
+
+
+def claimed_from_pool(sp, sid):
+    return re.search(r"pool\.claim sandbox=%s " % sid, open(sp.log_path).read()) is not None
+
+
 def test_creates_claim_from_pool_and_pool_refills(fresh_spaced):
     why = vm_missing()
     if why:
@@ -52,23 +78,12 @@ def test_creates_claim_from_pool_and_pool_refills(fresh_spaced):
     sp = fresh_spaced()
     sp.stop(cleanup=False)
     sp.start(extra=("--pool", str(POOL)))
-    # The first creates build the template snapshot (cold boot) and then restore from it;
-    # the shape's pool starts at the first create that finds the snapshot ready.
-    made = []
-    sid, _ = create(sp)
-    made.append(sid)
-    deadline = time.monotonic() + 900
-    while "pool.start" not in open(sp.log_path).read():
-        assert time.monotonic() < deadline, "no pool started; log:\n" + sp.log()
-        time.sleep(5)
-        sid, restore_s = create(sp)
-        made.append(sid)
-    wait_pool(sp, POOL)
+    made, restore_s = start_pool(sp, POOL)
     pooled = []
     for _ in range(POOL):
         sid, took = create(sp)
         pooled.append(sid)
-        assert re.search(r"pool\.claim sandbox=%s " % sid, open(sp.log_path).read()), sp.log()
+        assert claimed_from_pool(sp, sid), sp.log()
         print("create from pool: %.2f s" % took)
     print("create by restore (last non-pooled): %.2f s" % restore_s)
     (h1, r1), (h2, r2) = identity(sp, pooled[0]), identity(sp, pooled[1])
@@ -78,3 +93,46 @@ def test_creates_claim_from_pool_and_pool_refills(fresh_spaced):
     for sid in made + pooled:
         r = sp.request("DELETE", "/v1/sandboxes/" + sid)
         assert r.status == 202, r
+
+
+def test_create_with_allowlist_is_claimed_from_pool(net_spaced):
+    sp = net_spaced  # its gateway runs in the lab's gateway namespace (test_network.py)
+    sp.stop(cleanup=False)
+    sp.start(extra=("--pool", "1"))
+    body = {"template": "base", "timeout": 0, "network": ALLOW}
+    made, restore_s = start_pool(sp, 1, body)
+    assert pool_ns(sp), "a pooled VM with a NIC has no namespace mounted under its id"
+    sid, took = create(sp, body)
+    made.append(sid)
+    assert claimed_from_pool(sp, sid), sp.log()
+    print("networked create from pool: %.2f s (by restore: %.2f s)" % (took, restore_s))
+    assert os.path.exists("/run/netns/space-" + sid)
+    r = sp.request("GET", "/v1/sandboxes/%s/network" % sid)
+    assert r.status == 200 and r.json["mode"] == "allowlist" and r.json["nic"] is True, r
+    # The claimed clone reaches what its policy allows, through the gateway ...
+    code, out = sh_in(sp, sid, "nslookup allowed.test && wget -q -O - http://allowed.test/hello")
+    assert code == 0, out
+    assert "203.0.113.10" in out and '"host": "allowed.test"' in out, out
+    # ... and nothing else: no name for a blocked host, no direct address.
+    code, out = sh_in(sp, sid, "nslookup blocked.test")
+    assert code != 0 and "203.0.113" not in out, out
+    code, out = sh_in(sp, sid, "wget -q -T 5 -O - http://203.0.113.20/x")
+    assert code != 0 and '"addr"' not in out, out
+    wait_pool(sp, 1)  # refilled, with a fresh namespace
+    for s in made:
+        r = sp.request("DELETE", "/v1/sandboxes/" + s)
+        assert r.status == 202, r
+        sp.wait_op(r.json["operation"]["id"])
+        assert not os.path.exists("/run/netns/space-" + s), "delete left the namespace mounted"
+    names = pool_ns(sp)
+    assert names
+    sp.stop(cleanup=False)  # unclaimed pooled VMs and their namespaces go with spaced
+    left = [n for n in names if os.path.exists(n)]
+    assert not left, "namespaces of unclaimed pooled VMs survived spaced: %s" % left
+
+
+def pool_ns(sp):
+    """Namespaces mounted for this spaced's pooled VMs (named by their run dirs)."""
+    run = os.path.join(sp.data_dir, "run")
+    ids = [d for d in os.listdir(run) if d.startswith("pool-")] if os.path.isdir(run) else []
+    return [p for p in ("/run/netns/space-" + i for i in ids) if os.path.exists(p)]

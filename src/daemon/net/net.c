@@ -78,20 +78,6 @@ static bool policy_is_none(const json_t *policy)
     return strcmp(json_string_value(json_object_get(policy, "mode")), "none") == 0;
 }
 
-/* A new record (not yet saved or listed); NULL when out of memory. */
-static struct net_rec *rec_new(const char *id, const char *tenant, json_t *policy)
-{
-    struct net_rec *r = calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    snprintf(r->id, sizeof r->id, "%s", id);
-    snprintf(r->tenant, sizeof r->tenant, "%s", tenant ? tenant : "");
-    r->policy = policy;
-    r->creds = json_array();
-    r->nic = !policy_is_none(policy);
-    return r;
-}
-
 /* Writes the record atomically (temp file + rename), 0600: it holds secrets. Synced:
  * after a power cut a tightened policy must not come back as the older, wider one. */
 static int rec_save(struct net *n, const struct net_rec *r)
@@ -115,6 +101,33 @@ static int rec_save(struct net *n, const struct net_rec *r)
         unlink(tmp);
     }
     return rc;
+}
+
+/* A new record with `policy` (canonical; owned by the record from here, freed on
+ * failure), saved and listed. Intent first: a crash after the save finds the record and
+ * the next claim finishes. NULL with err. */
+static struct net_rec *rec_add(struct net *n, const char *id, const char *tenant, json_t *policy,
+                               struct spaced_err *err)
+{
+    struct net_rec *r = calloc(1, sizeof *r);
+    if (!r) {
+        json_decref(policy);
+        spaced_err_set(err, 500, "internal", "out of memory");
+        return NULL;
+    }
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant ? tenant : "");
+    r->policy = policy;
+    r->creds = json_array();
+    r->nic = !policy_is_none(policy);
+    if (!r->creds || rec_save(n, r) != 0) {
+        rec_free(r);
+        spaced_err_set(err, 500, "internal", "cannot write the network record");
+        return NULL;
+    }
+    r->next = n->recs;
+    n->recs = r;
+    return r;
 }
 
 static void rec_remove(struct net *n, const char *id)
@@ -428,6 +441,19 @@ static int lease_tap(struct net *n, const char *id, struct net_lease *out, struc
     return 0;
 }
 
+/* The sandbox's record; the first claim makes it from policy_json (NULL = none). */
+static struct net_rec *rec_for_claim(struct net *n, const char *sandbox, const char *tenant,
+                                     const char *policy_json, struct spaced_err *err)
+{
+    struct net_rec *r = rec_find(n, sandbox);
+    if (r)
+        return r;
+    json_t *given = json_loads(policy_json ? policy_json : "{\"mode\":\"none\"}", 0, NULL);
+    json_t *policy = net_policy_check(given, err);
+    json_decref(given);
+    return policy ? rec_add(n, sandbox, tenant, policy, err) : NULL;
+}
+
 int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
               struct net_lease *out, struct spaced_err *err)
 {
@@ -435,25 +461,9 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
     out->tap_fd = -1;
     if (!id_ok(sandbox))
         return spaced_err_set(err, 400, "invalid_id", "not a sandbox id");
-    struct net_rec *r = rec_find(n, sandbox);
-    if (!r) {
-        json_t *given = json_loads(policy_json ? policy_json : "{\"mode\":\"none\"}", 0, NULL);
-        json_t *policy = net_policy_check(given, err);
-        json_decref(given);
-        if (!policy)
-            return -1;
-        if (!(r = rec_new(sandbox, tenant, policy))) {
-            json_decref(policy);
-            return spaced_err_set(err, 500, "internal", "out of memory");
-        }
-        /* Intent first: a crash after this line finds the record and finishes. */
-        if (rec_save(n, r) != 0) {
-            rec_free(r);
-            return spaced_err_set(err, 500, "internal", "cannot write the network record");
-        }
-        r->next = n->recs;
-        n->recs = r;
-    }
+    struct net_rec *r = rec_for_claim(n, sandbox, tenant, policy_json, err);
+    if (!r)
+        return -1;
     if (!r->nic)
         return 0;
     if (lease_tap(n, sandbox, out, err) != 0)
@@ -470,6 +480,37 @@ int net_claim_template(struct net *n, const char *owner, struct net_lease *out,
     if (!id_ok(owner))
         return spaced_err_set(err, 400, "invalid_id", "not a template VM id");
     return lease_tap(n, owner, out, err);
+}
+
+int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
+                   const char *policy_json, const char *owner, struct spaced_err *err)
+{
+    if (!id_ok(sandbox) || !id_ok(owner))
+        return spaced_err_set(err, 400, "invalid_id", "not a sandbox id");
+    char from[NS_PATH_MAX], to[NS_PATH_MAX], msg[256];
+    ns_path(n, owner, from, sizeof from);
+    ns_path(n, sandbox, to, sizeof to);
+    int fd = net_ns_open(from);
+    if (fd < 0)
+        return spaced_err_set(err, 500, "net_failed", "the pooled VM's namespace %s: %s", from,
+                              strerror(errno));
+    struct net_rec *r = rec_for_claim(n, sandbox, tenant, policy_json, err);
+    if (r && !r->nic)
+        spaced_err_set(err, 409, "nic_change_needed",
+                       "sandbox %s has network mode \"none\": it cannot take a VM with a NIC", sandbox);
+    /* A namespace already under the sandbox's name is left from an earlier attempt of
+     * this create (whose VM is gone); the pooled one replaces it. */
+    net_ns_unmount(to);
+    int rc = r && r->nic && net_ns_mount(fd, to, msg, sizeof msg) == 0 ? 0 : -1;
+    close(fd);
+    if (rc != 0) {
+        if (r && r->nic)
+            spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
+        return -1;
+    }
+    net_ns_unmount(from);
+    gw_attach(n, r);
+    return 0;
 }
 
 void net_release(struct net *n, const char *sandbox)
@@ -526,20 +567,8 @@ int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const
     if (!p)
         return -1;
     struct net_rec *r = rec_find(n, sandbox);
-    if (!r) {
-        /* Never claimed: the policy (and whether there is a NIC) is still open. */
-        if (!(r = rec_new(sandbox, tenant, p))) {
-            json_decref(p);
-            return spaced_err_set(err, 500, "internal", "out of memory");
-        }
-        if (rec_save(n, r) != 0) {
-            rec_free(r);
-            return spaced_err_set(err, 500, "internal", "cannot write the network record");
-        }
-        r->next = n->recs;
-        n->recs = r;
-        return 0;
-    }
+    if (!r) /* never claimed: the policy (and whether there is a NIC) is still open */
+        return rec_add(n, sandbox, tenant, p, err) ? 0 : -1;
     if (!r->nic && !policy_is_none(p)) {
         json_decref(p);
         return spaced_err_set(err, 409, "nic_change_needed",

@@ -102,13 +102,24 @@ json_t *net_policy_check(const json_t *policy, struct spaced_err *err);
 int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
               struct net_lease *out, struct spaced_err *err);
 
-/* A NIC for a template VM whose memory snapshot clones will restore: clones with a NIC
- * must find the same device model (and the guest's eth0 configured by its agent at
- * boot) in the snapshot. A namespace and tap under `owner`'s name (e.g. the template
- * VM id), with no gateway and so no traffic; no record. net_release(owner) removes it
- * once the snapshot is taken. Returns 0, or -1 with err. */
+/* A NIC for a VM that has no sandbox (yet): a template VM whose memory snapshot clones
+ * will restore (clones with a NIC must find the same device model, and the guest's eth0
+ * configured by its agent at boot, in the snapshot), or a warm-pool VM (vm/pool.h)
+ * waiting for a claim. A namespace and tap under `owner`'s name (the VM's id), with no
+ * gateway and so no traffic; no record. net_release(owner) removes it once the snapshot
+ * is taken or the pooled VM is discarded. Returns 0, or -1 with err. */
 int net_claim_template(struct net *n, const char *owner, struct net_lease *out,
                        struct spaced_err *err);
+
+/* Hands the NIC of the pooled VM `owner` (net_claim_template) to the sandbox that claimed
+ * the VM, as net_claim does for a VM start: the namespace is mounted under the sandbox's
+ * name instead of owner's (the VM keeps its tap fd: the tap belongs to the namespace, not
+ * to the name), the record is made from policy_json the first time, and the gateway is
+ * attached. The guest needs no change: every namespace has the same addresses (see
+ * above). Returns 0, or -1 with err (owner's namespace is then still mounted, for
+ * net_release(owner)); 409 if the sandbox's recorded policy is `none`. */
+int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
+                   const char *policy_json, const char *owner, struct spaced_err *err);
 
 /* Sets the policy (validated; recorded, then sent to the gateway, which resets the
  * connections the new policy forbids). A sandbox never claimed gets a record with it

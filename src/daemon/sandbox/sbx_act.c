@@ -213,6 +213,8 @@ static void refresh_close(void *arg)
         sbx_path(s, "suspend", dir, sizeof dir);
         rm_rf(dir);
     }
+    /* The template's start command (a no-op where it already runs: restored VMs). */
+    tpl_start_in_sandbox(s->sp, s->rec.template_name, s->rec.id, s->agent);
     act_ok(s, SBX_RUNNING);
 }
 
@@ -231,7 +233,8 @@ static void send_refresh(struct sbx *s)
     EVP_EncodeBlock((unsigned char *)b64, raw, sizeof raw);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    json_t *env = s->rec.env_json ? json_loads(s->rec.env_json, 0, NULL) : NULL;
+    /* The template's default env (template.json), overridden by the sandbox's own. */
+    json_t *env = tpl_sandbox_env(s->sp, s->rec.template_name, s->rec.env_json);
     json_t *req = json_pack("{s:s, s:I, s:s, s:s, s:o}", "op", "refresh", "time_ns",
                             (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec, "entropy", b64,
                             "hostname", s->rec.id, "env", env ? env : json_object());
@@ -379,6 +382,16 @@ static void arm_agent_timeout(struct sbx *s)
 
 /* ---- starting a VM ---------------------------------------------------------------- */
 
+/* Notes in the sandbox's directory that it has network state for delete to release. */
+static void mark_net_claimed(struct sbx *s)
+{
+    char marker[SBX_PATH_MAX];
+    sbx_path(s, "net.claimed", marker, sizeof marker);
+    int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+}
+
 /* True unless the sandbox's network policy is "none" (no NIC, no namespace). */
 static bool wants_network(const struct sbx *s)
 {
@@ -437,11 +450,7 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
         }
         cfg.net.tap_fd = lease.tap_fd;
         cfg.net.mac = lease.mac;
-        char marker[SBX_PATH_MAX];
-        sbx_path(s, "net.claimed", marker, sizeof marker);
-        int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            close(fd);
+        mark_net_claimed(s);
     }
     int verr = 0;
     char msg[256] = "";
@@ -545,8 +554,11 @@ static void act_create(struct sbx *s)
         act_fail(s, SBX_FAILED, "host_io", "cannot write %s/backing.json", dir);
         return;
     }
-    if (snap && !wants_network(s) &&
-        (s->vm = sbx_pool_claim(s->sp, &s->rec, c->snap, overlay, t.rootfs, disk, &sbx_vm_cbs, s))) {
+    bool nic = wants_network(s);
+    if (nic)
+        mark_net_claimed(s); /* before a pooled claim can make network state */
+    if (snap && (s->vm = sbx_pool_claim(s->sp, &s->rec, c->snap, nic, overlay, t.rootfs, disk,
+                                        &sbx_vm_cbs, s))) {
         free(c);
         sbx_persist(s); /* the run dir is the pooled VM's: adoption must find it */
         s->restored = true;

@@ -1,6 +1,7 @@
 /* sbx_pool.c: warm pools per clone shape (sbx_pool.h), over vm/pool.h. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/net/net.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/pool.h"
 #include "daemon/vm/vm.h"
@@ -18,10 +20,14 @@
 
 #define SBXP_PATH_MAX 600
 
+#define SBXP_NET_MARK "net.claimed" /* in a pooled run dir: a namespace is mounted for it */
+
 /* One shape's pool. */
 struct sbx_shape {
     struct sbx_shape *next;
+    struct sbx_pools *ps;
     char snap_dir[SBXP_PATH_MAX]; /* the key */
+    bool nic;                     /* its clones have a NIC (snapshot taken with one) */
     struct pool *pool;            /* owned */
 };
 
@@ -66,17 +72,29 @@ void sbx_pools_free(struct sbx_pools *ps)
     free(ps);
 }
 
-/* pool_prepare_cb: a fresh id, its run dir, and where its overlay goes. The strings live
- * in static buffers: the pool copies the config during the call. */
+/* The namespace of a pooled VM that will never be claimed (its id names it). */
+static void shape_net_release(struct spaced *sp, const char *id)
+{
+    struct net *n = net_get(sp);
+    if (n)
+        net_release(n, id);
+}
+
+/* pool_prepare_cb: a fresh id, its run dir, where its overlay goes, and for a shape with
+ * a NIC a namespace + tap under the id (net_claim_template; net_claim_from hands it to
+ * the sandbox at claim). The strings live in static buffers: the pool copies the config
+ * right after the call. */
 static int shape_prepare(struct vm_config *cfg, void *arg)
 {
-    struct sbx_pools *ps = arg;
+    struct sbx_shape *sh = arg;
+    struct spaced *sp = sh->ps->sp;
     static char id[32], run_dir[SBXP_PATH_MAX], disk[SBXP_PATH_MAX];
-    char dir[SBXP_PATH_MAX];
+    static struct net_lease lease;
+    char dir[SBXP_PATH_MAX], mark[SBXP_PATH_MAX + 16];
     if (spaced_random_id(id, "pool-", 16) < 0)
         return -1;
-    if (snprintf(run_dir, sizeof run_dir, "%s/run/%s", ps->sp->opt.data_dir, id) >= (int)sizeof run_dir ||
-        snprintf(dir, sizeof dir, "%s/pool", ps->sp->opt.data_dir) >= (int)sizeof dir ||
+    if (snprintf(run_dir, sizeof run_dir, "%s/run/%s", sp->opt.data_dir, id) >= (int)sizeof run_dir ||
+        snprintf(dir, sizeof dir, "%s/pool", sp->opt.data_dir) >= (int)sizeof dir ||
         snprintf(disk, sizeof disk, "%s/%s.qcow2", dir, id) >= (int)sizeof disk)
         return -1;
     if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || mkdir(run_dir, 0700) != 0) {
@@ -84,23 +102,45 @@ static int shape_prepare(struct vm_config *cfg, void *arg)
                  strerror(errno));
         return -1;
     }
+    if (sh->nic) {
+        struct net *n = net_get(sp);
+        struct spaced_err e = {0};
+        /* The mark first: a crash between the two still finds the namespace at sweep. */
+        snprintf(mark, sizeof mark, "%s/" SBXP_NET_MARK, run_dir);
+        int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+        if (fd < 0 || !n || net_claim_template(n, id, &lease, &e) < 0) {
+            log_warn("pool.fill", "id=%s msg=\"no network for a pooled VM: %s\"", id,
+                     fd < 0 ? strerror(errno) : n ? e.message : "networking unavailable");
+            if (n)
+                net_release(n, id);
+            rm_rf(run_dir);
+            return -1;
+        }
+        cfg->net.tap_fd = lease.tap_fd;
+        cfg->net.mac = lease.mac;
+    }
     cfg->id = id;
     cfg->run_dir = run_dir;
     cfg->disk = disk;
     return 0;
 }
 
-/* pool_discard_cb: the overlay is already gone; the run dir is ours. */
+/* pool_discard_cb: the overlay and tap fd are gone; the run dir and namespace are ours. */
 static void shape_discard(const char *id, const char *run_dir, void *arg)
 {
-    (void)arg;
+    struct sbx_shape *sh = arg;
     log_info("pool.discard", "id=%s", id);
+    if (sh->nic)
+        shape_net_release(sh->ps->sp, id);
     rm_rf(run_dir);
 }
 
 /* The shape's pool, started now if missing (NULL if it cannot be). */
 static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec,
-                               const char *snap_dir, const char *overlay, const char *rootfs)
+                               const char *snap_dir, bool nic, const char *overlay,
+                               const char *rootfs)
 {
     for (struct sbx_shape *sh = ps->shapes; sh; sh = sh->next)
         if (strcmp(sh->snap_dir, snap_dir) == 0)
@@ -124,41 +164,57 @@ static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec
     pc.size = ps->sp->opt.pool;
     pc.prepare = shape_prepare;
     pc.discard = shape_discard;
-    pc.prepare_arg = ps;
     struct sbx_shape *sh = calloc(1, sizeof *sh);
-    if (!sh || !(sh->pool = pool_new(ps->sp->base, &pc))) {
+    if (!sh)
+        return NULL;
+    sh->ps = ps;
+    sh->nic = nic;
+    snprintf(sh->snap_dir, sizeof sh->snap_dir, "%s", snap_dir);
+    pc.prepare_arg = sh;
+    if (!(sh->pool = pool_new(ps->sp->base, &pc))) {
         free(sh);
         return NULL;
     }
-    snprintf(sh->snap_dir, sizeof sh->snap_dir, "%s", snap_dir);
     sh->next = ps->shapes;
     ps->shapes = sh;
     char q[SBXP_PATH_MAX + 8];
-    log_info("pool.start", "template=%s vcpus=%u memory_mib=%u size=%u snapshot=%s",
-             rec->template_name, rec->vcpus, rec->memory_mib, pc.size,
+    log_info("pool.start", "template=%s vcpus=%u memory_mib=%u nic=%d size=%u snapshot=%s",
+             rec->template_name, rec->vcpus, rec->memory_mib, nic, pc.size,
              log_quote(snap_dir, q, sizeof q));
     return sh->pool;
 }
 
 struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *snap_dir,
-                          const char *overlay, const char *rootfs, const char *disk,
+                          bool nic, const char *overlay, const char *rootfs, const char *disk,
                           const struct vm_callbacks *cbs, void *arg)
 {
     struct sbx_pools *ps = sp->pools;
     if (!ps || !sp->opt.pool)
         return NULL;
-    struct pool *p = shape_pool(ps, rec, snap_dir, overlay, rootfs);
+    struct pool *p = shape_pool(ps, rec, snap_dir, nic, overlay, rootfs);
     if (!p)
         return NULL;
     struct vm *vm = pool_claim(p, cbs, arg);
     if (!vm)
         return NULL;
-    char from[SBXP_PATH_MAX];
+    char from[SBXP_PATH_MAX], why[SBXP_PATH_MAX + 200] = "";
     snprintf(from, sizeof from, "%s/pool/%s.qcow2", sp->opt.data_dir, vm_id(vm));
     /* QEMU keeps its open file: the move only changes the name the sandbox knows. */
-    if (rename(from, disk) != 0) {
-        log_warn("pool.claim", "sandbox=%s id=%s msg=\"cannot move %s: %s\"", rec->id, vm_id(vm),
-                 from, strerror(errno));
+    if (rename(from, disk) != 0)
+        snprintf(why, sizeof why, "cannot move %s: %s", from, strerror(errno));
+    /* The NIC: the pooled VM's namespace becomes the sandbox's and the gateway gets its
+     * policy now, synchronously, before the create can report the sandbox running. */
+    struct spaced_err e = {0};
+    struct net *n = nic && !why[0] ? net_get(sp) : NULL;
+    if (nic && !why[0] &&
+        (!n || net_claim_from(n, rec->id, rec->tenant, rec->network_json, vm_id(vm), &e) < 0)) {
+        snprintf(why, sizeof why, "%s", n ? e.message : "networking unavailable");
+        shape_net_release(sp, vm_id(vm));
+    }
+    if (why[0]) {
+        char q[SBXP_PATH_MAX + 300];
+        log_warn("pool.claim", "sandbox=%s id=%s msg=%s", rec->id, vm_id(vm),
+                 log_quote(why, q, sizeof q));
         vm_kill(vm); /* the caller owns it now: its on_exit reports the failure */
     }
     snprintf(rec->run_dir, sizeof rec->run_dir, "%s", vm_run_dir(vm));
@@ -237,6 +293,12 @@ void sbx_pools_sweep(struct spaced *sp)
         }
         struct sweep_hit h = {run_dir, false};
         sbx_each(sp, sweep_check, &h);
+        char mark[SBXP_PATH_MAX + 16];
+        snprintf(mark, sizeof mark, "%s/" SBXP_NET_MARK, run_dir);
+        /* Unclaimed: its namespace goes. Claimed: only a crash inside net_claim_from can
+         * have left the pooled name mounted beside the sandbox's (idempotent otherwise). */
+        if (access(mark, F_OK) == 0)
+            shape_net_release(sp, de->d_name);
         if (h.used) {
             free(run_dir);
             continue;

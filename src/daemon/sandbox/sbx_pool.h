@@ -1,18 +1,23 @@
 /* sbx_pool: the warm pools of spaced (`--pool N`), one vm/pool.h pool per clone shape.
  *
- * A shape is (template, vcpus, memory, no NIC): exactly one template snapshot directory,
- * which is the key. A shape's pool is made the first time a create asks for it with a
- * ready snapshot; from then on it keeps N restored-and-paused clones. Networked shapes are
- * not pooled (each clone would need its own namespace and tap before it is claimed), so
- * their creates always restore.
+ * A shape is (template, vcpus, memory, NIC or not): exactly one template snapshot
+ * directory, which is the key. A shape's pool is made the first time a create asks for it
+ * with a ready snapshot; from then on it keeps N restored-and-paused clones.
+ *
+ * Clones of a shape with a NIC each get a namespace + tap at fill time, mounted under the
+ * pooled VM's id (net_claim_template) and not attached to the gateway: nothing answers
+ * there until a claim. The claim re-mounts it under the sandbox's id and attaches the
+ * gateway with the create's policy (net_claim_from). The guest needs nothing new: every
+ * sandbox namespace has the same addresses, configured in the template snapshot.
  *
  * Layout of a pooled, unclaimed VM (data dir):
  *   run/pool-<hex>/        its run directory (vm.h), id "pool-<hex>"
  *   pool/pool-<hex>.qcow2  its overlay on the template's frozen overlay
+ *   run/pool-<hex>/net.claimed  present when a namespace space-pool-<hex> is mounted
  * A claim moves the overlay to sandboxes/<id>/disk.qcow2 (QEMU keeps its open file) and
  * makes run/pool-<hex> the sandbox's run_dir in its record, so adoption after a restart
  * finds it like any other sandbox VM. At start-up, sbx_pools_sweep kills the pooled VMs a
- * previous spaced left unclaimed and removes their files.
+ * previous spaced left unclaimed and removes their files and namespaces.
  *
  * Ownership: struct sbx_pools is owned by spaced (sp->pools), freed by sbx_pools_free,
  * which kills every unclaimed VM. */
@@ -34,14 +39,16 @@ void sbx_pools_free(struct sbx_pools *ps);
  * and overlays never claimed. Call after sbx_table_load. */
 void sbx_pools_sweep(struct spaced *sp);
 
-/* For a create of `rec` with template snapshot `snap_dir`, frozen `overlay` over the
- * template's raw `rootfs` (the chain the caller saved in backing.json): starts the
- * shape's pool if there is none, then claims a ready VM. On success returns the VM
- * (callbacks cbs/arg, as pool_claim), has moved its overlay to `disk` and set
- * rec->run_dir to its run directory (the caller persists the record). NULL when the pool
- * is off or empty: the caller restores as usual. */
+/* For a create of `rec` with template snapshot `snap_dir` (taken with a NIC when `nic`),
+ * frozen `overlay` over the template's raw `rootfs` (the chain the caller saved in
+ * backing.json): starts the shape's pool if there is none, then claims a ready VM. On
+ * success returns the VM (callbacks cbs/arg, as pool_claim), has moved its overlay to
+ * `disk`, given its namespace to rec->id with rec->network_json's policy (nic) and set
+ * rec->run_dir to its run directory (the caller persists the record). A step failing
+ * after the claim kills the VM: the caller's on_exit reports it. NULL when the pool is
+ * off or empty: the caller restores as usual. */
 struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *snap_dir,
-                          const char *overlay, const char *rootfs, const char *disk,
+                          bool nic, const char *overlay, const char *rootfs, const char *disk,
                           const struct vm_callbacks *cbs, void *arg);
 
 /* Pooled VMs ready to claim, over all shapes (metrics). */

@@ -27,7 +27,8 @@
 struct pool_entry {
     struct pool_entry *next;
     struct pool *p;
-    struct vm_config cfg; /* deep copy */
+    struct vm_config cfg; /* deep copy; cfg.net.tap_fd (from prepare) is owned until QEMU
+                             has its own copy (vm_restore), then closed and -1 */
     struct vm *vm;        /* NULL while the overlay is being made */
     int ready;            /* restored and paused */
     int orphan;           /* pool freed while qemu-img ran: on_overlay cleans up */
@@ -77,9 +78,18 @@ static void entry_agent_close(struct pool_entry *e)
     e->agent_fd = -1;
 }
 
+/* Closes the entry's tap fd (prepare's), once QEMU holds its own or will never run. */
+static void entry_tap_close(struct pool_entry *e)
+{
+    if (e->cfg.net.tap_fd >= 0)
+        close(e->cfg.net.tap_fd);
+    e->cfg.net.tap_fd = -1;
+}
+
 static void entry_discard(struct pool *p, struct pool_entry *e)
 {
     entry_unlink(p, e);
+    entry_tap_close(e);
     entry_agent_close(e);
     if (e->warm_timer)
         event_free(e->warm_timer);
@@ -206,6 +216,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     struct pool_entry *e = arg;
     struct pool *p = e->p;
     if (e->orphan) {
+        entry_tap_close(e);
         unlink(e->cfg.disk);
         if (e->discard)
             e->discard(e->cfg.id, e->cfg.run_dir, e->arg);
@@ -218,6 +229,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     if (!err && !p->freeing)
         e->vm = vm_restore(p->base, &e->cfg, p->snapshot_dir, 0, &entry_cbs, e, &verr, m,
                            sizeof(m));
+    entry_tap_close(e); /* QEMU holds its own copy from the spawn */
     if (!e->vm) {
         char q[700];
         if (!p->freeing)
@@ -241,7 +253,16 @@ static void refill(evutil_socket_t fd, short what, void *arg)
         return;
     struct pool_entry *e = calloc(1, sizeof(*e));
     struct vm_config cfg = p->base_cfg;
-    if (!e || p->prepare(&cfg, p->arg) != 0 || vm_config_copy(&e->cfg, &cfg) < 0) {
+    if (!e || p->prepare(&cfg, p->arg) != 0) {
+        free(e);
+        p->stopped = 1;
+        return;
+    }
+    if (vm_config_copy(&e->cfg, &cfg) < 0) {
+        if (cfg.net.tap_fd >= 0)
+            close(cfg.net.tap_fd);
+        if (p->discard)
+            p->discard(cfg.id, cfg.run_dir, p->arg);
         free(e);
         p->stopped = 1;
         return;

@@ -19,12 +19,15 @@ struct pool;
 
 /* Fills cfg (pre-filled from pool_config.base) for a new pooled VM: id, run_dir
  * (created), disk path (not yet existing: the pool makes the overlay on
- * `template_overlay`), net, jail. The pool copies cfg during the call, so the strings
- * only need to live that long. Return nonzero to stop refilling (e.g. no capacity). */
+ * `template_overlay`), net, jail. The pool copies cfg right after the call, so the
+ * strings only need to live that long; a tap fd in cfg->net becomes the pool's (closed
+ * once QEMU has its copy, or when the VM is discarded). Return nonzero to stop refilling
+ * (e.g. no capacity), with nothing left to discard. */
 typedef int (*pool_prepare_cb)(struct vm_config *cfg, void *arg);
 
 /* A pooled VM that was never claimed is gone (pool_free, or it died while waiting);
- * its overlay is already removed; the caller removes what prepare created. */
+ * its overlay is already removed and its tap fd closed; the caller removes what prepare
+ * created (run dir, the network namespace behind the tap). */
 typedef void (*pool_discard_cb)(const char *id, const char *run_dir, void *arg);
 
 struct pool_config {
