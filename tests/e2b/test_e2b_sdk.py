@@ -11,6 +11,10 @@ SDK versions (tests/e2b/package.json, installed by tests/e2b/install.sh):
   e2b-v2-5   2.5.0   oldest with E2B_API_URL: connect via /timeout + /resume; no
                      E2B_SANDBOX_URL, so only control-plane scripts run with it
 Skips (with the reason) when node, the installed SDKs, or VM artifacts are missing.
+
+The VM spaced also runs the sandbox-port listener (SPACE_E2B_PORT_LISTEN on a free
+port, told to the scripts as SPACE_TEST_PORT_LISTEN): ports.mjs drives getHost through
+it (WebSocket) and through spaced's own port.
 """
 import importlib.util
 import os
@@ -56,7 +60,13 @@ def vm_spaced():
     why = node_missing() or fx.vm_missing()
     if why:
         pytest.skip(why)
-    d = fx.Spaced(fx.GUEST).start()
+    listen = "127.0.0.1:%d" % fx.free_port()
+    fx.SPACED_ENV["SPACE_E2B_PORT_LISTEN"] = listen
+    try:
+        d = fx.Spaced(fx.GUEST).start()
+    finally:
+        del fx.SPACED_ENV["SPACE_E2B_PORT_LISTEN"]
+    d.port_listen = listen
     yield d
     d.stop()
 
@@ -64,7 +74,8 @@ def vm_spaced():
 def run_script(spaced, script, sdk):
     env = dict(os.environ,
                E2B_API_URL=spaced.url, E2B_SANDBOX_URL=spaced.url,
-               E2B_API_KEY=spaced.admin_key, E2B_DOMAIN="localhost")
+               E2B_API_KEY=spaced.admin_key, E2B_DOMAIN="localhost",
+               SPACE_TEST_PORT_LISTEN=getattr(spaced, "port_listen", ""))
     env.pop("E2B_DEBUG", None)
     path = os.path.join(HERE, script)
     p = subprocess.run(["node", path, sdk], cwd=HERE, env=env, capture_output=True,
@@ -91,3 +102,10 @@ def test_sdk(vm_spaced, script, sdk):
 
 def test_legacy_control_plane(vm_spaced):
     run_script(vm_spaced, "legacy_control.mjs", OLDEST)
+
+
+def test_ports(vm_spaced):
+    """getHost: keep-alive, streamed bodies both ways, WebSocket (python template)."""
+    if not os.path.exists(os.path.join(fx.GUEST, "templates", "python", "rootfs.ext4")):
+        pytest.skip("the python template is not built (make templates builds it)")
+    run_script(vm_spaced, "ports.mjs", CURRENT)

@@ -20,6 +20,7 @@
 #include "e2b.h"
 #include "e2b_internal.h"
 #include "e2b_util.h"
+#include "log.h"
 
 #define BODY_MAX (256u * 1024)
 #define TIMEOUT_DEFAULT_S 300
@@ -701,6 +702,11 @@ void e2b_register(struct router *r, struct spaced *sp)
     ctx_pause = (struct body_ctx){&e, pause_route};
     ctx_connect = (struct body_ctx){&e, connect_route};
     ctx_resume = (struct body_ctx){&e, resume_route};
+    const char *listen = getenv("SPACE_E2B_PORT_LISTEN");
+    char err[200], q[256];
+    /* Without it getHost still works on our own port, minus protocol upgrades. */
+    if (listen && *listen && e2b_port_listen(&e, listen, err, sizeof err) < 0)
+        log_error("e2b.port_listen", "error=%s", log_quote(err, q, sizeof q));
     router_add_hook(r, e2b_envd_hook, &e);
     router_add(r, "POST", "/sandboxes", h_body, &ctx_create);
     router_add(r, "POST", "/v2/sandboxes", h_body, &ctx_create);

@@ -141,25 +141,35 @@ static bool is_envd_path(const char *path)
            strncmp(path, "/filesystem.Filesystem/", 23) == 0;
 }
 
+bool e2b_port_target(const char *host, const char *sid, const char *sport, unsigned *port,
+                     char *id, size_t cap)
+{
+    if (host_target(host, port, id, cap))
+        return *port != E2B_ENVD_PORT;
+    if (!sid || !sport || !sid[0] || strlen(sid) >= cap)
+        return false;
+    char *end;
+    unsigned long p = strtoul(sport, &end, 10);
+    if (end == sport || *end || p == 0 || p > 65535 || p == E2B_ENVD_PORT)
+        return false;
+    *port = (unsigned)p;
+    snprintf(id, cap, "%s", sid);
+    return true;
+}
+
 bool e2b_envd_hook(struct http_req *req, void *arg)
 {
     struct e2b *e = arg;
     const char *path = http_req_path(req);
     char id[STORE_ID_MAX] = "";
     unsigned port = 0;
-    bool by_host = host_target(http_req_header(req, "Host"), &port, id, sizeof id);
     const char *sid = http_req_header(req, "E2b-Sandbox-Id");
-    const char *sport = http_req_header(req, "E2b-Sandbox-Port");
-    if (!by_host && sid && sport && strtoul(sport, NULL, 10) != E2B_ENVD_PORT) {
-        unsigned long p = strtoul(sport, NULL, 10);
-        by_host = p > 0 && p <= 65535;
-        port = (unsigned)p;
-        snprintf(id, sizeof id, "%s", sid);
-    }
-    if (by_host && port != E2B_ENVD_PORT) {
+    if (e2b_port_target(http_req_header(req, "Host"), sid, http_req_header(req, "E2b-Sandbox-Port"),
+                        &port, id, sizeof id)) {
         e2b_port_proxy(e, req, id, port);
         return true;
     }
+    bool by_host = host_target(http_req_header(req, "Host"), &port, id, sizeof id);
     /* Only envd's own paths: the Python SDK also sends E2b-Sandbox-Id on control-plane
      * calls, which must reach the routes. */
     if (!by_host && !is_envd_path(path))

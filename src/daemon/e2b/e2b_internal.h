@@ -35,6 +35,7 @@ struct e2b_watcher;
 struct e2b {
     struct spaced *sp;
     char domain[256];        /* returned as `domain` in Sandbox objects; "" -> null */
+    char port_listen[128];   /* SPACE_E2B_PORT_LISTEN address, "" when not listening */
     struct e2b_box *boxes;   /* envd state per sandbox (list) */
 };
 
@@ -137,8 +138,19 @@ void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, con
 void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
                     const char *user, bool token_ok);
 
-/* ---- e2b_portproxy.c: getHost(port) */
+/* ---- e2b_portproxy.c: getHost(port) on spaced's port */
 void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port);
+/* Whether Connection/Upgrade header values ask for a protocol upgrade. */
+bool e2b_is_upgrade(const char *connection, const char *upgrade);
+/* A request addressed to a sandbox port other than envd's, by a Host of
+ * "<port>-<id>.<domain>" or by E2b-Sandbox-Id + E2b-Sandbox-Port (any may be NULL):
+ * true with *port and id[cap] (e2b_envd.c). */
+bool e2b_port_target(const char *host, const char *sid, const char *sport, unsigned *port,
+                     char *id, size_t cap);
+
+/* ---- e2b_portlisten.c: the raw sandbox-port listener (getHost with WebSocket) */
+/* Listens on addr ("127.0.0.1:7071") on the spaced loop; 0, or -1 with err. */
+int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
 
 /* For a signed /files URL that names no sandbox: the running sandbox whose token the
  * signature matches, into id[cap]. */

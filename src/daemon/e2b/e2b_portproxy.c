@@ -1,15 +1,18 @@
-/* e2b_portproxy: getHost(port). An HTTP request whose Host is "<port>-<id>.<domain>"
- * (or that carries E2b-Sandbox-Id plus E2b-Sandbox-Port != 49983) is forwarded to
- * 127.0.0.1:<port> inside the sandbox.
+/* e2b_portproxy: getHost(port) on spaced's own HTTP port. A request whose Host is
+ * "<port>-<id>.<domain>" (or that carries E2b-Sandbox-Id plus E2b-Sandbox-Port !=
+ * 49983) is forwarded to 127.0.0.1:<port> inside the sandbox over an agent `tcp`
+ * channel, one channel per request.
  *
- * The agent protocol has no TCP-forwarding op, so each request runs a relay in the guest
- * (`nc 127.0.0.1 <port>`, or Python where nc is missing) and talks through its
- * stdin/stdout: the request goes out as
- * HTTP/1.0 with Connection: close, so the response is never chunked and ends at EOF,
- * and its head is parsed here to answer our client with the same status and headers.
- * Bounded: request bodies up to PROXY_BODY_MAX, response heads up to PROXY_HEAD_MAX;
- * the response body streams with credit given back only while the client keeps up.
- * Not supported: WebSocket/Upgrade, HTTP/1.1 keep-alive to the guest. Like E2B's public
+ * Our HTTP server terminates the client's HTTP (so keep-alive and pipelining with the
+ * client are its business); upstream each request is HTTP/1.1 with Connection: close.
+ * Bodies stream both ways under backpressure, nothing is held whole: the request body
+ * is read from the client only while the channel's queue is below E2B_HIGH_WATER
+ * (re-chunked if the client sent it chunked), and the response body is granted to the
+ * guest only as our client accepts it. Response framing is Content-Length, chunked
+ * (decoded here, re-framed by our server) or end-of-connection. Response heads are
+ * bounded (PROXY_HEAD_MAX). Upgrade (WebSocket) cannot be carried here, because our
+ * server owns the connection after a reply: such requests get 501 naming the raw
+ * sandbox-port listener (e2b_portlisten.c), which carries them. Like E2B's public
  * sandbox URLs, these requests need no token. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,40 +20,34 @@
 #include <strings.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/api/http_parse.h"
 #include "daemon/sandbox/sbx.h"
 #include "e2b_internal.h"
 
-#define PROXY_BODY_MAX (16u * 1024 * 1024)
 #define PROXY_HEAD_MAX (64u * 1024)
 
-/* The relay run in the guest for one request: nc where the template has it (busybox),
- * else a few lines of Python (Debian templates without netcat). $1 is the port. */
-#define RELAY_SCRIPT                                                                       \
-    "if command -v nc >/dev/null 2>&1; then exec nc 127.0.0.1 \"$1\"; fi\n"                  \
-    "exec python3 -c 'import os, socket, sys, threading\n"                                   \
-    "s = socket.create_connection((\"127.0.0.1\", int(sys.argv[1])))\n"                      \
-    "def up():\n"                                                                           \
-    "    while True:\n"                                                                     \
-    "        d = os.read(0, 65536)\n"                                                       \
-    "        if not d: return\n"                                                            \
-    "        s.sendall(d)\n"                                                                \
-    "threading.Thread(target=up, daemon=True).start()\n"                                    \
-    "while True:\n"                                                                         \
-    "    d = s.recv(65536)\n"                                                               \
-    "    if not d: break\n"                                                                 \
-    "    os.write(1, d)\n"                                                                  \
-    "' \"$1\""
+/* How the response body ends. */
+enum pxy_body {
+    BODY_LENGTH,   /* Content-Length bytes */
+    BODY_CHUNKED,  /* chunked: decoded with http_chunked */
+    BODY_EOF,      /* until the server closes */
+};
 
 struct pxy {
-    struct http_req *req;     /* NULL once finished or closed */
+    struct http_req *req;     /* NULL once our reply finished or the client went away */
     struct agentc_chan *ch;   /* NULL once closed */
     unsigned port;
+    bool chunk_up;            /* re-chunk the request body upstream */
+    bool body_paused;         /* request body paused until the channel drains */
     char *head;               /* response head being collected (owned) */
     size_t headlen;
     bool started;             /* response head sent to our client */
-    uint32_t owed;
-    bool waiting;
-    char err[160];            /* what nc said on stderr */
+    enum pxy_body mode;
+    uint64_t left;            /* BODY_LENGTH: bytes still to relay */
+    struct http_chunked dec;  /* BODY_CHUNKED decoder */
+    uint32_t owed;            /* response bytes delivered, credit not yet given back */
+    bool waiting;             /* a drain callback is registered */
+    char err[200];            /* the agent's error, for the 502 */
 };
 
 static void pxy_release(struct pxy *p)
@@ -61,21 +58,24 @@ static void pxy_release(struct pxy *p)
     free(p);
 }
 
-static void pxy_fail(struct pxy *p, const char *why)
+static void pxy_close_chan(struct pxy *p)
 {
-    struct http_req *req = p->req;
-    p->req = NULL;
-    if (p->started)
-        http_stream_end(req);
-    else
-        e2b_reply_rest_error(req, 502, "port %u in the sandbox: %s", p->port, why);
     if (p->ch) {
-        json_t *kill = json_pack("{s:s, s:i}", "op", "signal", "signal", 9);
-        agentc_ctrl(p->ch, kill);
-        json_decref(kill);
         agentc_close(p->ch);
         p->ch = NULL;
     }
+}
+
+/* The response is complete (or cannot continue): finish our reply, drop the channel. */
+static void pxy_finish(struct pxy *p, const char *why)
+{
+    struct http_req *req = p->req;
+    p->req = NULL;
+    if (req && p->started)
+        http_stream_end(req);
+    else if (req)
+        e2b_reply_rest_error(req, 502, "port %u in the sandbox: %s", p->port, why);
+    pxy_close_chan(p);
 }
 
 static bool hop_by_hop(const char *name)
@@ -90,18 +90,21 @@ static bool hop_by_hop(const char *name)
     return false;
 }
 
-/* Parses the collected response head; starts our reply. Returns bytes of body that
- * followed the head in p->head (offset), or -1 on a malformed head. */
-static long start_reply(struct pxy *p, size_t head_end)
+/* Parses the response head in p->head[0..head_end) and starts our reply. Returns 1 if
+ * it was an interim 1xx head to skip, 0 when the reply started, -1 if malformed. */
+static int start_reply(struct pxy *p, size_t head_end)
 {
     p->head[head_end] = '\0';
     char *line = p->head, *next = strstr(line, "\r\n");
     int status = 0;
     if (!next || sscanf(line, "HTTP/1.%*1[01] %3d", &status) != 1 || status < 100 ||
-        status > 599)
+        status > 599 || status == 101)
         return -1;
+    if (status < 200)
+        return 1;
     const char *ctype = NULL;
     long long clen = -1;
+    bool chunked = false;
     for (line = next + 2; *line; line = next + 2) {
         next = strstr(line, "\r\n");
         if (!next)
@@ -114,22 +117,34 @@ static long start_reply(struct pxy *p, size_t head_end)
         char *v = colon + 1;
         while (*v == ' ' || *v == '\t')
             v++;
-        if (strcasecmp(line, "Content-Type") == 0)
+        if (strcasecmp(line, "Content-Type") == 0) {
             ctype = v;
-        else if (strcasecmp(line, "Content-Length") == 0)
-            clen = strtoll(v, NULL, 10);
-        else if (!hop_by_hop(line))
+        } else if (strcasecmp(line, "Content-Length") == 0) {
+            char *end;
+            clen = strtoll(v, &end, 10);
+            if (end == v || *end || clen < 0)
+                return -1;
+        } else if (strcasecmp(line, "Transfer-Encoding") == 0) {
+            chunked = strcasecmp(v, "chunked") == 0;
+            if (!chunked)
+                return -1; /* other codings cannot be re-framed */
+        } else if (!hop_by_hop(line)) {
             http_reply_add_header(p->req, line, v);
+        }
     }
-    if (http_stream_start(p->req, status, ctype, clen >= 0 ? clen : -1) < 0)
+    bool bodiless = http_req_is_head(p->req) || status == 204 || status == 304;
+    if (chunked && clen >= 0)
+        return -1; /* ambiguous framing: refuse, as our own server does */
+    p->mode = bodiless ? BODY_LENGTH : chunked ? BODY_CHUNKED : clen >= 0 ? BODY_LENGTH : BODY_EOF;
+    p->left = bodiless ? 0 : clen >= 0 ? (uint64_t)clen : 0;
+    if (http_stream_start(p->req, status, ctype, bodiless ? 0 : chunked ? -1 : clen) < 0)
         return -1;
     p->started = true;
-    return (long)(head_end + 4);
+    return 0;
 }
 
 static void pxy_drain(struct http_req *req, void *arg)
 {
-    (void)req;
     struct pxy *p = arg;
     p->waiting = false;
     if (p->ch && p->owed) {
@@ -138,101 +153,172 @@ static void pxy_drain(struct http_req *req, void *arg)
     }
 }
 
-static void relay(struct pxy *p, const uint8_t *buf, size_t len)
+static int relay(struct pxy *p, const uint8_t *buf, size_t len)
 {
-    if (len && http_stream_write(p->req, buf, len) < 0) {
-        pxy_fail(p, "response longer than its Content-Length");
-        return;
-    }
+    if (len && http_stream_write(p->req, buf, len) < 0)
+        return -1;
     if (http_stream_pending(p->req) > E2B_HIGH_WATER && !p->waiting) {
         p->waiting = true;
         http_stream_on_drain(p->req, pxy_drain, p);
     }
+    return 0;
 }
 
-static void on_data(void *arg, enum frame_stream stream, const uint8_t *buf, size_t len)
+/* Body bytes of the response, framed per p->mode. May finish the reply. */
+static void body_bytes(struct pxy *p, const uint8_t *buf, size_t len)
 {
-    struct pxy *p = arg;
-    if (stream == FRAME_STREAM_ERR) {
-        size_t have = strlen(p->err);
-        size_t n = len < sizeof p->err - 1 - have ? len : sizeof p->err - 1 - have;
-        memcpy(p->err + have, buf, n);
-        p->err[have + n] = '\0';
-        for (size_t k = have + n; k > 0 && (p->err[k - 1] == '\n' || p->err[k - 1] == '\r');)
-            p->err[--k] = '\0';
-        agentc_grant(p->ch, stream, (uint32_t)len);
+    if (p->mode == BODY_EOF) {
+        if (relay(p, buf, len) < 0)
+            pxy_finish(p, "cannot relay");
         return;
     }
-    if (!p->req) {
-        agentc_grant(p->ch, stream, (uint32_t)len);
+    if (p->mode == BODY_LENGTH) {
+        size_t n = len < p->left ? len : (size_t)p->left;
+        p->left -= n;
+        if (relay(p, buf, n) < 0 || p->left == 0)
+            pxy_finish(p, "done");
         return;
     }
-    if (p->started) {
-        relay(p, buf, len);
-    } else {
-        if (p->headlen + len > PROXY_HEAD_MAX) {
-            pxy_fail(p, "response head too large");
+    while (len && p->req) {
+        size_t used, off, dlen;
+        struct http_parse_error perr;
+        enum http_parse_result r = http_chunked_decode(&p->dec, (const char *)buf, len, &used,
+                                                       &off, &dlen, &perr);
+        if (r == HTTP_PARSE_ERROR || (dlen && relay(p, buf + off, dlen) < 0))
+            return pxy_finish(p, "malformed chunked response");
+        if (r == HTTP_PARSE_OK)
+            return pxy_finish(p, "done");
+        if (used == 0)
             return;
-        }
+        buf += used;
+        len -= used;
+    }
+}
+
+static void response_bytes(struct pxy *p, const uint8_t *buf, size_t len)
+{
+    uint32_t n = (uint32_t)len;
+    if (p->started) {
+        body_bytes(p, buf, len);
+    } else {
+        if (p->headlen + len > PROXY_HEAD_MAX)
+            return pxy_finish(p, "response head too large");
         memcpy(p->head + p->headlen, buf, len);
         p->headlen += len;
-        char *end = memmem(p->head, p->headlen, "\r\n\r\n", 4);
-        if (end) {
-            size_t total = p->headlen;
-            long off = start_reply(p, (size_t)(end - p->head));
-            if (off < 0) {
-                pxy_fail(p, "the server's response is not HTTP/1.x");
-                return;
+        char *end;
+        while (!p->started && (end = memmem(p->head, p->headlen, "\r\n\r\n", 4))) {
+            size_t head_end = (size_t)(end - p->head), rest = p->headlen - head_end - 4;
+            int r = start_reply(p, head_end);
+            if (r < 0)
+                return pxy_finish(p, "the server's response is not HTTP/1.x");
+            memmove(p->head, p->head + head_end + 4, rest);
+            p->headlen = rest;
+            if (r == 0) {
+                if (p->mode == BODY_LENGTH && p->left == 0)
+                    return pxy_finish(p, "done");
+                body_bytes(p, (const uint8_t *)p->head, rest);
             }
-            relay(p, (const uint8_t *)p->head + off, total - (size_t)off);
         }
     }
     if (!p->ch)
         return;
     if (p->waiting)
-        p->owed += (uint32_t)len;
+        p->owed += n;
     else
-        agentc_grant(p->ch, stream, (uint32_t)len);
+        agentc_grant(p->ch, FRAME_STREAM_OUT, n);
+}
+
+/* Callbacks that may finish the exchange release p at their end (pxy_finish closes
+ * the channel without a callback, so nobody else would). */
+static void on_data(void *arg, enum frame_stream stream, const uint8_t *buf, size_t len)
+{
+    struct pxy *p = arg;
+    if (p->req)
+        response_bytes(p, buf, len);
+    pxy_release(p);
+}
+
+static void on_error(void *arg, const char *code, const char *message)
+{
+    struct pxy *p = arg;
+    if (!p->err[0])
+        snprintf(p->err, sizeof p->err, "%s (%s)", message, code);
+}
+
+/* The server closed (EOF) or the channel ended: end-of-connection bodies end here;
+ * anything else was cut short. */
+static void on_eof(void *arg, enum frame_stream stream)
+{
+    struct pxy *p = arg;
+    if (p->req)
+        pxy_finish(p, p->err[0] ? p->err : "the server closed without a response");
+    pxy_release(p);
 }
 
 static void on_close(void *arg)
 {
     struct pxy *p = arg;
     p->ch = NULL;
-    if (p->req) {
-        if (p->started) {
-            struct http_req *req = p->req;
-            p->req = NULL;
-            http_stream_end(req);
-        } else {
-            pxy_fail(p, p->err[0] ? p->err : "no HTTP server answered");
-        }
-    }
+    if (p->req)
+        pxy_finish(p, p->err[0] ? p->err : "the connection ended");
     pxy_release(p);
+}
+
+/* The channel took queued request bytes: read more of the client's body. */
+static void on_drain(void *arg)
+{
+    struct pxy *p = arg;
+    if (p->body_paused && p->req) {
+        p->body_paused = false;
+        http_req_pause_body(p->req, false);
+    }
 }
 
 static const struct agentc_chan_ops pxy_ops = {
     .on_data = on_data,
+    .on_eof = on_eof,
+    .on_error = on_error,
     .on_close = on_close,
+    .on_drain = on_drain,
 };
 
 static void on_http_close(struct http_req *req, void *arg)
 {
-    (void)req;
     struct pxy *p = arg;
     p->req = NULL;
-    if (p->ch) {
-        json_t *kill = json_pack("{s:s, s:i}", "op", "signal", "signal", 9);
-        agentc_ctrl(p->ch, kill);
-        json_decref(kill);
-        agentc_close(p->ch);
-        p->ch = NULL;
-    }
+    pxy_close_chan(p);
     pxy_release(p);
 }
 
-/* The request re-serialised for the guest server (HTTP/1.0, Connection: close). */
-static char *request_head(struct http_req *req, size_t body_len, size_t *outlen)
+static void on_body_chunk(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct pxy *p = arg;
+    if (!p->ch)
+        return;
+    if (p->chunk_up) {
+        char size[24];
+        int k = snprintf(size, sizeof size, "%zx\r\n", len);
+        agentc_write(p->ch, size, (size_t)k);
+        agentc_write(p->ch, data, len);
+        agentc_write(p->ch, "\r\n", 2);
+    } else {
+        agentc_write(p->ch, data, len);
+    }
+    if (agentc_queued(p->ch) > E2B_HIGH_WATER && !p->body_paused) {
+        p->body_paused = true;
+        http_req_pause_body(req, true);
+    }
+}
+
+static void on_body_end(struct http_req *req, void *arg)
+{
+    struct pxy *p = arg;
+    if (p->ch && p->chunk_up)
+        agentc_write(p->ch, "0\r\n\r\n", 5);
+}
+
+/* The request re-serialised for the guest server (HTTP/1.1, Connection: close). */
+static char *request_head(struct http_req *req, bool chunked, size_t *outlen)
 {
     size_t cap = 1024 + strlen(http_req_target(req));
     const char *name, *value;
@@ -241,85 +327,83 @@ static char *request_head(struct http_req *req, size_t body_len, size_t *outlen)
     char *h = malloc(cap);
     if (!h)
         return NULL;
-    size_t n = (size_t)snprintf(h, cap, "%s %s HTTP/1.0\r\n", http_req_method(req),
+    size_t n = (size_t)snprintf(h, cap, "%s %s HTTP/1.1\r\n", http_req_method(req),
                                 http_req_target(req));
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++) {
-        if ((hop_by_hop(name) && strcasecmp(name, "Content-Type") != 0) ||
-            strncasecmp(name, "E2b-", 4) == 0 || strcasecmp(name, "X-Access-Token") == 0)
+        if ((hop_by_hop(name) && strcasecmp(name, "Content-Type") != 0 &&
+             strcasecmp(name, "Date") != 0) ||
+            strncasecmp(name, "E2b-", 4) == 0 || strcasecmp(name, "X-Access-Token") == 0 ||
+            strcasecmp(name, "Expect") == 0)
             continue;
         n += (size_t)snprintf(h + n, cap - n, "%s: %s\r\n", name, value);
     }
-    n += (size_t)snprintf(h + n, cap - n, "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                          body_len);
+    if (chunked)
+        n += (size_t)snprintf(h + n, cap - n, "Transfer-Encoding: chunked\r\n");
+    else if (http_req_content_length(req) > 0)
+        n += (size_t)snprintf(h + n, cap - n, "Content-Length: %lld\r\n",
+                              (long long)http_req_content_length(req));
+    n += (size_t)snprintf(h + n, cap - n, "Connection: close\r\n\r\n");
     *outlen = n;
     return h;
 }
 
-struct pending_proxy {
-    unsigned port;
-    char id[STORE_ID_MAX];
-    struct e2b *e;
-};
-
-static void on_body(struct http_req *req, const char *data, size_t len, void *arg)
+bool e2b_is_upgrade(const char *connection, const char *upgrade)
 {
-    struct pending_proxy pp = *(struct pending_proxy *)arg;
-    free(arg);
-    http_req_on_close(req, NULL, NULL);
-    struct sbx *s = sbx_find(pp.e->sp, NULL, pp.id);
-    struct agentc *a = s ? sbx_agent(s) : NULL;
-    if (!a) {
-        e2b_reply_rest_error(req, 502, "sandbox %s is not running", pp.id);
+    if (!connection || !upgrade)
+        return false;
+    for (const char *c = connection; (c = strcasestr(c, "upgrade")); c += 7) {
+        bool start = c == connection || c[-1] == ',' || c[-1] == ' ' || c[-1] == '\t';
+        bool end = !c[7] || c[7] == ',' || c[7] == ' ' || c[7] == '\t';
+        if (start && end)
+            return true;
+    }
+    return false;
+}
+
+void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port)
+{
+    if (e2b_is_upgrade(http_req_header(req, "Connection"), http_req_header(req, "Upgrade"))) {
+        if (e->port_listen[0])
+            e2b_reply_rest_error(req, 501, "protocol upgrades (WebSocket) to sandbox ports go "
+                                 "through the sandbox-port listener %s", e->port_listen);
+        else
+            e2b_reply_rest_error(req, 501, "protocol upgrades (WebSocket) to sandbox ports need "
+                                 "spaced's sandbox-port listener (SPACE_E2B_PORT_LISTEN)");
         return;
     }
-    char port[8];
-    snprintf(port, sizeof port, "%u", pp.port);
-    json_t *r = json_pack("{s:s, s:[s,s,s,s,s], s:b, s:s}", "op", "exec", "argv", "/bin/sh", "-c",
-                          RELAY_SCRIPT, "relay", port, "stdin", 1, "user", "root");
+    struct sbx *s = sbx_find(e->sp, NULL, id);
+    struct agentc *a = s ? sbx_agent(s) : NULL;
+    if (!a) {
+        e2b_reply_rest_error(req, 502, "sandbox %s is not running", id);
+        return;
+    }
     struct pxy *p = calloc(1, sizeof *p);
-    size_t hl = 0;
-    char *head = request_head(req, len, &hl);
     char why[128] = "out of memory";
-    if (!r || !p || !head || !(p->head = malloc(PROXY_HEAD_MAX + 1)) ||
-        !(p->ch = agentc_open(a, r, &pxy_ops, p, AGENTC_MANUAL_CREDIT, why, sizeof why))) {
-        json_decref(r);
-        free(head);
+    if (!p || !(p->head = malloc(PROXY_HEAD_MAX + 1)) ||
+        !(p->ch = agentc_open_tcp(a, NULL, port, &pxy_ops, p, AGENTC_MANUAL_CREDIT, why,
+                                  sizeof why))) {
         if (p)
             free(p->head);
         free(p);
         e2b_reply_rest_error(req, 502, "cannot reach the sandbox: %s", why);
         return;
     }
-    json_decref(r);
     p->req = req;
-    p->port = pp.port;
+    p->port = port;
+    p->chunk_up = http_req_chunked(req);
+    size_t hl = 0;
+    char *head = request_head(req, p->chunk_up, &hl);
+    if (!head) {
+        pxy_finish(p, "out of memory");
+        return pxy_release(p);
+    }
     agentc_write(p->ch, head, hl);
-    if (len)
-        agentc_write(p->ch, data, len);
     free(head);
     http_req_on_close(req, on_http_close, p);
-}
-
-static void on_early_close(struct http_req *req, void *arg)
-{
-    (void)req;
-    free(arg);
-}
-
-void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port)
-{
-    struct pending_proxy *pp = calloc(1, sizeof *pp);
-    if (!pp) {
-        e2b_reply_rest_error(req, 500, "out of memory");
-        return;
-    }
-    pp->e = e;
-    pp->port = port;
-    snprintf(pp->id, sizeof pp->id, "%s", id);
-    http_req_on_close(req, on_early_close, pp);
-    if (http_req_read_body(req, PROXY_BODY_MAX, on_body, pp) < 0) {
+    if ((p->chunk_up || http_req_content_length(req) > 0) &&
+        http_req_stream_body(req, on_body_chunk, on_body_end, p) < 0) {
         http_req_on_close(req, NULL, NULL);
-        free(pp);
-        e2b_reply_rest_error(req, 500, "request body already consumed");
+        pxy_finish(p, "request body already consumed");
+        pxy_release(p);
     }
 }
