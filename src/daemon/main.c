@@ -39,6 +39,10 @@ static void usage(FILE *f)
             "usage: spaced [options]\n"
             "  --listen ADDR:PORT   API address (default 127.0.0.1:7070; port 0 = any free port)\n"
             "  --data-dir DIR       store, keys, sandbox disks (default /var/lib/space)\n"
+            "  --store URL          PostgreSQL connection string (postgresql://... or\n"
+            "                       host=... dbname=...) or SQLite file (default: env\n"
+            "                       SPACE_STORE_URL, else DIR/space.db); with PostgreSQL,\n"
+            "                       keys and sandbox disks stay in --data-dir\n"
             "  --guest-dir DIR      vmlinux, initramfs.cpio, templates/ (default build/guest if\n"
             "                       present, else /usr/local/share/space/guest)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
@@ -60,10 +64,14 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
         {"rate", required_argument, NULL, 'r'},   {"burst", required_argument, NULL, 'b'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"store", required_argument, NULL, 's'},  {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     o->listen = "127.0.0.1:7070";
     o->data_dir = "/var/lib/space";
+    o->store_url = getenv("SPACE_STORE_URL");
+    if (o->store_url && !o->store_url[0])
+        o->store_url = NULL;
     o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
@@ -75,6 +83,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         switch (c) {
         case 'l': o->listen = optarg; break;
         case 'd': o->data_dir = optarg; break;
+        case 's': o->store_url = optarg; break;
         case 'g': o->guest_dir = optarg; break;
         case 'q': o->qemu = optarg; break;
         case 'j': o->jail = 1; break;
@@ -174,10 +183,12 @@ int main(int argc, char **argv)
     sp.base = event_base_new();
     char err[512], path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/space.db", sp.opt.data_dir);
-    if (!sp.base || !(sp.store = store_open(path, err, sizeof err))) {
+    const char *store_at = sp.opt.store_url ? sp.opt.store_url : path;
+    if (!sp.base || !(sp.store = store_open(store_at, err, sizeof err))) {
         fprintf(stderr, "spaced: %s\n", sp.base ? err : "cannot create the event loop");
         return 1;
     }
+    log_info("store", "backend=%s", store_backend_name(sp.store));
     if (!(sp.auth = auth_new(sp.store, sp.opt.data_dir, err, sizeof err))) {
         fprintf(stderr, "spaced: %s\n", err);
         return 1;
