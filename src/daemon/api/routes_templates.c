@@ -1,4 +1,5 @@
-/* routes_templates.c: /v1/templates — list, get, and build requests. */
+/* routes_templates.c: /v1/templates — list, get, build and delete, scoped to the
+ * caller's tenant (built-in templates are everyone's; built ones their tenant's). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,7 @@ static void h_list(struct http_req *req, void *arg)
     struct auth_principal who;
     if (!auth_require(sp, req, &who))
         return;
-    json_t *body = tpl_list_json(sp);
+    json_t *body = tpl_list_json(sp, who.tenant);
     http_reply_json(req, 200, body);
     json_decref(body);
 }
@@ -25,7 +26,7 @@ static void h_get(struct http_req *req, void *arg)
     if (!auth_require(sp, req, &who))
         return;
     const char *name = router_param(req, "name");
-    json_t *body = tpl_get_json(sp, name);
+    json_t *body = tpl_get_json(sp, who.tenant, name);
     if (!body) {
         routes_reply_error(sp, req, 404, "not_found", "template %.64s not found", name);
         return;
@@ -34,31 +35,20 @@ static void h_get(struct http_req *req, void *arg)
     json_decref(body);
 }
 
-/* Validates a build spec: {"name", "from", "steps":[{"run": str}]}. */
-static int build_spec_check(json_t *o, struct spaced *sp, struct spaced_err *err)
+static void h_delete(struct http_req *req, void *arg)
 {
-    const char *name = json_string_value(json_object_get(o, "name"));
-    const char *from = json_string_value(json_object_get(o, "from"));
-    json_t *steps = json_object_get(o, "steps");
-    struct tpl_info t;
-    if (!name || !from)
-        return spaced_err_set(err, 400, "invalid_request", "name and from are required strings");
-    if (!tpl_name_valid(name))
-        return spaced_err_set(err, 400, "invalid_request",
-                              "name must be 1..48 characters [a-z0-9_-], not starting with '-'");
-    if (tpl_lookup(sp, NULL, from, &t, err) < 0)
-        return -1;
-    if (tpl_lookup(sp, NULL, name, &t, NULL) == 0)
-        return spaced_err_set(err, 409, "conflict", "template %s already exists", name);
-    if (steps && (!json_is_array(steps) || json_array_size(steps) > 64))
-        return spaced_err_set(err, 400, "invalid_request", "steps must be an array of at most 64 steps");
-    size_t i;
-    json_t *s;
-    json_array_foreach(steps, i, s) {
-        if (!json_is_object(s) || json_object_size(s) != 1 || !json_is_string(json_object_get(s, "run")))
-            return spaced_err_set(err, 400, "invalid_request", "steps[%zu] must be {\"run\": \"<command>\"}", i);
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    json_t *body = NULL;
+    struct spaced_err err;
+    if (tpl_delete(sp, who.tenant, router_param(req, "name"), &body, &err) < 0) {
+        routes_reply_err(sp, req, &err);
+        return;
     }
-    return 0;
+    http_reply_json(req, 200, body);
+    json_decref(body);
 }
 
 static void build_body(struct http_req *req, const char *data, size_t len, void *arg)
@@ -67,12 +57,11 @@ static void build_body(struct http_req *req, const char *data, size_t len, void 
     struct auth_principal who;
     if (!auth_require(sp, req, &who))
         return;
-    static const char *const known[] = {"name", "from", "steps", NULL};
-    json_t *o = routes_parse_object(sp, req, data, len, known);
+    json_t *o = routes_parse_object(sp, req, data, len, tpl_spec_fields);
     if (!o)
         return;
     struct spaced_err err;
-    int rc = build_spec_check(o, sp, &err);
+    int rc = tpl_spec_check(sp, who.tenant, o, &err);
     struct store_op op;
     char *spec = rc == 0 ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (rc == 0)
@@ -90,7 +79,8 @@ static void build_body(struct http_req *req, const char *data, size_t len, void 
 
 static void h_build(struct http_req *req, void *arg)
 {
-    http_req_read_body(req, ROUTES_BODY_MAX, build_body, arg);
+    /* Larger than other control-plane bodies: copy steps carry file contents. */
+    http_req_read_body(req, TPL_SPEC_BODY_MAX, build_body, arg);
 }
 
 void routes_templates_register(struct router *r, struct spaced *sp)
@@ -98,4 +88,5 @@ void routes_templates_register(struct router *r, struct spaced *sp)
     router_add(r, "GET", "/v1/templates", h_list, sp);
     router_add(r, "POST", "/v1/templates", h_build, sp);
     router_add(r, "GET", "/v1/templates/{name}", h_get, sp);
+    router_add(r, "DELETE", "/v1/templates/{name}", h_delete, sp);
 }

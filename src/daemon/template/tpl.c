@@ -1,8 +1,12 @@
-/* tpl.c: the template registry (directories under <guest-dir>/templates), host VM
- * settings shared by every VM spaced starts, and the API representation. */
+/* tpl.c: the template registry (built-ins under <guest-dir>/templates, tenants' builds
+ * under <data-dir>/templates with their owner in the store), host VM settings shared by
+ * every VM spaced starts, template defaults, the API representation and deletion. */
 #include "tpl.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +14,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/agentc/agentc.h"
+#include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 #include "daemon/vm/vm.h"
+#include "log.h"
 #include "tpl_internal.h"
+
+/* A deleted sandbox may have been the last user of an old snapshot version. */
+static void on_sbx_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum sbx_state now,
+                         void *arg)
+{
+    (void)s;
+    (void)old;
+    (void)arg;
+    if (now == SBX_DELETED)
+        tpl_snapshots_gc_soon(sp, NULL);
+}
 
 struct tpl_registry *tpl_registry_new(struct spaced *sp)
 {
@@ -22,6 +40,10 @@ struct tpl_registry *tpl_registry_new(struct spaced *sp)
     snprintf(r->kernel, sizeof r->kernel, "%s/vmlinux", sp->opt.guest_dir);
     snprintf(r->initramfs, sizeof r->initramfs, "%s/initramfs.cpio", sp->opt.guest_dir);
     tpl_kill_stale_vms(sp->opt.data_dir);
+    if (sp->sbx && sbx_listen(sp, on_sbx_state, NULL) < 0)
+        log_warn("template.gc", "msg=\"no state listener slot: old snapshot versions are swept "
+                                "only when a new one is made\"");
+    tpl_snapshots_gc_soon(sp, r); /* first loop turn: the sandbox table is loaded by then */
     return r;
 }
 
@@ -31,6 +53,8 @@ void tpl_registry_free(struct tpl_registry *r)
         return;
     tpl_snapshots_free(r);
     tpl_builds_free(r);
+    if (r->gc)
+        event_free(r->gc);
     free(r);
 }
 
@@ -45,6 +69,39 @@ bool tpl_name_valid(const char *n)
     return true;
 }
 
+/* ---- files ----------------------------------------------------------------------------- */
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        log_warn("template.cleanup", "path=%s errno=%d", path, errno);
+    return 0;
+}
+
+void tpl_rm_rf(const char *path)
+{
+    if (access(path, F_OK) == 0)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+int tpl_mkdir_p(const char *path)
+{
+    char tmp[TPL_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* ---- lookup ---------------------------------------------------------------------------- */
+
 /* Reads <dir>/template.json's description, if any. */
 static void read_meta(struct tpl_info *t)
 {
@@ -56,30 +113,42 @@ static void read_meta(struct tpl_info *t)
     json_decref(j);
 }
 
+/* Fills *out for a template found in dir `root`/templates/name with a rootfs. */
+static bool found_at(const char *root, const char *name, bool builtin, struct tpl_info *out)
+{
+    snprintf(out->name, sizeof out->name, "%s", name);
+    snprintf(out->dir, sizeof out->dir, "%s/templates/%s", root, name);
+    snprintf(out->rootfs, sizeof out->rootfs, "%s/rootfs.ext4", out->dir);
+    out->builtin = builtin;
+    if (access(out->rootfs, R_OK) != 0)
+        return false;
+    read_meta(out);
+    return true;
+}
+
 int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct tpl_info *out,
                struct spaced_err *err)
 {
-    (void)tenant;
     memset(out, 0, sizeof *out);
     if (!name || !tpl_name_valid(name))
         return spaced_err_set(err, 400, "unknown_template",
-                              "template name \"%.64s\" is not valid ([a-z0-9_-], at most 48)", name);
-    snprintf(out->name, sizeof out->name, "%s", name);
-    /* Built-in (guest dir) first, then built through the API (data dir). */
-    for (int builtin = 1; builtin >= 0; builtin--) {
-        snprintf(out->dir, sizeof out->dir, "%s/templates/%s",
-                 builtin ? sp->opt.guest_dir : sp->opt.data_dir, name);
-        snprintf(out->rootfs, sizeof out->rootfs, "%s/rootfs.ext4", out->dir);
-        out->builtin = builtin;
-        if (access(out->rootfs, R_OK) == 0) {
-            read_meta(out);
+                              "template name \"%.64s\" is not valid ([a-z0-9_-], at most 48)",
+                              name ? name : "");
+    /* Built-ins (guest dir) first: nobody can shadow them. */
+    if (found_at(sp->opt.guest_dir, name, true, out))
+        return 0;
+    struct store_tpl row;
+    if (store_tpl_get(sp->store, name, &row) == 0) {
+        bool mine = strcmp(row.state, "ready") == 0 && (!tenant || strcmp(row.tenant, tenant) == 0);
+        snprintf(out->tenant, sizeof out->tenant, "%s", row.tenant);
+        store_tpl_clear(&row);
+        if (mine && found_at(sp->opt.data_dir, name, false, out))
             return 0;
-        }
     }
+    memset(out, 0, sizeof *out);
     return spaced_err_set(err, 400, "unknown_template",
-                          "template \"%s\" does not exist or is not built (no rootfs.ext4 under "
-                          "%s/templates/%s; run guest/build-template.sh or POST /v1/templates)",
-                          name, sp->opt.guest_dir, name);
+                          "template \"%s\" does not exist or is not built (GET /v1/templates "
+                          "lists the ones you can use)", name);
 }
 
 int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err)
@@ -99,66 +168,248 @@ int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err
     return 0;
 }
 
-static json_t *tpl_json(struct spaced *sp, const struct tpl_info *t)
+/* ---- defaults ---------------------------------------------------------------------------- */
+
+void tpl_defaults_load(const char *dir, struct tpl_defaults *out)
 {
-    return json_pack("{s:s, s:s, s:b, s:s, s:I, s:n}", "name", t->name, "state", "ready", "builtin",
-                     t->builtin, "description", t->description, "snapshots",
-                     (json_int_t)tpl_snapshots_ready(sp, t->name), "failure");
+    memset(out, 0, sizeof *out);
+    char path[TPL_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/template.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *d = json_object_get(j, "defaults");
+    json_t *env = json_object_get(d, "env");
+    out->env = json_is_object(env) ? json_deep_copy(env) : json_object();
+    const char *user = json_string_value(json_object_get(d, "user"));
+    const char *wd = json_string_value(json_object_get(d, "workdir"));
+    snprintf(out->user, sizeof out->user, "%s", user && user[0] ? user : "root");
+    snprintf(out->workdir, sizeof out->workdir, "%s", wd && wd[0] == '/' ? wd : "/");
+    const char *start = json_string_value(json_object_get(j, "start"));
+    const char *ready = json_string_value(json_object_get(j, "ready"));
+    out->start = start && start[0] ? strdup(start) : NULL;
+    out->ready = ready && ready[0] ? strdup(ready) : NULL;
+    json_decref(j);
 }
 
-/* Adds every template found under <root>/templates not yet in `arr`. */
-static void scan_templates(struct spaced *sp, const char *root, json_t *arr, json_t *seen)
+void tpl_defaults_clear(struct tpl_defaults *d)
+{
+    json_decref(d->env);
+    free(d->start);
+    free(d->ready);
+    memset(d, 0, sizeof *d);
+}
+
+json_t *tpl_start_request(const struct tpl_defaults *d)
+{
+    /* Idempotent: the pid file lives in /tmp (tmpfs, so in the memory snapshot and
+     * empty after a cold boot), and a start command still running is not started again;
+     * so it can be sent after every boot, restore or adoption alike. A service must not
+     * block on a full stdout pipe nobody reads (the agent buffers only 64 KiB of a
+     * detached process): its output goes to a file. */
+    static const char wrap[] =
+        "p=/tmp/.space-start.pid\n"
+        "if [ -s $p ] && kill -0 \"$(cat $p)\" 2>/dev/null; then exit 0; fi\n"
+        "echo $$ >$p\n"
+        "exec </dev/null >>/tmp/space-start.log 2>&1\n";
+    size_t n = sizeof wrap + strlen(d->start);
+    char *cmd = malloc(n);
+    if (!cmd)
+        return NULL;
+    snprintf(cmd, n, "%s%s", wrap, d->start);
+    json_t *req = json_pack("{s:s, s:s, s:s, s:s, s:s}", "op", "exec", "cmd", cmd, "user", d->user,
+                            "cwd", d->workdir, "tag", "template-start");
+    free(cmd);
+    return req;
+}
+
+json_t *tpl_sandbox_env(struct spaced *sp, const char *template_name, const char *sandbox_env_json)
+{
+    struct tpl_info t;
+    json_t *env = NULL;
+    if (tpl_lookup(sp, NULL, template_name, &t, NULL) == 0) {
+        struct tpl_defaults d;
+        tpl_defaults_load(t.dir, &d);
+        env = json_incref(d.env);
+        tpl_defaults_clear(&d);
+    } else {
+        env = json_object();
+    }
+    json_t *own = sandbox_env_json ? json_loads(sandbox_env_json, 0, NULL) : NULL;
+    if (env && json_is_object(own))
+        json_object_update(env, own);
+    json_decref(own);
+    return env;
+}
+
+void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const char *sandbox_id,
+                          struct agentc *agent)
+{
+    struct tpl_info t;
+    if (!agent || tpl_lookup(sp, NULL, template_name, &t, NULL) < 0)
+        return;
+    struct tpl_defaults d;
+    tpl_defaults_load(t.dir, &d);
+    if (d.start) {
+        /* No env in the request: the sandbox's refresh env (template env + its own) is
+         * the base of every exec, and a request env would override the sandbox's. */
+        json_t *req = tpl_start_request(&d);
+        char err[128] = "";
+        struct agentc_chan *ch = req ? agentc_open(agent, req, NULL, NULL, 0, err, sizeof err) : NULL;
+        json_decref(req);
+        if (ch)
+            agentc_close(ch); /* detach: the start command keeps running */
+        else
+            log_warn("template.start", "sandbox=%s template=%s msg=\"cannot start: %s\"", sandbox_id,
+                     template_name, err);
+    }
+    tpl_defaults_clear(&d);
+}
+
+/* ---- API representation ---------------------------------------------------------------- */
+
+static json_t *tpl_json(struct spaced *sp, const struct tpl_info *t)
+{
+    struct tpl_defaults d;
+    tpl_defaults_load(t->dir, &d);
+    json_t *j = json_pack("{s:s, s:s, s:b, s:s, s:I, s:n, s:{s:O, s:s, s:s}, s:o, s:o}", "name",
+                          t->name, "state", "ready", "builtin", t->builtin, "description",
+                          t->description, "snapshots", (json_int_t)tpl_snapshots_ready(sp, t->name),
+                          "failure", "defaults", "env", d.env, "workdir", d.workdir, "user", d.user,
+                          "start", d.start ? json_string(d.start) : json_null(), "ready",
+                          d.ready ? json_string(d.ready) : json_null());
+    tpl_defaults_clear(&d);
+    return j;
+}
+
+static void scan_builtins(struct spaced *sp, json_t *arr)
 {
     char dir[TPL_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/templates", root);
+    snprintf(dir, sizeof dir, "%s/templates", sp->opt.guest_dir);
     struct dirent **names = NULL;
     int n = scandir(dir, &names, NULL, alphasort);
     for (int i = 0; i < n; i++) {
         struct tpl_info t;
         const char *nm = names[i]->d_name;
-        if (nm[0] != '.' && !json_object_get(seen, nm) && tpl_lookup(sp, NULL, nm, &t, NULL) == 0) {
+        if (tpl_name_valid(nm) && found_at(sp->opt.guest_dir, nm, true, &t))
             json_array_append_new(arr, tpl_json(sp, &t));
-            json_object_set_new(seen, nm, json_true());
-        }
         free(names[i]);
     }
     free(names);
 }
 
-/* Builds recorded in the store that have no image (yet): building or failed. */
-static int add_unbuilt(const struct store_tpl *t, void *arg)
+struct list_ctx {
+    struct spaced *sp;
+    const char *tenant;
+    json_t *arr;
+};
+
+/* The tenant's templates recorded in the store: ready ones from their directory,
+ * building or failed ones from the row. */
+static int add_row(const struct store_tpl *row, void *arg)
 {
-    json_t **ctx = arg; /* {arr, seen} */
-    if (json_object_get(ctx[1], t->name))
+    struct list_ctx *c = arg;
+    struct tpl_info t;
+    if (strcmp(row->tenant, c->tenant) != 0 || strcmp(row->state, "deleted") == 0)
         return 0;
-    json_array_append_new(ctx[0], json_pack("{s:s, s:s, s:b, s:s, s:I, s:o}", "name", t->name,
-                                            "state", t->state, "builtin", 0, "description", "",
+    if (found_at(c->sp->opt.guest_dir, row->name, true, &t))
+        return 0; /* a stale row shadowed by a built-in */
+    if (strcmp(row->state, "ready") == 0 && found_at(c->sp->opt.data_dir, row->name, false, &t)) {
+        json_array_append_new(c->arr, tpl_json(c->sp, &t));
+        return 0;
+    }
+    json_array_append_new(c->arr, json_pack("{s:s, s:s, s:b, s:s, s:I, s:o}", "name", row->name,
+                                            "state", row->state, "builtin", 0, "description", "",
                                             "snapshots", (json_int_t)0, "failure",
-                                            t->failure ? json_string(t->failure) : json_null()));
-    json_object_set_new(ctx[1], t->name, json_true());
+                                            row->failure ? json_string(row->failure) : json_null()));
     return 0;
 }
 
-json_t *tpl_list_json(struct spaced *sp)
+json_t *tpl_list_json(struct spaced *sp, const char *tenant)
 {
-    json_t *arr = json_array(), *seen = json_object();
-    scan_templates(sp, sp->opt.guest_dir, arr, seen);
-    scan_templates(sp, sp->opt.data_dir, arr, seen);
-    json_t *ctx[2] = {arr, seen};
-    store_tpl_each(sp->store, add_unbuilt, ctx);
-    json_decref(seen);
-    return json_pack("{s:o}", "templates", arr);
+    struct list_ctx c = {sp, tenant, json_array()};
+    scan_builtins(sp, c.arr);
+    store_tpl_each(sp->store, add_row, &c);
+    return json_pack("{s:o}", "templates", c.arr);
 }
 
-json_t *tpl_get_json(struct spaced *sp, const char *name)
+json_t *tpl_get_json(struct spaced *sp, const char *tenant, const char *name)
 {
-    json_t *all = tpl_list_json(sp), *found = NULL;
+    json_t *all = tpl_list_json(sp, tenant), *found = NULL;
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(all, "templates"), i, t) {
-        if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0)
-            found = json_pack("{s:O}", "template", t);
+        if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0) {
+            json_t *one = json_deep_copy(t);
+            json_object_set_new(one, "versions", tpl_snapshots_json(sp, name));
+            found = json_pack("{s:o}", "template", one);
+            break;
+        }
     }
     json_decref(all);
     return found;
+}
+
+/* ---- deletion ------------------------------------------------------------------------- */
+
+struct use_ctx {
+    const char *name;
+    unsigned n;
+};
+
+static void count_user(struct sbx *s, void *arg)
+{
+    struct use_ctx *u = arg;
+    if (sbx_state(s) != SBX_DELETED && strcmp(sbx_record(s)->template_name, u->name) == 0)
+        u->n++;
+}
+
+int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t **out,
+               struct spaced_err *err)
+{
+    struct tpl_info t;
+    *out = NULL;
+    if (!tpl_name_valid(name))
+        return spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
+    if (found_at(sp->opt.guest_dir, name, true, &t))
+        return spaced_err_set(err, 409, "conflict", "template %s is built in and cannot be deleted",
+                              name);
+    struct store_tpl row;
+    if (store_tpl_get(sp->store, name, &row) != 0)
+        return spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
+    int rc = 0;
+    struct use_ctx use = {name, 0};
+    if (strcmp(row.tenant, tenant) != 0 || strcmp(row.state, "deleted") == 0)
+        rc = spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
+    else if (strcmp(row.state, "building") == 0)
+        rc = spaced_err_set(err, 409, "conflict", "template %s is being built; wait for the build", name);
+    else if (tpl_snapshots_busy(sp, name))
+        rc = spaced_err_set(err, 409, "conflict",
+                            "a memory snapshot of template %s is being made; retry in a minute", name);
+    else if (tpl_builds_use(sp, name))
+        rc = spaced_err_set(err, 409, "template_in_use",
+                            "a template build uses %s as its base; retry when it is done", name);
+    else if ((sbx_each(sp, count_user, &use), use.n > 0))
+        rc = spaced_err_set(err, 409, "template_in_use",
+                            "%u sandbox(es) were created from template %s (in any state but "
+                            "deleted); delete them first: their disks are backed by its image",
+                            use.n, name);
+    if (rc == 0) {
+        snprintf(row.state, sizeof row.state, "deleted");
+        free(row.failure);
+        row.failure = NULL;
+        row.updated_ms = spaced_now_ms();
+        if (store_tpl_put(sp->store, &row) != 0)
+            rc = spaced_err_set(err, 500, "store_failed", "cannot record the deletion: %s",
+                                store_errmsg(sp->store));
+    }
+    if (rc == 0) {
+        tpl_snapshots_forget(sp, name);
+        char dir[TPL_PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/templates/%s", sp->opt.data_dir, name);
+        tpl_rm_rf(dir);
+        log_info("template.deleted", "template=%s tenant=%s", name, tenant);
+        *out = json_pack("{s:{s:s, s:s, s:b}}", "template", "name", name, "state", "deleted",
+                         "builtin", 0);
+    }
+    store_tpl_clear(&row);
+    return rc;
 }

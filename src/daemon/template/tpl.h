@@ -1,17 +1,24 @@
 /* tpl: templates — what a sandbox starts from — and their memory snapshots.
  *
  * A template is a directory holding `rootfs.ext4` (raw ext4 image, the read-only base of
- * every sandbox disk) and `template.json` ({"name","description","vcpus","memory_mib"},
- * all optional). Built-in templates are found under <guest-dir>/templates/<name>/ (built
- * by guest/build-template.sh); templates built through the API live in
- * <data-dir>/templates/<name>/ (tpl_build.c); the kernel and initramfs every VM boots are
- * <guest-dir>/vmlinux and <guest-dir>/initramfs.cpio.
+ * every sandbox disk) and `template.json` (docs/templates.md: name, description, vcpus,
+ * memory_mib, defaults {env, workdir, user}, start, ready, spec). Built-in templates are
+ * found under <guest-dir>/templates/<name>/ (built by guest/build-template.sh) and are
+ * visible to every tenant; templates built through the API live in
+ * <data-dir>/templates/<name>/ (tpl_build.c) and belong to the tenant that built them
+ * (the store's templates row): other tenants never see them. Names are one namespace for
+ * the whole host (a taken name is 409 at build time). The kernel and initramfs every VM
+ * boots are <guest-dir>/vmlinux and <guest-dir>/initramfs.cpio.
  *
- * Snapshots (see vm.h): for each (template, vcpus, memory_mib) shape a sandbox asks for,
- * the first create cold-boots and meanwhile a template VM is booted on its own overlay
- * with file-backed RAM, snapshotted once its agent says hello, and kept under
- * <data-dir>/templates/<name>/<vcpus>x<mem>[-net]/ {disk.qcow2, snap/, ready}. Later creates of
- * that shape restore from it. Built once per data dir; reused across restarts. */
+ * Snapshots (see vm.h): for each (template, vcpus, memory_mib, nic) shape a sandbox asks
+ * for, the first create cold-boots and meanwhile a template VM is booted on its own
+ * overlay with file-backed RAM, its start command started and its ready check passed,
+ * then snapshotted. A snapshot is a *version*, keyed by a fingerprint of what it was made
+ * from (kernel, initramfs, rootfs, template.json, shape), kept in
+ * <data-dir>/templates/<name>/snapshots/<v>x<m>[-net]-<fp16>/ {disk.qcow2, snap/, ready,
+ * version.json}. When the guest or the template changes, the next create gets a new
+ * version; an old one is removed only once no sandbox's disk chain (backing.json, in any
+ * state but deleted) names it. */
 #ifndef SPACE_TPL_H
 #define SPACE_TPL_H
 
@@ -19,8 +26,10 @@
 #include <stddef.h>
 
 #include "daemon/spaced.h"
+#include "daemon/store/store.h"
 
 struct vm_config;
+struct agentc;
 typedef struct json_t json_t;
 
 #define TPL_PATH_MAX 512
@@ -30,6 +39,7 @@ struct tpl_info {
     char dir[TPL_PATH_MAX];    /* template directory */
     char rootfs[TPL_PATH_MAX + 16]; /* dir/rootfs.ext4 */
     char description[256];
+    char tenant[STORE_ID_MAX]; /* owner; "" for built-ins */
     bool builtin;              /* found under the guest dir */
 };
 
@@ -39,16 +49,18 @@ bool tpl_name_valid(const char *name);
 struct tpl_registry *tpl_registry_new(struct spaced *sp);
 void tpl_registry_free(struct tpl_registry *r);
 
-/* Template `name` if it exists and its rootfs is present: 0 and *out filled; else -1
- * with err (400 unknown_template). tenant is for tenant-built templates (unused yet). */
+/* Template `name` if it exists, its rootfs is present and `tenant` may use it (built-ins:
+ * everyone; built ones: their tenant; tenant NULL: internal, any): 0 and *out filled.
+ * Else -1 with err (400 unknown_template, the same whether the name is absent or
+ * another tenant's, so existence never leaks). */
 int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct tpl_info *out,
                struct spaced_err *err);
 
-/* The snapshot for (name, vcpus, mem, nic): true with snap_dir and overlay (the frozen
- * disk to back a clone's overlay, qcow2) filled when ready. Otherwise false, and a
- * background build starts if none is running or failed before. `nic`: clones with a
- * network device need a snapshot taken with one (net_claim_template), clones without
- * one a snapshot without. */
+/* The snapshot for (template, vcpus, mem, nic) at the current fingerprint: true with
+ * snap_dir and overlay (the frozen disk to back a clone's overlay, qcow2) filled when
+ * ready. Otherwise false, and a background build starts if none is running or failed
+ * before at this fingerprint. `nic`: clones with a network device need a snapshot taken
+ * with one (net_claim_template), clones without one a snapshot without. */
 bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, unsigned mem_mib,
                   bool nic, char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap);
 
@@ -57,14 +69,49 @@ bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, u
  * the kernel or initramfs is missing. */
 int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err);
 
+/* ---- what sandboxes of a template get (template.json) ------------------------------- */
+
+/* The environment a sandbox's agent gets in `refresh`: the template's default env
+ * (template.json defaults.env) overridden by the sandbox's own (`sandbox_env_json`, a
+ * JSON object or NULL). New reference, never NULL on success (NULL: out of memory). */
+json_t *tpl_sandbox_env(struct spaced *sp, const char *template_name, const char *sandbox_env_json);
+
+/* Starts the template's start command (if it has one) in a cold-booted sandbox, detached,
+ * as the template's default user, in its workdir, with its env; its output goes to
+ * /tmp/space-start.log in the guest. Restored sandboxes already run it (it was started
+ * before the snapshot). Fire and forget: a failure is logged. */
+void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const char *sandbox_id,
+                          struct agentc *agent);
+
+/* ---- builds, listing, deletion ------------------------------------------------------- */
+
 /* Template builds (tpl_build.c). start: carries out template_build op `op_id` for the
- * store row `name` (spec {"from","steps"}), finishing the op itself. interrupted: marks a
- * build cut by a restart as failed. */
+ * store row `name` (spec validated by tpl_spec_check), finishing the op itself.
+ * interrupted: marks a build cut by a restart as failed. */
 int tpl_build_start(struct spaced *sp, const char *op_id, const char *name);
 void tpl_build_interrupted(struct spaced *sp, const char *name);
 
-/* GET /v1/templates: {"templates":[...]} / one {"name","state","builtin",...}. */
-json_t *tpl_list_json(struct spaced *sp);
-json_t *tpl_get_json(struct spaced *sp, const char *name);
+/* Validates a build request body (tpl_spec.c; format docs/templates.md) for `tenant`:
+ * 0, or -1 with err (400 naming the bad field, 409 when the name is taken). On success
+ * a "base" field holds the base template's name (a "from" alias is renamed). */
+int tpl_spec_check(struct spaced *sp, const char *tenant, json_t *spec, struct spaced_err *err);
+/* The top-level fields a build request may have (NULL-terminated). */
+extern const char *const tpl_spec_fields[];
+#define TPL_SPEC_BODY_MAX (16u * 1024 * 1024) /* request body, base64 file contents included */
+#define TPL_COPY_MAX (8u * 1024 * 1024)       /* one copy step's decoded content */
+#define TPL_COPY_TOTAL_MAX (12u * 1024 * 1024) /* all copy steps of one spec */
+#define TPL_STEPS_MAX 64
+
+/* GET /v1/templates for `tenant`: {"templates":[...]} (built-ins and the tenant's own) /
+ * one {"template": {...}} or NULL when absent or another tenant's. */
+json_t *tpl_list_json(struct spaced *sp, const char *tenant);
+json_t *tpl_get_json(struct spaced *sp, const char *tenant, const char *name);
+
+/* DELETE /v1/templates/{name}: removes a template `tenant` built, its image and every
+ * snapshot version. 404 if absent or another tenant's, 409 for a built-in, a template
+ * being built or snapshotted, or one any sandbox (not deleted) or build still uses. On
+ * success *out is its representation with state "deleted" (new reference). */
+int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t **out,
+               struct spaced_err *err);
 
 #endif

@@ -1,15 +1,27 @@
 /* tpl_build.c: building a template from a spec, as a template_build operation.
  *
- * Spec (validated by the route): {"name", "from", "steps": [{"run": "<shell command>"}]}.
- * The build boots a VM on a fresh overlay of `from`'s rootfs, runs each step with the
- * agent's exec (`/bin/sh -c`), fails on the first non-zero exit (with the tail of its
- * output), powers the VM off, flattens the overlay into a raw image with
- * `qemu-img convert` and publishes <data-dir>/templates/<name>/rootfs.ext4 +
- * template.json by rename, so a half-built template is never visible. The store's
+ * Spec (validated by tpl_spec_check, format docs/templates.md): {"name", "base",
+ * "description"?, "vcpus"?, "memory_mib"?, "steps": [run | copy | env | workdir | user],
+ * "start"?, "ready"?}. The build boots a VM on a fresh overlay of the base's rootfs and
+ * carries the state the steps change (env, workdir, user), starting from the base's
+ * env and workdir, as root (the base's default user stays the default of sandboxes
+ * unless a user step changes it):
+ *   run      exec `/bin/sh -c CMD` as the current user, in the current workdir, with the
+ *            current env; a non-zero exit fails the build with the tail of its output
+ *   copy     the agent's `write` (as root, mode, parents created), then `chown` to owner
+ *   env      merged into the current env
+ *   workdir  created (owned by the current user) if missing, then current
+ *   user     checked to exist in the image, then current
+ * Then, if the spec has a start command or ready check, both run once (tpl_probe.c) so a
+ * service that never becomes ready fails the build here rather than every snapshot. The
+ * VM powers off, the overlay is flattened into a raw image with `qemu-img convert`, and
+ * <data-dir>/templates/<name>/rootfs.ext4 + template.json (defaults = the final state)
+ * are published by rename, so a half-built template is never visible. The store's
  * templates row records the spec and the outcome ("building" | "ready" | "failed"). */
 #include <errno.h>
 #include <event2/event.h>
 #include <jansson.h>
+#include <openssl/sha.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -17,8 +29,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "b64.h"
 #include "daemon/agentc/agentc.h"
 #include "daemon/ops/op.h"
 #include "daemon/vm/vm.h"
@@ -37,19 +51,30 @@ struct tpl_build {
     struct spaced *sp;
     char op_id[STORE_ID_MAX];
     char name[64];
+    char base_name[64];
     char dir[TPL_PATH_MAX];          /* <data>/templates/<name> */
     char run_dir[TPL_PATH_MAX];
     char overlay[TPL_PATH_MAX + 16]; /* dir/build.qcow2 */
     char base_rootfs[TPL_PATH_MAX + 16];
-    json_t *steps;                   /* owned */
+    json_t *spec;                    /* owned */
+    json_t *base_meta;               /* base's template.json (owned; {} if none) */
+    json_t *steps;                   /* borrowed from spec */
     size_t step;                     /* index of the step running or next */
+    int sub;                         /* part of a multi-request step (copy: write, chown) */
+    struct tpl_defaults cur;         /* carried state and the template's defaults: env,
+                                        workdir, user; start/ready of the spec (owned) */
+    char run_user[64];               /* who run steps run as: root until a user step */
+    struct tpl_probe *probe;         /* start + ready check in flight */
+    bool steps_done;                 /* every step and the probe passed */
     struct vm *vm;
     struct agentc *agent;
     struct event *timer;             /* deadlines, and polling of qemu-img convert */
     pid_t convert_pid;
-    char out[BUILD_OUTPUT_TAIL + 1]; /* tail of the current step's output */
+    int64_t started_ms;
+    char out[BUILD_OUTPUT_TAIL + 1]; /* tail of the current request's output */
     size_t outlen;
     int exit_code;
+    bool got_result;                 /* write: the agent's result event arrived */
     bool finished;                   /* op finished; free once the VM is gone */
     struct tpl_build *next;          /* registry list */
 };
@@ -61,11 +86,22 @@ static void build_free(struct tpl_build *b)
             *pp = b->next;
             break;
         }
+    tpl_probe_free(b->probe); /* before its agent connection */
     agentc_free(b->agent);
     if (b->timer)
         event_free(b->timer);
-    json_decref(b->steps);
+    json_decref(b->spec);
+    json_decref(b->base_meta);
+    tpl_defaults_clear(&b->cur);
     free(b);
+}
+
+bool tpl_builds_use(struct spaced *sp, const char *name)
+{
+    for (struct tpl_build *b = sp->tpl->builds; b; b = b->next)
+        if (!b->finished && strcmp(b->base_name, name) == 0)
+            return true;
+    return false;
 }
 
 static void store_state(struct tpl_build *b, const char *state, const char *failure)
@@ -90,7 +126,9 @@ static void build_end(struct tpl_build *b, const char *code, const char *fmt, ..
     b->finished = true;
     if (b->timer)
         event_del(b->timer);
-    char msg[BUILD_OUTPUT_TAIL + 256] = "";
+    tpl_probe_free(b->probe);
+    b->probe = NULL;
+    char msg[BUILD_OUTPUT_TAIL + 512] = "";
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
@@ -98,9 +136,12 @@ static void build_end(struct tpl_build *b, const char *code, const char *fmt, ..
         va_end(ap);
     }
     store_state(b, code ? "failed" : "ready", code ? msg : NULL);
-    char p[TPL_PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s", b->overlay);
-    unlink(p);
+    unlink(b->overlay);
+    if (code) {
+        char q[300];
+        log_warn("template.build", "template=%s result=failed code=%s msg=%s", b->name, code,
+                 log_quote(msg, q, sizeof q));
+    }
     op_finish(b->sp, b->op_id, code == NULL, code, code ? msg : NULL);
     if (b->vm && vm_state(b->vm) < VM_STATE_STOPPING)
         vm_kill(b->vm);
@@ -109,6 +150,85 @@ static void build_end(struct tpl_build *b, const char *code, const char *fmt, ..
 }
 
 /* ---- publishing ------------------------------------------------------------------- */
+
+static void hex(const unsigned char *md, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", md[i]);
+}
+
+/* The spec as recorded in template.json: copy contents replaced by their size and hash
+ * (the bytes are in the image; megabytes of base64 in the metadata help nobody). */
+static json_t *spec_for_meta(const json_t *spec)
+{
+    json_t *s = json_deep_copy(spec);
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(s, "steps"), i, st) {
+        json_t *c = json_object_get(st, "copy");
+        const char *b64 = json_string_value(json_object_get(c, "content"));
+        if (!b64)
+            continue;
+        unsigned char md[SHA256_DIGEST_LENGTH];
+        char h[2 * SHA256_DIGEST_LENGTH + 1];
+        SHA256((const unsigned char *)b64, strlen(b64), md);
+        hex(md, sizeof md, h);
+        json_object_set_new(c, "content_sha256_of_base64", json_string(h));
+        json_object_del(c, "content");
+    }
+    return s;
+}
+
+static int write_meta(struct tpl_build *b, const char *path, const char *image)
+{
+    struct stat st;
+    if (stat(image, &st) != 0)
+        return -1;
+    char built_at[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(built_at, sizeof built_at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* What decides the image: the spec and the base image it started from. */
+    char *canon = json_dumps(b->spec, JSON_COMPACT | JSON_SORT_KEYS);
+    const char *base_key = json_string_value(json_object_get(b->base_meta, "build_key"));
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char key[2 * SHA256_DIGEST_LENGTH + 1];
+    size_t cl = canon ? strlen(canon) : 0, bl = base_key ? strlen(base_key) : 0;
+    char *both = malloc(cl + bl + 1);
+    if (!both) {
+        free(canon);
+        return -1;
+    }
+    memcpy(both, canon ? canon : "", cl);
+    memcpy(both + cl, base_key ? base_key : "", bl);
+    SHA256((const unsigned char *)both, cl + bl, md);
+    hex(md, sizeof md, key);
+    free(both);
+    free(canon);
+    json_t *base_v = json_object_get(b->base_meta, "vcpus"), *base_m = json_object_get(b->base_meta, "memory_mib");
+    json_t *v = json_object_get(b->spec, "vcpus"), *m = json_object_get(b->spec, "memory_mib");
+    const char *desc = json_string_value(json_object_get(b->spec, "description"));
+    json_t *kernel = json_object_get(b->base_meta, "kernel"), *ca = json_object_get(b->base_meta, "ca_sha256");
+    json_t *j = json_pack(
+        "{s:s, s:s, s:I, s:I, s:O, s:{s:s, s:s, s:s, s:I, s:I}, s:s, s:I, s:{s:O, s:s, s:s}, "
+        "s:o, s:o, s:O, s:s, s:s, s:o}",
+        "name", b->name, "description", desc ? desc : "",
+        "vcpus", json_is_integer(v) ? json_integer_value(v) : json_is_integer(base_v) ? json_integer_value(base_v) : 1,
+        "memory_mib", json_is_integer(m) ? json_integer_value(m) : json_is_integer(base_m) ? json_integer_value(base_m) : 256,
+        "kernel", kernel ? kernel : json_null(),
+        "image", "file", "rootfs.ext4", "format", "raw", "fs", "ext4", "size_bytes", (json_int_t)st.st_size,
+        "allocated_bytes", (json_int_t)st.st_blocks * 512,
+        "built_at", built_at, "build_seconds", (json_int_t)((spaced_now_ms() - b->started_ms) / 1000),
+        "defaults", "env", b->cur.env, "workdir", b->cur.workdir, "user", b->cur.user,
+        "start", b->cur.start ? json_string(b->cur.start) : json_null(),
+        "ready", b->cur.ready ? json_string(b->cur.ready) : json_null(),
+        "ca_sha256", ca ? ca : json_null(), "build_key", key, "base", b->base_name,
+        "spec", spec_for_meta(b->spec));
+    int rc = j ? json_dump_file(j, path, JSON_INDENT(2)) : -1;
+    json_decref(j);
+    return rc;
+}
 
 static void on_convert_poll(evutil_socket_t fd, short what, void *arg)
 {
@@ -122,23 +242,24 @@ static void on_convert_poll(evutil_socket_t fd, short what, void *arg)
         event_add(b->timer, &tv);
         return;
     }
-    char tmp[TPL_PATH_MAX + 32], final[TPL_PATH_MAX + 32], meta[TPL_PATH_MAX + 32];
+    char tmp[TPL_PATH_MAX + 32], final[TPL_PATH_MAX + 32], meta[TPL_PATH_MAX + 32],
+        meta_tmp[TPL_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s/rootfs.ext4.tmp", b->dir);
     snprintf(final, sizeof final, "%s/rootfs.ext4", b->dir);
     snprintf(meta, sizeof meta, "%s/template.json", b->dir);
+    snprintf(meta_tmp, sizeof meta_tmp, "%s/template.json.tmp", b->dir);
     if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         unlink(tmp);
         build_end(b, "build_failed", "qemu-img convert failed (status %d)", status);
         return;
     }
-    json_t *j = json_pack("{s:s, s:s}", "name", b->name, "description", "built by POST /v1/templates");
-    int rc = json_dump_file(j, meta, JSON_INDENT(2));
-    json_decref(j);
-    if (rc != 0 || rename(tmp, final) != 0) {
+    /* Metadata first, image last: a template exists once rootfs.ext4 does. */
+    if (write_meta(b, meta_tmp, tmp) != 0 || rename(meta_tmp, meta) != 0 || rename(tmp, final) != 0) {
         build_end(b, "host_io", "cannot publish %s: %s", final, strerror(errno));
         return;
     }
-    log_info("template.built", "template=%s", b->name);
+    log_info("template.built", "template=%s base=%s steps=%zu", b->name, b->base_name,
+             json_array_size(b->steps));
     build_end(b, NULL, NULL);
 }
 
@@ -162,16 +283,37 @@ static void publish(struct tpl_build *b)
 
 static void run_step(struct tpl_build *b);
 
-static void step_event(void *arg, json_t *ev)
+/* "run: echo hi" for messages: the step's kind and its argument, cut short. */
+static void step_label(const struct tpl_build *b, char *out, size_t cap)
+{
+    json_t *s = json_array_get(b->steps, b->step);
+    const char *kind = json_object_iter_key(json_object_iter(s));
+    json_t *v = json_object_iter_value(json_object_iter(s));
+    const char *arg = json_string_value(v);
+    if (json_is_object(v))
+        arg = json_string_value(json_object_get(v, "dst"));
+    if (json_is_object(v) && !arg) {
+        char *d = json_dumps(v, JSON_COMPACT);
+        snprintf(out, cap, "%s: %.100s", kind, d ? d : "");
+        free(d);
+        return;
+    }
+    snprintf(out, cap, "%s: %.100s", kind, arg ? arg : "");
+}
+
+static void req_event(void *arg, json_t *ev)
 {
     struct tpl_build *b = arg;
-    if (strcmp(json_string_value(json_object_get(ev, "type")), "exit") != 0)
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    if (strcmp(type, "result") == 0)
+        b->got_result = true;
+    if (strcmp(type, "exit") != 0)
         return;
     json_t *code = json_object_get(ev, "code");
     b->exit_code = json_is_integer(code) ? (int)json_integer_value(code) : -1;
 }
 
-static void step_data(void *arg, enum frame_stream st, const uint8_t *buf, size_t len)
+static void req_data(void *arg, enum frame_stream st, const uint8_t *buf, size_t len)
 {
     struct tpl_build *b = arg;
     (void)st;
@@ -189,7 +331,7 @@ static void step_data(void *arg, enum frame_stream st, const uint8_t *buf, size_
     b->out[b->outlen] = '\0';
 }
 
-static void step_error(void *arg, const char *code, const char *message)
+static void req_error(void *arg, const char *code, const char *message)
 {
     struct tpl_build *b = arg;
     b->exit_code = -1;
@@ -197,23 +339,50 @@ static void step_error(void *arg, const char *code, const char *message)
     b->outlen = strlen(b->out);
 }
 
-static void step_close(void *arg)
+/* A request of the current step is done: next part, next step, or failure. */
+static void req_close(void *arg)
 {
     struct tpl_build *b = arg;
     if (b->finished)
         return;
-    if (b->exit_code != 0) {
-        build_end(b, "build_step_failed", "step %zu (%s) exited with %d: %s", b->step + 1,
-                  json_string_value(json_object_get(json_array_get(b->steps, b->step), "run")),
-                  b->exit_code, b->out);
+    json_t *s = json_array_get(b->steps, b->step);
+    bool is_write = json_object_get(s, "copy") && b->sub == 0;
+    bool ok = is_write ? b->got_result : b->exit_code == 0;
+    if (!ok) {
+        char label[160];
+        step_label(b, label, sizeof label);
+        if (json_object_get(s, "user"))
+            build_end(b, "build_step_failed",
+                      "step %zu (%s) failed: user %s does not exist in the image (add a run step "
+                      "creating it first): %s", b->step + 1, label,
+                      json_string_value(json_object_get(s, "user")), b->out);
+        else if (is_write)
+            build_end(b, "build_step_failed", "step %zu (%s) failed: %s", b->step + 1, label,
+                      b->out[0] ? b->out : "the agent did not confirm the write");
+        else
+            build_end(b, "build_step_failed", "step %zu (%s) exited with %d: %s", b->step + 1,
+                      label, b->exit_code, b->out);
         return;
     }
+    if (is_write && json_object_get(json_object_get(s, "copy"), "owner")) {
+        b->sub = 1;
+        run_step(b);
+        return;
+    }
+    json_t *wd = json_object_get(s, "workdir"), *user = json_object_get(s, "user");
+    if (wd)
+        snprintf(b->cur.workdir, sizeof b->cur.workdir, "%s", json_string_value(wd));
+    if (user)
+        snprintf(b->cur.user, sizeof b->cur.user, "%s", json_string_value(user));
+    if (user)
+        snprintf(b->run_user, sizeof b->run_user, "%s", json_string_value(user));
     b->step++;
+    b->sub = 0;
     run_step(b);
 }
 
-static const struct agentc_chan_ops step_ops = {
-    .on_event = step_event, .on_data = step_data, .on_error = step_error, .on_close = step_close};
+static const struct agentc_chan_ops req_ops = {
+    .on_event = req_event, .on_data = req_data, .on_error = req_error, .on_close = req_close};
 
 static void on_stopped(struct vm *vm, int err, const char *msg, void *arg)
 {
@@ -223,33 +392,125 @@ static void on_stopped(struct vm *vm, int err, const char *msg, void *arg)
     (void)arg; /* on_exit follows and publishes */
 }
 
+static void shut_down(struct tpl_build *b)
+{
+    b->steps_done = true;
+    op_progress(b->sp, b->op_id, 85, "shutting the build VM down");
+    static const struct agentc_chan_ops ignore = {0};
+    json_t *req = json_pack("{s:s}", "op", "shutdown");
+    char err[64];
+    agentc_open(b->agent, req, &ignore, NULL, 0, err, sizeof err);
+    json_decref(req);
+    if (vm_shutdown(b->vm, 30000, on_stopped, b) != 0)
+        build_end(b, "vm_failed", "the build VM refused to shut down");
+}
+
+static void on_probe(void *arg, const char *failure)
+{
+    struct tpl_build *b = arg;
+    tpl_probe_free(b->probe);
+    b->probe = NULL;
+    if (failure) {
+        build_end(b, "build_ready_failed", "start/ready (after step %zu): %s",
+                  json_array_size(b->steps), failure);
+        return;
+    }
+    shut_down(b);
+}
+
+/* The absolute guest path of a copy destination (relative: under the current workdir). */
+static void copy_dst(const struct tpl_build *b, const char *dst, char *out, size_t cap)
+{
+    if (dst[0] == '/')
+        snprintf(out, cap, "%s", dst);
+    else
+        snprintf(out, cap, "%s%s%s", b->cur.workdir, strcmp(b->cur.workdir, "/") ? "/" : "", dst);
+}
+
+/* The request for the current step (NULL: nothing to send, e.g. env). */
+static json_t *step_request(struct tpl_build *b, json_t *s, const uint8_t **data, size_t *len,
+                            uint8_t **owned)
+{
+    json_t *v;
+    if ((v = json_object_get(s, "run")))
+        return json_pack("{s:s, s:s, s:O, s:s, s:s, s:s}", "op", "exec", "cmd", json_string_value(v),
+                         "env", b->cur.env, "user", b->run_user, "cwd", b->cur.workdir, "tag",
+                         "template-build");
+    if ((v = json_object_get(s, "copy"))) {
+        char dst[TPL_PATH_MAX + 4200];
+        copy_dst(b, json_string_value(json_object_get(v, "dst")), dst, sizeof dst);
+        if (b->sub == 1)
+            return json_pack("{s:s, s:[s, s, s], s:s, s:s}", "op", "exec", "argv", "chown",
+                             json_string_value(json_object_get(v, "owner")), dst, "cwd", "/",
+                             "tag", "template-build");
+        const char *b64 = json_string_value(json_object_get(v, "content"));
+        size_t cap = strlen(b64) / 4 * 3 + 3;
+        *owned = malloc(cap);
+        long n = *owned ? b64_decode(b64, *owned, cap) : -1;
+        if (n < 0)
+            return NULL; /* validated at submission: only out of memory gets here */
+        *data = *owned;
+        *len = (size_t)n;
+        json_t *mode = json_object_get(v, "mode");
+        return json_pack("{s:s, s:s, s:I}", "op", "write", "path", dst, "mode",
+                         mode ? json_integer_value(mode) : (json_int_t)0644);
+    }
+    if ((v = json_object_get(s, "workdir")))
+        /* Created for the current user (so later steps as that user can write there);
+         * an existing directory is left as it is. */
+        return json_pack("{s:s, s:[s, s, s, s, s, s], s:s, s:s}", "op", "exec", "argv", "/bin/sh", "-c",
+                         "[ -d \"$1\" ] || { mkdir -p -- \"$1\" && chown -- \"$2\" \"$1\"; }", "sh",
+                         json_string_value(v), b->run_user, "cwd", "/", "tag", "template-build");
+    if ((v = json_object_get(s, "user")))
+        return json_pack("{s:s, s:[s], s:s, s:s, s:s}", "op", "exec", "argv", "true", "user",
+                         json_string_value(v), "cwd", "/", "tag", "template-build");
+    return NULL;
+}
+
 static void run_step(struct tpl_build *b)
 {
     size_t n = json_array_size(b->steps);
+    while (b->step < n && json_object_get(json_array_get(b->steps, b->step), "env")) {
+        json_object_update(b->cur.env, json_object_get(json_array_get(b->steps, b->step), "env"));
+        b->step++; /* env only changes the carried state */
+    }
     if (b->step >= n) {
-        op_progress(b->sp, b->op_id, 85, "shutting the build VM down");
-        static const struct agentc_chan_ops ignore = {0};
-        json_t *req = json_pack("{s:s}", "op", "shutdown");
-        char err[64];
-        agentc_open(b->agent, req, &ignore, NULL, 0, err, sizeof err);
-        json_decref(req);
-        if (vm_shutdown(b->vm, 30000, on_stopped, b) != 0)
-            build_end(b, "vm_failed", "the build VM refused to shut down");
+        if (!b->cur.start && !b->cur.ready) {
+            shut_down(b);
+            return;
+        }
+        op_progress(b->sp, b->op_id, 80, "starting the start command and waiting for the ready check");
+        event_del(b->timer); /* the probe has its own deadline */
+        b->probe = tpl_probe_start(b->sp, b->agent, &b->cur, on_probe, b);
+        if (!b->probe)
+            build_end(b, "build_ready_failed", "cannot send the start command to the build VM");
         return;
     }
-    const char *cmd = json_string_value(json_object_get(json_array_get(b->steps, b->step), "run"));
-    char detail[160];
-    snprintf(detail, sizeof detail, "step %zu/%zu: %.120s", b->step + 1, n, cmd);
-    op_progress(b->sp, b->op_id, 10 + (int)(70 * b->step / (n ? n : 1)), detail);
+    json_t *s = json_array_get(b->steps, b->step);
+    char label[160], detail[200];
+    step_label(b, label, sizeof label);
+    snprintf(detail, sizeof detail, "step %zu/%zu: %s", b->step + 1, n, label);
+    op_progress(b->sp, b->op_id, 10 + (int)(70 * b->step / n), detail);
     b->outlen = 0;
     b->out[0] = '\0';
     b->exit_code = -1;
-    json_t *req = json_pack("{s:s, s:s, s:s}", "op", "exec", "cmd", cmd, "tag", "template-build");
-    char err[128] = "";
-    struct agentc_chan *ch = agentc_open(b->agent, req, &step_ops, b, 0, err, sizeof err);
+    b->got_result = false;
+    const uint8_t *data = NULL;
+    size_t len = 0;
+    uint8_t *owned = NULL;
+    json_t *req = step_request(b, s, &data, &len, &owned);
+    char err[128] = "out of memory";
+    struct agentc_chan *ch = req ? agentc_open(b->agent, req, &req_ops, b, 0, err, sizeof err) : NULL;
     json_decref(req);
+    if (ch && json_object_get(s, "copy") && b->sub == 0) {
+        /* A connection lost mid-upload closes the channel: req_close reports it. */
+        if (len)
+            agentc_write(ch, data, len);
+        agentc_eof(ch);
+    }
+    free(owned);
     if (!ch) {
-        build_end(b, "agent_unavailable", "cannot run step %zu: %s", b->step + 1, err);
+        build_end(b, "agent_unavailable", "cannot run step %zu (%s): %s", b->step + 1, label, err);
         return;
     }
     struct timeval tv = {BUILD_STEP_TIMEOUT_S, 0};
@@ -260,14 +521,16 @@ static void run_step(struct tpl_build *b)
 
 static void on_agent_ready(void *arg, json_t *hello)
 {
+    struct tpl_build *b = arg;
     (void)hello;
-    run_step(arg);
+    event_del(b->timer);
+    run_step(b);
 }
 
 static void on_agent_closed(void *arg, const char *code, const char *message)
 {
     struct tpl_build *b = arg;
-    if (b->step < json_array_size(b->steps))
+    if (!b->steps_done)
         build_end(b, "agent_unavailable", "the build VM's agent went away (%s: %s)", code, message);
 }
 
@@ -284,6 +547,8 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
 {
     struct tpl_build *b = arg;
     (void)vm;
+    tpl_probe_free(b->probe);
+    b->probe = NULL;
     agentc_free(b->agent);
     b->agent = agentc_new(b->sp->base, fd, &build_agent_cbs, b);
 }
@@ -295,13 +560,15 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
     (void)vm;
     (void)tail;
     b->vm = NULL;
+    tpl_probe_free(b->probe);
+    b->probe = NULL;
     agentc_free(b->agent);
     b->agent = NULL;
     if (b->finished) {
         build_free(b);
         return;
     }
-    if (b->step >= json_array_size(b->steps) && reason == VM_EXIT_SHUTDOWN) {
+    if (b->steps_done && reason == VM_EXIT_SHUTDOWN) {
         publish(b);
         return;
     }
@@ -363,37 +630,53 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
         return -1;
     }
     json_t *spec = row.spec_json ? json_loads(row.spec_json, 0, NULL) : NULL;
-    store_tpl_clear(&row);
     struct tpl_info from;
-    struct spaced_err e;
-    const char *from_name = json_string_value(json_object_get(spec, "from"));
+    const char *base = json_string_value(json_object_get(spec, "base"));
     struct tpl_build *b = calloc(1, sizeof *b);
-    if (!b || !from_name || tpl_lookup(sp, NULL, from_name, &from, &e) < 0) {
+    if (!b || !base || tpl_lookup(sp, row.tenant, base, &from, NULL) < 0) {
+        store_tpl_clear(&row);
         json_decref(spec);
         free(b);
         op_finish(sp, op_id, false, "unknown_template", "the base template is missing");
         return -1;
     }
+    store_tpl_clear(&row);
     b->sp = sp;
     b->next = sp->tpl->builds;
     sp->tpl->builds = b;
+    b->started_ms = spaced_now_ms();
     snprintf(b->op_id, sizeof b->op_id, "%s", op_id);
     snprintf(b->name, sizeof b->name, "%s", name);
+    snprintf(b->base_name, sizeof b->base_name, "%s", base);
     snprintf(b->dir, sizeof b->dir, "%s/templates/%s", sp->opt.data_dir, name);
     snprintf(b->run_dir, sizeof b->run_dir, "%s/run/b-%s", sp->opt.data_dir, name);
     snprintf(b->overlay, sizeof b->overlay, "%s/build.qcow2", b->dir);
     snprintf(b->base_rootfs, sizeof b->base_rootfs, "%s", from.rootfs);
-    b->steps = json_incref(json_object_get(spec, "steps"));
-    if (!b->steps)
-        b->steps = json_array();
-    json_decref(spec);
+    b->spec = spec;
+    b->steps = json_object_get(spec, "steps");
+    char meta[TPL_PATH_MAX + 32];
+    snprintf(meta, sizeof meta, "%s/template.json", from.dir);
+    b->base_meta = json_load_file(meta, 0, NULL);
+    if (!b->base_meta)
+        b->base_meta = json_object();
+    /* The carried state starts as the base's defaults (env, workdir; its user becomes
+     * this template's default unless a user step changes it), but steps run as root
+     * until a user step: most build steps install things. start/ready are this spec's. */
+    tpl_defaults_load(from.dir, &b->cur);
+    snprintf(b->run_user, sizeof b->run_user, "root");
+    free(b->cur.start);
+    free(b->cur.ready);
+    const char *start = json_string_value(json_object_get(spec, "start"));
+    const char *ready = json_string_value(json_object_get(spec, "ready"));
+    b->cur.start = start ? strdup(start) : NULL;
+    b->cur.ready = ready ? strdup(ready) : NULL;
     b->timer = evtimer_new(sp->base, on_deadline, b);
-    if (!b->timer || (mkdir(b->dir, 0700) != 0 && errno != EEXIST) ||
-        (mkdir(b->run_dir, 0700) != 0 && errno != EEXIST)) {
+    /* A failed earlier build of this name (same tenant) left files: start clean. */
+    tpl_rm_rf(b->dir);
+    if (!b->timer || tpl_mkdir_p(b->dir) != 0 || tpl_mkdir_p(b->run_dir) != 0) {
         build_end(b, "host_io", "cannot create %s: %s", b->dir, strerror(errno));
         return -1;
     }
-    unlink(b->overlay);
     if (vm_disk_overlay_create(sp->base, b->base_rootfs, "raw", b->overlay, on_overlay, b) != 0) {
         build_end(b, "host_io", "cannot start qemu-img");
         return -1;

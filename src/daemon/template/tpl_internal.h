@@ -1,17 +1,21 @@
-/* tpl_internal.h: registry internals shared by tpl.c and tpl_snapshot.c. */
+/* tpl_internal.h: registry internals shared by the tpl_*.c files. */
 #ifndef SPACE_TPL_INTERNAL_H
 #define SPACE_TPL_INTERNAL_H
 
+#include <jansson.h>
+
 #include "tpl.h"
 
-struct tpl_snap;  /* one (template, shape) snapshot, built or being built */
+struct tpl_snap;  /* one (template, shape, fingerprint) snapshot version (tpl_snapshot.c) */
 struct tpl_build; /* one template build in flight (tpl_build.c) */
+struct event;
 
 struct tpl_registry {
     char kernel[TPL_PATH_MAX];    /* <guest-dir>/vmlinux */
     char initramfs[TPL_PATH_MAX]; /* <guest-dir>/initramfs.cpio */
     struct tpl_snap *snaps;       /* list, owned */
     struct tpl_build *builds;     /* builds in flight, owned */
+    struct event *gc;             /* deferred snapshot-version sweep (owned) */
 };
 
 void tpl_snapshots_free(struct tpl_registry *r);
@@ -20,7 +24,48 @@ void tpl_snapshots_free(struct tpl_registry *r);
 void tpl_kill_stale_vms(const char *data_dir);
 /* Ends every build in flight (their VMs are killed: a build cannot be resumed). */
 void tpl_builds_free(struct tpl_registry *r);
-/* Number of ready snapshot shapes of template `name` (for the API). */
+/* Number of ready snapshot versions of template `name` at the current fingerprint. */
 unsigned tpl_snapshots_ready(struct spaced *sp, const char *name);
+/* True while a snapshot of template `name` is being built. */
+bool tpl_snapshots_busy(struct spaced *sp, const char *name);
+/* Forgets template `name`'s snapshots (its directory is about to be removed). */
+void tpl_snapshots_forget(struct spaced *sp, const char *name);
+/* {"version","shape","state","in_use"} for each snapshot version on disk (API). */
+json_t *tpl_snapshots_json(struct spaced *sp, const char *name);
+/* Removes snapshot versions no sandbox uses and that are not current (soon, from the
+ * loop). r: the registry (NULL: sp->tpl; given while spaced is still being set up). */
+void tpl_snapshots_gc_soon(struct spaced *sp, struct tpl_registry *r);
+/* True while a build in flight uses template `name` as its base. */
+bool tpl_builds_use(struct spaced *sp, const char *name);
+
+/* What a template gives its sandboxes and build steps (template.json). */
+struct tpl_defaults {
+    json_t *env;                /* {"K":"V"} (owned), never NULL after load */
+    char user[64];              /* default "root" */
+    char workdir[TPL_PATH_MAX]; /* default "/" */
+    char *start;                /* start command or NULL (owned) */
+    char *ready;                /* ready check or NULL (owned) */
+};
+/* Reads dir/template.json's defaults, start and ready (missing file/fields: defaults). */
+void tpl_defaults_load(const char *dir, struct tpl_defaults *out);
+void tpl_defaults_clear(struct tpl_defaults *d);
+
+/* Starting a template's start command and waiting for its ready check on a VM's agent
+ * (tpl_probe.c): used by the build (to fail early) and by the snapshot (to gate it).
+ * done(arg, NULL) when ready, done(arg, "why") otherwise; called once, from the loop,
+ * never from inside tpl_probe_start. */
+struct tpl_probe;
+typedef void (*tpl_probe_done)(void *arg, const char *failure);
+struct tpl_probe *tpl_probe_start(struct spaced *sp, struct agentc *agent,
+                                  const struct tpl_defaults *d, tpl_probe_done done, void *arg);
+/* Cancels a probe (no callback follows); call it before freeing the agent connection
+ * the probe uses. NULL is a no-op. */
+void tpl_probe_free(struct tpl_probe *p);
+/* The exec request for a start command as a detached service (output to a log file). */
+json_t *tpl_start_request(const struct tpl_defaults *d);
+
+/* rm -rf (no symlinks followed, no mount points crossed). */
+void tpl_rm_rf(const char *path);
+int tpl_mkdir_p(const char *path);
 
 #endif
