@@ -7,6 +7,7 @@
  *   xfer.c    read, write (streamed under credits)
  *   watch.c   watch (inotify)
  *   tcp.c     tcp (a byte channel to a TCP port in the guest)
+ *   metrics.c metrics (CPU, memory, disk use)
  *   sys.c     refresh, health, shutdown, and our HELLO */
 #ifndef SPACE_AGENT_OPS_H
 #define SPACE_AGENT_OPS_H
@@ -33,6 +34,7 @@ void agent_op_read(struct agent_chan *ch, json_t *req);
 void agent_op_write(struct agent_chan *ch, json_t *req);
 void agent_op_watch(struct agent_chan *ch, json_t *req);
 void agent_op_tcp(struct agent_chan *ch, json_t *req);
+void agent_op_metrics(struct agent_chan *ch, json_t *req);
 void agent_op_refresh(struct agent_chan *ch, json_t *req);
 void agent_op_health(struct agent_chan *ch, json_t *req);
 void agent_op_shutdown(struct agent_chan *ch, json_t *req);

@@ -319,9 +319,32 @@ static void test_shutdown(void **state)
     ah_stop(&h);
 }
 
+/* metrics: the guest's CPU, memory and disk figures, plausible and self-consistent. */
+static void test_metrics(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    for (int i = 0; i < 2; i++) { /* the second is a delta since the first */
+        json_t *r = ah_ok(&h, json_pack("{s:s}", "op", "metrics"));
+        json_int_t total = json_integer_value(json_object_get(r, "mem_total"));
+        json_int_t used = json_integer_value(json_object_get(r, "mem_used"));
+        double pct = json_real_value(json_object_get(r, "cpu_used_pct"));
+        assert_true(json_integer_value(json_object_get(r, "cpu_count")) >= 1);
+        assert_true(pct >= 0 && pct <= 100);
+        assert_true(total > 0 && used > 0 && used <= total);
+        assert_true(json_integer_value(json_object_get(r, "mem_cache")) >= 0);
+        assert_true(json_integer_value(json_object_get(r, "disk_total")) > 0);
+        assert_true(json_integer_value(json_object_get(r, "disk_used")) <=
+                    json_integer_value(json_object_get(r, "disk_total")));
+        json_decref(r);
+    }
+    ah_stop(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_exec_output),    cmocka_unit_test(test_exec_errors),
         cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_signal),
         cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_many),

@@ -530,11 +530,10 @@ static void h_metrics(struct http_req *req, void *arg)
 {
     struct e2b *e = arg;
     struct auth_principal who;
-    if (!api_auth(e, req, &who) || !find_or_404(e, req, who.tenant))
+    struct sbx *s;
+    if (!api_auth(e, req, &who) || !(s = find_or_404(e, req, who.tenant)))
         return;
-    json_t *empty = json_array();
-    http_reply_json(req, 200, empty);
-    json_decref(empty);
+    e2b_metrics(req, s);
 }
 
 /* ---- list ---------------------------------------------------------------------------------- */

@@ -148,6 +148,10 @@ bool e2b_is_upgrade(const char *connection, const char *upgrade);
 bool e2b_port_target(const char *host, const char *sid, const char *sport, unsigned *port,
                      char *id, size_t cap);
 
+/* ---- e2b_metrics.c: getMetrics(): one sample from the agent, now */
+struct sbx;
+void e2b_metrics(struct http_req *req, struct sbx *s);
+
 /* ---- e2b_portlisten.c: the raw sandbox-port listener (getHost with WebSocket) */
 /* Listens on addr ("127.0.0.1:7071") on the spaced loop; 0, or -1 with err. */
 int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
