@@ -1,0 +1,122 @@
+"""spaced on the PostgreSQL store (`--store URL`): a real `base` sandbox survives a kill -9
+of spaced and a restart on the same database, with its operation history; nothing is
+written to SQLite; a database that cannot be reached stops spaced with a clear message.
+
+PostgreSQL: SPACE_TEST_PG (a libpq URL, as `make unit-pg` sets for the unit tests) if
+set, else a throwaway server started here with scripts/pg-test-server.sh (needs Debian's
+`postgresql` package and root or the postgres user). Each test gets its own database.
+Without either, the tests skip and say why. The pg_url fixture is shared with
+test_cluster.py."""
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+import uuid
+
+import pytest
+
+from spacedlib import GUEST, ROOT, SPACED, SPACED_ENV, Spaced, vm_missing
+from test_sessions import run
+
+PG_SCRIPT = os.path.join(ROOT, "scripts", "pg-test-server.sh")
+
+
+def _with_dbname(url, db):
+    """The libpq connection string `url` pointed at database `db` instead."""
+    if url.startswith(("postgres://", "postgresql://")):
+        u = urllib.parse.urlsplit(url)
+        return "%s://%s/%s%s" % (u.scheme, u.netloc, db, "?" + u.query if u.query else "")
+    return "%s dbname=%s" % (url, db)  # key=value form: a later keyword wins
+
+
+def _psql(url, sql):
+    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, "psql %s: %s" % (sql, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def pg_server():
+    """A libpq URL of a server the tests may create databases in."""
+    url = os.environ.get("SPACE_TEST_PG")
+    if url:
+        yield url
+        return
+    if not shutil.which("psql"):
+        pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
+    d = tempfile.mkdtemp(prefix="space-e2e-pg-")
+    os.rmdir(d)  # the script creates it and hands it to the postgres user
+    r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+        pytest.skip("PostgreSQL unavailable: scripts/pg-test-server.sh start failed: %s"
+                    % (r.stderr.strip() or r.stdout.strip()))
+    try:
+        yield r.stdout.strip()
+    finally:
+        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A fresh, empty database for one test; dropped afterwards (its clients gone)."""
+    db = "e2e_" + uuid.uuid4().hex[:12]
+    _psql(pg_server, "CREATE DATABASE %s" % db)
+    yield _with_dbname(pg_server, db)
+    _psql(pg_server, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+
+
+def test_unreachable_database_is_a_clear_start_error():
+    d = tempfile.mkdtemp(prefix="spd")
+    try:
+        r = subprocess.run(
+            [SPACED, "--listen", "127.0.0.1:0", "--data-dir", d, "--guest-dir", GUEST, "--store",
+             "postgresql:///space?host=/nonexistent-space-pg&connect_timeout=2"],
+            capture_output=True, text=True, timeout=60, env=SPACED_ENV)
+        assert r.returncode == 1, r
+        assert "spaced: cannot connect to PostgreSQL:" in r.stderr, r.stderr
+        assert "/nonexistent-space-pg" in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(d, "space.db"))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_sandbox_survives_kill9_on_postgres(pg_url):
+    why = vm_missing()
+    if why:
+        pytest.skip(why)
+    store = ["--store", pg_url]
+    s = Spaced(GUEST)
+    try:
+        s.start(extra=store)
+        assert "backend=postgresql" in s.log()
+        r = s.create({"template": "base", "timeout": 0, "metadata": {"store": "pg"}})
+        sid, op_id = r["sandbox"]["id"], r["operation"]["id"]
+        op = s.wait_op(op_id)
+        assert op["state"] == "succeeded", (op, s.log())
+        _, res = run(s, sid, {"cmd": "echo before-$((6*7))"})
+        assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"before-42\n", res
+        before = s.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]
+
+        s.kill9()
+        s.start(extra=store)
+        after = s.request("GET", "/v1/sandboxes/" + sid)
+        assert after.status == 200, after
+        a = after.json["sandbox"]
+        for k in ("id", "template", "state", "metadata", "vcpus", "memory_mib", "created_at"):
+            assert a.get(k) == before.get(k), (k, before, a)
+        assert a["state"] == "running", a
+        again = s.request("GET", "/v1/operations/" + op_id)
+        assert again.status == 200 and again.json["operation"]["state"] == "succeeded", again
+        _, res = run(s, sid, {"cmd": "echo after"})
+        assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"after\n", res
+        # Everything durable went to PostgreSQL: no SQLite file appeared.
+        assert not os.path.exists(os.path.join(s.data_dir, "space.db"))
+
+        d = s.request("DELETE", "/v1/sandboxes/" + sid)
+        assert d.status == 202, d
+        assert s.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
+        assert s.request("GET", "/v1/sandboxes/" + sid).status == 404
+    finally:
+        s.stop()
