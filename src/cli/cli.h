@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -54,6 +55,27 @@ json_t *cli_call(struct cli_ctx *x, const char *method, const char *path, const 
  * 1 otherwise (message printed). */
 int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what);
 
+/* A network policy object {"mode"[, "allow"]}: with allow entries it is an allowlist
+ * whatever mode says (new reference). */
+json_t *cli_policy(const char *mode, char *const *allow, int n_allow);
+
+/* Progress of a byte transfer, shown on a terminal (see cli_progress_update). */
+struct cli_progress {
+    const char *what;      /* label, e.g. "upload /data/x" (borrowed) */
+    int64_t total;         /* expected bytes, -1 if unknown */
+    int64_t done;          /* bytes moved so far */
+    int64_t start_ms;      /* monotonic clock at the start */
+    int64_t shown_ms;      /* when the line was last drawn */
+};
+
+/* Starts a progress line for `what` (total -1 if unknown). */
+void cli_progress_start(const struct cli_ctx *x, struct cli_progress *p, const char *what,
+                        int64_t total);
+/* Adds n moved bytes; redraws the line at most 4 times a second, on a terminal only. */
+void cli_progress_update(const struct cli_ctx *x, struct cli_progress *p, int64_t n);
+/* Draws the final state and ends the line (terminal only). */
+void cli_progress_end(const struct cli_ctx *x, struct cli_progress *p);
+
 /* Commands (argv excludes the command word). */
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv);
@@ -62,5 +84,6 @@ int cli_cmd_verb(struct cli_ctx *x, const char *verb, int argc, char **argv);
 int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_cp(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_template(struct cli_ctx *x, int argc, char **argv);
+int cli_cmd_network(struct cli_ctx *x, int argc, char **argv);
 
 #endif

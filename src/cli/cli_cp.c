@@ -60,6 +60,10 @@ static int upload(struct cli_ctx *x, const char *local, const char *id, const ch
     }
     char *buf = malloc(CP_BUF);
     int rc = buf ? 0 : -1;
+    char what[160];
+    struct cli_progress pr;
+    snprintf(what, sizeof what, "upload %.140s", rpath);
+    cli_progress_start(x, &pr, what, sized ? (int64_t)st.st_size : -1);
     while (rc == 0) {
         ssize_t n = read(fd, buf, CP_BUF);
         if (n < 0 && errno == EINTR)
@@ -75,7 +79,9 @@ static int upload(struct cli_ctx *x, const char *local, const char *id, const ch
             break;
         }
         rc = sized ? cli_http_send(&c, buf, (size_t)n) : cli_http_send_chunk(&c, buf, (size_t)n);
+        cli_progress_update(x, &pr, n);
     }
+    cli_progress_end(x, &pr);
     free(buf);
     if (fd != STDIN_FILENO)
         close(fd);
@@ -122,6 +128,11 @@ static int download(struct cli_ctx *x, const char *id, const char *rpath, const 
     }
     char *buf = malloc(CP_BUF);
     int ret = buf ? 0 : 1;
+    char what[160], len[32];
+    struct cli_progress pr;
+    snprintf(what, sizeof what, "download %.140s", rpath);
+    cli_progress_start(x, &pr, what,
+                       cli_http_header(&c, "Content-Length", len, sizeof len) ? strtoll(len, NULL, 10) : -1);
     while (ret == 0) {
         ssize_t n = cli_http_read_body(&c, buf, CP_BUF);
         if (n == 0)
@@ -141,7 +152,9 @@ static int download(struct cli_ctx *x, const char *id, const char *rpath, const 
             }
             off += w > 0 ? w : 0;
         }
+        cli_progress_update(x, &pr, n);
     }
+    cli_progress_end(x, &pr);
     free(buf);
     if (!to_stdout && close(fd) < 0 && ret == 0) {
         cli_err("writing %s: %s", local, strerror(errno));

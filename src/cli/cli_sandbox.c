@@ -17,49 +17,71 @@ static long long num_arg(const char *opt, const char *v)
     return n;
 }
 
+/* Options with a value: `--allow` may repeat (each adds an allowlist entry); with
+ * `--network` or `--allow` the body gets a network policy. */
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
 {
+    static const struct {
+        const char *opt, *field;
+    } nums[] = {{"--cpus", "vcpus"}, {"--memory", "memory_mib"}, {"--timeout", "timeout"}};
     json_t *body = json_object();
-    for (int i = 0; i < argc; i++) {
+    char **allow = calloc((size_t)argc + 1, sizeof *allow);
+    const char *mode = NULL;
+    int n_allow = 0, rc = 2;
+    for (int i = 0; allow && i < argc; i += 2) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const struct {
-            const char *opt, *field;
-        } nums[] = {{"--cpus", "vcpus"}, {"--memory", "memory_mib"}, {"--timeout", "timeout"}};
         bool done = false;
-        for (size_t k = 0; k < 3 && !done; k++) {
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
             if (strcmp(o, nums[k].opt) != 0)
                 continue;
             long long n = num_arg(o, v);
-            if (n < 0) {
-                json_decref(body);
-                return 2;
-            }
+            if (n < 0)
+                goto out;
             json_object_set_new(body, nums[k].field, json_integer(n));
             done = true;
         }
-        if (!done && strcmp(o, "--template") == 0 && v) {
+        if (!done && v && strcmp(o, "--template") == 0) {
             json_object_set_new(body, "template", json_string(v));
+            done = true;
+        } else if (!done && v && strcmp(o, "--network") == 0 &&
+                   (strcmp(v, "none") == 0 || strcmp(v, "open") == 0)) {
+            mode = v;
+            done = true;
+        } else if (!done && v && strcmp(o, "--allow") == 0) {
+            allow[n_allow++] = argv[i + 1];
             done = true;
         }
         if (!done) {
             cli_err("create: unknown or incomplete option %s", o);
-            json_decref(body);
-            return 2;
+            goto out;
         }
-        i++;
     }
+    if (!allow) {
+        cli_err("out of memory");
+        rc = 1;
+        goto out;
+    }
+    if (mode && n_allow) {
+        cli_err("create: --allow makes an allowlist; it does not go with --network %s", mode);
+        goto out;
+    }
+    if (mode || n_allow)
+        json_object_set_new(body, "network", cli_policy(mode, allow, n_allow));
     json_t *r = cli_call(x, "POST", "/v1/sandboxes", body, NULL);
+    rc = 1;
+    if (r) {
+        const char *sid = json_string_value(json_object_get(json_object_get(r, "sandbox"), "id"));
+        const char *op = json_string_value(json_object_get(json_object_get(r, "operation"), "id"));
+        char what[96];
+        snprintf(what, sizeof what, "creating %s", sid ? sid : "sandbox");
+        rc = sid ? cli_wait_op(x, op, what) : 1;
+        if (rc == 0)
+            printf("%s\n", sid);
+        json_decref(r);
+    }
+out:
+    free(allow);
     json_decref(body);
-    if (!r)
-        return 1;
-    const char *sid = json_string_value(json_object_get(json_object_get(r, "sandbox"), "id"));
-    const char *op = json_string_value(json_object_get(json_object_get(r, "operation"), "id"));
-    char what[96];
-    snprintf(what, sizeof what, "creating %s", sid ? sid : "sandbox");
-    int rc = sid ? cli_wait_op(x, op, what) : 1;
-    if (rc == 0)
-        printf("%s\n", sid);
-    json_decref(r);
     return rc;
 }
 

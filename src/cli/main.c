@@ -9,6 +9,7 @@ static const char usage[] =
     "usage: space COMMAND [ARGS]\n"
     "\n"
     "  create [--template T] [--cpus N] [--memory MiB] [--timeout S]\n"
+    "         [--network none|open] [--allow ENTRY...]\n"
     "                              create a sandbox; prints its id once running\n"
     "  ls                          list sandboxes\n"
     "  rm ID...                    delete sandboxes\n"
@@ -19,6 +20,10 @@ static const char usage[] =
     "                              status; -i forwards stdin\n"
     "  cp LOCAL ID:PATH            upload a file (LOCAL '-' = stdin)\n"
     "  cp ID:PATH LOCAL            download a file (LOCAL '-' = stdout)\n"
+    "  network ID                  show the sandbox's egress policy\n"
+    "  network ID none|open        change it on the live sandbox\n"
+    "  network ID allow ENTRY...   allow only these names, *.wildcards, CIDRs\n"
+    "  network ID log [--since N]  the gateway's decisions (JSON lines)\n"
     "  template ls                 list templates\n"
     "  template build NAME [--from BASE] --run CMD [--run CMD...]\n"
     "                              build a template\n"
@@ -57,6 +62,8 @@ int main(int argc, char **argv)
         return cli_cmd_cp(&x, n, rest);
     if (strcmp(cmd, "template") == 0)
         return cli_cmd_template(&x, n, rest);
+    if (strcmp(cmd, "network") == 0)
+        return cli_cmd_network(&x, n, rest);
     fprintf(stderr, "space: unknown command %s\n\n%s", cmd, usage);
     return 2;
 }

@@ -23,6 +23,7 @@ static struct th_server T;
 static atomic_int op_polls;
 static char last_event_id_seen[32];
 static char uploaded_path[256];
+static char last_body[512];  /* the last JSON body create or network PUT received */
 static uint64_t uploaded_bytes, uploaded_sum;
 
 #define FILE_BYTES (3 * 1024 * 1024 + 17)
@@ -41,11 +42,57 @@ static void reply_json_text(struct http_req *req, int status, const char *text)
     http_reply(req, status, "application/json", text, strlen(text));
 }
 
+static void keep_body(const char *data, size_t len)
+{
+    snprintf(last_body, sizeof last_body, "%.*s", (int)len, data);
+}
+
+static void create_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    keep_body(data, len);
+    reply_json_text(req, 202, "{\"operation\":{\"id\":\"op1\",\"state\":\"pending\"},"
+                              "\"sandbox\":{\"id\":\"sb0123456789abcdef\"}}");
+}
+
 static void h_create(struct http_req *req, void *arg)
 {
     if (authorised(req, "testkey"))
-        reply_json_text(req, 202, "{\"operation\":{\"id\":\"op1\",\"state\":\"pending\"},"
-                                  "\"sandbox\":{\"id\":\"sb0123456789abcdef\"}}");
+        http_req_read_body(req, 0, create_body, NULL);
+}
+
+static void h_net_get(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    if (strcmp(router_param(req, "id"), "sbgone") == 0)
+        http_reply_error(req, 404, "not_found", "sandbox sbgone not found");
+    else
+        reply_json_text(req, 200, "{\"mode\":\"allowlist\",\"allow\":[\"a.test\"],\"nic\":true}");
+}
+
+/* Answers with the policy it was given (as spaced answers with the policy in force). */
+static void net_put_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    keep_body(data, len);
+    http_reply(req, 200, "application/json", data, len);
+}
+
+static void h_net_put(struct http_req *req, void *arg)
+{
+    if (authorised(req, "testkey"))
+        http_req_read_body(req, 0, net_put_body, NULL);
+}
+
+static void h_net_log(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    const char *since = http_req_query(req, "since");
+    char text[160];
+    snprintf(text, sizeof text, "{\"entries\":[{\"seq\":%s,\"name\":\"a.test\",\"allowed\":true},"
+                                "{\"seq\":9,\"name\":\"b.test\",\"allowed\":false}]}",
+             since ? since : "0");
+    reply_json_text(req, 200, text);
 }
 
 static void h_op(struct http_req *req, void *arg)
@@ -162,6 +209,9 @@ static void setup(struct router *r, struct th_server *t)
     router_add(r, "GET", "/attach/{sid}", h_attach, NULL);
     router_add(r, "PUT", "/v1/sandboxes/{id}/files", h_put_file, NULL);
     router_add(r, "GET", "/v1/sandboxes/{id}/files", h_get_file, NULL);
+    router_add(r, "GET", "/v1/sandboxes/{id}/network", h_net_get, NULL);
+    router_add(r, "PUT", "/v1/sandboxes/{id}/network", h_net_put, NULL);
+    router_add(r, "GET", "/v1/sandboxes/{id}/network/log", h_net_log, NULL);
 }
 
 static struct cli_ctx X;
@@ -174,12 +224,7 @@ static int start(void **state)
     setenv("SPACE_URL", url, 1);
     setenv("SPACE_API_KEY", "testkey", 1);
     assert_int_equal(cli_ctx_init(&X), 0);
-    return 0;
-}
-
-static int stop(void **state)
-{
-    th_stop(&T);
+    *state = &T;
     return 0;
 }
 
@@ -208,6 +253,7 @@ static int run_exec(int argc, char **argv) { return cli_cmd_exec(&X, argc, argv)
 static int run_ls(int argc, char **argv) { return cli_cmd_ls(&X, argc, argv); }
 static int run_pause(int argc, char **argv) { return cli_cmd_verb(&X, "pause", argc, argv); }
 static int run_cp(int argc, char **argv) { return cli_cmd_cp(&X, argc, argv); }
+static int run_network(int argc, char **argv) { return cli_cmd_network(&X, argc, argv); }
 
 static void test_create_waits(void **state)
 {
@@ -219,8 +265,71 @@ static void test_create_waits(void **state)
     assert_string_equal(out, "sb0123456789abcdef\n");
     assert_int_equal(atomic_load(&op_polls), 3);
     free(out);
+    assert_string_equal(last_body, "{\"template\":\"base\",\"vcpus\":2,\"memory_mib\":512,\"timeout\":60}");
     char *bad[] = {"--cpus", "x"};
     assert_int_equal(cli_cmd_create(&X, 2, bad), 2);
+}
+
+/* --allow (repeatable) makes an allowlist, --network none|open the other modes. */
+static void test_create_network(void **state)
+{
+    int rc;
+    char *allow[] = {"--allow", "a.test", "--allow", "203.0.113.0/24"};
+    free(capture(1, run_create, 4, allow, &rc));
+    assert_int_equal(rc, 0);
+    assert_string_equal(last_body, "{\"network\":{\"mode\":\"allowlist\",\"allow\":"
+                                   "[\"a.test\",\"203.0.113.0/24\"]}}");
+    char *open_[] = {"--network", "open"};
+    free(capture(1, run_create, 2, open_, &rc));
+    assert_int_equal(rc, 0);
+    assert_string_equal(last_body, "{\"network\":{\"mode\":\"open\"}}");
+    char *both[] = {"--network", "open", "--allow", "a.test"};
+    assert_int_equal(cli_cmd_create(&X, 4, both), 2);
+    char *bogus[] = {"--network", "everything"};
+    assert_int_equal(cli_cmd_create(&X, 2, bogus), 2);
+    char *dangling[] = {"--allow"};
+    assert_int_equal(cli_cmd_create(&X, 1, dangling), 2);
+}
+
+static void test_network_show_change_log(void **state)
+{
+    int rc;
+    char *show[] = {"sb1"};
+    char *out = capture(1, run_network, 1, show, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "mode: allowlist\nnic: yes\nallow: a.test\n");
+    free(out);
+
+    char *allow[] = {"sb1", "allow", "b.test", "*.c.test"};
+    out = capture(1, run_network, 4, allow, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(last_body, "{\"mode\":\"allowlist\",\"allow\":[\"b.test\",\"*.c.test\"]}");
+    assert_string_equal(out, "mode: allowlist\nallow: b.test\nallow: *.c.test\n");
+    free(out);
+    char *open_[] = {"sb1", "open"};
+    free(capture(1, run_network, 2, open_, &rc));
+    assert_int_equal(rc, 0);
+    assert_string_equal(last_body, "{\"mode\":\"open\"}");
+
+    char *log_[] = {"sb1", "log", "--since", "3"};
+    out = capture(1, run_network, 4, log_, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "{\"seq\":3,\"name\":\"a.test\",\"allowed\":true}\n"
+                             "{\"seq\":9,\"name\":\"b.test\",\"allowed\":false}\n");
+    free(out);
+
+    char *gone[] = {"sbgone"};
+    char *err = capture(2, run_network, 1, gone, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "sandbox sbgone not found (not_found, HTTP 404)"));
+    free(err);
+    char *usage1[] = {"sb1", "allow"}, *usage2[] = {"sb1", "sideways"}, *usage3[] = {"sb1", "open", "x"},
+         *usage4[] = {"sb1", "log", "--since", "-1"};
+    assert_int_equal(cli_cmd_network(&X, 2, usage1), 2);
+    assert_int_equal(cli_cmd_network(&X, 2, usage2), 2);
+    assert_int_equal(cli_cmd_network(&X, 3, usage3), 2);
+    assert_int_equal(cli_cmd_network(&X, 4, usage4), 2);
+    assert_int_equal(cli_cmd_network(&X, 0, NULL), 2);
 }
 
 static void test_exec_reattaches(void **state)
@@ -346,10 +455,12 @@ int main(void)
 {
     log_init("test_cli", LOG_WARN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_create_waits, start, stop),
-        cmocka_unit_test_setup_teardown(test_exec_reattaches, start, stop),
-        cmocka_unit_test_setup_teardown(test_ls_and_errors, start, stop),
-        cmocka_unit_test_setup_teardown(test_cp_both_ways, start, stop),
+        cmocka_unit_test_setup_teardown(test_create_waits, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_create_network, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_network_show_change_log, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_exec_reattaches, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_ls_and_errors, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_cp_both_ways, start, th_teardown),
         cmocka_unit_test(test_sse_parser),
         cmocka_unit_test(test_url_parse),
     };

@@ -216,12 +216,7 @@ static void setup_routes(struct router *r, struct th_server *t)
 static int start(void **state)
 {
     th_start(&T, NULL, setup_routes);
-    return 0;
-}
-
-static int stop(void **state)
-{
-    th_stop(&T);
+    *state = &T;
     return 0;
 }
 
@@ -773,22 +768,22 @@ int main(void)
 {
     log_init("test_http", LOG_ERROR); /* the overload test would log 800 warnings */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_keepalive, start, stop),
-        cmocka_unit_test_setup_teardown(test_listen_addresses, start, stop),
-        cmocka_unit_test_setup_teardown(test_pipelining, start, stop),
-        cmocka_unit_test_setup_teardown(test_chunked_both_ways, start, stop),
-        cmocka_unit_test_setup_teardown(test_head_and_http10, start, stop),
-        cmocka_unit_test_setup_teardown(test_expect_continue, start, stop),
-        cmocka_unit_test_setup_teardown(test_limits, start, stop),
-        cmocka_unit_test_setup_teardown(test_body_too_large, start, stop),
-        cmocka_unit_test_setup_teardown(test_smuggling, start, stop),
-        cmocka_unit_test_setup_teardown(test_bad_requests, start, stop),
-        cmocka_unit_test_setup_teardown(test_timeouts, start, stop),
-        cmocka_unit_test_setup_teardown(test_overload, start, stop),
-        cmocka_unit_test_setup_teardown(test_stream_upload_200mib, start, stop),
-        cmocka_unit_test_setup_teardown(test_upload_refused_or_abandoned, start, stop),
-        cmocka_unit_test_setup_teardown(test_stream_download, start, stop),
-        cmocka_unit_test_setup_teardown(test_disconnect_fires_on_close, start, stop),
+        cmocka_unit_test_setup_teardown(test_keepalive, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_listen_addresses, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_pipelining, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_chunked_both_ways, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_head_and_http10, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_expect_continue, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_limits, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_body_too_large, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_smuggling, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_requests, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_timeouts, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_overload, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_upload_200mib, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_upload_refused_or_abandoned, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_download, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_disconnect_fires_on_close, start, th_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,13 @@ static inline void th_stop(struct th_server *t)
     event_base_free(t->base);
 }
 
+/* cmocka teardown for tests whose setup stored its th_server in *state. */
+static inline int th_teardown(void **state)
+{
+    th_stop(*state);
+    return 0;
+}
+
 /* A client connection with a read buffer (responses may arrive pipelined). */
 struct th_conn {
     int fd;
