@@ -286,6 +286,47 @@ static void check_sessions_templates_tx(void **state)
 }
 
 /* A child writes; it dies by SIGKILL (no close, no atexit). The parent reopens. */
+static int node_ids(const struct store_node *n, void *arg)
+{
+    strcat(arg, n->id);
+    strcat(arg, ",");
+    return 0;
+}
+
+/* Nodes (multi-node roles): upsert by id, lookup, id order; a sandbox keeps its node. */
+static void check_nodes(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_node n = {.id = "node-b", .url = "http://127.0.0.1:1", .vcpus = 4, .memory_mib = 2048,
+                           .heartbeat_ms = 10, .started_ms = 5};
+    assert_int_equal(store_node_put(st, &n), 0);
+    snprintf(n.id, sizeof n.id, "node-a");
+    assert_int_equal(store_node_put(st, &n), 0);
+    n.heartbeat_ms = 20;
+    snprintf(n.url, sizeof n.url, "http://127.0.0.1:2");
+    assert_int_equal(store_node_put(st, &n), 0);
+    struct store_node got;
+    assert_int_equal(store_node_get(st, "node-a", &got), 0);
+    assert_int_equal(got.heartbeat_ms, 20);
+    assert_string_equal(got.url, "http://127.0.0.1:2");
+    assert_int_equal(got.vcpus, 4);
+    assert_int_equal(got.memory_mib, 2048);
+    assert_int_equal(store_node_get(st, "node-c", &got), STORE_NOTFOUND);
+    char ids[64] = "";
+    assert_int_equal(store_node_each(st, node_ids, ids), 0);
+    assert_string_equal(ids, "node-a,node-b,");
+
+    struct store_sbx s, g;
+    fill_sbx(&s, "sb1", "A", "base", "running", NULL);
+    snprintf(s.node, sizeof s.node, "node-b");
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_get(st, "sb1", &g), 0);
+    assert_string_equal(g.node, "node-b");
+    store_sbx_clear(&g);
+    store_close(st);
+}
+
 static void check_crash_mid_transaction(void **state)
 {
     (void)state;

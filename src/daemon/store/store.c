@@ -49,6 +49,12 @@ static const char *const store_migrations[] = {
     "CREATE TABLE IF NOT EXISTS templates("
     " name TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, state TEXT NOT NULL, spec TEXT,"
     " failure TEXT, dir TEXT NOT NULL, created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL);",
+    /* 2: multi-node roles: the node that runs each sandbox, and the nodes themselves. */
+    "ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes(node, state);"
+    "CREATE TABLE IF NOT EXISTS nodes("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, url TEXT NOT NULL, vcpus INTEGER NOT NULL,"
+    " memory_mib INTEGER NOT NULL, heartbeat_ms BIGINT NOT NULL, started_ms BIGINT NOT NULL);",
 };
 
 #define SQL_CAP 2048
@@ -437,5 +443,21 @@ int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *)
 {
     struct store_tpl t;
     return rec_select(st, &store_tbl_templates, "ORDER BY name", NULL, 0, &t,
+                      (int (*)(const void *, void *))fn, arg);
+}
+
+/* ---- nodes ---------------------------------------------------------------------------- */
+
+int store_node_put(struct store *st, const struct store_node *n) { return rec_put(st, &store_tbl_nodes, n); }
+
+int store_node_get(struct store *st, const char *id, struct store_node *out)
+{
+    return rec_get(st, &store_tbl_nodes, "WHERE id=?", id, out);
+}
+
+int store_node_each(struct store *st, int (*fn)(const struct store_node *, void *), void *arg)
+{
+    struct store_node n;
+    return rec_select(st, &store_tbl_nodes, "ORDER BY id", NULL, 0, &n,
                       (int (*)(const void *, void *))fn, arg);
 }

@@ -128,6 +128,7 @@ struct store_sbx {
     char run_dir[256];     /* per-sandbox directory under data_dir */
     int64_t created_ms;
     int64_t updated_ms;
+    char node[STORE_ID_MAX]; /* id of the node daemon that runs it; "" = single host */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */
@@ -223,5 +224,21 @@ void store_tpl_clear(struct store_tpl *t);
 int store_tpl_put(struct store *st, const struct store_tpl *t);   /* insert or replace */
 int store_tpl_get(struct store *st, const char *name, struct store_tpl *out);
 int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *), void *arg);
+
+/* ---- nodes (multi-node roles: src/daemon/cluster) ------------------------------------- */
+
+struct store_node {
+    char id[STORE_ID_MAX]; /* --node-id of the node daemon */
+    char url[256];         /* where the control plane reaches its API ("http://host:port") */
+    unsigned vcpus;        /* capacity offered to sandboxes */
+    unsigned memory_mib;
+    int64_t heartbeat_ms;  /* last report; a node silent for long is not placed on */
+    int64_t started_ms;    /* when this node daemon started */
+};
+
+int store_node_put(struct store *st, const struct store_node *n); /* insert or replace */
+int store_node_get(struct store *st, const char *id, struct store_node *out);
+/* Every node, in id order. */
+int store_node_each(struct store *st, int (*fn)(const struct store_node *, void *), void *arg);
 
 #endif

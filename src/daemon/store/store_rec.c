@@ -54,6 +54,7 @@ static const struct store_col sbx_cols[] = {
     TEXT(struct store_sbx, run_dir, false),
     COL("created_ms", STORE_COL_I64, struct store_sbx, created_ms, false),
     COL("updated_ms", STORE_COL_I64, struct store_sbx, updated_ms, false),
+    TEXT(struct store_sbx, node, false),
 };
 const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
 
@@ -106,6 +107,16 @@ static const struct store_col tpl_cols[] = {
     COL("updated_ms", STORE_COL_I64, struct store_tpl, updated_ms, false),
 };
 const struct store_table store_tbl_templates = TABLE("templates", "name", true, struct store_tpl, tpl_cols, tpl_clear_v);
+
+static const struct store_col node_cols[] = {
+    TEXT(struct store_node, id, true),
+    TEXT(struct store_node, url, false),
+    COL("vcpus", STORE_COL_UINT, struct store_node, vcpus, false),
+    COL("memory_mib", STORE_COL_UINT, struct store_node, memory_mib, false),
+    COL("heartbeat_ms", STORE_COL_I64, struct store_node, heartbeat_ms, false),
+    COL("started_ms", STORE_COL_I64, struct store_node, started_ms, false),
+};
+const struct store_table store_tbl_nodes = TABLE("nodes", "id", true, struct store_node, node_cols, NULL);
 
 /* ---- record clearing (backend-neutral, declared in store.h) --------------------------- */
 
