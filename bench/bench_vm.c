@@ -24,89 +24,25 @@
 #include "log.h"
 #include "../tests/unit/vm_harness.h"
 
-static struct event_base *base;
-static struct vmh_guest guest;
-static char work[64];
 static int seq;
 
-struct obs {
-    int ready, ready_err, exited;
-    double ready_at;
-    struct vmh_hello hello;
-};
-
-static void on_ready(struct vm *vm, int err, const char *msg, void *arg)
+/* A box with the next bench id. */
+static int box_init(struct vmh_box *b, const char *backing_overlay)
 {
-    struct obs *o = arg;
-    o->ready = 1;
-    o->ready_err = err;
-    o->ready_at = vmh_now_ms();
-    if (err)
-        fprintf(stderr, "start failed: %s\n", msg);
+    char id[32];
+    snprintf(id, sizeof(id), "bench%d", seq++);
+    return vmh_box_init(b, id, backing_overlay);
 }
 
-static void on_agent(struct vm *vm, int fd, void *arg)
+static int wait_hello(struct vmh_obs *o)
 {
-    struct obs *o = arg;
-    vmh_hello_stop(&o->hello);
-    vmh_hello_start(&o->hello, base, fd);
-}
-
-static void on_exit_cb(struct vm *vm, enum vm_exit_reason r, const char *msg, const char *tail,
-                       void *arg)
-{
-    struct obs *o = arg;
-    o->exited = 1;
-    vmh_hello_stop(&o->hello);
-}
-
-static const struct vm_callbacks cbs = { on_ready, on_agent, on_exit_cb };
-
-static void obs_init(struct obs *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->hello.fd = -1;
-}
-
-struct box {
-    char id[32], run[128], disk[160];
-    struct vm_config cfg;
-};
-
-static int box_init(struct box *b, const char *backing_overlay)
-{
-    memset(b, 0, sizeof(*b));
-    snprintf(b->id, sizeof(b->id), "bench%d", seq++);
-    snprintf(b->run, sizeof(b->run), "%s/%s", work, b->id);
-    snprintf(b->disk, sizeof(b->disk), "%s/%s.qcow2", work, b->id);
-    mkdir(b->run, 0700);
-    if (vmh_overlay(base, backing_overlay ? backing_overlay : guest.rootfs,
-                    backing_overlay ? "qcow2" : "raw", b->disk) != 0)
+    vmh_run_until(vmh_base, &o->ready, 120000);
+    if (!o->ready || o->ready_err) {
+        fprintf(stderr, "start failed: %s\n", o->ready_msg);
         return -1;
-    b->cfg = (struct vm_config){ .id = b->id, .vcpus = 1, .mem_mib = 256,
-                                 .kernel = guest.kernel, .initramfs = guest.initramfs,
-                                 .disk = b->disk, .run_dir = b->run, .net.tap_fd = -1 };
-    unsigned n = 0;
-    if (backing_overlay)
-        b->cfg.backing[n++] = (struct vm_disk_layer){ backing_overlay, "qcow2" };
-    b->cfg.backing[n++] = (struct vm_disk_layer){ guest.rootfs, "raw" };
-    b->cfg.n_backing = n;
-    return 0;
-}
-
-static int wait_hello(struct obs *o)
-{
-    vmh_run_until(base, &o->ready, 120000);
-    if (!o->ready || o->ready_err)
-        return -1;
-    vmh_run_until(base, &o->hello.got, 120000);
+    }
+    vmh_run_until(vmh_base, &o->hello.got, 120000);
     return o->hello.got == 1 ? 0 : -1;
-}
-
-static void kill_wait(struct vm *vm, struct obs *o)
-{
-    vm_kill(vm);
-    vmh_run_until(base, &o->exited, 30000);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -142,18 +78,18 @@ static char tmpl_overlay[160], tmpl_snap[160];
 
 static int make_template(void)
 {
-    struct box t;
-    struct obs o;
+    struct vmh_box t;
+    struct vmh_obs o;
     int err;
     char msg[512], mem[200];
     if (box_init(&t, NULL) < 0)
         return -1;
-    snprintf(tmpl_snap, sizeof(tmpl_snap), "%s/template", work);
+    snprintf(tmpl_snap, sizeof(tmpl_snap), "%s/template", vmh_work);
     mkdir(tmpl_snap, 0700);
     snprintf(mem, sizeof(mem), "%s/mem", tmpl_snap);
     t.cfg.mem_path = mem;
-    obs_init(&o);
-    struct vm *vm = vm_boot(base, &t.cfg, &cbs, &o, &err, msg, sizeof(msg));
+    vmh_obs_init(&o);
+    struct vm *vm = vm_boot(vmh_base, &t.cfg, &vmh_cbs, &o, &err, msg, sizeof(msg));
     if (!vm || wait_hello(&o) < 0) {
         fprintf(stderr, "template boot failed: %s\n", vm ? "no agent" : msg);
         return -1;
@@ -162,8 +98,8 @@ static int make_template(void)
     struct vmh_done d = { 0 };
     if (vm_template_snapshot(vm, tmpl_snap, vmh_done_cb, &d) != VM_OK)
         return -1;
-    vmh_run_until(base, &d.done, 60000);
-    vmh_run_until(base, &o.exited, 10000);
+    vmh_run_until(vmh_base, &d.done, 60000);
+    vmh_run_until(vmh_base, &o.exited, 10000);
     snprintf(tmpl_overlay, sizeof(tmpl_overlay), "%s", t.disk);
     return d.err ? -1 : 0;
 }
@@ -210,14 +146,14 @@ static double bare_restore(const char *disk, const char *dir)
 {
     char qmp[200], agent[200], mem[200], state[200], memobj[1024], drive_b[1024],
          drive_t[1024], drive_r[1024], incoming[1024];
-    snprintf(qmp, sizeof(qmp), "%s/bare-qmp.sock", work);
-    snprintf(agent, sizeof(agent), "%s/bare-agent.sock", work);
+    snprintf(qmp, sizeof(qmp), "%s/bare-qmp.sock", vmh_work);
+    snprintf(agent, sizeof(agent), "%s/bare-agent.sock", vmh_work);
     snprintf(mem, sizeof(mem), "%s/mem", tmpl_snap);
     snprintf(state, sizeof(state), "%s/state", dir);
     unlink(qmp);
     unlink(agent);
     snprintf(memobj, sizeof(memobj), "memory-backend-file,id=ram0,mem-path=%s,share=off,size=256M", mem);
-    snprintf(drive_b, sizeof(drive_b), "driver=raw,node-name=b1,read-only=on,file.driver=file,file.filename=%s", guest.rootfs);
+    snprintf(drive_b, sizeof(drive_b), "driver=raw,node-name=b1,read-only=on,file.driver=file,file.filename=%s", vmh_guest.rootfs);
     snprintf(drive_t, sizeof(drive_t), "driver=qcow2,node-name=b0,read-only=on,file.driver=file,file.filename=%s,backing=b1", tmpl_overlay);
     snprintf(drive_r, sizeof(drive_r), "driver=qcow2,node-name=root,file.driver=file,file.filename=%s,backing=b0", disk);
     snprintf(incoming, sizeof(incoming), "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"exec:cat %s\"}}\n", state);
@@ -228,7 +164,7 @@ static double bare_restore(const char *disk, const char *dir)
         "microvm,x-option-roms=off,acpi=on,pit=off,pic=off,rtc=on,isa-serial=on,memory-backend=ram0",
         "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "256M", "-object", memobj,
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-        "-kernel", guest.kernel, "-initrd", guest.initramfs,
+        "-kernel", vmh_guest.kernel, "-initrd", vmh_guest.initramfs,
         "-chardev", chq, "-mon", "chardev=mon,mode=control", "-serial", "null",
         "-device", "virtio-serial-device,max_ports=2", "-chardev", cha,
         "-device", "virtserialport,chardev=agent,name=space.agent",
@@ -257,8 +193,8 @@ static double bare_restore(const char *disk, const char *dir)
             write(q, "{\"execute\":\"cont\"}\n", 19) == 19) {
             int a = unix_connect_retry(agent);
             struct vmh_hello h;
-            vmh_hello_start(&h, base, a);
-            vmh_run_until(base, &h.got, 60000);
+            vmh_hello_start(&h, vmh_base, a);
+            vmh_run_until(vmh_base, &h.got, 60000);
             if (h.got == 1)
                 r = h.at_ms - t0;
             vmh_hello_stop(&h);
@@ -271,21 +207,6 @@ static double bare_restore(const char *disk, const char *dir)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return r;
-}
-
-/* ---- pool plumbing ------------------------------------------------------------------ */
-
-static int pool_prepare(struct vm_config *cfg, void *arg)
-{
-    static char id[32], run[128], disk[160];
-    snprintf(id, sizeof(id), "bench%d", seq++);
-    snprintf(run, sizeof(run), "%s/%s", work, id);
-    snprintf(disk, sizeof(disk), "%s/%s.qcow2", work, id);
-    mkdir(run, 0700);
-    cfg->id = id;
-    cfg->run_dir = run;
-    cfg->disk = disk;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -301,15 +222,15 @@ int main(int argc, char **argv)
     }
     if (n < 1 || n > 50 || claims < 1 || claims > 500)
         return 2;
-    const char *why = vmh_find_guest(&guest);
+    const char *why = vmh_find_guest(&vmh_guest);
     if (why) {
         fprintf(stderr, "bench_vm: %s\n", why);
         return 2;
     }
-    snprintf(work, sizeof(work), "/tmp/space-bench-XXXXXX");
-    if (!mkdtemp(work))
+    snprintf(vmh_work, sizeof(vmh_work), "/tmp/space-bench-XXXXXX");
+    if (!mkdtemp(vmh_work))
         return 1;
-    base = event_base_new();
+    vmh_base = event_base_new();
     signal(SIGPIPE, SIG_IGN);
     log_init("bench_vm", LOG_WARN);
     const char *acc = vm_accel_name(vm_accel_resolve(VM_ACCEL_AUTO));
@@ -318,14 +239,14 @@ int main(int argc, char **argv)
 
     /* cold boot */
     for (int i = 0; i < n; i++) {
-        struct box b;
-        struct obs o;
+        struct vmh_box b;
+        struct vmh_obs o;
         int err;
         char msg[512];
         box_init(&b, NULL);
-        obs_init(&o);
+        vmh_obs_init(&o);
         double t0 = vmh_now_ms();
-        struct vm *vm = vm_boot(base, &b.cfg, &cbs, &o, &err, msg, sizeof(msg));
+        struct vm *vm = vm_boot(vmh_base, &b.cfg, &vmh_cbs, &o, &err, msg, sizeof(msg));
         if (!vm || wait_hello(&o) < 0) {
             fprintf(stderr, "cold boot failed\n");
             return 1;
@@ -333,66 +254,67 @@ int main(int argc, char **argv)
         cold[i] = o.hello.at_ms - t0;
         if (i == n - 1) {
             int idle = 0;
-            vmh_run_until(base, &idle, 2000);
+            vmh_run_until(vmh_base, &idle, 2000);
             pss_cold = pss_kib(vm_pid(vm));
         }
-        kill_wait(vm, &o);
+        vmh_kill_wait(vm, &o);
     }
     if (make_template() < 0)
         return 1;
 
     /* snapshot restore via the runtime, and the same restore bare */
     for (int i = 0; i < n; i++) {
-        struct box b;
-        struct obs o;
+        struct vmh_box b;
+        struct vmh_obs o;
         int err;
         char msg[512];
         box_init(&b, tmpl_overlay);
-        obs_init(&o);
+        vmh_obs_init(&o);
         double t0 = vmh_now_ms();
-        struct vm *vm = vm_restore(base, &b.cfg, tmpl_snap, 0, &cbs, &o, &err, msg, sizeof(msg));
+        struct vm *vm = vm_restore(vmh_base, &b.cfg, tmpl_snap, 0, &vmh_cbs, &o, &err, msg, sizeof(msg));
         if (!vm || wait_hello(&o) < 0) {
             fprintf(stderr, "restore failed: %s\n", vm ? "no agent" : msg);
             return 1;
         }
         rest[i] = o.hello.at_ms - t0;
-        kill_wait(vm, &o);
-        struct box bb;
+        vmh_kill_wait(vm, &o);
+        struct vmh_box bb;
         box_init(&bb, tmpl_overlay);
         bare[i] = bare_restore(bb.disk, tmpl_snap);
     }
 
     /* warm pool */
-    struct box pb;
+    struct vmh_box pb;
     box_init(&pb, tmpl_overlay);
     struct pool_config pc = { .snapshot_dir = tmpl_snap, .template_overlay = tmpl_overlay,
-                              .base = pb.cfg, .size = 2, .prepare = pool_prepare };
+                              .base = pb.cfg, .size = 2, .prepare = vmh_pool_prepare,
+                              .prepare_arg = (void *)"benchpool" };
     pc.base.id = pc.base.run_dir = pc.base.disk = NULL;
-    struct pool *p = pool_new(base, &pc);
+    struct pool *p = pool_new(vmh_base, &pc);
     for (int i = 0; i < claims; i++) {
         double end = vmh_now_ms() + 120000;
         while (pool_ready(p) < 1 && vmh_now_ms() < end) {
             int tick = 0;
-            vmh_run_until(base, &tick, 20);
+            vmh_run_until(vmh_base, &tick, 20);
         }
-        struct obs o;
-        obs_init(&o);
+        struct vmh_obs o;
+        vmh_obs_init(&o);
         double t0 = vmh_now_ms();
-        struct vm *vm = pool_claim(p, &cbs, &o);
+        struct vm *vm = pool_claim(p, &vmh_cbs, &o);
         if (!vm || wait_hello(&o) < 0) {
             fprintf(stderr, "pool claim failed\n");
             return 1;
         }
         claim[i] = o.hello.at_ms - t0;
         claim_cont[i] = o.ready_at - t0;
-        kill_wait(vm, &o);
+        vmh_kill_wait(vm, &o);
     }
     pool_free(p);
 
     /* 4 parallel restores */
     enum { PAR = 4 };
-    struct box pbx[PAR];
-    struct obs po[PAR];
+    struct vmh_box pbx[PAR];
+    struct vmh_obs po[PAR];
     struct vm *pv[PAR];
     for (int i = 0; i < PAR; i++)
         box_init(&pbx[i], tmpl_overlay);
@@ -400,8 +322,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < PAR; i++) {
         int err;
         char msg[512];
-        obs_init(&po[i]);
-        pv[i] = vm_restore(base, &pbx[i].cfg, tmpl_snap, 0, &cbs, &po[i], &err, msg, sizeof(msg));
+        vmh_obs_init(&po[i]);
+        pv[i] = vm_restore(vmh_base, &pbx[i].cfg, tmpl_snap, 0, &vmh_cbs, &po[i], &err, msg, sizeof(msg));
         if (!pv[i]) {
             fprintf(stderr, "parallel restore: %s\n", msg);
             return 1;
@@ -415,12 +337,12 @@ int main(int argc, char **argv)
     }
     double par_rate = PAR / ((last - t0) / 1000.0);
     int idle = 0;
-    vmh_run_until(base, &idle, 3000);
+    vmh_run_until(vmh_base, &idle, 3000);
     for (int i = 0; i < PAR; i++)
         pss_clone += pss_kib(vm_pid(pv[i]));
     pss_clone /= PAR;
     for (int i = 0; i < PAR; i++)
-        kill_wait(pv[i], &po[i]);
+        vmh_kill_wait(pv[i], &po[i]);
 
     double cold50 = pct(cold, n, 0.5), rest50 = pct(rest, n, 0.5), bare50 = pct(bare, n, 0.5);
     double claim50 = pct(claim, claims, 0.5), claim95 = pct(claim, claims, 0.95);
@@ -442,8 +364,8 @@ int main(int argc, char **argv)
                "\"pool_p50_ms\":%.1f,\"pool_p95_ms\":%.1f,\"parallel4_per_s\":%.2f,"
                "\"pss_clone_kib\":%ld,\"pss_cold_kib\":%ld}\n", acc, cold50, rest50, bare50,
                claim50, claim95, par_rate, pss_clone, pss_cold);
-    event_base_free(base);
+    event_base_free(vmh_base);
     char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", work);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", vmh_work);
     return system(cmd) == 0 ? 0 : 1;
 }

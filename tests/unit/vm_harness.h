@@ -1,9 +1,11 @@
 /* vm_harness: helpers shared by the VM integration test and the VM benchmark: finding
- * the guest artifacts, running the loop until something happened, and waiting for the
- * agent's HELLO frame (the definition of "agent ready" used by both).
+ * the guest artifacts, running the loop until something happened, waiting for the
+ * agent's HELLO frame (the definition of "agent ready" used by both), the VM callbacks
+ * that record what happened to one VM, and a sandbox-like config on its own overlay.
  *
- * Header-only (static functions) because each unit test and each bench program is a separate
- * programs with no shared object of their own. */
+ * Header-only (static functions) because each unit test and each bench program is a
+ * separate program with no shared object of their own. The including program sets
+ * vmh_base, vmh_guest (vmh_find_guest) and vmh_work (a scratch directory) first. */
 #ifndef SPACE_VM_HARNESS_H
 #define SPACE_VM_HARNESS_H
 
@@ -25,6 +27,10 @@ struct vmh_guest {
     char initramfs[512];
     char rootfs[512];
 };
+
+static struct event_base *vmh_base; /* the program's loop */
+static struct vmh_guest vmh_guest;  /* its guest artifacts */
+static char vmh_work[64];           /* its scratch directory (run dirs, overlays) */
 
 /* Locates kernel, agent initramfs and base rootfs under $SPACE_GUEST (default
  * build/guest); $SPACE_INITRAMFS overrides the initramfs. Returns NULL when all exist,
@@ -188,6 +194,117 @@ static int vmh_overlay(struct event_base *base, const char *backing, const char 
     if (d.err)
         fprintf(stderr, "overlay: %s\n", d.msg);
     return d.done ? d.err : VM_E_TIMEOUT;
+}
+
+/* ---- one VM's observed life --------------------------------------------------------- */
+
+/* Everything the callbacks observed for one VM (the callbacks' arg). */
+struct vmh_obs {
+    int ready;             /* on_ready came */
+    int ready_err;         /* its error */
+    char ready_msg[1200];
+    double ready_at;       /* vmh_now_ms() then */
+    struct vmh_hello hello; /* HELLO exchange on the latest agent connection */
+    int exited;            /* on_exit came */
+    enum vm_exit_reason reason;
+    char exit_msg[1200];
+    char tail[2048];       /* console tail at exit */
+    double exit_at;
+};
+
+static void vmh_on_ready(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct vmh_obs *o = arg;
+    o->ready = 1;
+    o->ready_err = err;
+    o->ready_at = vmh_now_ms();
+    snprintf(o->ready_msg, sizeof(o->ready_msg), "%s", msg ? msg : "");
+}
+
+static void vmh_on_agent(struct vm *vm, int fd, void *arg)
+{
+    struct vmh_obs *o = arg;
+    vmh_hello_stop(&o->hello);
+    vmh_hello_start(&o->hello, vmh_base, fd);
+}
+
+static void vmh_on_exit(struct vm *vm, enum vm_exit_reason r, const char *msg, const char *tail,
+                        void *arg)
+{
+    struct vmh_obs *o = arg;
+    o->exited = 1;
+    o->reason = r;
+    o->exit_at = vmh_now_ms();
+    snprintf(o->exit_msg, sizeof(o->exit_msg), "%s", msg ? msg : "");
+    snprintf(o->tail, sizeof(o->tail), "%s", tail ? tail : "");
+    vmh_hello_stop(&o->hello);
+}
+
+static const struct vm_callbacks vmh_cbs = { vmh_on_ready, vmh_on_agent, vmh_on_exit };
+
+static void vmh_obs_init(struct vmh_obs *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->hello.fd = -1;
+}
+
+/* Kills the VM and waits for its on_exit. Returns o->exited. */
+static int vmh_kill_wait(struct vm *vm, struct vmh_obs *o)
+{
+    vm_kill(vm);
+    vmh_run_until(vmh_base, &o->exited, 30000);
+    return o->exited;
+}
+
+/* ---- a sandbox-like VM config ------------------------------------------------------- */
+
+/* VM `id` with its own run dir and overlay (in vmh_work) over the base rootfs, or over
+ * backing_overlay (a template's frozen qcow2 overlay) when given; 1 vCPU, 256 MiB. */
+struct vmh_box {
+    char id[32];
+    char run[128];
+    char disk[160];
+    struct vm_config cfg; /* points into the box and vmh_guest */
+};
+
+/* Returns 0, or -1 when the overlay cannot be made. */
+static int vmh_box_init(struct vmh_box *b, const char *id, const char *backing_overlay)
+{
+    memset(b, 0, sizeof(*b));
+    snprintf(b->id, sizeof(b->id), "%s", id);
+    snprintf(b->run, sizeof(b->run), "%s/%s", vmh_work, id);
+    snprintf(b->disk, sizeof(b->disk), "%s/%s.qcow2", vmh_work, id);
+    mkdir(b->run, 0700);
+    const char *below = backing_overlay ? backing_overlay : vmh_guest.rootfs;
+    if (vmh_overlay(vmh_base, below, backing_overlay ? "qcow2" : "raw", b->disk) != 0)
+        return -1;
+    b->cfg = (struct vm_config){
+        .id = b->id, .vcpus = 1, .mem_mib = 256, .accel = VM_ACCEL_AUTO,
+        .kernel = vmh_guest.kernel, .initramfs = vmh_guest.initramfs, .disk = b->disk,
+        .run_dir = b->run, .net.tap_fd = -1,
+    };
+    unsigned n = 0;
+    if (backing_overlay)
+        b->cfg.backing[n++] = (struct vm_disk_layer){ backing_overlay, "qcow2" };
+    b->cfg.backing[n++] = (struct vm_disk_layer){ vmh_guest.rootfs, "raw" };
+    b->cfg.n_backing = n;
+    return 0;
+}
+
+/* pool_prepare_cb (vm/pool.h): ids <arg><n> (arg: a prefix string), run dir and overlay
+ * path in vmh_work. */
+static int vmh_pool_prepare(struct vm_config *cfg, void *arg)
+{
+    static unsigned seq;
+    static char id[32], run[128], disk[160];
+    snprintf(id, sizeof(id), "%s%u", (const char *)arg, seq++);
+    snprintf(run, sizeof(run), "%s/%s", vmh_work, id);
+    snprintf(disk, sizeof(disk), "%s/%s.qcow2", vmh_work, id);
+    mkdir(run, 0700);
+    cfg->id = id;
+    cfg->run_dir = run;
+    cfg->disk = disk;
+    return 0;
 }
 
 #endif

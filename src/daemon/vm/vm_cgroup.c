@@ -27,6 +27,57 @@ static int is_v2(const char *root)
     return access(p, F_OK) == 0;
 }
 
+/* True if dir/cgroup.controllers lists controller `name`. */
+static int v2_offers(const char *dir, const char *name)
+{
+    char p[512], buf[512];
+    snprintf(p, sizeof(p), "%s/cgroup.controllers", dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    for (char *save = NULL, *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+        if (strcmp(t, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* v2 gives a group a controller's files only when every ancestor enables it for its
+ * children. Enables, one by one (a write naming a controller the parent does not offer
+ * fails as a whole), each controller a limit needs, in root and in parent. A controller
+ * that root does not offer (e.g. bound to a v1 hierarchy, or not delegated to us) is an
+ * error naming it: limits that silently do not apply would be worse. */
+static int v2_enable(const char *root, const char *parent, const struct vm_cgroup_limits *lim,
+                     char *err, size_t cap)
+{
+    const char *need[3];
+    int n = 0;
+    if (lim->cpu_percent)
+        need[n++] = "cpu";
+    if (lim->mem_bytes)
+        need[n++] = "memory";
+    if (lim->pids_max)
+        need[n++] = "pids";
+    for (int i = 0; i < n; i++) {
+        char plus[16];
+        snprintf(plus, sizeof(plus), "+%s", need[i]);
+        if (!v2_offers(root, need[i])) {
+            snprintf(err, cap, "cgroup v2 at %s does not offer the %s controller", root, need[i]);
+            return -1;
+        }
+        if ((!v2_offers(parent, need[i]) && write_file(root, "cgroup.subtree_control", plus) < 0) ||
+            write_file(parent, "cgroup.subtree_control", plus) < 0) {
+            snprintf(err, cap, "cgroup v2: enabling %s under %s: %s", need[i], parent,
+                     strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The three (v1) or one (v2) directories of the group; returns how many. */
 static int group_dirs(const char *root, const char *parent, const char *id, char dirs[3][512],
                       char parents[3][512])
@@ -87,15 +138,15 @@ int vm_cgroup_create(const char *root, const char *parent, const char *id,
     for (int i = 0; i < 3; i++)
         procs_fds[i] = -1;
     for (int i = 0; i < n; i++) {
-        if ((mkdir(parents[i], 0755) < 0 && errno != EEXIST) ||
-            (mkdir(dirs[i], 0755) < 0 && errno != EEXIST)) {
-            snprintf(err, cap, "cgroup %s: %s", dirs[i], strerror(errno));
+        if (mkdir(parents[i], 0755) < 0 && errno != EEXIST) {
+            snprintf(err, cap, "cgroup %s: %s", parents[i], strerror(errno));
             goto fail;
         }
-        /* v2 only distributes a controller to children when the parent enables it. */
-        if (v2) {
-            write_file(root, "cgroup.subtree_control", "+cpu +memory +pids");
-            write_file(parents[i], "cgroup.subtree_control", "+cpu +memory +pids");
+        if (v2 && v2_enable(root, parents[i], lim, err, cap) < 0)
+            goto fail;
+        if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST) {
+            snprintf(err, cap, "cgroup %s: %s", dirs[i], strerror(errno));
+            goto fail;
         }
         if (set_limits(v2, i, dirs[i], lim) < 0) {
             snprintf(err, cap, "cgroup %s limits: %s", dirs[i], strerror(errno));
