@@ -43,6 +43,7 @@ struct sbx_table;
 struct tpl_registry;
 struct metrics;
 struct sbx_pools;
+struct cluster;
 
 /* Command-line options (main.c fills them; strings point into argv or literals). */
 struct spaced_opts {
@@ -50,6 +51,12 @@ struct spaced_opts {
     const char *data_dir;  /* store, admin.key, per-sandbox dirs; default /var/lib/space */
     const char *store_url; /* --store / SPACE_STORE_URL: PostgreSQL URL or SQLite path;
                               NULL = SQLite at <data_dir>/space.db */
+    int role;              /* enum cluster_role (cluster/cluster.h), default all */
+    const char *node_id;   /* --node-id: this node daemon's id (role node) */
+    const char *advertise; /* --advertise: URL the control role reaches this node at */
+    const char *node_token;/* SPACE_NODE_TOKEN: shared secret of control and nodes */
+    unsigned node_vcpus;   /* --capacity-vcpus / --capacity-mem: what a node offers */
+    unsigned node_memory_mib; /* (default: the host's CPUs and memory) */
     const char *guest_dir; /* vmlinux, initramfs.cpio, templates/<name>/ */
     int accel;             /* enum vm_accel (vm.h) */
     unsigned pool;         /* warm pool size per template (0 disables) */
@@ -74,6 +81,7 @@ struct spaced {
     struct metrics *metrics;   /* Prometheus counters (metrics.h) */
     struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
     struct router *router;     /* HTTP routes (api/router.h) */
+    struct cluster *cluster;   /* multi-node role state (cluster/cluster.h), NULL for all */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
 };
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/cluster/cluster.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/template/tpl.h"
@@ -410,6 +411,7 @@ int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spe
     snprintf(rec.desired, sizeof rec.desired, "%s", sbx_state_name(SBX_RUNNING));
     snprintf(rec.state, sizeof rec.state, "%s", sbx_state_name(SBX_CREATING));
     snprintf(rec.run_dir, sizeof rec.run_dir, "%s/run/%s", sp->opt.data_dir, rec.id);
+    snprintf(rec.node, sizeof rec.node, "%s", cluster_node_id(sp));
     rec.created_ms = rec.updated_ms = out->created_ms;
     if (store_begin(sp->store) != 0 || store_sbx_put(sp->store, &rec) != 0 ||
         store_op_put(sp->store, out) != 0 || store_commit(sp->store) != 0)
@@ -530,6 +532,8 @@ static void recover_sbx(struct sbx *s, void *arg) { sbx_recover(arg, s); }
 static int recover_op(const struct store_op *op, void *arg)
 {
     struct spaced *sp = arg;
+    if (!cluster_owns_op(sp, op))
+        return 0; /* another node daemon's (--role=node) */
     struct op_open *o = open_add(sp->ops, op);
     if (!o)
         return 1;

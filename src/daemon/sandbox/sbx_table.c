@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "sbx_internal.h"
@@ -63,6 +64,8 @@ struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec)
 
 static int load_one(const struct store_sbx *rec, void *arg)
 {
+    if (!cluster_owns_sbx(arg, rec))
+        return 0; /* another node daemon's (--role=node) */
     return sbx_table_add(arg, rec) ? 0 : 1;
 }
 

@@ -1,0 +1,193 @@
+/* cluster.c: roles, their options, what each role owns, the node's request guard and
+ * its heartbeat; see cluster.h. */
+#include "cluster.h"
+
+#include <event2/event.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include "daemon/api/router.h"
+#include "daemon/sandbox/sbx.h"
+#include "daemon/spaced.h"
+#include "daemon/store/store.h"
+#include "log.h"
+
+struct cluster {
+    struct event *heartbeat; /* node: periodic capacity report (owned) */
+    int64_t started_ms;
+    bool reported;           /* node: last heartbeat reached the store (log changes only) */
+};
+
+static const char *const role_names[] = {[CLUSTER_ALL] = "all", [CLUSTER_CONTROL] = "control",
+                                         [CLUSTER_NODE] = "node"};
+
+int cluster_role_parse(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof role_names / sizeof *role_names); i++)
+        if (strcmp(name, role_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *cluster_role_name(int role)
+{
+    return role >= 0 && role < (int)(sizeof role_names / sizeof *role_names) ? role_names[role] : "?";
+}
+
+/* Node ids become store keys and log values: keep them to a safe alphabet. */
+static bool id_ok(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n >= STORE_ID_MAX)
+        return false;
+    return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == n;
+}
+
+int cluster_check_opts(struct spaced *sp, char *err, size_t cap)
+{
+    struct spaced_opts *o = &sp->opt;
+    if (o->role == CLUSTER_ALL)
+        return 0;
+    if (!o->store_url || !store_url_is_pg(o->store_url)) {
+        snprintf(err, cap, "--role=%s needs a PostgreSQL store shared by every daemon (--store postgresql://...)",
+                 cluster_role_name(o->role));
+        return -1;
+    }
+    if (!o->node_token || strlen(o->node_token) < CLUSTER_TOKEN_MIN) {
+        snprintf(err, cap, "--role=%s needs SPACE_NODE_TOKEN, a secret of at least %d characters shared by "
+                 "the control and node daemons", cluster_role_name(o->role), CLUSTER_TOKEN_MIN);
+        return -1;
+    }
+    if (o->role != CLUSTER_NODE)
+        return 0;
+    if (!o->node_id || !id_ok(o->node_id)) {
+        snprintf(err, cap, "--role=node needs --node-id ID (letters, digits, '-', '_', '.'; at most %d)",
+                 STORE_ID_MAX - 1);
+        return -1;
+    }
+    if (!o->advertise || (strncmp(o->advertise, "http://", 7) != 0) || strlen(o->advertise) >= 256) {
+        snprintf(err, cap, "--role=node needs --advertise http://HOST:PORT, the address the control daemon "
+                 "reaches this node's API at");
+        return -1;
+    }
+    if (!o->node_vcpus) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->node_vcpus = n > 0 ? (unsigned)n : 1;
+    }
+    if (!o->node_memory_mib) {
+        struct sysinfo si;
+        o->node_memory_mib = sysinfo(&si) == 0 ? (unsigned)((uint64_t)si.totalram * si.mem_unit >> 20) : 1024;
+    }
+    return 0;
+}
+
+bool cluster_runs_sandboxes(const struct spaced *sp) { return sp->opt.role != CLUSTER_CONTROL; }
+
+const char *cluster_node_id(const struct spaced *sp)
+{
+    return sp->opt.role == CLUSTER_NODE ? sp->opt.node_id : "";
+}
+
+bool cluster_owns_sbx(const struct spaced *sp, const struct store_sbx *rec)
+{
+    switch (sp->opt.role) {
+    case CLUSTER_ALL: return true;
+    case CLUSTER_NODE: return strcmp(rec->node, sp->opt.node_id) == 0;
+    default: return false;
+    }
+}
+
+bool cluster_owns_op(struct spaced *sp, const struct store_op *op)
+{
+    switch (sp->opt.role) {
+    case CLUSTER_ALL: return true;
+    case CLUSTER_NODE:
+        return strcmp(op->kind, "template_build") != 0 && sbx_find(sp, NULL, op->target) != NULL;
+    default: return false;
+    }
+}
+
+/* ---- node: request guard and heartbeat ------------------------------------------------ */
+
+void cluster_dispatch(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    if (sp->opt.role == CLUSTER_NODE) {
+        const char *path = http_req_path(req), *tok = http_req_header(req, CLUSTER_TOKEN_HEADER);
+        size_t want = strlen(sp->opt.node_token);
+        bool open = strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0;
+        if (!open && (!tok || strlen(tok) != want || CRYPTO_memcmp(tok, sp->opt.node_token, want) != 0)) {
+            http_reply_error(req, 403, "forbidden",
+                             "this is a space node daemon: send API requests to the control daemon");
+            return;
+        }
+    }
+    router_dispatch(req, sp->router);
+}
+
+static void heartbeat(struct spaced *sp)
+{
+    struct store_node n = {.vcpus = sp->opt.node_vcpus, .memory_mib = sp->opt.node_memory_mib,
+                           .heartbeat_ms = spaced_now_ms(), .started_ms = sp->cluster->started_ms};
+    snprintf(n.id, sizeof n.id, "%s", sp->opt.node_id);
+    snprintf(n.url, sizeof n.url, "%s", sp->opt.advertise);
+    bool ok = store_node_put(sp->store, &n) == 0;
+    if (!ok)
+        log_warn("cluster.heartbeat", "node=%s msg=\"%s\"", n.id, store_errmsg(sp->store));
+    else if (!sp->cluster->reported)
+        log_info("cluster.heartbeat", "node=%s url=%s vcpus=%u memory_mib=%u", n.id, n.url, n.vcpus,
+                 n.memory_mib);
+    sp->cluster->reported = ok;
+}
+
+static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    heartbeat(arg);
+}
+
+int cluster_start(struct spaced *sp, char *err, size_t cap)
+{
+    if (sp->opt.role == CLUSTER_ALL)
+        return 0;
+    if (!(sp->cluster = calloc(1, sizeof *sp->cluster))) {
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    sp->cluster->started_ms = spaced_now_ms();
+    log_info("cluster.role", "role=%s node=%s", cluster_role_name(sp->opt.role), cluster_node_id(sp));
+    if (sp->opt.role == CLUSTER_CONTROL) {
+        if (cluster_control_start(sp) != 0) {
+            snprintf(err, cap, "out of memory registering the control routes");
+            return -1;
+        }
+        return 0;
+    }
+    sp->cluster->heartbeat = event_new(sp->base, -1, EV_PERSIST, on_heartbeat, sp);
+    struct timeval tv = {CLUSTER_HEARTBEAT_MS / 1000, (CLUSTER_HEARTBEAT_MS % 1000) * 1000};
+    if (!sp->cluster->heartbeat || event_add(sp->cluster->heartbeat, &tv) != 0) {
+        snprintf(err, cap, "cannot start the heartbeat timer");
+        return -1;
+    }
+    heartbeat(sp);
+    if (!sp->cluster->reported) {
+        snprintf(err, cap, "cannot register node %s in the store: %s", sp->opt.node_id, store_errmsg(sp->store));
+        return -1;
+    }
+    return 0;
+}
+
+void cluster_free(struct spaced *sp)
+{
+    if (!sp->cluster)
+        return;
+    if (sp->cluster->heartbeat)
+        event_free(sp->cluster->heartbeat);
+    free(sp->cluster);
+    sp->cluster = NULL;
+}

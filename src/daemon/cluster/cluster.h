@@ -1,0 +1,98 @@
+/* cluster: the multi-node roles of spaced (`--role=control|node`), sharing one
+ * PostgreSQL store. See docs/multinode.md for the shape and what is not done yet.
+ *
+ *   all      (default) the single-host daemon: API, operations and VMs in one process.
+ *   node     runs the sandboxes placed on it: the full single-host stack, except that
+ *            it loads and reconciles only the sandboxes and operations whose row names
+ *            it (sandboxes.node = --node-id), stamps its id on the sandboxes it creates,
+ *            reports its capacity and a heartbeat every CLUSTER_HEARTBEAT_MS in the
+ *            `nodes` table, and answers API requests only when they carry the internal
+ *            shared secret (header X-Space-Node-Token = SPACE_NODE_TOKEN), i.e. when
+ *            they come through a control daemon. /healthz and /metrics stay open.
+ *   control  runs no VMs. Serves keys, health, metrics and listings (sandboxes,
+ *            operations, templates) from the shared store; places a create on the live
+ *            node with the most free memory (then vCPUs) and forwards it there; forwards
+ *            every per-sandbox request (/v1/sandboxes/{id}/..., sessions, files, attach
+ *            streams) and per-operation request (/v1/operations/{id}/...) to the node
+ *            that owns the sandbox, over HTTP with the shared secret. The node
+ *            authenticates the client's own credentials (keys live in the shared store).
+ *            GET /v1/nodes (admin key) lists nodes with capacity and use.
+ *
+ * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
+ * VM (every state except suspended, stopped, deleted, failed). A node is live when its
+ * heartbeat is younger than CLUSTER_DEAD_MS.
+ *
+ * Ownership: spaced owns `struct cluster` (sp->cluster), created by cluster_start and
+ * freed by cluster_free. Everything runs on the event loop thread. */
+#ifndef SPACE_CLUSTER_H
+#define SPACE_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/api/http.h"
+
+struct spaced;
+struct store_op;
+struct store_sbx;
+struct store_node;
+
+enum cluster_role { CLUSTER_ALL, CLUSTER_CONTROL, CLUSTER_NODE };
+
+#define CLUSTER_HEARTBEAT_MS 2000
+#define CLUSTER_DEAD_MS 10000
+#define CLUSTER_TOKEN_HEADER "X-Space-Node-Token"
+#define CLUSTER_NODE_HEADER "X-Space-Node" /* added to forwarded replies: who answered */
+#define CLUSTER_TOKEN_MIN 16                /* shortest accepted SPACE_NODE_TOKEN */
+
+/* "all" | "control" | "node" -> role; -1 for anything else. */
+int cluster_role_parse(const char *name);
+const char *cluster_role_name(int role);
+
+/* Checks the options of sp->opt for its role (node id, advertised URL, token) and fills
+ * defaults (capacity from the host). Returns 0, or -1 with a message in err. Call
+ * before the store is opened. */
+int cluster_check_opts(struct spaced *sp, char *err, size_t cap);
+
+/* Starts the role: node: first heartbeat now, then a timer; control: the forwarding
+ * hook on sp->router (call before any other route or hook is registered). Role all:
+ * nothing. Returns 0, or -1 with a message in err. */
+int cluster_start(struct spaced *sp, char *err, size_t cap);
+void cluster_free(struct spaced *sp);
+
+/* Whether this process runs sandboxes (roles all and node): only then does main.c
+ * load sandboxes, recover operations and fill warm pools. */
+bool cluster_runs_sandboxes(const struct spaced *sp);
+/* The node id to stamp on sandboxes this process creates ("" for role all). */
+const char *cluster_node_id(const struct spaced *sp);
+/* Whether this process loads and reconciles the sandbox row rec (role all: every row;
+ * node: rows naming it; control: none). */
+bool cluster_owns_sbx(const struct spaced *sp, const struct store_sbx *rec);
+/* Whether this process recovers the open operation op at start: role all: every one;
+ * node: operations on sandboxes it loaded (never template builds: another node may be
+ * running one); control: none. */
+bool cluster_owns_op(struct spaced *sp, const struct store_op *op);
+
+/* The HTTP entry point for every role (http_server_new's dispatch, arg = sp): on a node,
+ * refuses requests without the shared secret (403 forbidden) except /healthz and
+ * /metrics; then router_dispatch. */
+void cluster_dispatch(struct http_req *req, void *sp);
+
+/* ---- internal to src/daemon/cluster ------------------------------------------------- */
+
+/* Forwards req (method, target, headers, body) to the node API at base_url ("http://
+ * host:port") with the shared secret and streams the node's reply back, adding
+ * X-Space-Node: node_id. Replies 502 node_unreachable if the node cannot be reached.
+ * Finishes req in every case. */
+void cluster_proxy(struct spaced *sp, struct http_req *req, const char *node_id, const char *base_url);
+/* Registers the control role's hook and GET /v1/nodes on sp->router. */
+int cluster_control_start(struct spaced *sp);
+/* Node capacity in use: sums over sandboxes in a VM-holding state, per node. Calls
+ * fn(node, used_vcpus, used_memory_mib, live, arg) for every node row. Returns the
+ * store's code. */
+int cluster_nodes_usage(struct spaced *sp,
+                        void (*fn)(const struct store_node *n, unsigned vcpus, unsigned memory_mib,
+                                   bool live, void *arg),
+                        void *arg);
+
+#endif

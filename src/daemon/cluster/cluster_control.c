@@ -1,0 +1,214 @@
+/* cluster_control.c: the control role: placement of creates, forwarding of
+ * per-sandbox and per-operation requests to the owning node, and GET /v1/nodes; see
+ * cluster.h. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "daemon/api/router.h"
+#include "daemon/auth/auth.h"
+#include "daemon/spaced.h"
+#include "daemon/store/store.h"
+#include "log.h"
+
+/* ---- capacity ------------------------------------------------------------------------- */
+
+struct usage {
+    struct store_node *nodes; /* owned array */
+    unsigned *vcpus, *mem;    /* per node, parallel to nodes (owned) */
+    size_t n, cap;
+};
+
+static int collect_node(const struct store_node *n, void *arg)
+{
+    struct usage *u = arg;
+    if (u->n == u->cap) {
+        size_t cap = u->cap ? u->cap * 2 : 8;
+        struct store_node *nodes = realloc(u->nodes, cap * sizeof *nodes);
+        if (!nodes)
+            return 1;
+        u->nodes = nodes;
+        u->cap = cap;
+    }
+    u->nodes[u->n++] = *n;
+    return 0;
+}
+
+/* States whose sandbox holds no VM on its node. */
+static bool holds_vm(const char *state)
+{
+    return strcmp(state, "suspended") != 0 && strcmp(state, "stopped") != 0 &&
+           strcmp(state, "deleted") != 0 && strcmp(state, "failed") != 0;
+}
+
+static int add_sandbox(const struct store_sbx *s, void *arg)
+{
+    struct usage *u = arg;
+    if (!s->node[0] || !holds_vm(s->state))
+        return 0;
+    for (size_t i = 0; i < u->n; i++)
+        if (strcmp(u->nodes[i].id, s->node) == 0) {
+            u->vcpus[i] += s->vcpus;
+            u->mem[i] += s->memory_mib;
+            break;
+        }
+    return 0;
+}
+
+int cluster_nodes_usage(struct spaced *sp,
+                        void (*fn)(const struct store_node *n, unsigned vcpus, unsigned memory_mib,
+                                   bool live, void *arg),
+                        void *arg)
+{
+    struct usage u = {0};
+    int rc = store_node_each(sp->store, collect_node, &u);
+    if (rc == 0 && u.n) {
+        u.vcpus = calloc(u.n, sizeof *u.vcpus);
+        u.mem = calloc(u.n, sizeof *u.mem);
+        rc = u.vcpus && u.mem ? store_sbx_each_live(sp->store, add_sandbox, &u) : -1;
+    }
+    int64_t now = spaced_now_ms();
+    for (size_t i = 0; rc == 0 && i < u.n; i++)
+        fn(&u.nodes[i], u.vcpus[i], u.mem[i], now - u.nodes[i].heartbeat_ms < CLUSTER_DEAD_MS, arg);
+    free(u.nodes);
+    free(u.vcpus);
+    free(u.mem);
+    return rc;
+}
+
+/* The live node with the most free memory, then vCPUs (then the first id): spreads
+ * sandboxes out, so one node's loss takes the fewest with it. */
+struct pick {
+    struct store_node best;
+    long long free_mem, free_vcpus;
+    bool found;
+};
+
+static void consider(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
+{
+    struct pick *p = arg;
+    long long fm = (long long)n->memory_mib - memory_mib, fv = (long long)n->vcpus - vcpus;
+    if (!live || (p->found && (fm < p->free_mem || (fm == p->free_mem && fv <= p->free_vcpus))))
+        return;
+    p->best = *n;
+    p->free_mem = fm;
+    p->free_vcpus = fv;
+    p->found = true;
+}
+
+static void place_create(struct spaced *sp, struct http_req *req)
+{
+    struct pick p = {.found = false};
+    if (cluster_nodes_usage(sp, consider, &p) != 0) {
+        http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
+        return;
+    }
+    if (!p.found) {
+        http_reply_error(req, 503, "no_node", "no node daemon has reported in the last %d s",
+                         CLUSTER_DEAD_MS / 1000);
+        return;
+    }
+    log_info("cluster.place", "node=%s free_memory_mib=%lld free_vcpus=%lld", p.best.id, p.free_mem,
+             p.free_vcpus);
+    cluster_proxy(sp, req, p.best.id, p.best.url);
+}
+
+/* ---- forwarding ----------------------------------------------------------------------- */
+
+/* Copies the path segment after `prefix` (up to '/' or the end) into id; false if it
+ * is empty or too long. */
+static bool segment_after(const char *path, const char *prefix, char *id, size_t cap)
+{
+    size_t lp = strlen(prefix);
+    if (strncmp(path, prefix, lp) != 0)
+        return false;
+    size_t n = strcspn(path + lp, "/");
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(id, path + lp, n);
+    id[n] = '\0';
+    return true;
+}
+
+/* Forwards req to the node owning sandbox `id`; false (not taken) when the sandbox has
+ * no row or no node, so the local routes answer (404). */
+static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char *id)
+{
+    struct store_sbx s;
+    if (store_sbx_get(sp->store, id, &s) != 0)
+        return false;
+    char node[STORE_ID_MAX];
+    snprintf(node, sizeof node, "%s", s.node);
+    store_sbx_clear(&s);
+    if (!node[0])
+        return false;
+    struct store_node n;
+    if (store_node_get(sp->store, node, &n) != 0) {
+        http_reply_error(req, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
+        return true;
+    }
+    cluster_proxy(sp, req, n.id, n.url);
+    return true;
+}
+
+static bool control_hook(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    const char *path = http_req_path(req);
+    char id[STORE_ID_MAX];
+    if (strcmp(path, "/v1/sandboxes") == 0 && strcmp(http_req_method(req), "POST") == 0) {
+        place_create(sp, req);
+        return true;
+    }
+    if (segment_after(path, "/v1/sandboxes/", id, sizeof id))
+        return forward_to_owner(sp, req, id);
+    if (segment_after(path, "/v1/operations/", id, sizeof id)) {
+        struct store_op op;
+        if (store_op_get(sp->store, id, &op) != 0)
+            return false;
+        snprintf(id, sizeof id, "%s", op.target);
+        store_op_clear(&op);
+        return forward_to_owner(sp, req, id);
+    }
+    return false;
+}
+
+/* ---- GET /v1/nodes -------------------------------------------------------------------- */
+
+static void node_json(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
+{
+    char hb[32];
+    json_array_append_new(arg, json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:s}", "id", n->id,
+                                         "url", n->url, "live", live, "capacity", "vcpus",
+                                         (json_int_t)n->vcpus, "memory_mib", (json_int_t)n->memory_mib,
+                                         "used", "vcpus", (json_int_t)vcpus, "memory_mib",
+                                         (json_int_t)memory_mib, "heartbeat_at",
+                                         spaced_fmt_time(n->heartbeat_ms, hb)));
+}
+
+static void h_nodes(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require_admin(sp, req, &who))
+        return;
+    json_t *list = json_array();
+    if (!list || cluster_nodes_usage(sp, node_json, list) != 0) {
+        json_decref(list);
+        http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
+        return;
+    }
+    json_t *body = json_pack("{s:o}", "nodes", list);
+    http_reply_json(req, 200, body);
+    json_decref(body);
+}
+
+int cluster_control_start(struct spaced *sp)
+{
+    if (router_add_hook(sp->router, control_hook, sp) != 0 ||
+        router_add(sp->router, "GET", "/v1/nodes", h_nodes, sp) != 0)
+        return -1;
+    return 0;
+}
