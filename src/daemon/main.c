@@ -16,6 +16,7 @@
 #include "daemon/api/router.h"
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
@@ -43,6 +44,14 @@ static void usage(FILE *f)
             "                       host=... dbname=...) or SQLite file (default: env\n"
             "                       SPACE_STORE_URL, else DIR/space.db); with PostgreSQL,\n"
             "                       keys and sandbox disks stay in --data-dir\n"
+            "  --role all|control|node  all (default): single host; control: API and\n"
+            "                       placement, no VMs; node: runs the sandboxes placed on it.\n"
+            "                       control and node share a PostgreSQL --store and the\n"
+            "                       secret SPACE_NODE_TOKEN (docs/multinode.md)\n"
+            "  --node-id ID         node: its id in the store (required)\n"
+            "  --advertise URL      node: http://HOST:PORT the control daemon reaches it at\n"
+            "  --capacity-vcpus N   node: vCPUs offered to sandboxes (default: host CPUs)\n"
+            "  --capacity-mem MIB   node: memory offered to sandboxes (default: host memory)\n"
             "  --guest-dir DIR      vmlinux, initramfs.cpio, templates/ (default build/guest if\n"
             "                       present, else /usr/local/share/space/guest)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
@@ -64,14 +73,18 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
         {"rate", required_argument, NULL, 'r'},   {"burst", required_argument, NULL, 'b'},
-        {"store", required_argument, NULL, 's'},  {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"store", required_argument, NULL, 's'},  {"role", required_argument, NULL, 'R'},
+        {"node-id", required_argument, NULL, 'N'}, {"advertise", required_argument, NULL, 'A'},
+        {"capacity-vcpus", required_argument, NULL, 'C'},
+        {"capacity-mem", required_argument, NULL, 'M'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     o->listen = "127.0.0.1:7070";
     o->data_dir = "/var/lib/space";
     o->store_url = getenv("SPACE_STORE_URL");
     if (o->store_url && !o->store_url[0])
         o->store_url = NULL;
+    o->node_token = getenv("SPACE_NODE_TOKEN");
     o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
@@ -84,6 +97,26 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         case 'l': o->listen = optarg; break;
         case 'd': o->data_dir = optarg; break;
         case 's': o->store_url = optarg; break;
+        case 'N': o->node_id = optarg; break;
+        case 'A': o->advertise = optarg; break;
+        case 'R':
+            if ((o->role = cluster_role_parse(optarg)) < 0) {
+                fprintf(stderr, "spaced: --role must be all, control or node\n");
+                return -1;
+            }
+            break;
+        case 'C':
+        case 'M': {
+            char *end = NULL;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*end || end == optarg || n < 1 || n > 1u << 24) {
+                fprintf(stderr, "spaced: --%s must be a positive number\n",
+                        c == 'C' ? "capacity-vcpus" : "capacity-mem");
+                return -1;
+            }
+            *(c == 'C' ? &o->node_vcpus : &o->node_memory_mib) = (unsigned)n;
+            break;
+        }
         case 'g': o->guest_dir = optarg; break;
         case 'q': o->qemu = optarg; break;
         case 'j': o->jail = 1; break;
@@ -178,6 +211,11 @@ int main(int argc, char **argv)
                  sp.opt.guest_dir);
     if (sbx_jail_resolve(&sp) < 0)
         return 2;
+    char cerr[320];
+    if (cluster_check_opts(&sp, cerr, sizeof cerr) < 0) {
+        fprintf(stderr, "spaced: %s\n", cerr);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     sp.started_ms = spaced_now_ms();
     sp.base = event_base_new();
@@ -202,7 +240,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: out of memory\n");
         return 1;
     }
-    if (sbx_table_load(&sp) != 0) {
+    if (cluster_runs_sandboxes(&sp) && sbx_table_load(&sp) != 0) {
         fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
         return 1;
     }
@@ -210,10 +248,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: out of memory\n");
         return 1;
     }
-    sbx_pools_sweep(&sp);
-    op_engine_recover(&sp);
+    if (cluster_runs_sandboxes(&sp)) {
+        sbx_pools_sweep(&sp);
+        op_engine_recover(&sp);
+    }
 
     if (routes_ratelimit_register(sp.router, &sp, err, sizeof err) < 0) {
+        fprintf(stderr, "spaced: %s\n", err);
+        return 1;
+    }
+    if (cluster_start(&sp, err, sizeof err) < 0) { /* before other hooks: control forwards */
         fprintf(stderr, "spaced: %s\n", err);
         return 1;
     }
@@ -228,12 +272,12 @@ int main(int argc, char **argv)
         routes_files_register(sp.router, &sp);
     if (routes_network_register)
         routes_network_register(sp.router, &sp);
-    if (e2b_register)
+    if (e2b_register && cluster_runs_sandboxes(&sp)) /* E2B is not forwarded by control yet */
         e2b_register(sp.router, &sp);
 
     struct http_limits lim;
     http_limits_default(&lim);
-    struct http_server *srv = http_server_new(sp.base, &lim, router_dispatch, sp.router);
+    struct http_server *srv = http_server_new(sp.base, &lim, cluster_dispatch, &sp);
     if (!srv || http_server_listen(srv, sp.opt.listen, err, sizeof err) != 0) {
         fprintf(stderr, "spaced: cannot listen on %s: %s\n", sp.opt.listen, srv ? err : "out of memory");
         return 1;
@@ -263,6 +307,7 @@ int main(int argc, char **argv)
     router_free(sp.router); /* route modules free their contexts (router.h) */
     auth_free(sp.auth);
     metrics_free(sp.metrics);
+    cluster_free(&sp);
     store_close(sp.store);
     event_base_free(sp.base);
     log_info("stopped", NULL);
