@@ -543,8 +543,11 @@ void sess_table_free(struct sess_table *t)
         return;
     while (t->head) {
         struct sess *s = t->head;
+        struct sess_link *link = s->link;
         t->head = s->nx;
         sess_free(s);
+        /* No channel calls back any more (see sess.h): its callback arg goes too. */
+        free(link);
     }
     event_free(t->gc);
     free(t);

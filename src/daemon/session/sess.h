@@ -54,7 +54,10 @@ const char *sess_state_name(enum sess_state s);
 
 /* Creates the table and listens to sandbox state changes. NULL on allocation failure. */
 struct sess_table *sess_table_new(struct spaced *sp);
-/* Ends every reader stream, detaches every process (they keep running), frees all. */
+/* Ends every reader stream, detaches every process (they keep running), frees all,
+ * including the callback args of the agent channels still open: call it only once no
+ * agent channel can call back (spaced: from router_free at exit, after the sandbox
+ * table and its agent connections are gone). */
 void sess_table_free(struct sess_table *t);
 
 /* Creates a session on sandbox `sbx_id` of `tenant` from *spec (moved: spec->exec is
