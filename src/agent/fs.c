@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 static const char *fs_type(mode_t m)
@@ -17,6 +18,29 @@ static const char *fs_type(mode_t m)
     if (S_ISLNK(m))
         return "symlink";
     return "other";
+}
+
+/* The "user." extended attributes of path with text values, as an object; NULL when it
+ * has none (the common case costs one llistxattr). */
+static json_t *fs_user_xattrs(const char *path)
+{
+    char names[4096];
+    ssize_t n = llistxattr(path, names, sizeof names);
+    json_t *out = NULL;
+    for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1) {
+        const char *name = names + off;
+        char value[AGENT_XATTR_VALUE_MAX];
+        ssize_t vn;
+        if (strncmp(name, "user.", 5) != 0 ||
+            (vn = lgetxattr(path, name, value, sizeof value)) < 0)
+            continue;
+        json_t *v = json_stringn(value, (size_t)vn); /* NULL unless valid UTF-8 */
+        if (v && (out || (out = json_object())))
+            json_object_set_new(out, name, v);
+        else
+            json_decref(v);
+    }
+    return out;
 }
 
 json_t *agent_fs_stat_json(const char *path, const struct stat *st)
@@ -31,6 +55,9 @@ json_t *agent_fs_stat_json(const char *path, const struct stat *st)
                           agent_user_name(st->st_uid, owner, sizeof owner), "group",
                           agent_group_name(st->st_gid, group, sizeof group), "mtime_ns",
                           (json_int_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec);
+    json_t *xa = o && !S_ISLNK(st->st_mode) ? fs_user_xattrs(path) : NULL;
+    if (xa)
+        json_object_set_new(o, "xattrs", xa);
     if (o && S_ISLNK(st->st_mode)) {
         char target[PATH_MAX];
         ssize_t n = readlink(path, target, sizeof target - 1);

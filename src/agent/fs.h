@@ -8,8 +8,12 @@
 
 #include "agent/users.h"
 
+#define AGENT_XATTR_VALUE_MAX 4096   /* bytes of one extended attribute value */
+#define AGENT_XATTR_MAX       64     /* attributes one write may set */
+
 /* The protocol's stat object for `path` (its lstat in *st): name, path, type, size,
- * mode, uid, gid, owner, group, mtime_ns, symlink_target. New reference, NULL on OOM. */
+ * mode, uid, gid, owner, group, mtime_ns, symlink_target, and xattrs ("user."
+ * attributes with UTF-8 values) when there are any. New reference, NULL on OOM. */
 json_t *agent_fs_stat_json(const char *path, const struct stat *st);
 
 /* Creates directory `path` and missing parents with `mode`, owned by u (only the ones

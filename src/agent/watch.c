@@ -9,9 +9,11 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <dirent.h>
 #include <unistd.h>
 
+#include "agent/fs.h"
 #include "agent/loop.h"
 #include "agent/ops.h"
 #include "agent/req.h"
@@ -32,6 +34,7 @@ struct watch {
     struct agent_watch w;
     char root[PATH_MAX];
     bool recursive;
+    bool stat;                    /* add the entry's stat object to events */
     struct watch_dir *dirs;       /* owned array */
     size_t ndirs, cap;
 };
@@ -126,7 +129,16 @@ static void watch_event(struct watch *wt, const struct inotify_event *ev)
     const char *leaf = ev->len ? ev->name : "";
     if (snprintf(name, sizeof name, "%s%s%s", rel, rel[0] && leaf[0] ? "/" : "", leaf) >= (int)sizeof name)
         return;
-    agent_chan_event(wt->ch, json_pack("{s:s, s:s, s:s}", "type", "fs", "name", name, "op", op));
+    json_t *fs = json_pack("{s:s, s:s, s:s}", "type", "fs", "name", name, "op", op);
+    char full[PATH_MAX];
+    struct stat st;
+    /* Best effort: the entry may be gone again by now (then the event has no stat). */
+    if (fs && wt->stat &&
+        snprintf(full, sizeof full, "%s%s%s", wt->root, strcmp(wt->root, "/") && name[0] ? "/" : "",
+                 name) < (int)sizeof full &&
+        lstat(full, &st) == 0)
+        json_object_set_new(fs, "stat", agent_fs_stat_json(full, &st));
+    agent_chan_event(wt->ch, fs);
     if (wt->recursive && (ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO)))
         watch_add(wt, name);
 }
@@ -171,7 +183,8 @@ void agent_op_watch(struct agent_chan *ch, json_t *req)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     wt->fd = -1;
     if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, wt->root) < 0 ||
-        agent_req_bool(ch, req, "recursive", false, &wt->recursive) < 0) {
+        agent_req_bool(ch, req, "recursive", false, &wt->recursive) < 0 ||
+        agent_req_bool(ch, req, "stat", false, &wt->stat) < 0) {
         free(wt);
         return agent_chan_close(ch);
     }

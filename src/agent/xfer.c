@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "agent/fs.h"
@@ -199,6 +200,43 @@ static int write_open(struct xfer_write *w, const struct agent_user *u, long lon
     return 0;
 }
 
+/* The request's optional "xattrs" {name: value}: "user." names, string values of at
+ * most AGENT_XATTR_VALUE_MAX bytes, at most AGENT_XATTR_MAX. 0, or -1 after ERROR. */
+static int write_xattrs_check(struct agent_chan *ch, json_t *xa)
+{
+    const char *k;
+    json_t *v;
+    if (!xa || json_is_null(xa))
+        return 0;
+    if (!json_is_object(xa) || json_object_size(xa) > AGENT_XATTR_MAX) {
+        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "xattrs must be an object of at most %d",
+                         AGENT_XATTR_MAX);
+        return -1;
+    }
+    json_object_foreach(xa, k, v) {
+        if (strncmp(k, "user.", 5) != 0 || strlen(k) < 6 || strlen(k) > 255 || !json_is_string(v) ||
+            json_string_length(v) > AGENT_XATTR_VALUE_MAX) {
+            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT,
+                             "xattr \"%.64s\": names are user.<name> (<= 255 bytes), values "
+                             "strings of <= %d bytes", k, AGENT_XATTR_VALUE_MAX);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Sets the checked xattrs on the file being written. 0 or -1 with errno. */
+static int write_xattrs_apply(int fd, json_t *xa)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(xa, k, v) {
+        if (fsetxattr(fd, k, json_string_value(v), json_string_length(v), 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 void agent_op_write(struct agent_chan *ch, json_t *req)
 {
     struct agent_user u;
@@ -210,11 +248,13 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
     w->fd = -1;
     if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, w->path) < 0 ||
         agent_req_int(ch, req, "mode", 0, 07777, -1, &mode) < 0 ||
-        agent_req_bool(ch, req, "append", false, &append) < 0) {
+        agent_req_bool(ch, req, "append", false, &append) < 0 ||
+        write_xattrs_check(ch, json_object_get(req, "xattrs")) < 0) {
         free(w);
         return agent_chan_close(ch);
     }
-    if (write_open(w, &u, mode, append) < 0) {
+    json_t *xa = json_object_get(req, "xattrs");
+    if (write_open(w, &u, mode, append) < 0 || (json_is_object(xa) && write_xattrs_apply(w->fd, xa) < 0)) {
         agent_chan_errno(ch, errno, w->path);
         if (w->fd >= 0)
             write_free(w, false);

@@ -1,6 +1,6 @@
 // files.*: read/write (text, binary, multipart, octet-stream, gzip, several files),
 // list, exists, getInfo, makeDir, remove, rename, watchDir; uploadUrl/downloadUrl.
-import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, eventually } from './lib.mjs'
+import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, eventually, sdkVersion } from './lib.mjs'
 
 await main(async () => {
   const sbx = killLater(await Sandbox.create('base', { timeoutMs: 300_000 }))
@@ -102,6 +102,33 @@ await main(async () => {
     assert.ok(events.every((e) => typeof e.type === 'string'))
     await h.stop()
     await rejectsWith(fs.watchDir('/tmp/no-such-dir', () => {}), sdk.SandboxError)
+  })
+  // envd 0.6.2/0.6.3 features; the SDK offers them from 2.51 on (older ones lack the options).
+  const modern = Number(sdkVersion.split('.')[1]) >= 51
+  await step('write metadata (X-Metadata-*): returned, and kept in getInfo and list', async () => {
+    if (!modern) return
+    const meta = { owner: 'alice', 'build-id': '42' }
+    const w = await fs.write('/home/user/meta.txt', 'm', { metadata: meta })
+    assert.deepEqual(w.metadata, meta)
+    assert.deepEqual((await fs.getInfo('/home/user/meta.txt')).metadata, meta)
+    const listed = (await fs.list('/home/user')).find((e) => e.name === 'meta.txt')
+    assert.deepEqual(listed.metadata, meta)
+    assert.equal((await fs.getInfo('/home/user/a.txt')).metadata, undefined)
+    const o = await fs.write('/home/user/meta2.txt', 'o', { metadata: { k: 'v' }, useOctetStream: true })
+    assert.deepEqual(o.metadata, { k: 'v' })
+    assert.deepEqual((await fs.getInfo('/home/user/meta2.txt')).metadata, { k: 'v' })
+  })
+  await step('watchDir({includeEntry}) events carry the entry', async () => {
+    if (!modern) return
+    await fs.makeDir('/tmp/we')
+    const events = []
+    const h = await fs.watchDir('/tmp/we', (e) => events.push(e), { includeEntry: true })
+    await fs.write('/tmp/we/e.txt', 'entry')
+    const ev = await eventually(async () => events.find((e) => e.name === 'e.txt' && e.entry), 'an event with an entry')
+    assert.equal(ev.entry.name, 'e.txt')
+    assert.equal(ev.entry.path, '/tmp/we/e.txt')
+    assert.equal(ev.entry.type, 'file')
+    await h.stop()
   })
   await step('polling watcher RPCs (Python sync SDK): create, events, remove', async () => {
     const rpc = async (method, body) => {

@@ -1,7 +1,7 @@
 // Sandbox lifecycle through the SDK: create (template, timeout, metadata, envs), getInfo,
 // list with filters and paging, setTimeout, isRunning, connect, pause/resume keeping id,
 // token, files and running processes, kill.
-import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, eventually, sdkVersion } from './lib.mjs'
+import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, eventually, sdkVersion, raw, apiKey } from './lib.mjs'
 
 await main(async () => {
   let a, b
@@ -42,6 +42,24 @@ await main(async () => {
       assert.deepEqual(later, [])
       const earlier = await Sandbox.list({ query: { metadata: { run: runId }, startedAfter: new Date(Date.now() - 3600_000) } }).nextItems()
       assert.equal(earlier.length, 2)
+    }
+  })
+  await step('list: order by start time, asc and desc, paged', async () => {
+    const ids = async (order, limit) => {
+      const p = Sandbox.list({ query: { metadata: { run: runId } }, order, limit })
+      const out = []
+      while (p.hasNext) out.push(...(await p.nextItems()).map((s) => s.sandboxId))
+      return out
+    }
+    const r = await raw(`/v2/sandboxes?order=desc&metadata=${encodeURIComponent(`run=${runId}`)}`,
+      { method: 'GET', headers: { 'X-API-KEY': apiKey } })
+    assert.equal(r.status, 200)
+    assert.deepEqual(r.json.map((s) => s.sandboxID), [b.sandboxId, a.sandboxId])
+    const bad = await raw('/v2/sandboxes?order=sideways', { method: 'GET', headers: { 'X-API-KEY': apiKey } })
+    assert.equal(bad.status, 400)
+    if (Number(sdkVersion.split('.')[1]) >= 51) { // the SDK passes `order` from 2.51 on
+      assert.deepEqual(await ids('asc', 1), [a.sandboxId, b.sandboxId])
+      assert.deepEqual(await ids('desc', 1), [b.sandboxId, a.sandboxId])
     }
   })
   await step('setTimeout shortens and extends the deadline', async () => {

@@ -97,7 +97,8 @@ function endpoint(which) {
 function request(which, host, { method = 'GET', path = '/', body, agent, headers = {} } = {}) {
   const ep = endpoint(which)
   return new Promise((resolve, reject) => {
-    const req = http.request({ ...ep, method, path, agent, headers: { Host: host, ...headers } }, (res) => {
+    // No pooling unless asked: a listener connection stays bound to its first Host.
+    const req = http.request({ ...ep, method, path, agent: agent ?? false, headers: { Host: host, ...headers } }, (res) => {
       const chunks = []
       const hash = crypto.createHash('sha256')
       let n = 0

@@ -1,6 +1,6 @@
 /* test_agent_files: the agent's file ops through agentc: streamed write/read of a
  * 64 MiB file, stat/list/mkdir/remove/rename with their errors, ownership, watch, and
- * the path rules (normalisation, NUL bytes, above /). */
+ * the path rules (normalisation, NUL bytes, above /), user xattrs on write and stat. */
 #include "test_agent_harness.h"
 
 #include <errno.h>
@@ -336,6 +336,62 @@ static void test_watch(void **state)
     ah_stop(&h);
 }
 
+/* write "xattrs": set on the file, reported by stat/list; bad names refused; watch
+ * with "stat" adds the entry's stat to events. */
+static void test_xattrs_and_watch_stat(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    char path[128];
+    snprintf(path, sizeof path, "%s/meta.txt", h.dir);
+    struct col k;
+    col_open(&h, &k, json_pack("{s:s, s:s, s:b}", "op", "watch", "path", h.dir, "stat", 1), 0, true);
+    ah_wait(&h, &k.started);
+    struct col w;
+    col_open(&h, &w, json_pack("{s:s, s:s, s:{s:s, s:s}}", "op", "write", "path", path, "xattrs",
+                               "user.e2b.owner", "alice", "user.e2b.build", "42"), 0, true);
+    assert_int_equal(agentc_write(w.ch, "m", 1), 0);
+    assert_int_equal(agentc_eof(w.ch), 0);
+    ah_wait(&h, &w.closed);
+    assert_string_equal(w.code, "");
+    json_t *xa = json_object_get(json_object_get(col_find(&w, "result"), "stat"), "xattrs");
+    assert_string_equal(json_string_value(json_object_get(xa, "user.e2b.owner")), "alice");
+    assert_string_equal(json_string_value(json_object_get(xa, "user.e2b.build")), "42");
+    col_free(&w);
+    json_t *st = ah_ok(&h, op_path("stat", path));
+    xa = json_object_get(json_object_get(st, "stat"), "xattrs");
+    assert_int_equal(json_object_size(xa), 2);
+    json_decref(st);
+    /* a file without any has no "xattrs" at all */
+    snprintf(path, sizeof path, "%s/plain.txt", h.dir);
+    col_open(&h, &w, op_path("write", path), 0, true);
+    assert_int_equal(agentc_eof(w.ch), 0);
+    ah_wait(&h, &w.closed);
+    assert_null(json_object_get(json_object_get(col_find(&w, "result"), "stat"), "xattrs"));
+    col_free(&w);
+    ah_expect_error(&h, json_pack("{s:s, s:s, s:{s:s}}", "op", "write", "path", path, "xattrs",
+                                  "trusted.x", "v"), FRAME_E_INVALID_ARGUMENT);
+    ah_expect_error(&h, json_pack("{s:s, s:s, s:{s:i}}", "op", "write", "path", path, "xattrs",
+                                  "user.x", 1), FRAME_E_INVALID_ARGUMENT);
+    ah_expect_error(&h, json_pack("{s:s, s:s, s:s}", "op", "write", "path", path, "xattrs", "x"),
+                    FRAME_E_INVALID_ARGUMENT);
+    /* the watch reported plain.txt with its stat */
+    json_t *ev, *found = NULL;
+    size_t i;
+    while (!found) {
+        json_array_foreach(k.events, i, ev)
+            if (!strcmp(json_string_value(json_object_get(ev, "name")) ?: "", "plain.txt") &&
+                json_object_get(ev, "stat"))
+                found = ev;
+        if (!found)
+            ah_step(&h);
+    }
+    assert_string_equal(json_string_value(json_object_get(json_object_get(found, "stat"), "path")), path);
+    agentc_close(k.ch);
+    col_free(&k);
+    ah_stop(&h);
+}
+
 /* /etc/passwd and /etc/group parsing (the agent's own: static binaries have no NSS). */
 static void test_users(void **state)
 {
@@ -390,7 +446,7 @@ int main(void)
         cmocka_unit_test(test_large_write_read), cmocka_unit_test(test_read_range_and_errors),
         cmocka_unit_test(test_write_modes),      cmocka_unit_test(test_dir_ops),
         cmocka_unit_test(test_paths),            cmocka_unit_test(test_watch),
-        cmocka_unit_test(test_users),
+        cmocka_unit_test(test_users),            cmocka_unit_test(test_xattrs_and_watch_stat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

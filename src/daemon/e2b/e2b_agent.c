@@ -69,7 +69,24 @@ json_t *e2b_stat_entry(json_t *st)
     e.mtime_nsec = (long)(mtime % 1000000000);
     if (e.mtime_nsec < 0)
         e.mtime_nsec = 0;
-    return e2b_fs_entry_json(&e);
+    e.metadata = e2b_xattrs_metadata(json_object_get(st, "xattrs"));
+    json_t *j = e2b_fs_entry_json(&e);
+    json_decref(e.metadata);
+    return j;
+}
+
+json_t *e2b_xattrs_metadata(json_t *xattrs)
+{
+    const char *k;
+    json_t *v, *out = NULL;
+    size_t plen = strlen(E2B_XATTR_PREFIX);
+    json_object_foreach(xattrs, k, v) {
+        if (strncmp(k, E2B_XATTR_PREFIX, plen) != 0 || !k[plen] || !json_is_string(v))
+            continue;
+        if (out || (out = json_object()))
+            json_object_set(out, k + plen, v);
+    }
+    return out;
 }
 
 static void pending_release(struct pending *p)

@@ -538,6 +538,13 @@ static void h_metrics(struct http_req *req, void *arg)
 
 /* ---- list ---------------------------------------------------------------------------------- */
 
+/* A match kept for sorting (list with `order`). */
+struct list_sorted {
+    int64_t created_ms;
+    char id[STORE_ID_MAX];
+    json_t *j;            /* ListedSandbox (owned until moved to the output) */
+};
+
 struct list_ctx {
     json_t *out;
     bool running, paused;
@@ -545,7 +552,31 @@ struct list_ctx {
     unsigned limit;
     bool more;            /* a further match exists beyond limit */
     char last[STORE_ID_MAX];
+    int order;            /* 0: id order, paged by id; 1 asc / -1 desc by startedAt */
+    struct list_sorted *rows; /* order != 0: every match (owned array) */
+    size_t nrows, caprows;
+    bool oom;
 };
+
+static int list_keep(struct list_ctx *l, const struct store_sbx *r)
+{
+    if (l->nrows == l->caprows) {
+        size_t cap = l->caprows ? l->caprows * 2 : 64;
+        struct list_sorted *p = realloc(l->rows, cap * sizeof *p);
+        if (!p)
+            return -1;
+        l->rows = p;
+        l->caprows = cap;
+    }
+    struct list_sorted *e = &l->rows[l->nrows];
+    e->j = listed_json(r);
+    if (!e->j)
+        return 0;
+    e->created_ms = r->created_ms;
+    snprintf(e->id, sizeof e->id, "%s", r->id);
+    l->nrows++;
+    return 0;
+}
 
 static int list_row(const struct store_sbx *r, void *arg)
 {
@@ -555,6 +586,13 @@ static int list_row(const struct store_sbx *r, void *arg)
     if (!st || (strcmp(st, "running") == 0 ? !l->running : !l->paused) ||
         r->created_ms < l->started_after_ms)
         return 0;
+    if (l->order) {
+        if (list_keep(l, r) < 0) {
+            l->oom = true;
+            return 1;
+        }
+        return 0;
+    }
     if (json_array_size(l->out) == l->limit) {
         l->more = true;
         return 1;
@@ -563,6 +601,58 @@ static int list_row(const struct store_sbx *r, void *arg)
     if (j)
         json_array_append_new(l->out, j);
     return 0;
+}
+
+static int list_cmp_asc(const void *a, const void *b)
+{
+    const struct list_sorted *x = a, *y = b;
+    if (x->created_ms != y->created_ms)
+        return x->created_ms < y->created_ms ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+static int list_cmp_desc(const void *a, const void *b)
+{
+    return list_cmp_asc(b, a);
+}
+
+/* Sorts the kept matches, skips up to the cursor ("<created ms>.<id>" of the last row
+ * of the previous page: stable even if that sandbox is gone), fills one page of out
+ * and sets *next to the cursor of its last row when more follow. 0, or -1 on a bad
+ * cursor. */
+static int list_page_sorted(struct list_ctx *l, const char *cursor, char *next, size_t cap)
+{
+    qsort(l->rows, l->nrows, sizeof *l->rows, l->order > 0 ? list_cmp_asc : list_cmp_desc);
+    size_t i = 0;
+    if (cursor && *cursor) {
+        struct list_sorted c = {0};
+        char *dot;
+        c.created_ms = strtoll(cursor, &dot, 10);
+        if (dot == cursor || *dot != '.' || strlen(dot + 1) >= sizeof c.id)
+            return -1;
+        snprintf(c.id, sizeof c.id, "%s", dot + 1);
+        int (*cmp)(const void *, const void *) = l->order > 0 ? list_cmp_asc : list_cmp_desc;
+        while (i < l->nrows && cmp(&l->rows[i], &c) <= 0)
+            i++;
+    }
+    next[0] = '\0';
+    for (; i < l->nrows; i++) {
+        if (json_array_size(l->out) == l->limit) {
+            const struct list_sorted *last = &l->rows[i - 1];
+            snprintf(next, cap, "%lld.%s", (long long)last->created_ms, last->id);
+            break;
+        }
+        json_array_append(l->out, l->rows[i].j);
+    }
+    return 0;
+}
+
+static void list_ctx_free(struct list_ctx *l)
+{
+    for (size_t i = 0; i < l->nrows; i++)
+        json_decref(l->rows[i].j);
+    free(l->rows);
+    json_decref(l->out);
 }
 
 /* "2026-01-02T03:04:05[.fff]Z" (what the SDK sends: toISOString) -> ms, or -1. */
@@ -627,8 +717,16 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
         rest_error(req, 400, "startedAfter must be an RFC 3339 time");
         return;
     }
+    const char *order = paged ? http_req_query(req, "order") : NULL;
+    if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0) {
+        free(meta_text);
+        json_decref(l.out);
+        rest_error(req, 400, "order must be asc or desc");
+        return;
+    }
+    l.order = !order ? 0 : strcmp(order, "asc") == 0 ? 1 : -1;
     const char *next = http_req_query(req, "nextToken");
-    snprintf(l.last, sizeof l.last, "%s", next && paged ? next : "");
+    snprintf(l.last, sizeof l.last, "%s", next && paged && !l.order ? next : "");
     struct store_sbx_filter f = {.tenant = who.tenant,
                                  .template_name = http_req_query(req, "template"),
                                  .metadata_json = meta_text,
@@ -640,12 +738,22 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
         rc = store_sbx_list(e->sp->store, &f, list_row, &l, &store_more);
     }
     free(meta_text);
-    if (rc < 0) {
-        json_decref(l.out);
-        rest_error(req, 500, "cannot list sandboxes: %s", store_errmsg(e->sp->store));
+    if (rc < 0 || l.oom) {
+        list_ctx_free(&l);
+        rest_error(req, 500, "cannot list sandboxes: %s",
+                   l.oom ? "out of memory" : store_errmsg(e->sp->store));
         return;
     }
-    if (l.more) {
+    if (l.order) {
+        char cursor[STORE_ID_MAX + 32];
+        if (list_page_sorted(&l, next, cursor, sizeof cursor) < 0) {
+            list_ctx_free(&l);
+            rest_error(req, 400, "nextToken is not one this server gave");
+            return;
+        }
+        if (cursor[0])
+            http_reply_add_header(req, "X-Next-Token", cursor);
+    } else if (l.more) {
         /* The cursor is the last sandbox returned, so the next page starts after it. */
         json_t *lastj = json_array_get(l.out, json_array_size(l.out) - 1);
         const char *lid = json_string_value(json_object_get(lastj, "sandboxID"));
@@ -653,7 +761,7 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
             http_reply_add_header(req, "X-Next-Token", lid);
     }
     http_reply_json(req, 200, l.out);
-    json_decref(l.out);
+    list_ctx_free(&l);
 }
 
 static void h_list_v2(struct http_req *req, void *arg)

@@ -25,6 +25,8 @@
 #include "e2b_util.h"
 
 #define UPLOAD_PARTS_MAX 1000
+#define UPLOAD_META_MAX 64            /* X-Metadata-* headers (the agent's xattr limit) */
+#define UPLOAD_META_VALUE_MAX 4096    /* bytes of one value (the agent's xattr limit) */
 
 /* Status of a REST error for an agent error (no_space is 507 for the SDK). */
 static int rest_status(const struct e2b_err *err)
@@ -292,6 +294,8 @@ struct upload {
     char *path_override;      /* resolved `path` query, or NULL (owned) */
     struct e2b_mp *mp;        /* multipart parser, NULL for octet-stream */
     struct e2b_gzip *gz;      /* decoder when Content-Encoding: gzip */
+    json_t *xattrs;           /* X-Metadata-<key> headers as {"user.e2b.<key>": value}
+                                 (owned), NULL without them */
     struct wpart *parts;      /* in arrival order reversed */
     struct wpart *cur;        /* part receiving data, NULL between parts / skipped part */
     unsigned nparts;
@@ -320,6 +324,7 @@ static void up_release(struct upload *u)
     }
     e2b_mp_free(u->mp);
     e2b_gzip_free(u->gz);
+    json_decref(u->xattrs);
     free(u->path_override);
     free(u);
 }
@@ -359,8 +364,13 @@ static void up_maybe_reply(struct upload *u)
             perr = &p->err;
         }
         const char *slash = strrchr(p->path, '/');
-        json_array_insert_new(out, 0, json_pack("{s:s, s:s, s:s}", "name", slash + 1, "type",
-                                                "file", "path", p->path));
+        json_t *info = json_pack("{s:s, s:s, s:s}", "name", slash + 1, "type", "file", "path",
+                                 p->path);
+        json_t *meta = e2b_xattrs_metadata(u->xattrs);
+        if (info && meta)
+            json_object_set(info, "metadata", meta);
+        json_decref(meta);
+        json_array_insert_new(out, 0, info);
     }
     u->req = NULL;
     if (perr)
@@ -450,6 +460,8 @@ static int part_begin(void *arg, const char *name, const char *filename, struct 
     }
     struct wpart *p = calloc(1, sizeof *p);
     json_t *r = json_pack("{s:s, s:s, s:s}", "op", "write", "path", abs, "user", u->user);
+    if (r && u->xattrs)
+        json_object_set(r, "xattrs", u->xattrs);
     struct agentc *a = sandbox_agent(u->e, u->sandbox);
     char why[128] = "sandbox is not running";
     if (!p || !r || !a || !(p->ch = agentc_open(a, r, &wp_ops, p, 0, why, sizeof why))) {
@@ -542,6 +554,39 @@ static void up_http_close(struct http_req *req, void *arg)
     up_release(u);
 }
 
+/* X-Metadata-<key>: <value> headers (envd >= 0.6.2) as the xattrs the agent writes,
+ * {"user.e2b.<key>": value}; NULL when there are none or on an error (err set). Keys
+ * arrive as the client's HTTP library spelled them (undici lowercases names). */
+static json_t *upload_metadata(struct http_req *req, struct e2b_err *err)
+{
+    static const char prefix[] = "X-Metadata-";
+    const char *name, *value;
+    json_t *out = NULL;
+    for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++) {
+        if (strncasecmp(name, prefix, sizeof prefix - 1) != 0)
+            continue;
+        const char *key = name + sizeof prefix - 1;
+        char xname[256];
+        if (!*key || snprintf(xname, sizeof xname, "%s%s", E2B_XATTR_PREFIX, key) >= (int)sizeof xname ||
+            strlen(value) > UPLOAD_META_VALUE_MAX || (out && json_object_size(out) >= UPLOAD_META_MAX)) {
+            json_decref(out);
+            e2b_err_set(err, E2B_INVALID_ARGUMENT,
+                        "metadata: at most %d keys of <= %zu bytes, values <= %d bytes",
+                        UPLOAD_META_MAX, sizeof xname - sizeof E2B_XATTR_PREFIX, UPLOAD_META_VALUE_MAX);
+            return NULL;
+        }
+        json_t *v = json_string(value); /* NULL unless UTF-8 */
+        if (!v || (!out && !(out = json_object()))) {
+            json_decref(v);
+            json_decref(out);
+            e2b_err_set(err, E2B_INVALID_ARGUMENT, "metadata values must be text");
+            return NULL;
+        }
+        json_object_set_new(out, xname, v);
+    }
+    return out;
+}
+
 void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
                     const char *user, bool token_ok)
 {
@@ -559,6 +604,7 @@ void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
     const char *ct = http_req_header(req, "Content-Type");
     const char *ce = http_req_header(req, "Content-Encoding");
     bool multipart = ct && strncasecmp(ct, "multipart/", 10) == 0;
+    u->xattrs = upload_metadata(req, &err);
     if (http_req_query(req, "path")) {
         u->path_override = query_path(req, user, NULL);
         if (!u->path_override) {
@@ -566,13 +612,14 @@ void e2b_files_post(struct e2b *e, struct http_req *req, struct e2b_box *box,
             return;
         }
     }
-    if (multipart) {
+    if (err.code != E2B_OK)
+        ; /* bad metadata: answered below */
+    else if (multipart)
         u->mp = e2b_mp_new(ct, &mp_cbs, u, &err);
-    } else if (!u->path_override) {
+    else if (!u->path_override)
         e2b_err_set(&err, E2B_INVALID_ARGUMENT, "an octet-stream upload needs the path parameter");
-    } else {
+    else
         part_begin(u, NULL, NULL, &err); /* raw body: one file at path_override */
-    }
     if (err.code == E2B_OK && ce && strcasecmp(ce, "identity") != 0) {
         if (strcasecmp(ce, "gzip") != 0)
             e2b_err_set(&err, E2B_INVALID_ARGUMENT, "unsupported Content-Encoding %.32s", ce);

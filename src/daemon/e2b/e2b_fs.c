@@ -178,14 +178,16 @@ static enum e2b_fs_event event_type(const char *op)
     return E2B_EVENT_UNSPECIFIED;
 }
 
-/* A FilesystemEvent from an agent "fs" event, or NULL to skip it. */
+/* A FilesystemEvent from an agent "fs" event, or NULL to skip it. The agent adds a
+ * "stat" only when includeEntry asked for it (and the entry still existed). */
 static json_t *fs_event(json_t *ev)
 {
     const char *name = json_string_value(json_object_get(ev, "name"));
     enum e2b_fs_event t = event_type(json_string_value(json_object_get(ev, "op")));
     if (!name || t == E2B_EVENT_UNSPECIFIED)
         return NULL;
-    return e2b_fs_event_json(name, t, NULL);
+    json_t *st = json_object_get(ev, "stat");
+    return e2b_fs_event_json(name, t, st ? e2b_stat_entry(st) : NULL);
 }
 
 /* The SDK validates the watched path before the stream starts; the agent's watch does
@@ -200,6 +202,8 @@ static json_t *watch_request(struct e2b_call *c, struct e2b_fs_watch *w)
     json_t *r = path_request(c, "watch", "path", w->path, NULL);
     if (r && w->recursive)
         json_object_set_new(r, "recursive", json_true());
+    if (r && w->include_entry)
+        json_object_set_new(r, "stat", json_true());
     return r;
 }
 

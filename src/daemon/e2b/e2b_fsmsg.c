@@ -102,6 +102,8 @@ json_t *e2b_fs_entry_json(const struct e2b_entry *e)
                           "modifiedTime", ts);
     if (j && e->symlink_target)
         json_object_set_new(j, "symlinkTarget", json_string(e->symlink_target));
+    if (j && json_object_size(e->metadata))
+        json_object_set(j, "metadata", e->metadata);
     return j;
 }
 

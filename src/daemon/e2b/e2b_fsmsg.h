@@ -41,6 +41,7 @@ struct e2b_entry {
     int64_t mtime_sec;
     long mtime_nsec;
     const char *symlink_target;  /* NULL unless a symlink */
+    json_t *metadata;            /* string map (borrowed), NULL or empty for none */
 };
 
 /* WatchDirRequest / CreateWatcherRequest. */

@@ -21,7 +21,7 @@
 #include "daemon/store/store.h"
 #include "e2b_error.h"
 
-#define E2B_ENVD_VERSION "0.5.7"   /* envd feature level we implement (protocol doc §6) */
+#define E2B_ENVD_VERSION "0.6.4"   /* envd feature level we implement (protocol doc §6) */
 #define E2B_ENVD_PORT 49983
 #define E2B_DEFAULT_USER "user"    /* the SDK's default user; home /home/user */
 #define E2B_USER_MAX 64
@@ -29,6 +29,7 @@
 #define E2B_TOKEN_EXPIRES_MS 4102444800000LL /* 2100-01-01: tokens live as long as the box */
 
 struct agentc;
+struct evconnlistener;
 struct e2b_proc;
 struct e2b_watcher;
 
@@ -36,6 +37,7 @@ struct e2b {
     struct spaced *sp;
     char domain[256];        /* returned as `domain` in Sandbox objects; "" -> null */
     char port_listen[128];   /* SPACE_E2B_PORT_LISTEN address, "" when not listening */
+    struct evconnlistener *listener; /* its listener (owned; lives as long as spaced) */
     struct e2b_box *boxes;   /* envd state per sandbox (list) */
 };
 
@@ -110,6 +112,11 @@ void e2b_agent_call(struct e2b_call *c, json_t *request, e2b_agent_done done);
 void e2b_agent_err(struct e2b_err *err, const char *code, const char *message);
 /* Fills an EntryInfo JSON from an agent stat object (NULL if malformed). */
 json_t *e2b_stat_entry(json_t *st);
+/* File metadata (envd >= 0.6.2) lives in the file's "user.e2b.<key>" xattrs. */
+#define E2B_XATTR_PREFIX "user.e2b."
+/* The metadata map from an agent stat's "xattrs" (borrowed, may be NULL): new object,
+ * or NULL when there is none. */
+json_t *e2b_xattrs_metadata(json_t *xattrs);
 
 /* ---- methods */
 void e2b_proc_start(struct e2b_call *c);

@@ -349,7 +349,7 @@ int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen)
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         return -1;
     }
-    /* Lives as long as spaced, like the rest of the E2B state. */
+    e->listener = l;
     snprintf(e->port_listen, sizeof e->port_listen, "%s", addr);
     return 0;
 }

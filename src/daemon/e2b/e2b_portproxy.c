@@ -90,11 +90,12 @@ static bool hop_by_hop(const char *name)
     return false;
 }
 
-/* Parses the response head in p->head[0..head_end) and starts our reply. Returns 1 if
+/* Parses the response head in p->head[0..head_end) (head_end: where "\r\n\r\n"
+ * starts) and starts our reply. Returns 1 if
  * it was an interim 1xx head to skip, 0 when the reply started, -1 if malformed. */
 static int start_reply(struct pxy *p, size_t head_end)
 {
-    p->head[head_end] = '\0';
+    p->head[head_end + 2] = '\0'; /* keep the last field's CRLF: every line ends in one */
     char *line = p->head, *next = strstr(line, "\r\n");
     int status = 0;
     if (!next || sscanf(line, "HTTP/1.%*1[01] %3d", &status) != 1 || status < 100 ||
