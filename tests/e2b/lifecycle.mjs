@@ -1,5 +1,5 @@
 // Sandbox lifecycle through the SDK: create (template, timeout, metadata, envs), getInfo,
-// list with filters and paging, setTimeout, isRunning, connect, pause/resume keeping id,
+// list with filters, order and paging, getMetrics, setTimeout, isRunning, connect, pause/resume keeping id,
 // token, files and running processes, kill.
 import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, eventually, sdkVersion, raw, apiKey } from './lib.mjs'
 
@@ -61,6 +61,19 @@ await main(async () => {
       assert.deepEqual(await ids('asc', 1), [a.sandboxId, b.sandboxId])
       assert.deepEqual(await ids('desc', 1), [b.sandboxId, a.sandboxId])
     }
+  })
+  await step('getMetrics: one real sample from the guest', async () => {
+    await a.commands.run('i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done') // some CPU use
+    const m = await a.getMetrics()
+    assert.equal(m.length, 1)
+    const s = m[0]
+    assert.ok(s.cpuCount >= 1, JSON.stringify(s))
+    assert.ok(s.cpuUsedPct > 0 && s.cpuUsedPct <= 100, JSON.stringify(s))
+    assert.ok(s.memTotal > 100 << 20 && s.memUsed > 0 && s.memUsed < s.memTotal, JSON.stringify(s))
+    assert.ok(s.diskTotal > 0 && s.diskUsed > 0 && s.diskUsed <= s.diskTotal, JSON.stringify(s))
+    assert.ok(Math.abs(s.timestamp.getTime() - Date.now()) < 120_000)
+    const past = new Date(Date.now() - 3600_000)
+    assert.deepEqual(await a.getMetrics({ start: new Date(past.getTime() - 60_000), end: past }), [])
   })
   await step('setTimeout shortens and extends the deadline', async () => {
     await a.setTimeout(120_000)
