@@ -12,6 +12,7 @@
 #include "daemon/e2b/e2b_envelope.h"
 #include "daemon/e2b/e2b_error.h"
 #include "daemon/e2b/e2b_fsmsg.h"
+#include "daemon/e2b/e2b_internal.h"
 #include "daemon/e2b/e2b_pbjson.h"
 #include "daemon/e2b/e2b_procmsg.h"
 #include "daemon/e2b/e2b_util.h"
@@ -256,6 +257,61 @@ static void test_entry(void **state)
     json_decref(r);
 }
 
+/* File metadata: user.e2b.* xattrs from an agent stat become EntryInfo.metadata. */
+static void test_entry_metadata(void **state)
+{
+    (void)state;
+    json_t *xa = parse("{\"user.e2b.owner\":\"alice\",\"user.other\":\"x\","
+                       "\"user.e2b.\":\"empty key\",\"user.e2b.n\":3}");
+    json_t *meta = e2b_xattrs_metadata(xa);
+    assert_json(json_incref(meta), "{\"owner\":\"alice\"}");
+    struct e2b_entry e = {.name = "m", .path = "/m", .type = E2B_FILE_FILE, .owner = "u",
+                          .group = "u", .metadata = meta};
+    json_t *j = e2b_fs_entry_json(&e);
+    assert_json(json_incref(json_object_get(j, "metadata")), "{\"owner\":\"alice\"}");
+    json_decref(j);
+    json_decref(meta);
+    json_decref(xa);
+    assert_null(e2b_xattrs_metadata(NULL));
+    json_t *st = parse("{\"name\":\"m\",\"path\":\"/m\",\"type\":\"file\"}");
+    j = e2b_stat_entry(st);
+    assert_null(json_object_get(j, "metadata")); /* none: no field at all */
+    json_decref(j);
+    json_decref(st);
+}
+
+/* Which Connection/Upgrade pairs are protocol upgrades (501 on spaced's port). */
+static void test_upgrade_detect(void **state)
+{
+    (void)state;
+    assert_true(e2b_is_upgrade("Upgrade", "websocket"));
+    assert_true(e2b_is_upgrade("keep-alive, upgrade", "websocket"));
+    assert_false(e2b_is_upgrade("keep-alive", "websocket"));
+    assert_false(e2b_is_upgrade("Upgrade", NULL));
+    assert_false(e2b_is_upgrade("upgraded", "websocket"));
+    assert_false(e2b_is_upgrade(NULL, NULL));
+}
+
+/* Sandbox ports by Host or by the E2b-Sandbox-* headers; envd's own port is not one. */
+static void test_port_target(void **state)
+{
+    (void)state;
+    unsigned port = 0;
+    char id[64];
+    assert_true(e2b_port_target("8080-sb0123456789abcdef.localhost:7071", NULL, NULL, &port, id, sizeof id));
+    assert_int_equal(port, 8080);
+    assert_string_equal(id, "sb0123456789abcdef");
+    assert_false(e2b_port_target("49983-sb0123456789abcdef.localhost", NULL, NULL, &port, id, sizeof id));
+    assert_false(e2b_port_target("70000-sb0.localhost", NULL, NULL, &port, id, sizeof id));
+    assert_false(e2b_port_target("example.com", NULL, NULL, &port, id, sizeof id));
+    assert_true(e2b_port_target("127.0.0.1:7070", "sb1", "3000", &port, id, sizeof id));
+    assert_int_equal(port, 3000);
+    assert_string_equal(id, "sb1");
+    assert_false(e2b_port_target(NULL, "sb1", "49983", &port, id, sizeof id));
+    assert_false(e2b_port_target(NULL, "sb1", "3000x", &port, id, sizeof id));
+    assert_false(e2b_port_target(NULL, "sb1", "0", &port, id, sizeof id));
+}
+
 static void test_base64(void **state)
 {
     (void)state;
@@ -347,6 +403,9 @@ int main(void)
         cmocka_unit_test(test_selector_input_signal),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_entry),
+        cmocka_unit_test(test_entry_metadata),
+        cmocka_unit_test(test_upgrade_detect),
+        cmocka_unit_test(test_port_target),
         cmocka_unit_test(test_base64),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_metadata_filter),
