@@ -2,10 +2,13 @@
 idempotency, illegal transitions, pagination. Runs against `api_spaced`, whose only
 template ("fake") is accepted but cannot boot, so creates end in a failed sandbox."""
 import json
+import shutil
 import socket
 import time
 
 import pytest
+
+from spacedlib import Spaced, make_fake_guest
 
 
 def tenant_key(s, name):
@@ -386,3 +389,182 @@ def test_garbage_request_line_keeps_server_up(api_spaced):
         data = c.recv(4096)
         assert data.startswith(b"HTTP/1.1 4")
     assert api_spaced.request("GET", "/healthz", key=None).status == 200
+
+
+# ---- bad input (issue 4's list): every case gets its 4xx with a JSON error and spaced
+# keeps serving. Rate limiting has its own file (test_ratelimit.py).
+
+def raw_exchange(s, data, timeout=60):
+    """Sends raw bytes, returns (status, headers dict, body bytes) of the first response;
+    the server may close early (a refused body), so sending stops quietly then."""
+    with socket.create_connection(("127.0.0.1", s.port), timeout=timeout) as c:
+        try:
+            c.sendall(data)
+        except OSError:
+            pass
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = c.recv(65536)
+            assert chunk, "connection closed without a response; got %r" % buf
+            buf += chunk
+        head, _, body = buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        n = int(headers.get("content-length", "0"))
+        while len(body) < n:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return int(lines[0].split()[1]), headers, body
+
+
+def assert_json_error(status, headers, body, want_status, want_code=None):
+    assert status == want_status, (status, body)
+    assert headers.get("content-type", "").startswith("application/json"), headers
+    err = json.loads(body)["error"]
+    assert err["message"], err
+    if want_code:
+        assert err["code"] == want_code, err
+
+
+@pytest.fixture(scope="module")
+def bad_sbx(api_spaced):
+    return failed_sandbox(api_spaced)[0]
+
+
+@pytest.mark.parametrize("method,path,raw,status,code", [
+    ("POST", "/v1/keys", b"{", 400, "invalid_json"),
+    ("POST", "/v1/keys", b"[1]", 400, "invalid_json"),
+    ("POST", "/v1/keys", b'{"tenant":5}', 400, "invalid_request"),
+    ("POST", "/v1/keys", b'{"tenant":"t","ttl_seconds":"10"}', 400, "invalid_request"),
+    ("POST", "/v1/sandboxes/{sb}/timeout", b"nope", 400, "invalid_json"),
+    ("POST", "/v1/sandboxes/{sb}/timeout", b'{"timeout":"5"}', 400, "invalid_request"),
+    ("POST", "/v1/sandboxes/{sb}/timeout", b'{"timeout":5,"on_timeout":"explode"}', 400, "invalid_request"),
+    ("POST", "/v1/sandboxes/{sb}/timeout", b'{"timeout":5,"timeuot":1}', 400, "unknown_field"),
+    ("POST", "/v1/sandboxes/{sb}/start", b"nope", 400, "invalid_json"),
+    ("POST", "/v1/sandboxes/{sb}/start", b'{"force":true}', 400, "unknown_field"),
+    ("POST", "/v1/sandboxes", b'{"template":"fake","vcpus":"2"}', 400, "invalid_request"),
+    ("POST", "/v1/sandboxes", b'{"template":"fake","vcpus":1.5}', 400, "invalid_request"),
+    ("POST", "/v1/sandboxes", b'{"template":"fake","template":"fake"}', 400, "invalid_json"),
+])
+def test_malformed_json_wrong_types_unknown_fields(api_spaced, bad_sbx, method, path, raw, status, code):
+    r = api_spaced.request(method, path.replace("{sb}", bad_sbx), raw=raw,
+                           headers={"Content-Type": "application/json"})
+    assert (r.status, r.error_code()) == (status, code), r
+    assert r.json["error"]["message"]
+
+
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/v1/keys"), ("POST", "/v1/sandboxes"), ("POST", "/v1/sandboxes/{sb}/timeout"),
+    ("POST", "/v1/sandboxes/{sb}/stop"), ("POST", "/v1/sandboxes/{sb}/sessions"),
+])
+def test_huge_declared_body_is_413_before_reading(api_spaced, bad_sbx, method, path):
+    """A Content-Length over the route's limit is refused from the head alone (the
+    100 MB are never sent), with a JSON error; spaced keeps serving."""
+    head = ("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: "
+            "application/json\r\nContent-Length: 100000000\r\n\r\n"
+            % (method, path.replace("{sb}", bad_sbx), api_spaced.admin_key)).encode()
+    assert_json_error(*raw_exchange(api_spaced, head), 413, "payload_too_large")
+    assert api_spaced.request("GET", "/v1/sandboxes").status == 200
+
+
+def test_huge_chunked_body_is_413(api_spaced):
+    """Without a length up front the limit holds while the body streams in."""
+    piece = b"x" * 65536
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(40))  # 2.5 MiB
+    head = ("POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            % api_spaced.admin_key).encode()
+    assert_json_error(*raw_exchange(api_spaced, head + chunks + b"0\r\n\r\n"), 413,
+                      "payload_too_large")
+    assert api_spaced.request("GET", "/healthz", key=None).status == 200
+
+
+@pytest.mark.parametrize("raw,status", [
+    (b"GET /v1/sandboxes/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 20000 + b"\r\n\r\n", 431),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+    (b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", 505),
+])
+def test_hostile_heads_get_json_errors(api_spaced, raw, status):
+    assert_json_error(*raw_exchange(api_spaced, raw), status)
+    assert api_spaced.request("GET", "/healthz", key=None).status == 200
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/sandboxes/sb%00aaaaaaaaaaaaaaa", "/v1/sandboxes/%ZZ", "/v1/operations/op%2F..%2F..",
+    "/v1/sandboxes/sb0123456789abcdef/sessions/ss%2F",
+])
+def test_invalid_ids_are_4xx(api_spaced, path):
+    r = api_spaced.request("GET", path)
+    assert r.status in (400, 404), r
+    assert r.json["error"]["code"] and r.json["error"]["message"]
+
+
+def test_slowloris_head_is_408_while_others_are_served(api_spaced):
+    """A client that never finishes its head holds no request: others are served
+    meanwhile and the slow one gets 408 once the head deadline (10 s) passes."""
+    with socket.create_connection(("127.0.0.1", api_spaced.port), timeout=120) as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):
+            assert api_spaced.request("GET", "/v1/sandboxes").status == 200
+        slow.sendall(b"X-Drip: 1\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = slow.recv(4096)
+            assert chunk, "closed without a 408; got %r" % data
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 408"), data
+        assert b"request_timeout" in data
+    assert api_spaced.request("GET", "/healthz", key=None).status == 200
+
+
+def test_thousands_of_connections_get_503_and_spaced_recovers():
+    """1100 idle connections against the 1024 allowed: the extra ones get an immediate
+    503 with a JSON error and Retry-After; the idle ones are closed at the head deadline;
+    then spaced serves normally again."""
+    import select
+    guest = make_fake_guest()
+    s = Spaced(guest).start()
+    try:
+        socks = {}
+        try:
+            for _ in range(1100):
+                c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+                c.setblocking(False)
+                socks[c.fileno()] = c
+            got = {fd: b"" for fd in socks}
+            done = {}  # fd -> everything received before the server closed
+            poll = select.poll()
+            for fd in socks:
+                poll.register(fd, select.POLLIN)
+            deadline = time.monotonic() + 120  # head deadline 10 s; generous on a busy host
+            while len(done) < len(socks) and time.monotonic() < deadline:
+                for fd, _ in poll.poll(1000):
+                    try:
+                        chunk = socks[fd].recv(65536)
+                    except BlockingIOError:
+                        continue
+                    except ConnectionResetError:
+                        chunk = b""
+                    if chunk:
+                        got[fd] += chunk
+                    else:
+                        done[fd] = got[fd]
+                        poll.unregister(fd)
+            assert len(done) == len(socks), "%d connections were never closed" % (len(socks) - len(done))
+        finally:
+            for c in socks.values():
+                c.close()
+        refused = [d for d in done.values() if d]
+        assert len(refused) >= 1100 - 1024, len(refused)
+        for d in refused:
+            head, _, body = d.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in head, d
+            assert json.loads(body)["error"]["code"] == "unavailable"
+        r = s.request("GET", "/v1/sandboxes")
+        assert r.status == 200, r
+    finally:
+        s.stop()
+        shutil.rmtree(guest, ignore_errors=True)
