@@ -1,7 +1,8 @@
-/* dns_server.c: the only resolver a sandbox can reach (UDP gw:53 inside its namespace).
- * Answers A for names its policy allows, with addresses the gateway resolved itself
- * minus forbidden ones; AAAA gets an empty answer; every other type is REFUSED;
- * names the policy does not allow get NXDOMAIN without any upstream query. */
+/* dns_server.c: the only resolver a sandbox can reach (gw:53 inside its namespace, UDP
+ * here, TCP in dns_tcp.c). Answers A for names its policy allows, with addresses the
+ * gateway resolved itself minus forbidden ones; AAAA gets an empty answer; every other
+ * type is REFUSED; names the policy does not allow get NXDOMAIN without any upstream
+ * query. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -9,31 +10,31 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "gw.h"
+#include "dns_server.h"
 
 #define DNS_READS_PER_EVENT 32 /* fairness: one sandbox's flood cannot starve the loop */
 
-struct dns_pending {
-    struct gw_sandbox *sb;
-    struct dns_query q;
-    struct sockaddr_in from;
-};
-
-static void reply(struct gw_sandbox *sb, const struct sockaddr_in *to, const uint8_t *msg,
-                  size_t len)
+static void reply(struct gw_sandbox *sb, const struct dns_asker *to, const uint8_t *msg, size_t len)
 {
-    if (len)
-        (void)sendto(sb->dns_fd, msg, len, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof *to);
+    if (!len)
+        return;
+    if (to->tcp)
+        dns_tcp_send(to->tcp, msg, len);
+    else
+        (void)sendto(sb->dns_fd, msg, len, MSG_DONTWAIT, (const struct sockaddr *)&to->from,
+                     sizeof to->from);
 }
 
-static void answer(struct gw_sandbox *sb, const struct sockaddr_in *to, const struct dns_query *q,
-                   int rcode, const struct gw_cache_entry *e, uint16_t qtype)
+/* Answers q with rcode and e's allowed addresses (if any); UDP answers are truncated
+ * to DNS_MSG_MAX (TC set) when the records do not fit. */
+static void answer(struct gw_sandbox *sb, const struct dns_asker *to, const struct dns_query *q,
+                   int rcode, const struct gw_cache_entry *e)
 {
-    uint8_t out[DNS_MSG_MAX];
+    uint8_t out[DNS_ANSWER_BYTES_MAX];
     uint32_t addrs[DNS_ANSWERS_MAX];
     size_t n = 0;
     uint32_t ttl = 0;
-    if (e && qtype == DNS_TYPE_A) {
+    if (e && q->qtype == DNS_TYPE_A) {
         for (size_t i = 0; i < e->naddrs; i++)
             if (policy_addr_allowed(&sb->policy, q->name, e->addrs[i], 0))
                 addrs[n++] = e->addrs[i];
@@ -43,7 +44,8 @@ static void answer(struct gw_sandbox *sb, const struct sockaddr_in *to, const st
                   (e->naddrs ? "policy_addresses" :
                    e->nforbidden ? "forbidden_addresses" : "no_addresses"), 0, 53);
     }
-    reply(sb, to, out, dns_answer_build(out, sizeof out, q, rcode, addrs, n, ttl));
+    size_t cap = to->tcp ? sizeof out : DNS_MSG_MAX;
+    reply(sb, to, out, dns_answer_build(out, cap, q, rcode, addrs, n, ttl));
 }
 
 static void resolved(void *arg, int rcode, const struct gw_cache_entry *e)
@@ -57,11 +59,20 @@ static void resolved(void *arg, int rcode, const struct gw_cache_entry *e)
     if (rcode != DNS_RCODE_OK)
         gw_decide(p->sb, "dns", false, p->q.name, rcode == DNS_RCODE_NXDOMAIN ? "upstream_nxdomain"
                                                                         : "upstream_failure", 0, 53);
-    answer(p->sb, &p->from, &p->q, rcode, e, p->q.qtype);
+    answer(p->sb, &p->to, &p->q, rcode, e);
+    if (p->to.tcp)
+        dns_tcp_pending_done(p->to.tcp, p); /* after the answer is queued: see dns_tcp.c */
     free(p);
 }
 
-static void handle(struct gw_sandbox *sb, const uint8_t *buf, size_t n, const struct sockaddr_in *from)
+void dns_pending_drop(struct dns_pending *p)
+{
+    gw_lookup_cancel(p->lookup);
+    p->sb->dns_pending--;
+    free(p);
+}
+
+void dns_handle(struct gw_sandbox *sb, const uint8_t *buf, size_t n, const struct dns_asker *to)
 {
     struct dns_query q;
     uint8_t out[DNS_MSG_MAX];
@@ -70,11 +81,11 @@ static void handle(struct gw_sandbox *sb, const uint8_t *buf, size_t n, const st
         return;
     case DNS_PARSE_FORMERR:
         gw_decide(sb, "dns", false, "", "malformed_query", 0, 53);
-        reply(sb, from, out, dns_answer_formerr(out, sizeof out, q.id));
+        reply(sb, to, out, dns_answer_formerr(out, sizeof out, q.id));
         return;
     case DNS_PARSE_BADNAME:
         gw_decide(sb, "dns", false, "", "bad_name", 0, 53);
-        reply(sb, from, out, dns_answer_build(out, sizeof out, &q, DNS_RCODE_REFUSED, NULL, 0, 0));
+        answer(sb, to, &q, DNS_RCODE_REFUSED, NULL);
         return;
     case DNS_PARSE_OK:
         break;
@@ -83,39 +94,41 @@ static void handle(struct gw_sandbox *sb, const uint8_t *buf, size_t n, const st
         char reason[32];
         snprintf(reason, sizeof reason, "qtype_%u_refused", q.qtype);
         gw_decide(sb, "dns", false, q.name, reason, 0, 53);
-        reply(sb, from, out, dns_answer_build(out, sizeof out, &q, DNS_RCODE_REFUSED, NULL, 0, 0));
+        answer(sb, to, &q, DNS_RCODE_REFUSED, NULL);
         return;
     }
     if (!policy_name_may_resolve(&sb->policy, q.name)) {
         gw_decide(sb, "dns", false, q.name, "policy", 0, 53);
-        reply(sb, from, out, dns_answer_build(out, sizeof out, &q, DNS_RCODE_NXDOMAIN, NULL, 0, 0));
+        answer(sb, to, &q, DNS_RCODE_NXDOMAIN, NULL);
         return;
     }
     if (q.qtype == DNS_TYPE_AAAA) {
         /* IPv6 never leaves a sandbox: an empty answer makes clients use A at once. */
-        reply(sb, from, out, dns_answer_build(out, sizeof out, &q, DNS_RCODE_OK, NULL, 0, 0));
+        answer(sb, to, &q, DNS_RCODE_OK, NULL);
         return;
     }
     const struct gw_cache_entry *e = gw_cache_get(sb, q.name);
     if (e) {
-        answer(sb, from, &q, DNS_RCODE_OK, e, q.qtype);
+        answer(sb, to, &q, DNS_RCODE_OK, e);
         return;
     }
-    struct dns_pending *p = sb->dns_pending < GW_DNS_PENDING_MAX ? malloc(sizeof *p) : NULL;
+    struct dns_pending *p = sb->dns_pending < GW_DNS_PENDING_MAX ? calloc(1, sizeof *p) : NULL;
     if (!p) {
         gw_decide(sb, "dns", false, q.name, "too_many_pending", 0, 53);
-        reply(sb, from, out, dns_answer_build(out, sizeof out, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0));
+        answer(sb, to, &q, DNS_RCODE_SERVFAIL, NULL);
         return;
     }
     p->sb = sb;
     p->q = q;
-    p->from = *from;
-    if (!gw_resolve(sb, q.name, resolved, p)) {
+    p->to = *to;
+    if (!(p->lookup = gw_resolve(sb, q.name, resolved, p))) {
         free(p);
-        reply(sb, from, out, dns_answer_build(out, sizeof out, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0));
+        answer(sb, to, &q, DNS_RCODE_SERVFAIL, NULL);
         return;
     }
     sb->dns_pending++;
+    if (to->tcp)
+        dns_tcp_pending_add(to->tcp, p);
 }
 
 static void on_readable(evutil_socket_t fd, short what, void *arg)
@@ -123,20 +136,20 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     struct gw_sandbox *sb = arg;
     for (int i = 0; i < DNS_READS_PER_EVENT; i++) {
         uint8_t buf[DNS_MSG_MAX + 1];
-        struct sockaddr_in from;
-        socklen_t fl = sizeof from;
-        ssize_t n = recvfrom(fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+        struct dns_asker to = {.tcp = NULL};
+        socklen_t fl = sizeof to.from;
+        ssize_t n = recvfrom(fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&to.from, &fl);
         if (n < 0)
             return;
         /* nftables already admits only the guest's address; this is the second lock. */
-        if (fl != sizeof from || from.sin_family != AF_INET ||
-            ntohl(from.sin_addr.s_addr) != sb->wiring.guest_ip)
+        if (fl != sizeof to.from || to.from.sin_family != AF_INET ||
+            ntohl(to.from.sin_addr.s_addr) != sb->wiring.guest_ip)
             continue;
         if (!gw_rate_take(&sb->dns_rate, gw_now_ms())) {
             gw_rate_log(sb, &sb->dns_rate, "dns");
             continue;
         }
-        handle(sb, buf, (size_t)n, &from);
+        dns_handle(sb, buf, (size_t)n, &to);
     }
 }
 
@@ -150,5 +163,16 @@ int dns_server_start(struct gw_sandbox *sb, char *err, size_t errlen)
         snprintf(err, errlen, "cannot watch the DNS socket");
         return -1;
     }
-    return 0;
+    return dns_tcp_start(sb, err, errlen);
+}
+
+void dns_server_stop(struct gw_sandbox *sb)
+{
+    dns_tcp_stop(sb);
+    if (sb->dns_ev)
+        event_free(sb->dns_ev);
+    sb->dns_ev = NULL;
+    if (sb->dns_fd >= 0)
+        close(sb->dns_fd);
+    sb->dns_fd = -1;
 }

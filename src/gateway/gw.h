@@ -4,6 +4,7 @@
  *   gw_sandbox.c  attach/detach/policy/credentials of one sandbox (called by gw_ctl.c)
  *   gw_resolve.c  the gateway's own resolver (evdns) and per-sandbox answer cache
  *   dns_server.c  the DNS server a sandbox talks to (UDP gw:53 in its namespace)
+ *   dns_tcp.c     the same over TCP (gw:53, RFC 7766 framing); dns_server.h
  *   gw_conn.c     one proxied TCP connection: ClientHello / HTTP head checks, dial, splice
  *   gw_mitm.c     the TLS-terminating path used for credential injection
  *   gw_declog.c   per-sandbox decision log and token-bucket rate limits
@@ -81,6 +82,7 @@ struct gw_cache_entry {
 
 struct gw_lookup;
 struct gw_conn;
+struct dns_tcp;
 
 struct gw_sandbox {
     struct gw *gw;
@@ -91,6 +93,9 @@ struct gw_sandbox {
     struct policy policy;          /* owned */
     int dns_fd;                    /* owned by dns_ev's lifetime (closed on detach) */
     struct event *dns_ev;          /* owned */
+    struct evconnlistener *dns_tcp_l; /* owned: DNS over TCP; owns its fd */
+    struct dns_tcp *dns_tcps;      /* open DNS TCP connections (owned, dns_tcp.c) */
+    size_t ndns_tcps;
     struct evconnlistener *http_l, *tls_l; /* owned; they own their fds */
     struct gw_rate dns_rate, conn_rate;
     struct gw_conn *conns;         /* live connections (list owned through gw_conn_free) */
@@ -148,7 +153,11 @@ uint32_t gw_pick_addr(const struct gw_sandbox *sb, const struct gw_cache_entry *
                       uint32_t prefer, uint16_t port);
 
 /* ---- dns_server.c */
+/* Opens gw:53 (UDP and TCP) in the sandbox's namespace. */
 int dns_server_start(struct gw_sandbox *sb, char *err, size_t errlen);
+/* Closes both and drops the TCP connections' pending queries (safe on a partly
+ * started sandbox); UDP queries still waiting are freed by gw_lookups_orphan. */
+void dns_server_stop(struct gw_sandbox *sb);
 
 /* ---- gw_conn.c */
 void gw_conn_accept(struct gw_sandbox *sb, int fd, bool tls);

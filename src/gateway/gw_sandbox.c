@@ -56,11 +56,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 static void sandbox_free(struct gw_sandbox *sb)
 {
     gw_conns_recheck(sb, true);
+    dns_server_stop(sb);
     gw_lookups_orphan(sb);
-    if (sb->dns_ev)
-        event_free(sb->dns_ev);
-    if (sb->dns_fd >= 0)
-        close(sb->dns_fd);
     if (sb->http_l)
         evconnlistener_free(sb->http_l);
     if (sb->tls_l)

@@ -65,7 +65,7 @@ size_t netns_rules_render(const struct netns_wiring *w, char *out, size_t cap)
         "    type filter hook input priority 0; policy drop;\n"
         "    iifname \"lo\" accept\n"
         "    iifname \"%s\" ip saddr %s ip daddr %s udp dport 53 accept\n"
-        "    iifname \"%s\" ip saddr %s ip daddr %s tcp dport { %d, %d } accept\n"
+        "    iifname \"%s\" ip saddr %s ip daddr %s tcp dport { 53, %d, %d } accept\n"
         "  }\n"
         "  chain forward {\n"
         "    type filter hook forward priority 0; policy drop;\n"

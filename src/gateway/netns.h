@@ -4,7 +4,8 @@
  * gateway address on it (e.g. 10.0.2.2/24, the guest being 10.0.2.15) and the link up.
  * At attach the gateway (a) installs the nftables ruleset below inside that namespace,
  * (b) turns IPv6 off and forwarding off there, and (c) opens its listening sockets in it
- * (UDP gw:53, TCP gw:NETNS_PORT_HTTP and gw:NETNS_PORT_TLS, the targets of the redirect).
+ * (UDP and TCP gw:53, TCP gw:NETNS_PORT_HTTP and gw:NETNS_PORT_TLS, the targets of the
+ * redirect).
  * The namespace has no other interface and no route, and upstream sockets are opened
  * from the gateway's own namespace, so nothing the guest sends can be forwarded.
  *
@@ -16,8 +17,9 @@
  *   ip nat prerouting: TCP to any address, port 80 -> gw:NETNS_PORT_HTTP, 443 ->
  *     gw:NETNS_PORT_TLS (the gateway reads the original destination with
  *     SO_ORIGINAL_DST, for the log only: it never dials it).
- *   ip filter input: accept only guest -> gw UDP 53 and TCP to the two proxy ports;
- *     drop the rest (ICMP, other UDP/TCP ports, DNS over TCP, DoT, QUIC...).
+ *   ip filter input: accept only guest -> gw UDP 53, TCP 53 and TCP to the two proxy
+ *     ports; drop the rest (ICMP, other UDP/TCP ports, DoT, QUIC...). DNS to any other
+ *     address never reaches anything (no route, no redirect).
  *   ip filter forward: drop. output: only to the guest (or loopback).
  *   ip6 / arp families: the netdev rule already drops IPv6; ARP output is unaffected. */
 #ifndef SPACE_GW_NETNS_H

@@ -134,12 +134,64 @@ static void test_formerr_answer(void **state)
     assert_int_equal(dns_answer_formerr(out, 4, 0x1234), 0);
 }
 
+/* A long name with every record: too big for UDP (TC, no records), whole over TCP. */
+static void test_truncation(void **state)
+{
+    uint8_t buf[512], udp[DNS_MSG_MAX], tcp[DNS_ANSWER_BYTES_MAX];
+    struct dns_query q;
+    char name[256];
+    memset(name, 'a', 60);
+    memcpy(name + 60, ".", 1);
+    memset(name + 61, 'b', 60);
+    memcpy(name + 121, ".test", 6);
+    assert_int_equal(dns_query_parse(buf, query(buf, name, DNS_TYPE_A), &q), DNS_PARSE_OK);
+    uint32_t addrs[DNS_ANSWERS_MAX];
+    for (size_t i = 0; i < DNS_ANSWERS_MAX; i++)
+        addrs[i] = 0xcb007100 + (uint32_t)i;
+    size_t n = dns_answer_build(udp, sizeof udp, &q, DNS_RCODE_OK, addrs, DNS_ANSWERS_MAX, 30);
+    assert_int_equal(n, 12 + q.wire_len + 4);
+    assert_true(udp[2] & 0x02);               /* TC */
+    assert_int_equal(udp[6] << 8 | udp[7], 0); /* no records */
+    n = dns_answer_build(tcp, sizeof tcp, &q, DNS_RCODE_OK, addrs, DNS_ANSWERS_MAX, 30);
+    assert_int_equal(n, 12 + q.wire_len + 4 + DNS_ANSWERS_MAX * 16);
+    assert_false(tcp[2] & 0x02);
+    assert_int_equal(tcp[6] << 8 | tcp[7], DNS_ANSWERS_MAX);
+    /* a few records fit in UDP as they are */
+    n = dns_answer_build(udp, sizeof udp, &q, DNS_RCODE_OK, addrs, 4, 30);
+    assert_false(udp[2] & 0x02);
+    assert_int_equal(udp[6] << 8 | udp[7], 4);
+    /* not even the question fits: nothing */
+    assert_int_equal(dns_answer_build(udp, 20, &q, DNS_RCODE_OK, addrs, 1, 30), 0);
+}
+
+static void test_tcp_frames(void **state)
+{
+    uint8_t s[2 + 600] = {0};
+    size_t len = 99;
+    assert_int_equal(dns_tcp_frame(s, 0, &len), DNS_FRAME_NEED_MORE);
+    s[1] = 30;
+    assert_int_equal(dns_tcp_frame(s, 1, &len), DNS_FRAME_NEED_MORE);
+    assert_int_equal(dns_tcp_frame(s, 31, &len), DNS_FRAME_NEED_MORE); /* one byte short */
+    assert_int_equal(len, 99);
+    assert_int_equal(dns_tcp_frame(s, 32, &len), DNS_FRAME_OK);
+    assert_int_equal(len, 30);
+    assert_int_equal(dns_tcp_frame(s, sizeof s, &len), DNS_FRAME_OK); /* the next frame follows */
+    s[1] = 11; /* shorter than a header */
+    assert_int_equal(dns_tcp_frame(s, sizeof s, &len), DNS_FRAME_BAD);
+    s[0] = 0x02; /* 523 bytes: over DNS_MSG_MAX, refused before it all arrives */
+    assert_int_equal(dns_tcp_frame(s, 2, &len), DNS_FRAME_BAD);
+    s[0] = 0x02, s[1] = 0x00; /* exactly 512 */
+    assert_int_equal(dns_tcp_frame(s, 2 + 512, &len), DNS_FRAME_OK);
+    assert_int_equal(len, 512);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_query_and_answer), cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_compression_pointers), cmocka_unit_test(test_long_names),
-        cmocka_unit_test(test_formerr_answer),
+        cmocka_unit_test(test_formerr_answer), cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_tcp_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
