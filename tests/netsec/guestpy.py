@@ -92,28 +92,27 @@ def cmd_dnsraw(server, hexdata):
 
 
 def cmd_dnsflood(server, count, name):
+    """COUNT queries sent back to back (replies are only read afterwards, so a slow
+    guest still sends at its top rate); prints sent, answered and the send rate."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.setblocking(False)
     count, answered = int(count), 0
-    for i in range(count):
+    queries = [dns_query("%d.%s" % (i, name), 1, i & 0xFFFF) for i in range(count)]
+    t0 = time.time()
+    for q in queries:
         try:
-            s.sendto(dns_query("%d.%s" % (i, name), 1, i & 0xFFFF), (server, 53))
+            s.sendto(q, (server, 53))
         except BlockingIOError:
             pass
-        while True:
-            try:
-                s.recvfrom(4096)
-                answered += 1
-            except BlockingIOError:
-                break
-    end = time.time() + 3
-    while time.time() < end:
-        r, _, _ = select.select([s], [], [], 0.5)
+    elapsed = time.time() - t0
+    while True:
+        r, _, _ = select.select([s], [], [], 3.0)
         if not r:
             break
         s.recvfrom(4096)
         answered += 1
-    out({"sent": count, "answered": answered})
+    out({"sent": count, "answered": answered, "rate": count / max(elapsed, 1e-6)})
 
 
 def talk(ip, port, data, wait=3.0):
@@ -341,6 +340,209 @@ def cmd_canary(events, *ips):
         for port in (80, 443):
             threading.Thread(target=serve, args=(ip, port), daemon=True).start()
     threading.Event().wait()
+
+
+def cmd_fetch(url, opts="{}"):
+    """A small curl: GET url; opts: resolve (IP to connect to instead of resolving the
+    host), cafile, headers (list of "Name: value"), follow (redirects to follow),
+    rsa_only (offer only RSA key exchange, TLS 1.2, like busybox wget), timeout."""
+    o = json.loads(opts)
+    chain = []
+    for _ in range(int(o.get("follow", 0)) + 1):
+        res = fetch_once(url, o)
+        chain.append(res)
+        loc = [l.split(":", 1)[1].strip() for l in res.get("head", "").split("\r\n")[1:]
+               if l.lower().startswith("location:")]
+        if not (res.get("status", 0) in (301, 302, 303, 307, 308) and loc):
+            break
+        url = loc[0]
+        o = dict(o, resolve=None)
+    res = dict(chain[-1])
+    res["chain"] = [{"status": c.get("status"), "error": c.get("error")} for c in chain]
+    out(res)
+
+
+def fetch_once(url, o):
+    from urllib.parse import urlsplit
+    u = urlsplit(url)
+    host, tls = u.hostname, u.scheme == "https"
+    port = u.port or (443 if tls else 80)
+    path = (u.path or "/") + ("?" + u.query if u.query else "")
+    res = {"ok": False}
+    try:
+        ip = o.get("resolve") or socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        res["ip"] = ip
+        s = socket.create_connection((ip, port), timeout=float(o.get("timeout", 10)))
+        if tls:
+            ctx = ssl.create_default_context(cafile=o.get("cafile"))
+            if o.get("rsa_only"):
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+                ctx.set_ciphers("AES128-SHA:AES256-SHA:AES128-SHA256:AES256-SHA256")
+            s = ctx.wrap_socket(s, server_hostname=host)
+        hdrs = "".join(h + "\r\n" for h in o.get("headers", []))
+        s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: netsec\r\nConnection: close\r\n%s\r\n"
+                   % (path, host, hdrs)).encode())
+        buf = b""
+        while True:
+            try:
+                r = s.recv(65536)
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+            if not r:
+                break
+            buf += r
+        text = buf.decode("latin-1")
+        head, _, body = text.partition("\r\n\r\n")
+        res.update(ok=bool(head), status=int(head.split(" ")[1]) if head else 0, head=head, body=body)
+    except (OSError, ssl.SSLError, ValueError, IndexError) as e:
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+    return res
+
+
+def cmd_resolve(name):
+    """The guest's own resolver (libc: /etc/hosts, then /etc/resolv.conf)."""
+    try:
+        out({"addrs": sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})})
+    except OSError as e:
+        out({"addrs": [], "error": str(e)})
+
+
+def cmd_tlsinfo(ip, port, sni, cafile):
+    """TLS handshake (no SNI when sni is "-"), verifying against cafile unless it is
+    "-"; the leaf's subject and issuer."""
+    ctx = ssl.create_default_context(cafile=None if cafile == "-" else cafile)
+    if cafile == "-" or sni == "-":
+        ctx.check_hostname = False
+    if cafile == "-":
+        ctx.verify_mode = ssl.CERT_NONE
+    try:
+        s = ctx.wrap_socket(socket.create_connection((ip, int(port)), timeout=5),
+                            server_hostname=None if sni == "-" else sni)
+        cert = s.getpeercert()
+        der = s.getpeercert(binary_form=True)
+        out({"ok": True, "cert": bool(der),
+             "issuer": dict(x[0] for x in cert.get("issuer", ())) if cert else None})
+    except (OSError, ssl.SSLError) as e:
+        out({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+
+
+def icmp_echo(dst, ident):
+    body = struct.pack("!BBHHH", 8, 0, 0, ident, 1) + b"netsec-probe"
+    s = 0
+    for i in range(0, len(body), 2):
+        s += (body[i] << 8) + (body[i + 1] if i + 1 < len(body) else 0)
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return body[:2] + struct.pack("!H", ~s & 0xFFFF) + body[4:]
+
+
+def cmd_icmp(dst, count="2"):
+    """Raw ICMP echo requests; counts echo replies from dst within a second each."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.settimeout(1.0)
+    replies = 0
+    for _ in range(int(count)):
+        s.sendto(icmp_echo(dst, os.getpid() & 0xFFFF), (dst, 0))
+        end = time.time() + 1.0
+        while time.time() < end:
+            try:
+                pkt, src = s.recvfrom(2048)
+            except socket.timeout:
+                break
+            ihl = (pkt[0] & 0xF) * 4
+            if src[0] == dst and pkt[ihl] == 0:
+                replies += 1
+                break
+    out({"replies": replies})
+
+
+def cmd_udp(ip, port, hexdata):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(bytes.fromhex(hexdata), (ip, int(port)))
+    out({"sent": True})
+
+
+def cmd_ipv6():
+    """What IPv6 the guest has: its addresses, and whether anything answers a UDP
+    datagram to all-nodes or a TCP connection to fe80::1 on eth0."""
+    try:
+        with open("/proc/net/if_inet6") as f:
+            addrs = [l.split()[0] for l in f]
+    except OSError:
+        addrs = []
+    res = {"addrs": addrs, "sent": False, "connected": False, "reply": False}
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.settimeout(1.0)
+        s.sendto(b"x" * 64, ("ff02::1%eth0", 9, 0, 0))
+        res["sent"] = True
+        s.recvfrom(2048)
+        res["reply"] = True
+    except OSError as e:
+        res["udp_error"] = str(e)
+    try:
+        socket.create_connection(("fe80::1%eth0", 80), timeout=2)
+        res["connected"] = True
+    except OSError as e:
+        res["tcp_error"] = str(e)
+    out(res)
+
+
+def cmd_search(needle_hex, roots="/"):
+    """Looks for a byte string (given in hex, so this process's argv does not hold it)
+    in every regular file under roots (not /proc, /sys, /dev) and in every process's
+    environment and command line; prints where it was found."""
+    needle = bytes.fromhex(needle_hex)
+    found, files = [], 0
+    for root in roots.split(","):
+        for d, subdirs, names in os.walk(root):
+            if d in ("/proc", "/sys", "/dev"):
+                subdirs[:] = []
+                continue
+            subdirs[:] = [x for x in subdirs if os.path.join(d, x) not in ("/proc", "/sys", "/dev")]
+            for n in names:
+                p = os.path.join(d, n)
+                try:
+                    if not os.path.isfile(p) or os.path.islink(p) or os.path.getsize(p) > 64 << 20:
+                        continue
+                    with open(p, "rb") as f:
+                        files += 1
+                        if needle in f.read():
+                            found.append(p)
+                except OSError:
+                    pass
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            for what in ("environ", "cmdline"):
+                try:
+                    with open("/proc/%s/%s" % (pid, what), "rb") as f:
+                        if needle in f.read():
+                            found.append("/proc/%s/%s" % (pid, what))
+                except OSError:
+                    pass
+    out({"found": found, "files": files})
+
+
+def cmd_batch(calls):
+    """Runs several subcommands in this one process (a Python start-up in a TCG guest
+    costs seconds); prints a list with each call's own JSON result."""
+    import io
+    if calls.startswith("@"):
+        with open(calls[1:]) as f:
+            calls = f.read()
+    results = []
+    for call in json.loads(calls):
+        buf, real = io.StringIO(), sys.stdout
+        sys.stdout = buf
+        try:
+            globals()["cmd_" + call[0]](*call[1:])
+            text = buf.getvalue().strip().splitlines()
+            results.append(json.loads(text[-1]) if text else {})
+        except Exception as e:  # one broken call must not hide the others' results
+            results.append({"exception": "%s: %s" % (type(e).__name__, e)})
+        finally:
+            sys.stdout = real
+    out(results)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,13 @@
-"""Builds and tears down the attack lab: a fake internet, the gateway's namespace and
-sandbox namespaces wired exactly as spaced wires a real sandbox (namespace + tap-like
-device with the gateway address; the gateway installs the rules and sockets through
-its own `attach` call). Everything lives in namespaces this module created; nothing
-has a route off the machine.
+"""Builds and tears down the fake internet of the attack lab and the gateway's
+namespace (vmlab.py adds spaced and the sandbox VMs; tests/e2e/test_network.py uses it
+with the lab's own gateway). Everything lives in namespaces this module created;
+nothing has a route off the machine.
 
     inet   (fake internet)  192.0.2.1/24 on veth; on lo: 192.0.2.53 (DNS, zone test.),
                             198.51.100.53 (canary public resolver), 203.0.113.10/.20/.30
                             (web servers); nft counters per destination
-    gw     (gateway)        192.0.2.2/24, default via 192.0.2.1; space-gateway runs here
-    sbxN   (sandbox netns)  tapN-like veth "tap0" with 10.0.2.2/24 (the gateway address)
-    guestN (stands for the VM) veth "eth0" 10.0.2.15/24, MAC GUEST_MAC, default via 10.0.2.2
+    gw     (gateway)        192.0.2.2/24, default via 192.0.2.1; space-gateway runs here,
+                            with canary listeners on 127.0.0.1 and 192.0.2.2 (80, 443)
 """
 import json
 import os
@@ -23,8 +21,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-GUEST_MAC = "02:00:00:00:00:0f"
-GUEST_IP = "10.0.2.15"
 GW_IP = "10.0.2.2"
 GW_UPLINK = "192.0.2.2"
 TOKEN = "s3cret-token-7f1c9b"
@@ -55,6 +51,15 @@ def can_run():
         return "cannot create a network namespace: " + r.stderr.strip()
     subprocess.run(["ip", "netns", "del", probe])
     return None
+
+
+def sanitizer_report(text):
+    """The first AddressSanitizer/LeakSanitizer/UBSan report in a log, or ""."""
+    for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+        if marker in text:
+            at = text.index(marker)
+            return text[max(at - 200, 0):][:6000]
+    return ""
 
 
 def wire(ns_a, dev_a, addr_a, ns_b, dev_b, addr_b, mac_b=None):
@@ -91,55 +96,6 @@ def make_certs(d):
             "-days", "2", "-extfile", ext)
 
 
-class Sandbox:
-    def __init__(self, lab, idx, policy, limits=None):
-        self.lab, self.id, self.limits = lab, "sb%d" % idx, limits
-        self.ns = "%s-sbx%d" % (lab.prefix, idx)
-        self.guest = "%s-guest%d" % (lab.prefix, idx)
-        self.policy = policy
-
-    def create(self):
-        wire(self.ns, "tap0", GW_IP + "/24", self.guest, "eth0", GUEST_IP + "/24", GUEST_MAC)
-        sh("ip", "route", "add", "default", "via", GW_IP, ns=self.guest)
-        etc = "/etc/netns/" + self.guest
-        os.makedirs(etc, exist_ok=True)
-        with open(etc + "/resolv.conf", "w") as f:
-            f.write("nameserver %s\noptions timeout:2 attempts:1\n" % GW_IP)
-        with open(etc + "/hosts", "w") as f:
-            f.write("127.0.0.1 localhost\n")
-
-    def attach(self):
-        req = {"op": "attach", "sandbox": self.id, "netns": "/run/netns/" + self.ns,
-               "dev": "tap0", "guest_mac": GUEST_MAC, "guest_ip": GUEST_IP,
-               "gateway_ip": GW_IP, "policy": self.policy}
-        if self.limits:
-            req["limits"] = self.limits
-        return self.lab.ctl(req)
-
-    def set_policy(self, policy):
-        self.policy = policy
-        return self.lab.ctl({"op": "policy", "sandbox": self.id, "policy": policy})
-
-    def log(self, since=0):
-        return self.lab.ctl({"op": "log", "sandbox": self.id, "since": since})
-
-    def run(self, *cmd, timeout=30, input=None):
-        """Runs a command as the guest (inside the guest namespace)."""
-        return sh(*cmd, ns=self.guest, check=False, timeout=timeout, input=input)
-
-    def py(self, *args, timeout=60):
-        """Runs tests/netsec/guestpy.py as the guest; returns its JSON result."""
-        r = self.run(PY, os.path.join(HERE, "guestpy.py"), *args, timeout=timeout)
-        if r.returncode != 0:
-            raise RuntimeError("guestpy %s: %s" % (args, r.stderr[-2000:]))
-        return json.loads(r.stdout)
-
-    def destroy(self):
-        for ns in (self.ns, self.guest):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree("/etc/netns/" + self.guest, ignore_errors=True)
-
-
 class Lab:
     def __init__(self):
         self.prefix = "spn%d" % (os.getpid() % 100000)
@@ -147,12 +103,16 @@ class Lab:
         self.dir = tempfile.mkdtemp(prefix="space-netsec-")
         self.events_path = os.path.join(self.dir, "events.jsonl")
         self.procs = []
-        self.sandboxes = []
         build = os.environ.get("SPACE_BUILD", os.path.join(ROOT, "build", "san"))
         self.gateway_bin = os.path.join(build, "space-gateway")
 
     # ---- building
-    def start(self, policies, limits=None):
+    def start(self, policies=(), gateway=True):
+        """Builds the fake internet and the gateway namespace, and with gateway runs a
+        space-gateway of the lab's own there (tests that claim namespaces through net.c
+        attach to it). Sandboxes are real VMs now (vmlab.py): policies must be empty."""
+        if policies:
+            raise ValueError("namespace stand-ins for sandboxes are gone: attacks run in VMs (vmlab.py)")
         if not os.path.exists(self.gateway_bin):
             raise RuntimeError("missing %s (make SAN=1 programs, or set SPACE_BUILD)" % self.gateway_bin)
         make_certs(self.dir)
@@ -182,6 +142,8 @@ class Lab:
         # Canary listeners on the gateway host's own addresses: must never be dialled.
         self._spawn(self.gwns, [PY, os.path.join(HERE, "guestpy.py"), "canary",
                                 self.events_path, "127.0.0.1", GW_UPLINK], "canary")
+        if not gateway:
+            return self
         self.ctl_path = os.path.join(self.dir, "gateway.sock")
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
         self.gw_log = open(os.path.join(self.dir, "gateway.log"), "w")
@@ -190,16 +152,6 @@ class Lab:
              "--upstream-dns", "192.0.2.53", "--trust", self.dir + "/trust.pem"],
             stdout=self.gw_log, stderr=subprocess.STDOUT, env=env)
         self._wait(lambda: os.path.exists(self.ctl_path), "gateway control socket")
-        with open(os.path.join(self.dir, "guest-ca.pem"), "w") as f:
-            f.write(open(self.dir + "/testca.crt").read())
-            f.write(open(self.dir + "/ca/space-ca.crt").read())
-        for i, pol in enumerate(policies, 1):
-            sb = Sandbox(self, i, pol, limits)
-            self.sandboxes.append(sb)
-            sb.create()
-            r = sb.attach()
-            if not r.get("ok"):
-                raise RuntimeError("attach failed: %s" % r)
         return self
 
     def _spawn(self, ns, cmd, name):
@@ -228,16 +180,10 @@ class Lab:
         if getattr(self, "gw_log", None):
             self.gw_log.close()
             with open(self.gw_log.name) as f:
-                text = f.read()
-            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
-                if marker in text:
-                    report = text[text.index(marker) - 200 if text.index(marker) > 200 else 0:][:6000]
-                    break
+                report = sanitizer_report(f.read())
         for p in self.procs:
             p.kill()
             p.wait()
-        for sb in self.sandboxes:
-            sb.destroy()
         for ns in (self.inet, self.gwns):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         if os.environ.get("SPACE_NETSEC_KEEP") is None:

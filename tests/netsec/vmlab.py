@@ -1,0 +1,306 @@
+"""The attack lab with real sandboxes: netlab's fake internet and gateway namespace, a
+real spaced (tests/e2e/spacedlib.py) whose own space-gateway runs in that gateway
+namespace, and `python`-template sandbox VMs created through the API. Attacks run
+inside the VMs, as root, through the sessions API: guestpy.py and frames.py are
+uploaded with the files API to GUEST_TOOLS, and every call is one session running
+`python3 GUEST_TOOLS/guestpy.py ...` (or a `batch` of several such calls, each with its
+own result).
+
+    fake internet (netlab)  DNS/HTTP/TLS servers, canary resolver, counters
+    gateway namespace       spaced's space-gateway (SPACE_GATEWAY wrapper), canaries
+    space-<id> namespaces   made by spaced for each VM: tap0 = 10.0.2.2, QEMU's tap
+    VMs                     eth0 = 10.0.2.15, resolver 10.0.2.2 (agent_net)
+
+The host-side checks the namespace version made (nftables counters, the far side's
+event log, the sandbox namespace's neighbour and socket tables, the gateway's decision
+log) are unchanged: only where the attack runs has moved.
+"""
+import base64
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import netlab
+
+sys.path.insert(0, os.path.join(netlab.ROOT, "tests", "e2e"))
+import spacedlib  # noqa: E402
+
+GUEST_TOOLS = "/opt/netsec"
+GUEST_CA = GUEST_TOOLS + "/ca.pem"        # test CA + the deployment's egress CA
+GUEST_SPACE_CA = GUEST_TOOLS + "/space-ca.pem"
+GUEST_MAC = "02:5b:00:00:00:01"           # src/daemon/net/net.h NET_GUEST_MAC
+TEMPLATE = "python"
+# Bytes of arguments above which a call travels as a file (the sessions API caps a
+# command at 64 KiB of JSON).
+ARGS_MAX = 16000
+# The image's /etc/hosts, restored after the case that forges it.
+HOSTS = "127.0.0.1 localhost\n"
+
+
+def missing():
+    """Why VM attacks cannot run here, or None."""
+    why = netlab.can_run() or spacedlib.vm_missing()
+    if why:
+        return why
+    if not os.path.exists(os.path.join(spacedlib.GUEST, "templates", TEMPLATE, "rootfs.ext4")):
+        return "the %s template is not built in %s (make templates)" % (TEMPLATE, spacedlib.GUEST)
+    return None
+
+
+class Result:
+    """What subprocess.run returns, for a command run in a VM."""
+
+    def __init__(self, code, out, err):
+        self.returncode, self.stdout, self.stderr = code, out, err
+
+
+class Session:
+    """One command in a VM through the sessions API; output read as it comes."""
+
+    def __init__(self, sp, sid, argv, timeout):
+        r = sp.request("POST", "/v1/sandboxes/%s/sessions" % sid,
+                       {"argv": argv, "user": "root", "timeout": int(timeout)})
+        if r.status != 201:
+            raise RuntimeError("session create: %r" % r)
+        j = r.json
+        # Generous socket timeout: the machine is shared and guests run under TCG; the
+        # session's own timeout (SIGKILL in the guest) bounds a hung command.
+        self.conn = http.client.HTTPConnection("127.0.0.1", sp.port, timeout=timeout + 120)
+        self.conn.request("GET", j["attach_url"], headers={"Authorization": "Bearer " + j["attach_token"]})
+        self.resp = self.conn.getresponse()
+        if self.resp.status != 200:
+            raise RuntimeError("attach: %d %s" % (self.resp.status, self.resp.read()[:300]))
+        self.out, self.err, self.code, self.pending = b"", b"", None, b""
+
+    def _events(self):
+        name, data = None, []
+        while True:
+            line = self.resp.readline()
+            if not line:
+                return
+            line = line.rstrip(b"\r\n")
+            if not line:
+                if name:
+                    yield name, json.loads(b"\n".join(data))
+                name, data = None, []
+            elif line.startswith(b"event:"):
+                name = line[6:].strip().decode()
+            elif line.startswith(b"data:"):
+                data.append(line[5:].lstrip())
+
+    def _pump(self):
+        """Reads events until some stdout arrives or the process ends; False at the end."""
+        for name, payload in self._events():
+            if name == "stdout":
+                self.pending += base64.b64decode(payload["data"])
+                return True
+            if name == "stderr":
+                self.err += base64.b64decode(payload["data"])
+            elif name == "exit":
+                self.code = payload["code"] if payload.get("code") is not None else -payload["signal"]
+            elif name == "error":
+                self.err += json.dumps(payload).encode()
+        return False
+
+    def readline(self):
+        while b"\n" not in self.pending:
+            if not self._pump():
+                line, self.pending = self.pending, b""
+                return line.decode(errors="replace")
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line.decode(errors="replace") + "\n"
+
+    def wait(self):
+        while self._pump():
+            pass
+        self.out, self.pending = self.pending, b""
+        self.conn.close()
+        return Result(self.code, self.out.decode(errors="replace"), self.err.decode(errors="replace"))
+
+    def kill(self):
+        self.conn.close()
+
+
+class VMSandbox:
+    """One sandbox VM under attack. id is spaced's sandbox id; ns its namespace."""
+
+    def __init__(self, lab, policy):
+        self.lab, self.policy = lab, policy
+        sp = lab.spaced
+        r = sp.create({"template": TEMPLATE, "timeout": 0, "network": policy})
+        self.id = r["sandbox"]["id"]
+        op = sp.wait_op(r["operation"]["id"], timeout=900)
+        if op["state"] != "succeeded":
+            raise RuntimeError("sandbox create failed: %s" % op)
+        self.ns = "space-" + self.id
+        for name in ("guestpy.py", "frames.py"):
+            with open(os.path.join(netlab.HERE, name), "rb") as f:
+                self.put(GUEST_TOOLS + "/" + name, f.read())
+        with open(os.path.join(lab.dir, "testca.crt"), "rb") as f:
+            test_ca = f.read()
+        with open(lab.space_ca, "rb") as f:
+            space_ca = f.read()
+        self.put(GUEST_CA, test_ca + space_ca)
+        self.put(GUEST_SPACE_CA, space_ca)
+        self.ca, self.space_ca = GUEST_CA, GUEST_SPACE_CA
+        self.batches = 0  # names the files that carry long batches
+
+    def put(self, path, data):
+        q = "?" + urllib.parse.urlencode({"path": path})
+        r = self.lab.spaced.request("PUT", "/v1/sandboxes/%s/files%s" % (self.id, q), raw=data,
+                                    headers={"Content-Type": "application/octet-stream"})
+        if r.status != 200:
+            raise RuntimeError("upload %s: %r" % (path, r))
+
+    def spawn(self, *argv, timeout=120):
+        return Session(self.lab.spaced, self.id, list(argv), timeout)
+
+    def run(self, *argv, timeout=60):
+        """Runs argv in the VM as root; returns a Result."""
+        return self.spawn(*argv, timeout=timeout).wait()
+
+    def py(self, *args, timeout=60):
+        """Runs guestpy.py in the VM; returns its JSON result."""
+        if sum(len(a) for a in args) > ARGS_MAX:
+            res = self.batch([args], timeout=timeout)[0]
+            if "exception" in res:
+                raise RuntimeError("guestpy %s in %s: %s" % (args[0], self.id, res["exception"]))
+            return res
+        r = self.run("python3", GUEST_TOOLS + "/guestpy.py", *args, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError("guestpy %s in %s: exit %s: %s" % (args, self.id, r.returncode, r.stderr[-2000:]))
+        return json.loads(r.stdout)
+
+    def batch(self, calls, timeout=120):
+        """Several guestpy calls in one session (one Python start-up in the VM); returns
+        one result per call, in order. A call that raised gives {"exception": text}.
+        Calls too long for a command line travel as a file."""
+        text = json.dumps([list(c) for c in calls])
+        if len(text) > ARGS_MAX:
+            self.batches += 1
+            path = "%s/calls-%d.json" % (GUEST_TOOLS, self.batches)
+            self.put(path, text.encode())
+            text = "@" + path
+        return self.py("batch", text, timeout=timeout)
+
+    def spawn_py(self, *args, timeout=120):
+        return self.spawn("python3", GUEST_TOOLS + "/guestpy.py", *args, timeout=timeout)
+
+    def log(self, since=0):
+        return self.lab.ctl({"op": "log", "sandbox": self.id, "since": since})
+
+    def set_policy(self, policy):
+        r = self.lab.spaced.request("PUT", "/v1/sandboxes/%s/network" % self.id, policy)
+        if r.status == 200:
+            self.policy = policy
+        return {"ok": r.status == 200, "status": r.status}
+
+    def set_creds(self, rules):
+        r = self.lab.spaced.request("PUT", "/v1/sandboxes/%s/credentials" % self.id, rules)
+        if r.status != 200:
+            raise RuntimeError("credentials: %r" % r)
+
+    def qemu_pid(self):
+        with open(os.path.join(self.lab.spaced.data_dir, "run", self.id, "qemu.pid")) as f:
+            return int(f.read().strip())
+
+
+class VMLab(netlab.Lab):
+    """netlab.Lab (fake internet, gateway namespace, canaries) with spaced in place of
+    the lab's own gateway. ctl() talks to spaced's gateway."""
+
+    def start_vms(self, policies):
+        self.start(gateway=False)
+        self.sandboxes = []
+        wrapper = os.path.join(self.dir, "gateway-in-lab")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (self.gwns, self.gateway_bin))
+        os.chmod(wrapper, 0o755)
+        self.saved_env = dict(spacedlib.SPACED_ENV)
+        spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
+        spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % self.dir
+        self.spaced = spacedlib.Spaced(spacedlib.GUEST)
+        self.spaced.start()
+        gwdir = os.path.join(self.spaced.data_dir, "gateway")
+        self.ctl_path = os.path.join(gwdir, "gateway.sock")
+        self.space_ca = os.path.join(gwdir, "ca", "space-ca.crt")
+        t0 = time.monotonic()
+        # The first networked create starts the gateway; later ones reuse it.
+        for pol in policies:
+            self.sandboxes.append(VMSandbox(self, pol))
+        self.boot_seconds = time.monotonic() - t0
+        return self
+
+    def gateway_pid(self):
+        with open(os.path.join(self.spaced.data_dir, "gateway", "gateway.pid")) as f:
+            return int(f.read().strip())
+
+    def gateway_alive(self):
+        try:
+            os.kill(self.gateway_pid(), 0)
+            return bool(self.ctl({"op": "ping"}).get("ok"))
+        except (OSError, ValueError, json.JSONDecodeError):
+            return False
+
+    def stop(self):
+        """Stops spaced (VMs, its gateway, namespaces) and the lab; returns sanitizer
+        reports found in the gateway's log."""
+        report = ""
+        sp = getattr(self, "spaced", None)
+        if sp:
+            try:
+                os.kill(self.gateway_pid(), signal.SIGTERM)
+                end = time.monotonic() + 20
+                while time.monotonic() < end:
+                    os.kill(self.gateway_pid(), 0)
+                    time.sleep(0.1)
+            except (OSError, ValueError):
+                pass
+            try:
+                with open(os.path.join(sp.data_dir, "gateway", "gateway.log"), errors="replace") as f:
+                    report = netlab.sanitizer_report(f.read())
+            except OSError:
+                pass
+            try:
+                if sp.proc:
+                    sp.stop()
+            finally:
+                spacedlib.SPACED_ENV.clear()
+                spacedlib.SPACED_ENV.update(self.saved_env)
+        return super().stop() or report
+
+
+def gw_mac(sb):
+    return netlab.sh("cat", "/sys/class/net/tap0/address", ns=sb.ns).stdout.strip()
+
+
+def qemu_memory_contains(pid, needle):
+    """True if needle is anywhere in the readable memory of process pid (for a QEMU
+    process: the whole guest RAM plus QEMU's own buffers)."""
+    needle = needle.encode()
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+        for line in maps:
+            rng, perms = line.split()[:2]
+            if "r" not in perms:
+                continue
+            lo, hi = (int(x, 16) for x in rng.split("-"))
+            off = lo
+            tail = b""
+            while off < hi:
+                n = min(hi - off, 64 << 20)
+                try:
+                    mem.seek(off)
+                    chunk = mem.read(n)
+                except (OSError, ValueError, OverflowError):
+                    break
+                if needle in tail + chunk:
+                    return True
+                tail = chunk[-len(needle):]
+                off += n
+    return False
+
