@@ -381,17 +381,17 @@ int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t *
         rc = spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
     else if (strcmp(row.state, "building") == 0)
         rc = spaced_err_set(err, 409, "conflict", "template %s is being built; wait for the build", name);
-    else if (tpl_snapshots_busy(sp, name))
-        rc = spaced_err_set(err, 409, "conflict",
-                            "a memory snapshot of template %s is being made; retry in a minute", name);
-    else if (tpl_builds_use(sp, name))
-        rc = spaced_err_set(err, 409, "template_in_use",
-                            "a template build uses %s as its base; retry when it is done", name);
     else if ((sbx_each(sp, count_user, &use), use.n > 0))
         rc = spaced_err_set(err, 409, "template_in_use",
                             "%u sandbox(es) were created from template %s (in any state but "
                             "deleted); delete them first: their disks are backed by its image",
                             use.n, name);
+    else if (tpl_builds_use(sp, name))
+        rc = spaced_err_set(err, 409, "template_in_use",
+                            "a template build uses %s as its base; retry when it is done", name);
+    else if (tpl_snapshots_busy(sp, name))
+        rc = spaced_err_set(err, 409, "conflict",
+                            "a memory snapshot of template %s is being made; retry in a minute", name);
     if (rc == 0) {
         snprintf(row.state, sizeof row.state, "deleted");
         free(row.failure);

@@ -99,7 +99,7 @@ int tpl_spec_check(struct spaced *sp, const char *tenant, json_t *spec, struct s
 extern const char *const tpl_spec_fields[];
 #define TPL_SPEC_BODY_MAX (16u * 1024 * 1024) /* request body, base64 file contents included */
 #define TPL_COPY_MAX (8u * 1024 * 1024)       /* one copy step's decoded content */
-#define TPL_COPY_TOTAL_MAX (12u * 1024 * 1024) /* all copy steps of one spec */
+#define TPL_COPY_TOTAL_MAX (10u * 1024 * 1024) /* all copy steps of one spec */
 #define TPL_STEPS_MAX 64
 
 /* GET /v1/templates for `tenant`: {"templates":[...]} (built-ins and the tenant's own) /
