@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.parse
 import uuid
 
 import pytest
 
 from spacedlib import GUEST, ROOT, SPACED, SPACED_ENV, Spaced, vm_missing
-from test_sessions import run
+from test_sessions import URL_SESS, Stream, collect, run
 
 PG_SCRIPT = os.path.join(ROOT, "scripts", "pg-test-server.sh")
 
@@ -67,6 +68,23 @@ def pg_url(pg_server):
     _psql(pg_server, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
 
 
+def run_after_restart(s, sid, body, timeout=120):
+    """Runs a command once the restarted spaced has reattached to the guest agent (until
+    then session creation answers 409)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = s.request("POST", URL_SESS % sid, body)
+        if r.status != 409 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.status == 201, (r, s.log())
+    st = Stream(s, r.json["attach_url"], r.json["attach_token"])
+    assert st.status == 200, st.resp.read()
+    res = collect(st.events())
+    st.close()
+    return res
+
+
 def test_unreachable_database_is_a_clear_start_error():
     d = tempfile.mkdtemp(prefix="spd")
     try:
@@ -109,7 +127,7 @@ def test_sandbox_survives_kill9_on_postgres(pg_url):
         assert a["state"] == "running", a
         again = s.request("GET", "/v1/operations/" + op_id)
         assert again.status == 200 and again.json["operation"]["state"] == "succeeded", again
-        _, res = run(s, sid, {"cmd": "echo after"})
+        res = run_after_restart(s, sid, {"cmd": "echo after"})
         assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"after\n", res
         # Everything durable went to PostgreSQL: no SQLite file appeared.
         assert not os.path.exists(os.path.join(s.data_dir, "space.db"))

@@ -1,0 +1,116 @@
+"""Multi-node roles on one machine: one `spaced --role=control` and two `--role=node`
+daemons sharing one PostgreSQL database (docs/multinode.md).
+
+Two real `base` sandboxes created through the control daemon land on different nodes
+(most free capacity first), commands run in them through the control daemon (session
+create and the attach event stream are forwarded to the owning node), listings come from
+the shared store, a node refuses requests without the shared secret, and deletes through
+the control daemon finish on the nodes. PostgreSQL comes from test_store_pg's fixtures
+(SPACE_TEST_PG or a throwaway server; skips, saying why, without one)."""
+import os
+import secrets
+import subprocess
+import time
+
+import pytest
+
+import spacedlib
+from spacedlib import GUEST, Spaced, vm_missing
+from test_sessions import run
+from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
+
+BODY = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
+
+
+def live_nodes(control):
+    r = control.request("GET", "/v1/nodes")
+    assert r.status == 200, r
+    return {n["id"]: n for n in r.json["nodes"] if n["live"]}
+
+
+def sql(url, query):
+    r = subprocess.run(["psql", "-X", "-At", "-d", url, "-c", query], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+@pytest.fixture
+def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
+    """(control, [node-a, node-b]) on one fresh database, stopped afterwards."""
+    why = vm_missing()
+    if why:
+        pytest.skip(why)
+    monkeypatch.setitem(spacedlib.SPACED_ENV, "SPACE_NODE_TOKEN", secrets.token_hex(16))
+    store = ["--store", pg_url]
+    made = []
+    try:
+        control = Spaced(GUEST)
+        made.append(control)
+        control.start(extra=store + ["--role", "control"])
+        for name in ("node-a", "node-b"):
+            port = spacedlib.free_port()
+            n = Spaced(GUEST)
+            made.append(n)
+            with monkeypatch.context() as m:  # the node must advertise the port it listens on
+                m.setattr(spacedlib, "free_port", lambda: port)
+                n.start(extra=store + ["--role", "node", "--node-id", name, "--advertise",
+                                       "http://127.0.0.1:%d" % port, "--capacity-vcpus", "4",
+                                       "--capacity-mem", "4096"])
+        yield control, made[1:]
+    finally:
+        errors = []
+        for s in reversed(made):
+            try:
+                s.stop()
+            except AssertionError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: F811
+    control, nodes = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+
+    placed = {}
+    for i in range(2):
+        r = control.request("POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)}))
+        assert r.status == 202, r
+        placed[r.json["sandbox"]["id"]] = (r.headers.get("x-space-node"), r.json["operation"]["id"])
+    assert sorted(n for n, _ in placed.values()) == ["node-a", "node-b"], placed
+    for sid, (node, op_id) in placed.items():
+        op = control.wait_op(op_id)
+        assert op["state"] == "succeeded", (op, nodes[0].log(), nodes[1].log())
+    rows = dict(line.split("|") for line in sql(pg_url, "SELECT id||'|'||node FROM sandboxes"))
+    assert rows == {sid: node for sid, (node, _) in placed.items()}
+
+    # Listing comes from the shared store; per-sandbox reads are answered by the owner.
+    listed = {s["id"] for s in control.request("GET", "/v1/sandboxes").json["sandboxes"]}
+    assert listed == set(placed)
+    for sid, (node, _) in placed.items():
+        r = control.request("GET", "/v1/sandboxes/" + sid)
+        assert r.status == 200 and r.json["sandbox"]["state"] == "running", r
+        assert r.headers.get("x-space-node") == node
+        _, res = run(control, sid, {"cmd": "echo hello-from-$((40+2))"})
+        assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"hello-from-42\n", res
+
+    used = live_nodes(control)
+    assert used["node-a"]["used"]["vcpus"] == 1 and used["node-b"]["used"]["vcpus"] == 1, used
+
+    # A node answers only the control daemon (shared secret), except health checks.
+    r = nodes[0].request("GET", "/v1/sandboxes", key=control.admin_key)
+    assert r.status == 403 and r.error_code() == "forbidden", r
+    assert nodes[0].request("GET", "/healthz", key=None).status == 200
+
+    for sid in placed:
+        d = control.request("DELETE", "/v1/sandboxes/" + sid)
+        assert d.status == 202, d
+        assert control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
+        assert control.request("GET", "/v1/sandboxes/" + sid).status == 404
+    for n in nodes:  # no sandbox run dir left (template snapshot builders aside)
+        left = [d for d in os.listdir(os.path.join(n.data_dir, "run")) if d.startswith("sb")]
+        assert not left, (left, n.log())
