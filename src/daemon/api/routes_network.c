@@ -3,9 +3,14 @@
  *   GET /v1/sandboxes/{id}/network           {"mode","allow"?,"nic"}
  *   PUT /v1/sandboxes/{id}/network           body: policy {"mode","allow"?}; live change
  *   GET /v1/sandboxes/{id}/network/log       ?since=SEQ -> {"entries":[...]} (gateway log)
- *   GET /v1/sandboxes/{id}/credentials       [{"host","header"}] (secrets never returned)
+ *   GET /v1/sandboxes/{id}/credentials       {"credentials":[{"host","header"}]} (no secrets)
  *   PUT /v1/sandboxes/{id}/credentials       body: [{"host","header","secret"}] (replaces)
- * Secrets go to spaced's record and the gateway only; never into the VM, never back out
+ *   GET /v1/credentials                      the caller's tenant's rules, same shape
+ *   PUT /v1/credentials                      body: [{"host","header","secret"}] (replaces);
+ *                                            they apply to every sandbox of the tenant,
+ *                                            after its own rules (a sandbox rule wins)
+ *   DELETE /v1/credentials                   204; the tenant has no rules any more
+ * Secrets go to spaced's records and the gateway only; never into a VM, never back out
  * through the API. The tenant's API key is required, and a sandbox of another tenant is
  * a 404 like a missing one. */
 #include <errno.h>
@@ -15,11 +20,18 @@
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/net/net.h"
+#include "daemon/net/net_tenant.h"
 #include "daemon/sandbox/sbx.h"
 
 void routes_network_register(struct router *r, struct spaced *sp);
 
 #define NET_BODY_MAX (1024 * 1024)
+
+static void reply_unavailable(struct spaced *sp, struct http_req *req)
+{
+    routes_reply_error(sp, req, 503, "network_unavailable",
+                       "sandbox networking is not available on this host (see spaced's log)");
+}
 
 /* What every handler starts with; replies the error itself and returns NULL. */
 static struct sbx *resolve(struct spaced *sp, struct http_req *req, struct net **net)
@@ -34,11 +46,30 @@ static struct sbx *resolve(struct spaced *sp, struct http_req *req, struct net *
         return NULL;
     }
     if (!(*net = net_get(sp))) {
-        routes_reply_error(sp, req, 503, "network_unavailable",
-                           "sandbox networking is not available on this host (see spaced's log)");
+        reply_unavailable(sp, req);
         return NULL;
     }
     return s;
+}
+
+/* The body as JSON (any value; duplicate keys refused), or NULL after a 400. */
+static json_t *parse_body(struct spaced *sp, struct http_req *req, const char *data, size_t len)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!v)
+        routes_reply_error(sp, req, 400, "invalid_json", "body is not valid JSON: %s (at byte %d)",
+                           jerr.text, jerr.position);
+    return v;
+}
+
+/* What every PUT on a sandbox starts with: the sandbox (as resolve) and its body
+ * parsed (new reference); NULL after replying the error. */
+static json_t *sandbox_body(struct spaced *sp, struct http_req *req, const char *data, size_t len,
+                            struct net **net, struct sbx **s)
+{
+    *s = resolve(sp, req, net);
+    return *s ? parse_body(sp, req, data, len) : NULL;
 }
 
 /* The sandbox's policy as given at create, for a sandbox whose network was never set
@@ -92,11 +123,8 @@ static void put_network_body(struct http_req *req, const char *data, size_t len,
 {
     struct spaced *sp = arg;
     struct net *net;
-    struct sbx *s = resolve(sp, req, &net);
-    if (!s)
-        return;
-    static const char *const known[] = {"mode", "allow", NULL};
-    json_t *o = routes_parse_object(sp, req, data, len, known);
+    struct sbx *s;
+    json_t *o = sandbox_body(sp, req, data, len, &net, &s);
     if (!o)
         return;
     /* net's record first (from the create request's policy), so a sandbox created with
@@ -164,6 +192,14 @@ static void h_log(struct http_req *req, void *arg)
     json_decref(log);
 }
 
+/* 200 {"credentials": creds} (creds: rules without secrets; reference stolen). */
+static void reply_creds(struct http_req *req, json_t *creds)
+{
+    json_t *body = json_pack("{s:o}", "credentials", creds);
+    http_reply_json(req, 200, body);
+    json_decref(body);
+}
+
 static void h_get_creds(struct http_req *req, void *arg)
 {
     struct spaced *sp = arg;
@@ -173,25 +209,17 @@ static void h_get_creds(struct http_req *req, void *arg)
         return;
     struct spaced_err err;
     json_t *c = net_creds_get(net, sbx_id(s), &err);
-    json_t *body = json_pack("{s:o}", "credentials", c ? c : json_array());
-    http_reply_json(req, 200, body);
-    json_decref(body);
+    reply_creds(req, c ? c : json_array());
 }
 
 static void put_creds_body(struct http_req *req, const char *data, size_t len, void *arg)
 {
     struct spaced *sp = arg;
     struct net *net;
-    struct sbx *s = resolve(sp, req, &net);
-    if (!s)
+    struct sbx *s;
+    json_t *rules = sandbox_body(sp, req, data, len, &net, &s);
+    if (!rules)
         return;
-    json_error_t jerr;
-    json_t *rules = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!rules) {
-        routes_reply_error(sp, req, 400, "invalid_json", "body is not valid JSON: %s (at byte %d)",
-                           jerr.text, jerr.position);
-        return;
-    }
     struct spaced_err err;
     int rc = ensure_record(net, s, &err);
     if (rc == 0)
@@ -209,6 +237,62 @@ static void h_put_creds(struct http_req *req, void *arg)
     http_req_read_body(req, NET_BODY_MAX, put_creds_body, arg);
 }
 
+/* The caller's tenant and the tenant rules, or NULL after replying the error. */
+static struct net_tenants *tenant_scope(struct spaced *sp, struct http_req *req,
+                                        struct auth_principal *who)
+{
+    if (!auth_require(sp, req, who))
+        return NULL;
+    struct net_tenants *t = net_tenants_get(sp);
+    if (!t)
+        reply_unavailable(sp, req);
+    return t;
+}
+
+static void h_get_tenant_creds(struct http_req *req, void *arg)
+{
+    struct auth_principal who;
+    struct net_tenants *t = tenant_scope(arg, req, &who);
+    if (t)
+        reply_creds(req, net_tenant_creds_get(t, who.tenant));
+}
+
+static void put_tenant_creds_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    struct net_tenants *t = tenant_scope(sp, req, &who);
+    json_t *rules = t ? parse_body(sp, req, data, len) : NULL;
+    if (!rules)
+        return;
+    struct spaced_err err;
+    int rc = net_tenant_creds_set(t, who.tenant, rules, &err);
+    json_decref(rules);
+    if (rc != 0)
+        routes_reply_err(sp, req, &err);
+    else
+        reply_creds(req, net_tenant_creds_get(t, who.tenant));
+}
+
+static void h_put_tenant_creds(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, NET_BODY_MAX, put_tenant_creds_body, arg);
+}
+
+static void h_delete_tenant_creds(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    struct net_tenants *t = tenant_scope(sp, req, &who);
+    struct spaced_err err;
+    if (!t)
+        return;
+    if (net_tenant_creds_delete(t, who.tenant, &err) != 0)
+        routes_reply_err(sp, req, &err);
+    else
+        http_reply(req, 204, NULL, NULL, 0);
+}
+
 void routes_network_register(struct router *r, struct spaced *sp)
 {
     /* Sets the module up now (pool, gateway, re-attaching adopted sandboxes) rather than
@@ -219,4 +303,7 @@ void routes_network_register(struct router *r, struct spaced *sp)
     router_add(r, "GET", "/v1/sandboxes/{id}/network/log", h_log, sp);
     router_add(r, "GET", "/v1/sandboxes/{id}/credentials", h_get_creds, sp);
     router_add(r, "PUT", "/v1/sandboxes/{id}/credentials", h_put_creds, sp);
+    router_add(r, "GET", "/v1/credentials", h_get_tenant_creds, sp);
+    router_add(r, "PUT", "/v1/credentials", h_put_tenant_creds, sp);
+    router_add(r, "DELETE", "/v1/credentials", h_delete_tenant_creds, sp);
 }

@@ -39,6 +39,20 @@ int net_ns_tap_open(int home_fd, int nsfd, char *err, size_t errlen);
 /* Validates credential rules [{"host","header","secret"}...] and returns them
  * canonical (host lower case; new reference), or NULL with a 400 in err. */
 json_t *net_creds_check(const json_t *rules, struct spaced_err *err);
+/* Checked rules without their secrets, [{"host","header"}] (what the API may show), or
+ * for_gateway as the gateway's `creds` request takes them, [{"host","header","value"}]
+ * (the secret travels as "value"). New reference. */
+json_t *net_creds_view(const json_t *creds, bool for_gateway);
+
+/* ---- net_file.c: what names the module's files, and their durable writes ---------- */
+
+/* An id that may name a file or mount: [A-Za-z0-9_-]{1,max}. */
+bool net_id_ok(const char *id, size_t max);
+
+/* Writes o to path atomically (temp file, fsync, rename), mode 0600: records hold
+ * secrets, and after a power cut a tightened policy must not come back as the older one.
+ * Returns 0, or -1 (logged) leaving any previous file in place. */
+int net_json_save(const char *path, const json_t *o);
 
 /* ---- net_ctl.c: one request on the gateway's control socket -------------------------- */
 

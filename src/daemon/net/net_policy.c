@@ -207,3 +207,18 @@ json_t *net_creds_check(const json_t *rules, struct spaced_err *err)
     }
     return out;
 }
+
+json_t *net_creds_view(const json_t *creds, bool for_gateway)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(creds, i, c) {
+        json_t *r = json_pack("{s:O, s:O}", "host", json_object_get(c, "host"), "header",
+                              json_object_get(c, "header"));
+        if (for_gateway)
+            json_object_set(r, "value", json_object_get(c, "secret"));
+        json_array_append_new(out, r);
+    }
+    return out;
+}

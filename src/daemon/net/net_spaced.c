@@ -1,4 +1,5 @@
-/* net_spaced.c: the one network module of a spaced process (net_get, net.h).
+/* net_spaced.c: the one network module of a spaced process (net_get, net.h) and its
+ * tenant credential rules (net_tenants_get, net_tenant.h).
  *
  * Static storage, like the session and file route contexts: struct spaced has no slot
  * for it and main.c no shutdown hook for route modules, so the module stays reachable
@@ -11,12 +12,14 @@
 #include <unistd.h>
 
 #include "daemon/net/net.h"
+#include "daemon/net/net_tenant.h"
 #include "daemon/sandbox/sbx.h"
 #include "log.h"
 
 static struct {
     struct spaced *sp;
     struct net *net;
+    struct net_tenants *tenants; /* NULL when net is */
     bool tried; /* set up once; a failure is logged once and not retried */
 } net_proc;
 
@@ -73,17 +76,24 @@ struct net *net_get(struct spaced *sp)
         log_warn("net.unavailable", "msg=\"sandbox networking needs root (namespaces, taps)\"");
         return NULL;
     }
-    char gw[PATH_MAX + 16], err[512];
+    char gw[PATH_MAX + 16], err[512], ctl[PATH_MAX + 32];
+    /* Named here (net.c's default) so the tenant rules talk to the same gateway. */
+    snprintf(ctl, sizeof ctl, "%s/gateway/gateway.sock", sp->opt.data_dir);
     struct net_opts o = {
         .data_dir = sp->opt.data_dir,
         .pool = NET_POOL_DEFAULT,
         .gateway_bin = gateway_path(gw, sizeof gw),
+        .gateway_ctl = ctl,
         .gateway_args = gateway_args(),
     };
     if (!o.gateway_bin)
         log_warn("net.no_gateway", "msg=\"space-gateway not found beside spaced; sandboxes with a "
                                    "network policy get no answers until one runs\"");
     net_proc.net = net_new(sp->base, &o, err, sizeof err);
+    if (net_proc.net && !(net_proc.tenants = net_tenants_new(sp->opt.data_dir, ctl, err, sizeof err))) {
+        net_free(net_proc.net);
+        net_proc.net = NULL;
+    }
     if (!net_proc.net)
         log_error("net.unavailable", "error=\"%s\"", err);
     else {
@@ -91,4 +101,9 @@ struct net *net_get(struct spaced *sp)
         atexit(at_exit);
     }
     return net_proc.net;
+}
+
+struct net_tenants *net_tenants_get(struct spaced *sp)
+{
+    return net_get(sp) ? net_proc.tenants : NULL;
 }
