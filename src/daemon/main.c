@@ -58,7 +58,8 @@ static void usage(FILE *f)
             "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
             "  --jail / --no-jail   run sandbox QEMUs as nobody in own namespaces and cgroup\n"
-            "                       (default off; --jail needs root and a `nobody` user)\n"
+            "                       (default: on when root and a `nobody` user exist;\n"
+            "                       --jail insists, failing to start otherwise)\n"
             "  --rate RPS           API requests per second per API key, or per address for\n"
             "                       requests without a valid key (default 200; 0 = no limit)\n"
             "  --burst N            requests allowed at once above the rate (default 1000)\n"
@@ -88,7 +89,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
-    o->jail = 0; /* opt-in until the whole e2e suite has run jailed; -1 = auto */
+    o->jail = -1; /* auto: jailed when root and `nobody` exist (sbx_jail.c) */
     o->rate = 200;
     o->burst = 1000;
     int c;

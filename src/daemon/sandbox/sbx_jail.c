@@ -47,7 +47,7 @@ int sbx_jail_resolve(struct spaced *sp)
                  SBX_JAIL_CGROUP);
     } else {
         char q[128];
-        log_info("jail", "state=off why=%s", log_quote(why ? why : "not asked for (--jail)", q, sizeof q));
+        log_info("jail", "state=off why=%s", log_quote(why ? why : "--no-jail", q, sizeof q));
     }
     return 0;
 }
