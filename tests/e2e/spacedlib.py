@@ -161,7 +161,8 @@ class Spaced:
         with open(os.path.join(self.data_dir, "admin.key")) as f:
             return f.read().strip()
 
-    def start(self, extra=()):
+    def start(self, extra=(), env=None):
+        """Starts spaced (extra: more arguments; env: variables added to SPACED_ENV)."""
         if not os.access(SPACED, os.X_OK):
             pytest.fail("spaced binary %s is missing: build it with `make SAN=1 programs`" % SPACED)
         self.port = free_port()
@@ -169,7 +170,7 @@ class Spaced:
         self.proc = subprocess.Popen(
             [SPACED, "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data_dir,
              "--guest-dir", self.guest_dir, *extra],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=SPACED_ENV)
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=dict(SPACED_ENV, **(env or {})))
         log.close()
         if self not in Spaced.live:
             Spaced.live.append(self)

@@ -1,0 +1,171 @@
+"""The `space` CLI (build/<variant>/space) against a real spaced with real VMs: every
+command of docs/cli.md, checked through its output and exit status and against the API.
+
+  create (prints the id once running), ls (id, state, template), exec (streams stdout
+  and stderr apart, exits with the command's status, -i feeds stdin), cp both ways (files
+  and '-'), pause/resume/suspend/restore/stop/start, rm, API errors (one line, status
+  1), network (show, live change, log), template ls/build, and the progress line that
+  long operations draw when stderr is a terminal."""
+import os
+import pty
+import re
+import select
+import subprocess
+
+import pytest
+
+from spacedlib import BUILD
+
+SPACE = os.path.join(BUILD, "space")
+ID_RE = re.compile(rb"^sb[0-9a-f]{16}\n$")
+
+
+@pytest.fixture(scope="module")
+def cli(spaced):
+    if not os.access(SPACE, os.X_OK):
+        pytest.fail("%s is missing: build it with `make SAN=1 programs`" % SPACE)
+    env = dict(os.environ, SPACE_URL=spaced.url, SPACE_API_KEY=spaced.admin_key)
+
+    def run(*args, input=b"", timeout=900, stderr=subprocess.PIPE):
+        return subprocess.run([SPACE, *args], input=input, stdout=subprocess.PIPE, stderr=stderr,
+                              timeout=timeout, env=env)
+    run.env = env
+    return run
+
+
+def ok(p):
+    assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr and p.stderr[-2000:])
+    return p.stdout
+
+
+def listed(cli, sid):
+    """The `space ls` row of sid as (id, state, template), or None."""
+    for line in ok(cli("ls")).decode().splitlines()[1:]:
+        cols = line.split()
+        if cols and cols[0] == sid:
+            return cols[0], cols[1], cols[2]
+    return None
+
+
+def create(cli, *opts):
+    out = ok(cli("create", "--template", "base", "--timeout", "0", *opts))
+    assert ID_RE.match(out), out
+    return out.decode().strip()
+
+
+def test_lifecycle_exec_cp(cli, spaced, tmp_path):
+    assert re.search(rb"^base\s+ready\s+yes", ok(cli("template", "ls")), re.M)
+    sid = create(cli, "--cpus", "1", "--memory", "256")
+    assert listed(cli, sid) == (sid, "running", "base")
+    assert spaced.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["state"] == "running"
+
+    p = cli("exec", sid, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (p.returncode, p.stdout, p.stderr) == (3, b"out\n", b"err\n")
+    p = cli("exec", "-i", sid, "--", "tr", "a-z", "A-Z", input=b"piped in\n")
+    assert (p.returncode, p.stdout) == (0, b"PIPED IN\n"), p
+    assert cli("exec", sid, "--", "no-such-program").returncode == 127
+
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    up, down = tmp_path / "up.bin", tmp_path / "down.bin"
+    up.write_bytes(data)
+    ok(cli("cp", str(up), sid + ":/tmp/d/f.bin"))
+    ok(cli("cp", sid + ":/tmp/d/f.bin", str(down)))
+    assert down.read_bytes() == data
+    ok(cli("cp", "-", sid + ":/tmp/stdin.txt", input=b"from stdin\n"))
+    assert ok(cli("cp", sid + ":/tmp/stdin.txt", "-")) == b"from stdin\n"
+    p = cli("cp", sid + ":/tmp/missing", str(down))
+    assert p.returncode == 1 and b"HTTP 404" in p.stderr, p
+
+    for verb, state in (("pause", "paused"), ("resume", "running"), ("suspend", "suspended"),
+                        ("restore", "running"), ("stop", "stopped"), ("start", "running")):
+        ok(cli(verb, sid))
+        assert listed(cli, sid)[1] == state, verb
+    assert ok(cli("exec", sid, "--", "echo", "back")) == b"back\n"
+
+    p = cli("resume", sid)
+    assert p.returncode == 1 and b"HTTP 409" in p.stderr and p.stderr.count(b"\n") == 1, p
+    # Created without a network: no NIC, and none can be added live.
+    assert ok(cli("network", sid)) == b"mode: none\nnic: no\n"
+    p = cli("network", sid, "open")
+    assert p.returncode == 1 and b"nic_change_needed, HTTP 409" in p.stderr, p
+    ok(cli("rm", sid))
+    assert listed(cli, sid) is None
+    p = cli("exec", sid, "--", "true")
+    assert p.returncode == 1 and b"HTTP 404" in p.stderr, p
+
+
+def test_network_policy_changes_live(cli, spaced):
+    """TEST-NET CIDRs only: nothing here makes the gateway resolve or dial anything."""
+    if os.geteuid() != 0:
+        pytest.skip("sandbox networking needs spaced to run as root (namespaces, taps)")
+    if not os.access(os.path.join(BUILD, "space-gateway"), os.X_OK):
+        pytest.skip("space-gateway is not built beside spaced (make SAN=1 programs)")
+    sid = create(cli, "--allow", "203.0.113.0/24")
+    assert ok(cli("network", sid)).decode() == "mode: allowlist\nnic: yes\nallow: 203.0.113.0/24\n"
+    out = ok(cli("network", sid, "allow", "198.51.100.0/24", "192.0.2.7/32")).decode()
+    assert out.startswith("mode: allowlist\n") and "allow: 198.51.100.0/24\nallow: 192.0.2.7/32\n" in out
+    pol = spaced.request("GET", "/v1/sandboxes/%s/network" % sid).json
+    assert pol["mode"] == "allowlist" and pol["allow"] == ["198.51.100.0/24", "192.0.2.7/32"], pol
+    assert ok(cli("network", sid, "open")).decode().startswith("mode: open\n")
+    assert spaced.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["network"]["mode"] == "open"
+    ok(cli("network", sid, "log"))
+    p = cli("network", sid, "allow", "not a name!")
+    assert p.returncode == 1 and b"HTTP 400" in p.stderr, p
+    assert cli("network", sid, "sideways").returncode == 2
+    ok(cli("rm", sid))
+
+
+def test_template_build(cli):
+    out = ok(cli("template", "build", "clitpl", "--from", "base", "--run", "echo built-by-cli > /etc/motd",
+                 timeout=1800))
+    assert out == b"clitpl\n"
+    assert re.search(rb"^clitpl\s+ready\s+no", ok(cli("template", "ls")), re.M)
+    out = ok(cli("create", "--template", "clitpl", "--timeout", "0"))
+    sid = out.decode().strip()
+    assert ok(cli("exec", sid, "--", "cat", "/etc/motd")) == b"built-by-cli\n"
+    ok(cli("rm", sid))
+    p = cli("template", "build", "clitpl", "--from", "base", "--run", "true")
+    assert p.returncode == 1 and b"HTTP 409" in p.stderr, p
+
+
+def on_terminal(cli, *args):
+    """Runs the CLI with stderr on a pseudo-terminal; returns (status, stdout, what the
+    terminal showed)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([SPACE, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=slave, env=cli.env)
+    os.close(slave)
+    shown = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 1)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the last writer closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        elif p.poll() is not None:
+            break
+    out = p.stdout.read()
+    p.wait(timeout=60)
+    os.close(master)
+    return p.returncode, out, shown.decode(errors="replace")
+
+
+def test_progress_on_a_terminal(cli, tmp_path):
+    rc, out, shown = on_terminal(cli, "create", "--template", "base", "--timeout", "0")
+    assert rc == 0 and ID_RE.match(out), (rc, out, shown)
+    sid = out.decode().strip()
+    assert re.search(r"creating %s: succeeded 100%%" % sid, shown), shown
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"\x5a" * (8 << 20))
+    rc, _, shown = on_terminal(cli, "cp", str(big), sid + ":/root/big.bin")
+    assert rc == 0 and "upload /root/big.bin: 8.0/8.0 MiB 100%" in shown, shown
+    rc, _, shown = on_terminal(cli, "rm", sid)
+    assert rc == 0 and "delete %s: succeeded" % sid in shown, shown
+    # Not a terminal: no progress, no escape sequences.
+    sid = create(cli)
+    p = cli("rm", sid)
+    assert p.returncode == 0 and p.stderr == b"", p
