@@ -16,7 +16,9 @@
  *            streams) and per-operation request (/v1/operations/{id}/...) to the node
  *            that owns the sandbox, over HTTP with the shared secret. The node
  *            authenticates the client's own credentials (keys live in the shared store).
- *            GET /v1/nodes (admin key) lists nodes with capacity and use.
+ *            GET /v1/nodes (admin key) lists nodes with capacity and use. Template
+ *            builds answer 501 (they would boot a VM on the control daemon); the E2B
+ *            routes are not served.
  *
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
  * VM (every state except suspended, stopped, deleted, failed). A node is live when its

@@ -164,6 +164,14 @@ static bool control_hook(struct http_req *req, void *arg)
     }
     if (segment_after(path, "/v1/sandboxes/", id, sizeof id))
         return forward_to_owner(sp, req, id);
+    /* A build would boot its VM here, on a daemon that runs none: not until templates
+     * are built on (and shipped to) nodes. */
+    if (strncmp(path, "/v1/templates", 13) == 0 && strcmp(http_req_method(req), "GET") != 0 &&
+        strcmp(http_req_method(req), "HEAD") != 0) {
+        http_reply_error(req, 501, "not_implemented",
+                         "template builds are not available through --role=control yet; build on a single host");
+        return true;
+    }
     if (segment_after(path, "/v1/operations/", id, sizeof id)) {
         struct store_op op;
         if (store_op_get(sp->store, id, &op) != 0)
