@@ -195,6 +195,39 @@ async function wsEcho(host, messages) {
   sock.destroy()
 }
 
+// The checks run once through each way in ('main' = spaced's port, 'listen' = listener).
+async function keepAlive(which, host) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  for (let i = 0; i < 4; i++) {
+    const r = await request(which, host, { path: `/k${i}`, agent })
+    assert.equal(r.status, 200)
+    assert.equal(r.text, `hello /k${i}`)
+    if (i > 0) assert.equal(r.reused, true, 'the client connection was reused')
+  }
+  agent.destroy()
+}
+
+async function upload(which, host) {
+  const body = pattern(8 << 20)
+  const r = await request(which, host, { method: 'POST', path: '/upload', body })
+  assert.equal(r.status, 200)
+  assert.equal(r.text, `${body.length} ${sha(body)}`)
+}
+
+async function download(which, host) {
+  const n = 16 << 20
+  const r = await request(which, host, { path: `/big?n=${n}` })
+  assert.equal(r.status, 200)
+  assert.equal(r.n, n)
+  assert.equal(r.sha, sha(pattern(n)))
+}
+
+async function refused(which, sbx) {
+  const r = await request(which, sbx.getHost(8089), { path: '/' })
+  assert.equal(r.status, 502)
+  assert.match(r.text, /connection_refused/)
+}
+
 await main(async () => {
   assert.ok(LISTEN, 'SPACE_TEST_PORT_LISTEN is not set (the driver starts spaced with a listener)')
   const sbx = killLater(await Sandbox.create('python', { timeoutMs: 600_000 }))
@@ -211,38 +244,14 @@ await main(async () => {
       assert.equal(r.text, 'hello /hello')
     }
   })
-
-  for (const which of ['main', 'listen']) {
-    await step(`${which}: keep-alive, several requests on one client connection`, async () => {
-      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
-      for (let i = 0; i < 4; i++) {
-        const r = await request(which, host, { path: `/k${i}`, agent })
-        assert.equal(r.status, 200)
-        assert.equal(r.text, `hello /k${i}`)
-        if (i > 0) assert.equal(r.reused, true, 'the client connection was reused')
-      }
-      agent.destroy()
-    })
-    await step(`${which}: a streamed (chunked) 8 MiB upload arrives whole`, async () => {
-      const body = pattern(8 << 20)
-      const r = await request(which, host, { method: 'POST', path: '/upload', body })
-      assert.equal(r.status, 200)
-      assert.equal(r.text, `${body.length} ${sha(body)}`)
-    })
-    await step(`${which}: a chunked 16 MiB download arrives whole`, async () => {
-      const n = 16 << 20
-      const r = await request(which, host, { path: `/big?n=${n}` })
-      assert.equal(r.status, 200)
-      assert.equal(r.n, n)
-      assert.equal(r.sha, sha(pattern(n)))
-    })
-    await step(`${which}: a port nobody listens on is a 502 naming the refusal`, async () => {
-      const r = await request(which, sbx.getHost(8089), { path: '/' })
-      assert.equal(r.status, 502)
-      assert.match(r.text, /connection_refused/)
-    })
-  }
-
+  await step('main: keep-alive, several requests on one client connection', () => keepAlive('main', host))
+  await step('listen: keep-alive, several requests on one client connection', () => keepAlive('listen', host))
+  await step('main: a streamed (chunked) 8 MiB upload arrives whole', () => upload('main', host))
+  await step('listen: a streamed (chunked) 8 MiB upload arrives whole', () => upload('listen', host))
+  await step('main: a chunked 16 MiB download arrives whole', () => download('main', host))
+  await step('listen: a chunked 16 MiB download arrives whole', () => download('listen', host))
+  await step('main: a port nobody listens on is a 502 naming the refusal', () => refused('main', sbx))
+  await step('listen: a port nobody listens on is a 502 naming the refusal', () => refused('listen', sbx))
   await step('listen: WebSocket echo (text, 100 KB binary, close both ways)', async () => {
     await wsEcho(host, ['hello', 'x'.repeat(300), crypto.randomBytes(100_000)])
   })
