@@ -93,6 +93,20 @@ static void test_requests(void **state)
     json_decref(rep);
     assert_non_null(f->gw.tenants);
     assert_string_equal(f->gw.tenants->creds.rules[0].host, "a.test");
+    /* A sandbox of t1 sees the tenant's rule; its own rule for the same host wins; a
+     * sandbox of another tenant sees neither. */
+    rep = call(f, "{\"op\":\"creds\",\"tenant\":\"t1\",\"rules\":[{\"host\":\"a.test\",\"header\":\"Authorization\","
+                  "\"value\":\"tenant\"},{\"host\":\"b.test\",\"header\":\"X-Key\",\"value\":\"tenant-b\"}]}");
+    json_decref(rep);
+    struct gw_sandbox sb = {.gw = &f->gw, .tenant = "t1"};
+    assert_string_equal(gw_cred_find(&sb, "a.test")->value, "tenant");
+    struct gw_cred own = {.host = "a.test", .header = "Authorization", .value = "sandbox"};
+    sb.creds = (struct gw_credset){.n = 1, .rules = &own};
+    assert_string_equal(gw_cred_find(&sb, "a.test")->value, "sandbox");
+    assert_string_equal(gw_cred_find(&sb, "b.test")->value, "tenant-b");
+    assert_null(gw_cred_find(&sb, "c.test"));
+    struct gw_sandbox other = {.gw = &f->gw, .tenant = "t2"};
+    assert_null(gw_cred_find(&other, "a.test"));
 }
 
 static void test_rules_render(void **state)

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <poll.h>
+#include <pthread.h>
 #include <linux/if_tun.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -32,12 +33,15 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent/net.h"
 #include "daemon/net/net.h"
 #include "daemon/net/net_internal.h"
+#include "daemon/net/net_tenant.h"
 #include "rtnl.h"
 
 static char prefix[32];
@@ -524,6 +528,97 @@ static void test_gateway_supervision(void **state)
     event_base_free(base);
 }
 
+/* ---- tenant credential rules ------------------------------------------------------- */
+
+/* A stand-in gateway: answers `count` control requests {"ok":true}, keeping the last. */
+struct fake_gw {
+    int lfd;
+    int count;
+    char last[4096];
+};
+
+static void *fake_gw_run(void *arg)
+{
+    struct fake_gw *g = arg;
+    for (int i = 0; i < g->count; i++) {
+        int c = accept(g->lfd, NULL, NULL);
+        ssize_t n = c >= 0 ? read(c, g->last, sizeof g->last - 1) : -1;
+        g->last[n > 0 ? n : 0] = 0;
+        if (c >= 0 && write(c, "{\"ok\":true}\n", 12) != 12)
+            perror("fake gateway");
+        if (c >= 0)
+            close(c);
+    }
+    return NULL;
+}
+
+static void test_tenant_creds(void **state)
+{
+    char dir[80], ctl[100], file[200];
+    snprintf(dir, sizeof dir, "%s/tenants-test", datadir);
+    snprintf(ctl, sizeof ctl, "%s/fake-gw.sock", datadir);
+    snprintf(file, sizeof file, "%s/net/tenants/tn1.json", dir);
+    mkdir(dir, 0700);
+    struct fake_gw g = {.count = 3};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", ctl);
+    g.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(bind(g.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(g.lfd, 4), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fake_gw_run, &g), 0);
+
+    char err[256];
+    struct spaced_err e;
+    struct net_tenants *t = net_tenants_new(dir, ctl, err, sizeof err);
+    assert_non_null(t);
+    json_t *rules = json_loads("[{\"host\":\"API.test\",\"header\":\"Authorization\","
+                               "\"secret\":\"Bearer tenant-secret-1\"}]", 0, NULL);
+    assert_int_equal(net_tenant_creds_set(t, "tn1", rules, &e), 0);             /* request 1 */
+    /* The gateway got the secret as "value", scoped to the tenant. */
+    assert_non_null(strstr(g.last, "\"tenant\":\"tn1\""));
+    assert_non_null(strstr(g.last, "\"value\":\"Bearer tenant-secret-1\""));
+    /* Reads never show it. */
+    json_t *got = net_tenant_creds_get(t, "tn1");
+    char *text = json_dumps(got, JSON_COMPACT);
+    assert_string_equal(text, "[{\"host\":\"api.test\",\"header\":\"Authorization\"}]");
+    free(text);
+    json_decref(got);
+    got = net_tenant_creds_get(t, "tn2");
+    assert_int_equal(json_array_size(got), 0);
+    json_decref(got);
+    /* Stored 0600; bad input and bad tenant ids are 400 and change nothing. */
+    struct stat st;
+    assert_int_equal(stat(file, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    json_t *bad = json_loads("[{\"host\":\"*.test\",\"header\":\"X\",\"secret\":\"s\"}]", 0, NULL);
+    assert_int_equal(net_tenant_creds_set(t, "tn1", bad, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_int_equal(net_tenant_creds_set(t, "../x", rules, &e), -1);
+    assert_int_equal(e.status, 400);
+    json_decref(bad);
+    net_tenants_free(t);
+    /* A new module (spaced restarted) loads them and sends them again. */
+    t = net_tenants_new(dir, ctl, err, sizeof err);                             /* request 2 */
+    assert_non_null(strstr(g.last, "tenant-secret-1"));
+    got = net_tenant_creds_get(t, "tn1");
+    assert_int_equal(json_array_size(got), 1);
+    json_decref(got);
+    /* Delete: the file goes, the gateway gets an empty set. */
+    assert_int_equal(net_tenant_creds_delete(t, "tn1", &e), 0);                /* request 3 */
+    assert_null(strstr(g.last, "tenant-secret-1"));
+    assert_non_null(strstr(g.last, "\"rules\":[]"));
+    assert_int_not_equal(stat(file, &st), 0);
+    assert_int_equal(net_tenant_creds_delete(t, "tn1", &e), 0); /* idempotent, no request */
+    got = net_tenant_creds_get(t, "tn1");
+    assert_int_equal(json_array_size(got), 0);
+    json_decref(got);
+    net_tenants_free(t);
+    json_decref(rules);
+    pthread_join(th, NULL);
+    close(g.lfd);
+}
+
 /* ---- fixture mode for tests/e2e/test_network.py ------------------------------------- */
 
 /* Plays the VM for the end-to-end test: claims a namespace through net.c exactly as
@@ -627,6 +722,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_agent_net_in_namespace),
         cmocka_unit_test(test_policy_check),
         cmocka_unit_test(test_creds_check),
+        cmocka_unit_test(test_tenant_creds),
         cmocka_unit_test(test_pool_claim_release),
         cmocka_unit_test(test_gateway_supervision),
     };
