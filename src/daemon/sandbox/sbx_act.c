@@ -366,9 +366,12 @@ static void on_agent_timeout(evutil_socket_t fd, short what, void *arg)
     struct sbx *s = arg;
     (void)fd;
     (void)what;
+    char tail[600] = "";
+    if (s->vm) /* what the guest printed says why (no agent in its image, a panic...) */
+        vm_console_tail(s->vm, tail, sizeof tail);
     if (s->op_id[0])
-        act_fail(s, SBX_FAILED, "agent_timeout", "the guest agent did not answer within %d s",
-                 SBX_AGENT_TIMEOUT_S);
+        act_fail(s, SBX_FAILED, "agent_timeout", "the guest agent did not answer within %d s%s%s",
+                 SBX_AGENT_TIMEOUT_S, tail[0] ? "; console: " : "", tail);
 }
 
 static void arm_agent_timeout(struct sbx *s)

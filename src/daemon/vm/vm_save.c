@@ -253,6 +253,20 @@ static void restore_loaded(struct vm *vm)
         restore_fail(vm, "monitor unavailable");
 }
 
+/* The migration to the state file failed: QEMU's reason (full disk, I/O error) is in
+ * query-migrate's error-desc, which the MIGRATION event does not carry. */
+static void on_save_failed_desc(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (vm->op != VM_OP_SAVE || vm->save_fd < 0)
+        return;
+    const char *desc = err ? NULL : json_string_value(json_object_get(ret, "error-desc"));
+    char m[400];
+    snprintf(m, sizeof(m), "migration to the snapshot file failed: %s",
+             desc ? desc : "QEMU gave no reason");
+    save_fail(vm, VM_E_IO, m);
+}
+
 void vm_save_on_migration(struct vm *vm, const char *status)
 {
     int done = !strcmp(status, "completed");
@@ -260,7 +274,8 @@ void vm_save_on_migration(struct vm *vm, const char *status)
     if (vm->op == VM_OP_SAVE && vm->save_fd >= 0) {
         if (done)
             save_complete(vm);
-        else if (bad)
+        else if (bad && qmp_command(vm->qmp, "query-migrate", NULL, -1, SAVE_STEP_TIMEOUT_MS,
+                                    on_save_failed_desc, vm) < 0)
             save_fail(vm, VM_E_IO, "migration to the snapshot file failed");
     } else if (vm->op == VM_OP_START && vm->snap_dir) {
         if (done)

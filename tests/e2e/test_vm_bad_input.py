@@ -1,0 +1,204 @@
+"""Bad input to the VM runtime, end to end (issue 3, "Bad input"): a missing kernel or
+template image, QEMU failing to start, a corrupt suspend snapshot, a full disk while
+suspending, and a template whose guest never becomes ready. Each must end in a failed
+operation with a clear error, and nothing of the sandbox (QEMU process, files, network
+namespace) may be left once it is deleted.
+
+Builds its own guest directories next to the real one (symlinks plus what the case
+breaks). Skips, saying why, without the guest artifacts, QEMU, root or busybox."""
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import spacedlib
+from spacedlib import GUEST, RUN_DIR, procs_naming, vm_missing
+
+BASE = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
+
+
+@pytest.fixture(autouse=True)
+def _need_vm():
+    why = vm_missing()
+    if why:
+        pytest.skip(why)
+
+
+def guest_copy(skip=(), initramfs=None):
+    """A guest dir whose entries link to the real one, without the names in skip;
+    initramfs: a path used as initramfs.cpio instead."""
+    d = tempfile.mkdtemp(prefix="gst", dir=RUN_DIR)
+    for name in os.listdir(GUEST):
+        if name not in skip and not (initramfs and name == "initramfs.cpio"):
+            os.symlink(os.path.join(GUEST, name), os.path.join(d, name))
+    if initramfs:
+        shutil.copy(initramfs, os.path.join(d, "initramfs.cpio"))
+    return d
+
+
+def qemu_of(sp, sid):
+    return [p for p in procs_naming(sp.data_dir) if any(sid in a for a in p[1])]
+
+
+def create_op(sp, body=BASE):
+    r = sp.create(body)
+    return r["sandbox"]["id"], sp.wait_op(r["operation"]["id"], timeout=600)
+
+
+def state(sp, sid):
+    return sp.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]
+
+
+def delete_clean(sp, sid):
+    """Deletes the sandbox and checks that nothing of it is left."""
+    r = sp.request("DELETE", "/v1/sandboxes/" + sid)
+    assert r.status == 202, r
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    assert not qemu_of(sp, sid), qemu_of(sp, sid)
+    for p in (os.path.join(sp.data_dir, "sandboxes", sid), os.path.join(sp.data_dir, "run", sid),
+              "/run/netns/space-" + sid):
+        assert not os.path.exists(p), "delete left %s" % p
+
+
+def test_missing_kernel(fresh_spaced):
+    sp = fresh_spaced(guest_dir=guest_copy(skip=("vmlinux",)))
+    sid, op = create_op(sp)
+    assert op["state"] == "failed", op
+    print("missing kernel:", op["error"])
+    assert "vmlinux" in op["error"]["message"] or "kernel" in op["error"]["message"], op
+    assert state(sp, sid)["state"] == "failed"
+    assert not qemu_of(sp, sid)
+    delete_clean(sp, sid)
+
+
+def test_missing_template_image(fresh_spaced):
+    g = guest_copy(skip=("templates",))
+    os.makedirs(os.path.join(g, "templates", "noimg"))
+    with open(os.path.join(g, "templates", "noimg", "template.json"), "w") as f:
+        f.write('{"name": "noimg", "description": "its rootfs.ext4 is missing"}')
+    sp = fresh_spaced(guest_dir=g)
+    r = sp.request("POST", "/v1/sandboxes", dict(BASE, template="noimg"))
+    print("missing image:", r)
+    if r.status == 202:
+        op = sp.wait_op(r.json["operation"]["id"])
+        assert op["state"] == "failed" and "noimg" in op["error"]["message"], op
+        delete_clean(sp, r.json["sandbox"]["id"])
+    else:
+        assert r.status == 400 and r.error_code() == "unknown_template", r
+        assert "noimg" in r.json["error"]["message"]
+
+
+def test_qemu_fails_to_start(fresh_spaced):
+    """A QEMU that exits at once with an error: the create fails with QEMU's own words,
+    also for a sandbox with a network (whose namespace is claimed before QEMU starts)."""
+    fake = os.path.join(RUN_DIR, "qemu-that-fails")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\necho 'qemu: simulated failure: cannot set up guest memory' >&2\nexit 1\n")
+    os.chmod(fake, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    sp = fresh_spaced()
+    sp.stop(cleanup=False)
+    sp.start(extra=("--qemu", fake))
+    for body in (BASE, dict(BASE, network={"mode": "allowlist", "allow": ["example.test"]})):
+        sid, op = create_op(sp, body)
+        assert op["state"] == "failed", op
+        print("qemu fails (%s): %s" % (body["network"]["mode"], op["error"]))
+        msg = op["error"]["message"]
+        # Unjailed QEMU speaks for itself; a jailed one cannot even exec a script in /tmp.
+        assert "simulated failure" in msg or fake in msg, op
+        assert not qemu_of(sp, sid)
+        delete_clean(sp, sid)
+
+
+def running(sp):
+    sid, op = create_op(sp)
+    assert op["state"] == "succeeded", (op, sp.log())
+    return sid
+
+
+def test_corrupt_suspend_snapshot(fresh_spaced):
+    sp = fresh_spaced()
+    sid = running(sp)
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    st = os.path.join(sp.data_dir, "sandboxes", sid, "suspend", "state")
+    size = os.path.getsize(st)
+    with open(st, "r+b") as f:  # same size, garbage from the start
+        f.write(os.urandom(min(size, 1 << 20)))
+    r = sp.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    op = sp.wait_op(r.json["operation"]["id"])
+    assert op["state"] == "failed", op
+    print("corrupt snapshot:", op["error"])
+    assert "snapshot" in op["error"]["message"], op
+    assert state(sp, sid)["state"] == "failed"
+    assert not qemu_of(sp, sid)
+    delete_clean(sp, sid)
+
+
+def test_full_disk_while_suspending(fresh_spaced):
+    """The data dir on a small tmpfs, filled up: the suspend fails saying so, the sandbox
+    keeps running, and no partial snapshot is left; once there is room it works."""
+    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
+    try:
+        sp = fresh_spaced(data_dir=mnt)
+        sid = running(sp)
+        filler = os.path.join(mnt, "filler")
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        subprocess.run(["fallocate", "-l", str(max(free - (8 << 20), 0)), filler], check=True)
+        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+        op = sp.wait_op(r.json["operation"]["id"])
+        assert op["state"] == "failed", op
+        print("full disk:", op["error"])
+        assert "No space left" in op["error"]["message"], op
+        assert state(sp, sid)["state"] == "running", state(sp, sid)
+        assert not os.path.exists(os.path.join(mnt, "sandboxes", sid, "suspend", "state")), \
+            "a partial snapshot was left"
+        os.unlink(filler)
+        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+        delete_clean(sp, sid)
+        sp.stop()
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+
+
+def busybox_init_cpio():
+    """An initramfs whose /init never starts the agent (it sleeps)."""
+    bb = shutil.which("busybox") or "/bin/busybox"
+    if not os.path.exists(bb):
+        pytest.skip("busybox missing (apt-get install busybox-static)")
+    root = tempfile.mkdtemp(prefix="ird", dir=RUN_DIR)
+    os.makedirs(os.path.join(root, "bin"))
+    shutil.copy(bb, os.path.join(root, "bin", "busybox"))
+    with open(os.path.join(root, "init"), "w") as f:
+        f.write("#!/bin/busybox sh\necho 'test init: the agent is never started'\nexec /bin/busybox sleep 100000\n")
+    os.chmod(os.path.join(root, "init"), 0o755)
+    out = os.path.join(root, "..", os.path.basename(root) + ".cpio")
+    files = subprocess.run(["find", ".", "-print"], cwd=root, capture_output=True, check=True).stdout
+    with open(out, "wb") as f:
+        subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=files, stdout=f, check=True)
+    return out
+
+
+def test_guest_never_ready(fresh_spaced):
+    """The guest boots but its agent never answers: the create fails with agent_timeout
+    after its limit (120 s), the VM is gone, and the console tail says what the guest
+    printed."""
+    sp = fresh_spaced(guest_dir=guest_copy(initramfs=busybox_init_cpio()))
+    t0 = time.monotonic()
+    sid, op = create_op(sp)
+    print("never ready: failed after %.0f s: %s" % (time.monotonic() - t0, op["error"]))
+    assert op["state"] == "failed", op
+    assert op["error"]["code"] == "agent_timeout", op
+    assert "the agent is never started" in op["error"]["message"], op  # the console tail
+    deadline = time.monotonic() + 30
+    while qemu_of(sp, sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not qemu_of(sp, sid)
+    delete_clean(sp, sid)
