@@ -17,7 +17,7 @@ import pytest
 import spacedlib
 from spacedlib import GUEST, Spaced, vm_missing
 from test_sessions import run
-from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
+from test_store_pg import pg_server, pg_url, run_after_restart  # noqa: F401 (fixtures)
 
 BODY = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
 
@@ -37,27 +37,37 @@ def sql(url, query):
 
 @pytest.fixture
 def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
-    """(control, [node-a, node-b]) on one fresh database, stopped afterwards."""
+    """(control, [node-a, node-b], restart) on one fresh database, stopped afterwards;
+    restart(node) kills it with SIGKILL and starts it again with the same options."""
     why = vm_missing()
     if why:
         pytest.skip(why)
     monkeypatch.setitem(spacedlib.SPACED_ENV, "SPACE_NODE_TOKEN", secrets.token_hex(16))
     store = ["--store", pg_url]
-    made = []
+    made, ports = [], {}
+
+    def start_node(n, name):
+        with monkeypatch.context() as m:  # the node must advertise the port it listens on
+            m.setattr(spacedlib, "free_port", lambda: ports[name])
+            n.start(extra=store + ["--role", "node", "--node-id", name, "--advertise",
+                                   "http://127.0.0.1:%d" % ports[name], "--capacity-vcpus", "4",
+                                   "--capacity-mem", "4096"])
+        n.node_id = name
+
+    def restart(n):
+        n.kill9()
+        start_node(n, n.node_id)
+
     try:
         control = Spaced(GUEST)
         made.append(control)
         control.start(extra=store + ["--role", "control"])
         for name in ("node-a", "node-b"):
-            port = spacedlib.free_port()
+            ports[name] = spacedlib.free_port()
             n = Spaced(GUEST)
             made.append(n)
-            with monkeypatch.context() as m:  # the node must advertise the port it listens on
-                m.setattr(spacedlib, "free_port", lambda: port)
-                n.start(extra=store + ["--role", "node", "--node-id", name, "--advertise",
-                                       "http://127.0.0.1:%d" % port, "--capacity-vcpus", "4",
-                                       "--capacity-mem", "4096"])
-        yield control, made[1:]
+            start_node(n, name)
+        yield control, made[1:], restart
     finally:
         errors = []
         for s in reversed(made):
@@ -70,7 +80,7 @@ def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
 
 
 def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: F811
-    control, nodes = cluster
+    control, nodes, restart = cluster
     deadline = time.monotonic() + 60
     while set(live_nodes(control)) != {"node-a", "node-b"}:
         assert time.monotonic() < deadline, live_nodes(control)
@@ -100,6 +110,15 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
 
     used = live_nodes(control)
     assert used["node-a"]["used"]["vcpus"] == 1 and used["node-b"]["used"]["vcpus"] == 1, used
+
+    # A node restarted after SIGKILL adopts its own sandbox again (and only its own).
+    restart(nodes[0])
+    sid_a = next(sid for sid, (node, _) in placed.items() if node == "node-a")
+    res = run_after_restart(control, sid_a, {"cmd": "echo still-here"})
+    assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"still-here\n", res
+    log_a = nodes[0].log()
+    other = next(sid for sid in placed if sid != sid_a)
+    assert "sandbox=%s" % other not in log_a, log_a
 
     # A node answers only the control daemon (shared secret), except health checks.
     r = nodes[0].request("GET", "/v1/sandboxes", key=control.admin_key)

@@ -335,20 +335,23 @@ void tpl_kill_stale_vms(const char *data_dir)
 {
     /* Template and build VMs a spaced killed mid-build left are of no use (snapshots
      * and builds are redone from scratch), and one of an older snapshot version would
-     * never be looked for again. They are recognised by their command line naming
-     * their run directory under this data dir (run/t-... and run/b-...), so another
-     * spaced's VMs and recycled pids are never hit. */
-    char tdir[TPL_PATH_MAX + 16], bdir[TPL_PATH_MAX + 16];
-    snprintf(tdir, sizeof tdir, "%s/run/t-", data_dir);
-    snprintf(bdir, sizeof bdir, "%s/run/b-", data_dir);
+     * never be looked for again. They are recognised by their command line: QEMU's
+     * -name is the VM id ("t-..." or "b-...", never a sandbox's "sb..."/"pool-...") and
+     * their disk and RAM files lie under this data dir's templates/ (their run
+     * directory is not on the command line: the sockets are passed as descriptors), so
+     * another spaced's VMs and recycled pids are never hit. No pid file is trusted: a
+     * spaced killed between fork and writing it leaves none, and a rebuild overwrites
+     * it. tests/e2e/test_hygiene.py checks this. */
+    char tpls[TPL_PATH_MAX + 16];
+    snprintf(tpls, sizeof tpls, "%s/templates/", data_dir);
     DIR *dp = opendir("/proc");
     struct dirent *e;
     while (dp && (e = readdir(dp))) {
         if (strspn(e->d_name, "0123456789") != strlen(e->d_name) || atoi(e->d_name) <= 1 ||
             atoi(e->d_name) == (int)getpid())
             continue;
-        if (cmdline_names(e->d_name, "qemu") &&
-            (cmdline_names(e->d_name, tdir) || cmdline_names(e->d_name, bdir))) {
+        if (cmdline_names(e->d_name, "qemu") && cmdline_names(e->d_name, tpls) &&
+            (cmdline_names(e->d_name, " -name t-") || cmdline_names(e->d_name, " -name b-"))) {
             log_warn("template.stale", "pid=%s msg=\"killing a template VM an earlier spaced left\"",
                      e->d_name);
             kill(atoi(e->d_name), SIGKILL);
