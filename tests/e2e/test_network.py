@@ -274,6 +274,44 @@ def test_vm_credential_injected_on_the_way_out(lab, net_spaced, vm_sbx):
     assert any(e["kind"] == "mitm" and e["allowed"] and e["name"] == "api.test" for e in log), log
 
 
+def test_vm_tenant_credential_applies_and_sandbox_rule_wins(lab, net_spaced, vm_sbx):
+    """A tenant rule (PUT /v1/credentials) reaches every sandbox of the tenant; the
+    sandbox's own rule for the same host wins; reads never show a secret."""
+    base = "/v1/sandboxes/%s/credentials" % vm_sbx
+    assert net_spaced.request("PUT", base, []).status == 200
+    r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % vm_sbx,
+                           {"mode": "allowlist", "allow": ALLOW["allow"] + ["api.test"]})
+    assert r.status == 200, r
+    try:
+        r = net_spaced.request("PUT", "/v1/credentials",
+                               [{"host": "api.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}])
+        assert r.status == 200 and netlab.TOKEN.encode() not in r.body, r
+        r = net_spaced.request("GET", "/v1/credentials")
+        assert r.status == 200 and r.json == {"credentials": [{"host": "api.test", "header": "Authorization"}]}, r
+        mark = lab.mark()
+        code, out = sh_in(net_spaced, vm_sbx, "wget -q -O - https://api.test/v1/tenant")
+        assert code == 0 and '"authorized": true' in out, out
+        ev = [e for e in lab.since(mark) if e["kind"] == "api"]
+        assert ev and ev[0]["authorized"] and ev[0]["n_auth"] == 1, ev
+        # The sandbox's own (here wrong) value for the same host is the one sent.
+        assert net_spaced.request("PUT", base, [{"host": "api.test", "header": "Authorization",
+                                                 "secret": "Bearer not-the-token"}]).status == 200
+        mark = lab.mark()
+        code, out = sh_in(net_spaced, vm_sbx, "wget -q -O - https://api.test/v1/own; echo rc=$?")
+        assert "rc=0" not in out, out
+        ev = [e for e in lab.since(mark) if e["kind"] == "api"]
+        assert ev and not ev[0]["authorized"], ev
+        assert net_spaced.request("PUT", base, []).status == 200
+    finally:
+        r = net_spaced.request("DELETE", "/v1/credentials")
+    assert r.status == 204, r
+    assert net_spaced.request("GET", "/v1/credentials").json == {"credentials": []}
+    mark = lab.mark()
+    sh_in(net_spaced, vm_sbx, "wget -q -O - https://api.test/v1/none")
+    ev = [e for e in lab.since(mark) if e["kind"] == "api"]
+    assert not ev or not ev[0]["authorized"], ev
+
+
 def test_vm_network_survives_a_gateway_crash(net_spaced, vm_sbx):
     """spaced restarts a dead gateway and attaches every sandbox again."""
     pidfile = os.path.join(net_spaced.data_dir, "gateway", "gateway.pid")
