@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from spacedlib import GUEST, Spaced, check_leftovers, make_fake_guest, vm_missing
+from spacedlib import GUEST, Spaced, check_leftovers, make_fake_guest, stop_all, vm_missing
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -61,15 +61,3 @@ def fresh_spaced():
     yield make
     stop_all(made)
 
-
-def stop_all(daemons):
-    """Stops every daemon, newest first (a restart test's successor on a shared data dir
-    is stopped before its predecessor's cleanup runs), even when one of them fails."""
-    errors = []
-    for s in reversed(daemons):
-        try:
-            s.stop()
-        except AssertionError as e:
-            errors.append(e)
-    if errors:
-        raise errors[0]

@@ -288,6 +288,20 @@ class Spaced:
         return r.json
 
 
+def stop_all(daemons):
+    """Stops every daemon, newest first (a restart test's successor on a shared data dir
+    is stopped before its predecessor's cleanup runs), even when one of them fails; then
+    raises the first failure."""
+    errors = []
+    for s in reversed(daemons):
+        try:
+            s.stop()
+        except AssertionError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
 def make_fake_guest():
     """A guest dir with a template whose rootfs exists but no kernel: creates are
     accepted and then fail fast, without QEMU."""
