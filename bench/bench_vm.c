@@ -157,12 +157,13 @@ static double bare_restore(const char *disk, const char *dir)
     snprintf(drive_t, sizeof(drive_t), "driver=qcow2,node-name=b0,read-only=on,file.driver=file,file.filename=%s,backing=b1", tmpl_overlay);
     snprintf(drive_r, sizeof(drive_r), "driver=qcow2,node-name=root,file.driver=file,file.filename=%s,backing=b0", disk);
     snprintf(incoming, sizeof(incoming), "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"exec:cat %s\"}}\n", state);
-    char chq[260], cha[260];
+    char chq[260], cha[260], tcg[32];
+    snprintf(tcg, sizeof(tcg), "tcg,tb-size=%u", VM_TCG_TB_MIB); /* as vm_cmdline.c */
     snprintf(chq, sizeof(chq), "socket,id=mon,path=%s,server=on,wait=off", qmp);
     snprintf(cha, sizeof(cha), "socket,id=agent,path=%s,server=on,wait=off", agent);
     char *argv[] = { "qemu-system-x86_64", "-M",
         "microvm,x-option-roms=off,acpi=on,pit=off,pic=off,rtc=on,isa-serial=on,memory-backend=ram0",
-        "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "256M", "-object", memobj,
+        "-accel", tcg, "-cpu", "max", "-smp", "1", "-m", "256M", "-object", memobj,
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-kernel", vmh_guest.kernel, "-initrd", vmh_guest.initramfs,
         "-chardev", chq, "-mon", "chardev=mon,mode=control", "-serial", "null",

@@ -60,7 +60,7 @@ static void test_basic(void **state)
     assert_non_null(opt_value(&a, "-name", "sbx-1,process=space-sbx-1"));
     assert_non_null(opt_value(&a, "-M", "microvm,"));
     assert_non_null(strstr(opt_value(&a, "-M", "microvm,"), "memory-backend=ram0"));
-    assert_non_null(opt_value(&a, "-accel", "tcg"));
+    assert_non_null(opt_value(&a, "-accel", "tcg,tb-size="));
     assert_non_null(opt_value(&a, "-smp", "2"));
     assert_non_null(opt_value(&a, "-m", "512M"));
     assert_non_null(opt_value(&a, "-object", "memory-backend-ram,id=ram0,size=512M"));

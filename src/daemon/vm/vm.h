@@ -116,7 +116,8 @@ struct vm_jail {
                                   <parent>/space-<id> in cgroup v2 (/sys/fs/cgroup) or in
                                   each v1 hierarchy (cpu, memory, pids); NULL: no cgroup */
     unsigned cpu_percent;      /* cpu.max as % of one CPU (100 = 1 CPU); 0 = no limit */
-    unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory); 0 = 256 */
+    unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory, with the
+                                  TCG translation cache: VM_TCG_TB_MIB); 0 = 384 */
     unsigned pids_max;         /* pids.max; 0 = default (64) */
     /* Files QEMU sees: the kernel, initramfs, disk chain (overlay read-write, layers
      * read-only) and RAM file, bind-mounted at their own paths; /usr and libraries
@@ -273,6 +274,12 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
  * down instead of killing healthy VMs. A stopped (SIGSTOP) or deadlocked QEMU waits for
  * no CPU and is detected in VM_HANG_MS to VM_HANG_MS + VM_PING_INTERVAL_MS. A dead
  * process is noticed at once through its pidfd. */
+/* TCG's translation cache in MiB (`-accel tcg,tb-size=`). QEMU's default (1 GiB) grows
+ * with everything the guest ever ran (seen at 700 MiB RSS for a 256 MiB guest), which
+ * would push a jailed QEMU over its cgroup memory limit; a full cache is flushed and
+ * refilled instead. */
+#define VM_TCG_TB_MIB 192
+
 #define VM_PING_INTERVAL_MS 250
 #define VM_HANG_MS          1000
 #define VM_HANG_SAVE_MS     10000

@@ -187,7 +187,10 @@ int vm_cmdline_build(const struct vm_config *cfg, const struct vm_launch *l,
     r |= push(a, strdup("microvm,x-option-roms=off,acpi=on,pit=off,pic=off,rtc=on,isa-serial=on,"
                         "memory-backend=ram0"));
     r |= push(a, strdup("-accel"));
-    r |= push(a, strdup(kvm ? "kvm" : "tcg"));
+    if (kvm)
+        r |= push(a, strdup("kvm"));
+    else
+        r |= pushf(a, "tcg,tb-size=%u", VM_TCG_TB_MIB);
     r |= push(a, strdup("-cpu"));
     r |= push(a, strdup(kvm ? "host" : "max"));
     r |= push(a, strdup("-smp"));

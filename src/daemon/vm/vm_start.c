@@ -144,7 +144,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
             struct vm_cgroup_limits lim = {
                 .cpu_percent = vm->cfg.jail.cpu_percent,
                 .mem_bytes = ((unsigned long long)vm->cfg.mem_mib +
-                              (vm->cfg.jail.mem_overhead_mib ? vm->cfg.jail.mem_overhead_mib : 256)) << 20,
+                              (vm->cfg.jail.mem_overhead_mib ? vm->cfg.jail.mem_overhead_mib : 384)) << 20,
                 .pids_max = vm->cfg.jail.pids_max ? vm->cfg.jail.pids_max : 64,
             };
             if (vm_cgroup_create(CGROUP_ROOT, vm->cfg.jail.cgroup_parent, vm->cfg.id, &lim,
