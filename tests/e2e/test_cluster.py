@@ -2,7 +2,7 @@
 daemons sharing one PostgreSQL database (docs/multinode.md).
 
 Two real `base` sandboxes created through the control daemon land on different nodes
-(most free capacity first), commands run in them through the control daemon (session
+(most free capacity first; a sandbox that fits nowhere is refused), commands run in them through the control daemon (session
 create and the attach event stream are forwarded to the owning node), listings come from
 the shared store, a node refuses requests without the shared secret, and deletes through
 the control daemon finish on the nodes. PostgreSQL comes from test_store_pg's fixtures
@@ -85,6 +85,10 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
     while set(live_nodes(control)) != {"node-a", "node-b"}:
         assert time.monotonic() < deadline, live_nodes(control)
         time.sleep(0.5)
+
+    # Nothing is placed where it does not fit (each node offers 4096 MiB).
+    r = control.request("POST", "/v1/sandboxes", dict(BODY, memory_mib=8192))
+    assert r.status == 503 and r.error_code() == "no_capacity", r
 
     placed = {}
     for i in range(2):

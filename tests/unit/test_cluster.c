@@ -1,6 +1,8 @@
 /* Unit tests for the multi-node roles (src/daemon/cluster): role names, option checks
  * per role, which rows a role owns, and node capacity accounting (liveness from the
- * heartbeat, use summed over VM-holding sandboxes) on a real (SQLite) store. The
+ * heartbeat, use summed over VM-holding sandboxes) and placement (most free memory
+ * among the nodes where the sandbox fits, creates in flight counted) on a real (SQLite)
+ * store. The
  * forwarding itself runs end to end in tests/e2e/test_cluster.py. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include "daemon/cluster/cluster.h"
+#include "daemon/cluster/cluster_internal.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 
@@ -119,7 +122,7 @@ static void put_sbx(struct store *st, const char *id, const char *node, const ch
     assert_int_equal(store_sbx_put(st, &s), 0);
 }
 
-static void test_capacity_use(void **state)
+static void test_capacity_and_placement(void **state)
 {
     (void)state;
     char dir[] = "/tmp/test_cluster.XXXXXX", path[64], err[256];
@@ -148,6 +151,45 @@ static void test_capacity_use(void **state)
     struct seen s = {""};
     assert_int_equal(cluster_nodes_usage(&sp, note, &s), 0);
     assert_string_equal(s.text, "a:3/768:live;b:1/128:dead;");
+
+    /* Placement: a has 5 vCPUs / 7424 MiB free, c 4 / 4096, b is dead (never chosen). */
+    struct store_node c = {.id = "c", .url = "http://127.0.0.1:3", .vcpus = 4, .memory_mib = 4096,
+                           .heartbeat_ms = now};
+    assert_int_equal(store_node_put(sp.store, &c), 0);
+    struct cluster_pick p;
+    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 0);
+    assert_string_equal(p.node.id, "a");
+    assert_int_equal(p.free_memory_mib, 7424);
+    assert_int_equal(p.free_vcpus, 5);
+    assert_int_equal(cluster_pick(&sp, 1, 8000, &p), 1); /* fits nowhere: names the most free */
+    assert_true(p.found);
+    assert_string_equal(p.node.id, "a");
+    assert_int_equal(cluster_pick(&sp, 6, 256, &p), 1);
+    assert_int_equal(cluster_pick(&sp, 4, 4096, &p), 0);
+    assert_string_equal(p.node.id, "a");
+
+    /* A create in flight to a counts there before its row exists. */
+    struct cluster cl = {0};
+    struct cluster_resv *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    snprintf(r->node, sizeof r->node, "a");
+    r->vcpus = 1;
+    r->memory_mib = 4000;
+    cl.resv = r;
+    sp.cluster = &cl;
+    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    cluster_resv_release(&sp, r);
+    assert_null(cl.resv);
+    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 0);
+    assert_string_equal(p.node.id, "a");
+    sp.cluster = NULL;
+
+    c.heartbeat_ms = a.heartbeat_ms = now - CLUSTER_DEAD_MS - 1;
+    assert_int_equal(store_node_put(sp.store, &a), 0);
+    assert_int_equal(store_node_put(sp.store, &c), 0);
+    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 1);
+    assert_false(p.found); /* nobody live */
     store_close(sp.store);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -160,7 +202,7 @@ int main(void)
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_options_per_role),
         cmocka_unit_test(test_ownership),
-        cmocka_unit_test(test_capacity_use),
+        cmocka_unit_test(test_capacity_and_placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /* cluster.c: roles, their options, what each role owns, the node's request guard and
  * its heartbeat; see cluster.h. */
-#include "cluster.h"
+#include "cluster_internal.h"
 
 #include <event2/event.h>
 #include <openssl/crypto.h>
@@ -15,12 +15,6 @@
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
-
-struct cluster {
-    struct event *heartbeat; /* node: periodic capacity report (owned) */
-    int64_t started_ms;
-    bool reported;           /* node: last heartbeat reached the store (log changes only) */
-};
 
 static const char *const role_names[] = {[CLUSTER_ALL] = "all", [CLUSTER_CONTROL] = "control",
                                          [CLUSTER_NODE] = "node"};
@@ -188,6 +182,8 @@ void cluster_free(struct spaced *sp)
         return;
     if (sp->cluster->heartbeat)
         event_free(sp->cluster->heartbeat);
+    while (sp->cluster->resv)
+        cluster_resv_release(sp, sp->cluster->resv);
     free(sp->cluster);
     sp->cluster = NULL;
 }

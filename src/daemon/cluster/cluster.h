@@ -11,7 +11,8 @@
  *            they come through a control daemon. /healthz and /metrics stay open.
  *   control  runs no VMs. Serves keys, health, metrics and listings (sandboxes,
  *            operations, templates) from the shared store; places a create on the live
- *            node with the most free memory (then vCPUs) and forwards it there; forwards
+ *            node with the most free memory (then vCPUs) among those where the requested
+ *            vCPUs and memory fit (503 no_capacity if none) and forwards it there; forwards
  *            every per-sandbox request (/v1/sandboxes/{id}/..., sessions, files, attach
  *            streams) and per-operation request (/v1/operations/{id}/...) to the node
  *            that owns the sandbox, over HTTP with the shared secret. The node
@@ -21,8 +22,9 @@
  *            routes are not served.
  *
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
- * VM (every state except suspended, stopped, deleted, failed). A node is live when its
- * heartbeat is younger than CLUSTER_DEAD_MS.
+ * VM (every state except suspended, stopped, deleted, failed), plus the creates this
+ * control daemon is forwarding to it right now (their rows do not exist yet). A node is
+ * live when its heartbeat is younger than CLUSTER_DEAD_MS.
  *
  * Ownership: spaced owns `struct cluster` (sp->cluster), created by cluster_start and
  * freed by cluster_free. Everything runs on the event loop thread. */
@@ -33,11 +35,9 @@
 #include <stddef.h>
 
 #include "daemon/api/http.h"
+#include "daemon/store/store.h"
 
 struct spaced;
-struct store_op;
-struct store_sbx;
-struct store_node;
 
 enum cluster_role { CLUSTER_ALL, CLUSTER_CONTROL, CLUSTER_NODE };
 
@@ -82,11 +82,34 @@ void cluster_dispatch(struct http_req *req, void *sp);
 
 /* ---- internal to src/daemon/cluster ------------------------------------------------- */
 
-/* Forwards req (method, target, headers, body) to the node API at base_url ("http://
- * host:port") with the shared secret and streams the node's reply back, adding
- * X-Space-Node: node_id. Replies 502 node_unreachable if the node cannot be reached.
- * Finishes req in every case. */
-void cluster_proxy(struct spaced *sp, struct http_req *req, const char *node_id, const char *base_url);
+struct cluster_resv;
+
+/* Chooses the node of a request once its body has been read: returns 0 with *to filled
+ * and optionally a reservation in *resv (released when the forwarded request ends), or
+ * replies to req itself and returns -1. */
+typedef int (*cluster_choose_fn)(struct spaced *sp, struct http_req *req, const char *body, size_t len,
+                                 struct store_node *to, struct cluster_resv **resv);
+
+/* Forwards req (method, target, headers, body) to a node's API (to->url, "http://
+ * host:port"; or the node choose picks, when to is NULL) with the shared secret and
+ * streams the node's reply back, adding X-Space-Node: <node id>. Replies 502
+ * node_unreachable if the node cannot be reached. Finishes req in every case. */
+void cluster_proxy(struct spaced *sp, struct http_req *req, const struct store_node *to,
+                   cluster_choose_fn choose);
+/* Ends a reservation made by placement (NULL accepted). */
+void cluster_resv_release(struct spaced *sp, struct cluster_resv *r);
+/* A placement decision. */
+struct cluster_pick {
+    struct store_node node;     /* the chosen node (valid when found) */
+    long long free_vcpus;       /* its free capacity before this sandbox */
+    long long free_memory_mib;
+    bool found;                 /* some live node was considered */
+};
+/* Placement: the live node with the most free memory, then vCPUs (then the first id)
+ * among those where vcpus and memory_mib fit. Returns 0 with *out the chosen node, 1 if
+ * no live node has room (*out then describes the live node with the most free memory,
+ * found false when none is live), -1 on a store error. */
+int cluster_pick(struct spaced *sp, unsigned vcpus, unsigned memory_mib, struct cluster_pick *out);
 /* Registers the control role's hook and GET /v1/nodes on sp->router. */
 int cluster_control_start(struct spaced *sp);
 /* Node capacity in use: sums over sandboxes in a VM-holding state, per node. Calls

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "cluster_internal.h"
 #include "daemon/api/router.h"
 #include "daemon/auth/auth.h"
+#include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
@@ -78,41 +79,102 @@ int cluster_nodes_usage(struct spaced *sp,
     return rc;
 }
 
-/* The live node with the most free memory, then vCPUs (then the first id): spreads
- * sandboxes out, so one node's loss takes the fewest with it. */
-struct pick {
-    struct store_node best;
-    long long free_mem, free_vcpus;
-    bool found;
+/* ---- placement ---------------------------------------------------------------------- */
+
+struct pick_scan {
+    struct spaced *sp;
+    unsigned vcpus, memory_mib; /* what the sandbox needs */
+    struct cluster_pick fit;    /* best node where it fits */
+    struct cluster_pick any;    /* best live node at all (for the refusal message) */
 };
+
+static bool better(const struct cluster_pick *have, long long fm, long long fv)
+{
+    return !have->found || fm > have->free_memory_mib || (fm == have->free_memory_mib && fv > have->free_vcpus);
+}
 
 static void consider(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
 {
-    struct pick *p = arg;
-    long long fm = (long long)n->memory_mib - memory_mib, fv = (long long)n->vcpus - vcpus;
-    if (!live || (p->found && (fm < p->free_mem || (fm == p->free_mem && fv <= p->free_vcpus))))
+    struct pick_scan *p = arg;
+    if (!live)
         return;
-    p->best = *n;
-    p->free_mem = fm;
-    p->free_vcpus = fv;
-    p->found = true;
+    for (const struct cluster_resv *r = p->sp->cluster ? p->sp->cluster->resv : NULL; r; r = r->next)
+        if (strcmp(r->node, n->id) == 0) {
+            vcpus += r->vcpus;
+            memory_mib += r->memory_mib;
+        }
+    long long fm = (long long)n->memory_mib - memory_mib, fv = (long long)n->vcpus - vcpus;
+    struct cluster_pick c = {.node = *n, .free_vcpus = fv, .free_memory_mib = fm, .found = true};
+    if (better(&p->any, fm, fv))
+        p->any = c;
+    if (fm >= p->memory_mib && fv >= p->vcpus && better(&p->fit, fm, fv))
+        p->fit = c;
 }
 
-static void place_create(struct spaced *sp, struct http_req *req)
+int cluster_pick(struct spaced *sp, unsigned vcpus, unsigned memory_mib, struct cluster_pick *out)
 {
-    struct pick p = {.found = false};
-    if (cluster_nodes_usage(sp, consider, &p) != 0) {
-        http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
+    struct pick_scan p = {.sp = sp, .vcpus = vcpus, .memory_mib = memory_mib};
+    if (cluster_nodes_usage(sp, consider, &p) != 0)
+        return -1;
+    *out = p.fit.found ? p.fit : p.any;
+    return p.fit.found ? 0 : 1;
+}
+
+void cluster_resv_release(struct spaced *sp, struct cluster_resv *r)
+{
+    if (!r)
         return;
+    for (struct cluster_resv **pp = &sp->cluster->resv; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    free(r);
+}
+
+/* Chooses the node of a create from its body (sizes; the node validates the rest and
+ * replies to a bad body itself) and reserves the sandbox's size there. */
+static int choose_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
+                         struct store_node *to, struct cluster_resv **resv)
+{
+    struct sbx_spec spec;
+    struct spaced_err err;
+    unsigned vcpus = SBX_VCPUS_DEFAULT, mem = SBX_MEM_DEFAULT_MIB;
+    if (sbx_spec_parse(body, len, &spec, &err) == 0) {
+        vcpus = spec.vcpus;
+        mem = spec.memory_mib;
+        sbx_spec_clear(&spec);
+    }
+    struct cluster_pick p;
+    int rc = cluster_pick(sp, vcpus, mem, &p);
+    if (rc < 0) {
+        http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
+        return -1;
     }
     if (!p.found) {
         http_reply_error(req, 503, "no_node", "no node daemon has reported in the last %d s",
                          CLUSTER_DEAD_MS / 1000);
-        return;
+        return -1;
     }
-    log_info("cluster.place", "node=%s free_memory_mib=%lld free_vcpus=%lld", p.best.id, p.free_mem,
-             p.free_vcpus);
-    cluster_proxy(sp, req, p.best.id, p.best.url);
+    if (rc == 1) {
+        http_reply_error(req, 503, "no_capacity",
+                         "no node has %u vCPUs and %u MiB free (most free: node %s, %lld vCPUs, %lld MiB)",
+                         vcpus, mem, p.node.id, p.free_vcpus, p.free_memory_mib);
+        return -1;
+    }
+    struct cluster_resv *r = calloc(1, sizeof *r);
+    if (r) {
+        snprintf(r->node, sizeof r->node, "%s", p.node.id);
+        r->vcpus = vcpus;
+        r->memory_mib = mem;
+        r->next = sp->cluster->resv;
+        sp->cluster->resv = r;
+    }
+    *resv = r;
+    *to = p.node;
+    log_info("cluster.place", "node=%s vcpus=%u memory_mib=%u free_vcpus=%lld free_memory_mib=%lld", p.node.id,
+             vcpus, mem, p.free_vcpus, p.free_memory_mib);
+    return 0;
 }
 
 /* ---- forwarding ----------------------------------------------------------------------- */
@@ -149,7 +211,7 @@ static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char
         http_reply_error(req, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
         return true;
     }
-    cluster_proxy(sp, req, n.id, n.url);
+    cluster_proxy(sp, req, &n, NULL);
     return true;
 }
 
@@ -159,7 +221,7 @@ static bool control_hook(struct http_req *req, void *arg)
     const char *path = http_req_path(req);
     char id[STORE_ID_MAX];
     if (strcmp(path, "/v1/sandboxes") == 0 && strcmp(http_req_method(req), "POST") == 0) {
-        place_create(sp, req);
+        cluster_proxy(sp, req, NULL, choose_create);
         return true;
     }
     if (segment_after(path, "/v1/sandboxes/", id, sizeof id))

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cluster.h"
+#include "cluster_internal.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
@@ -30,6 +30,8 @@ struct proxy {
     struct http_req *req;              /* client request; NULL once finished or gone */
     struct evhttp_connection *conn;    /* to the node (owned) */
     struct evhttp_request *out;        /* outgoing request; owned by conn once made */
+    cluster_choose_fn choose;          /* picks the node once the body is read, or NULL */
+    struct cluster_resv *resv;         /* placement's reservation, released at the end */
     char node[STORE_ID_MAX];
     char url[256];
     bool started;                      /* reply head sent to the client */
@@ -59,8 +61,11 @@ static void proxy_free_cb(evutil_socket_t fd, short what, void *arg)
     free(p);
 }
 
+/* The forwarded request is over (answered, failed or abandoned). */
 static void proxy_release(struct proxy *p)
 {
+    cluster_resv_release(p->sp, p->resv);
+    p->resv = NULL;
     if (event_base_once(p->sp->base, -1, EV_TIMEOUT, proxy_free_cb, p, NULL) != 0)
         log_error("cluster.proxy", "node=%s msg=\"cannot schedule release\"", p->node);
 }
@@ -150,6 +155,16 @@ static enum evhttp_cmd_type method_of(const char *m, bool *ok)
 static void on_body(struct http_req *req, const char *data, size_t len, void *arg)
 {
     struct proxy *p = arg;
+    if (p->choose) {
+        struct store_node to;
+        if (p->choose(p->sp, req, data, len, &to, &p->resv) != 0) {
+            p->req = NULL; /* choose replied */
+            proxy_release(p);
+            return;
+        }
+        snprintf(p->node, sizeof p->node, "%s", to.id);
+        snprintf(p->url, sizeof p->url, "%s", to.url);
+    }
     bool ok;
     enum evhttp_cmd_type cmd = method_of(http_req_method(req), &ok);
     struct evhttp_uri *u = evhttp_uri_parse(p->url);
@@ -201,7 +216,8 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     }
 }
 
-void cluster_proxy(struct spaced *sp, struct http_req *req, const char *node_id, const char *base_url)
+void cluster_proxy(struct spaced *sp, struct http_req *req, const struct store_node *to,
+                   cluster_choose_fn choose)
 {
     struct proxy *p = calloc(1, sizeof *p);
     if (!p) {
@@ -210,8 +226,11 @@ void cluster_proxy(struct spaced *sp, struct http_req *req, const char *node_id,
     }
     p->sp = sp;
     p->req = req;
-    snprintf(p->node, sizeof p->node, "%s", node_id);
-    snprintf(p->url, sizeof p->url, "%s", base_url);
+    p->choose = choose;
+    if (to) {
+        snprintf(p->node, sizeof p->node, "%s", to->id);
+        snprintf(p->url, sizeof p->url, "%s", to->url);
+    }
     http_req_on_close(req, client_gone, p);
     if (http_req_read_body(req, CLUSTER_PROXY_MAX_BODY, on_body, p) != 0) {
         http_reply_error(req, 500, "internal", "request body already claimed");
