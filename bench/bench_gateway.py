@@ -8,7 +8,10 @@ in one run, on the netsec lab (tests/netsec/netlab.py; needs root).
   * New HTTPS connections per second: one client process opening N connections in
     sequence (TLS handshake + one small request each), through the gateway vs direct.
   * DNS queries per second: sequential A queries for an allowed, cached name answered by
-    the gateway, vs the same queries sent straight to the fake internet's nameserver.
+    the gateway, vs the same queries sent straight to the fake internet's nameserver:
+    over UDP; over TCP with one connection per query (what the fake nameserver serves);
+    and, through the gateway only, over one TCP connection with 16 queries in flight
+    (RFC 7766 pipelining; the fake nameserver answers one query per connection).
 
 The servers are Python (the fake internet), so absolute numbers are bounded by them;
 the ratios are the result. Usage: sudo python3 bench/bench_gateway.py [--quick]
@@ -61,6 +64,40 @@ for i in range(n):
 print(ok / (time.time() - t0))
 """
 
+DNS_TCP_CLIENT = r"""
+import socket, struct, sys, time
+server, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def q(i):
+    m = struct.pack("!HHHHHH", i & 0xffff, 0x0100, 1, 0, 0, 0) + b"\x07allowed\x04test\x00\x00\x01\x00\x01"
+    return struct.pack("!H", len(m)) + m
+def read_answer(s, buf):
+    while len(buf) < 2 or len(buf) < 2 + struct.unpack("!H", buf[:2])[0]:
+        d = s.recv(65536)
+        if not d:
+            raise EOFError
+        buf += d
+    return buf[2 + struct.unpack("!H", buf[:2])[0]:]
+t0 = time.time()
+ok = 0
+if mode == "conn":
+    for i in range(n):
+        with socket.create_connection((server, 53), timeout=5) as s:
+            s.sendall(q(i))
+            read_answer(s, b"")
+            ok += 1
+else:
+    window = 16
+    s = socket.create_connection((server, 53), timeout=5)
+    buf, sent = b"", 0
+    while ok < n:
+        while sent < n and sent - ok < window:
+            s.sendall(q(sent))
+            sent += 1
+        buf = read_answer(s, buf)
+        ok += 1
+print(ok / (time.time() - t0))
+"""
+
 
 def run(ns, *cmd, timeout=600):
     return netlab.sh(*cmd, ns=ns, timeout=timeout).stdout.strip()
@@ -90,15 +127,20 @@ def main():
         res["https_conns_per_s"] = (via, direct)
         via = float(run(sb.guest, netlab.PY, "-c", DNS_CLIENT, netlab.GW_IP, str(QUERIES)))
         direct = float(run(lab.gwns, netlab.PY, "-c", DNS_CLIENT, "192.0.2.53", str(QUERIES)))
-        res["dns_queries_per_s"] = (via, direct)
+        res["dns_udp_queries_per_s"] = (via, direct)
+        via = float(run(sb.guest, netlab.PY, "-c", DNS_TCP_CLIENT, netlab.GW_IP, str(QUERIES // 5), "conn"))
+        direct = float(run(lab.gwns, netlab.PY, "-c", DNS_TCP_CLIENT, "192.0.2.53", str(QUERIES // 5), "conn"))
+        res["dns_tcp_conn_per_query_per_s"] = (via, direct)
+        via = float(run(sb.guest, netlab.PY, "-c", DNS_TCP_CLIENT, netlab.GW_IP, str(QUERIES), "pipe"))
+        res["dns_tcp_pipelined_per_s"] = (via, 0.0)
     finally:
         lab.stop()
     print("bench_gateway (%s; gateway %s; Python test servers)" % (
         "quick" if QUICK else "full", os.environ["SPACE_BUILD"]))
-    print("%-22s %12s %12s %8s" % ("metric", "via gateway", "direct", "ratio"))
+    print("%-30s %12s %12s %8s" % ("metric", "via gateway", "direct", "ratio"))
     for k, (v, d) in res.items():
-        print("%-22s %12.1f %12.1f %8.2f" % (k, v, d, v / d if d else 0))
-    print(json.dumps({k: {"via_gateway": v, "direct": d} for k, (v, d) in res.items()}))
+        print("%-30s %12.1f %12s %8s" % (k, v, "%.1f" % d if d else "n/a", "%.2f" % (v / d) if d else "n/a"))
+    print(json.dumps({k: {"via_gateway": v, "direct": d or None} for k, (v, d) in res.items()}))
     return 0
 
 

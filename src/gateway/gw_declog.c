@@ -66,7 +66,7 @@ void gw_decide(struct gw_sandbox *sb, const char *kind, bool allowed, const char
     snprintf(d->reason, sizeof d->reason, "%s", reason);
     d->dst = dst;
     d->port = port;
-    char qs[80], qn[300], qr[60];
+    char qs[80], qn[300], qr[2 * GW_REASON_MAX];
     log_event(allowed ? LOG_INFO : LOG_WARN, "egress", "sandbox=%s kind=%s verdict=%s name=%s reason=%s port=%u",
               log_quote(sb->id, qs, sizeof qs), kind, allowed ? "allow" : "deny",
               log_quote(d->name, qn, sizeof qn), log_quote(reason, qr, sizeof qr), port);
