@@ -67,7 +67,17 @@ def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
             n = Spaced(GUEST)
             made.append(n)
             start_node(n, name)
-        yield control, made[1:], restart
+        def second_control():
+            """Another control replica on the same database (stopped with the rest)."""
+            c2 = Spaced(GUEST)
+            made.append(c2)
+            c2.start(extra=store + ["--role", "control"])
+            # The admin key was written by the first daemon; this one found it in the store.
+            with open(os.path.join(c2.data_dir, "admin.key"), "w") as f:
+                f.write(control.admin_key)
+            return c2
+
+        yield control, made[1:3], restart, second_control
     finally:
         errors = []
         for s in reversed(made):
@@ -80,7 +90,7 @@ def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
 
 
 def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: F811
-    control, nodes, restart = cluster
+    control, nodes, restart, second_control = cluster
     deadline = time.monotonic() + 60
     while set(live_nodes(control)) != {"node-a", "node-b"}:
         assert time.monotonic() < deadline, live_nodes(control)
@@ -114,6 +124,14 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
 
     used = live_nodes(control)
     assert used["node-a"]["used"]["vcpus"] == 1 and used["node-b"]["used"]["vcpus"] == 1, used
+
+    # A second control replica keeps no state of its own: it finds and reaches both.
+    control2 = second_control()
+    for sid, (node, _) in placed.items():
+        r = control2.request("GET", "/v1/sandboxes/" + sid)
+        assert r.status == 200 and r.headers.get("x-space-node") == node, r
+    _, res = run(control2, next(iter(placed)), {"cmd": "echo via-replica"})
+    assert res["stdout"] == b"via-replica\n", res
 
     # A node restarted after SIGKILL adopts its own sandbox again (and only its own).
     restart(nodes[0])
