@@ -5,9 +5,11 @@
  * The request body is read whole first (bounded by CLUSTER_PROXY_MAX_BODY), then sent
  * with the client's headers minus hop-by-hop ones, plus the shared secret. The reply's
  * head is relayed as soon as it arrives and its body piece by piece, so event streams
- * (session attach, operation events) flow through live. No backpressure is applied to
- * the node: a slow client makes the control daemon buffer what the node sends. */
+ * (session attach, operation events) flow through live. When more than
+ * CLUSTER_PROXY_HIGH_WATER bytes wait for a slow client, reading from the node pauses
+ * until the client has taken them (so a large download does not pile up here). */
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -22,6 +24,7 @@
 #include "log.h"
 
 #define CLUSTER_PROXY_MAX_BODY (64u << 20)
+#define CLUSTER_PROXY_HIGH_WATER (1u << 20)
 /* Attach and event streams may sit idle for long; the node ends them itself. */
 #define CLUSTER_PROXY_TIMEOUT_S (24 * 3600)
 
@@ -35,6 +38,7 @@ struct proxy {
     char node[STORE_ID_MAX];
     char url[256];
     bool started;                      /* reply head sent to the client */
+    bool paused;                       /* not reading from the node until the client drains */
 };
 
 /* Headers that describe one connection, not the request; the server and evhttp set
@@ -104,6 +108,16 @@ static int on_head(struct evhttp_request *out, void *arg)
     return 0;
 }
 
+static void client_drained(struct http_req *req, void *arg)
+{
+    (void)req;
+    struct proxy *p = arg;
+    p->paused = false;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(p->conn);
+    if (bev)
+        bufferevent_enable(bev, EV_READ);
+}
+
 static void relay(struct proxy *p, struct evhttp_request *out)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(out);
@@ -111,6 +125,14 @@ static void relay(struct proxy *p, struct evhttp_request *out)
     if (p->req && p->started && n)
         http_stream_write(p->req, evbuffer_pullup(in, -1), n);
     evbuffer_drain(in, n);
+    if (p->req && p->started && !p->paused && http_stream_pending(p->req) > CLUSTER_PROXY_HIGH_WATER) {
+        struct bufferevent *bev = evhttp_connection_get_bufferevent(p->conn);
+        if (bev) {
+            bufferevent_disable(bev, EV_READ);
+            p->paused = true;
+            http_stream_on_drain(p->req, client_drained, p);
+        }
+    }
 }
 
 static void on_chunk(struct evhttp_request *out, void *arg) { relay(arg, out); }
