@@ -253,8 +253,13 @@ static void ping_check(struct vm *vm, uint64_t now, uint64_t gap)
     uint64_t waited = vm->ping_runq_set && runq > vm->ping_runq_ms ? runq - vm->ping_runq_ms : 0;
     vm->ping_runq_ms = runq;
     vm->ping_runq_set = 1;
-    /* The sum over threads can exceed the wall time; never excuse more than passed. */
-    vm->ping_excused_ms += late + waited < gap ? late + waited : gap;
+    /* A main thread in uninterruptible disk sleep ('D') waits for the host's storage,
+     * not for itself: the whole gap is excused. The sum over threads can exceed the
+     * wall time; never excuse more than passed. */
+    if (proc_state(vm->pid) == 'D' || late + waited > gap)
+        vm->ping_excused_ms += gap;
+    else
+        vm->ping_excused_ms += late + waited;
     uint64_t span = now - vm->ping_sent_ms;
     uint64_t age = span > vm->ping_excused_ms ? span - vm->ping_excused_ms : 0;
     unsigned limit = vm->op == VM_OP_SAVE ? VM_HANG_SAVE_MS : VM_HANG_MS;

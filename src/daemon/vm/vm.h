@@ -269,9 +269,9 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
  * while a snapshot is written, when QEMU's main loop can wait on the migration thread)
  * means hung: the process is killed. Only time in which the QEMU could have answered
  * counts: the time spaced's own loop ran late (its timer fired late: a reply may sit
- * unread) and the time QEMU's threads spent runnable but waiting for a CPU (from
- * /proc/<pid>/task/<tid>/schedstat) are excused, so an overloaded host slows detection
- * down instead of killing healthy VMs. A stopped (SIGSTOP) or deadlocked QEMU waits for
+ * unread), the time QEMU's threads spent runnable but waiting for a CPU (from
+ * /proc/<pid>/task/<tid>/schedstat) and the time its main thread sat in disk sleep are
+ * excused, so an overloaded host slows detection down instead of killing healthy VMs. A stopped (SIGSTOP) or deadlocked QEMU waits for
  * no CPU and is detected in VM_HANG_MS to VM_HANG_MS + VM_PING_INTERVAL_MS. A dead
  * process is noticed at once through its pidfd. */
 /* TCG's translation cache in MiB (`-accel tcg,tb-size=`). QEMU's default (1 GiB) grows
