@@ -134,9 +134,12 @@ int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct t
         return spaced_err_set(err, 400, "unknown_template",
                               "template name \"%.64s\" is not valid ([a-z0-9_-], at most 48)",
                               name ? name : "");
-    /* Built-ins (guest dir) first: nobody can shadow them. */
-    if (found_at(sp->opt.guest_dir, name, true, out))
+    /* Built-ins (guest dir) first: nobody can shadow them. Their image is used through
+     * its pin in the data dir, which a rebuild does not change (tpl_pin.c). */
+    if (found_at(sp->opt.guest_dir, name, true, out)) {
+        tpl_pin_builtin(sp, out);
         return 0;
+    }
     struct store_tpl row;
     if (store_tpl_get(sp->store, name, &row) == 0) {
         bool mine = strcmp(row.state, "ready") == 0 && (!tenant || strcmp(row.tenant, tenant) == 0);

@@ -18,7 +18,8 @@
  * <data-dir>/templates/<name>/snapshots/<v>x<m>[-net]-<fp16>/ {disk.qcow2, snap/, ready,
  * version.json}. When the guest or the template changes, the next create gets a new
  * version; an old one is removed only once no sandbox's disk chain (backing.json, in any
- * state but deleted) names it. */
+ * state but deleted) names it. A built-in's image is used through a hard link in
+ * <data-dir>/images/ (tpl_pin.c), so rebuilding it never changes existing disks. */
 #ifndef SPACE_TPL_H
 #define SPACE_TPL_H
 
@@ -37,7 +38,7 @@ typedef struct json_t json_t;
 struct tpl_info {
     char name[64];
     char dir[TPL_PATH_MAX];    /* template directory */
-    char rootfs[TPL_PATH_MAX + 16]; /* dir/rootfs.ext4 */
+    char rootfs[TPL_PATH_MAX + 16]; /* dir/rootfs.ext4, or (built-ins) its pin in the data dir */
     char description[256];
     char tenant[STORE_ID_MAX]; /* owner; "" for built-ins */
     bool builtin;              /* found under the guest dir */

@@ -35,6 +35,16 @@ json_t *tpl_snapshots_json(struct spaced *sp, const char *name);
 /* Removes snapshot versions no sandbox uses and that are not current (soon, from the
  * loop). r: the registry (NULL: sp->tpl; given while spaced is still being set up). */
 void tpl_snapshots_gc_soon(struct spaced *sp, struct tpl_registry *r);
+/* Adds the rootfs path of every snapshot version this process knows to `arr`. */
+void tpl_snapshots_rootfs(struct spaced *sp, json_t *arr);
+
+/* Built-in images pinned in the data dir (tpl_pin.c). pin: points t->rootfs at the
+ * pinned hard link of a built-in's image (made if missing; unchanged when it cannot be).
+ * sweep: removes pins that are not current and that neither `live_paths` (disk chains of
+ * live sandboxes) nor the snapshot versions in `version_dirs` (paths) name. */
+void tpl_pin_builtin(struct spaced *sp, struct tpl_info *t);
+void tpl_pins_sweep(struct spaced *sp, const json_t *live_paths, json_t *version_dirs);
+
 /* True while a build in flight uses template `name` as its base. */
 bool tpl_builds_use(struct spaced *sp, const char *name);
 

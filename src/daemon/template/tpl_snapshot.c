@@ -673,21 +673,39 @@ static void sweep_template(struct spaced *sp, const json_t *paths, const char *n
     each_version(tdir, sweep_version, &c);
 }
 
+static void collect_version(const char *dir, const char *leaf, void *arg)
+{
+    (void)leaf;
+    json_array_append_new(arg, json_string(dir));
+}
+
+void tpl_snapshots_rootfs(struct spaced *sp, json_t *arr)
+{
+    for (struct tpl_snap *s = sp->tpl->snaps; s; s = s->next)
+        json_array_append_new(arr, json_string(s->rootfs));
+}
+
 static void on_gc(evutil_socket_t fd, short what, void *arg)
 {
     struct spaced *sp = arg;
     (void)fd;
     (void)what;
-    json_t *paths = live_chains(sp);
-    char tdir[TPL_PATH_MAX];
+    json_t *paths = live_chains(sp), *left = json_array();
+    char tdir[TPL_PATH_MAX], one[TPL_PATH_MAX + 300];
     snprintf(tdir, sizeof tdir, "%s/templates", sp->opt.data_dir);
     DIR *dp = opendir(tdir);
     struct dirent *e;
     while (dp && (e = readdir(dp)))
-        if (tpl_name_valid(e->d_name))
+        if (tpl_name_valid(e->d_name)) {
             sweep_template(sp, paths, e->d_name);
+            snprintf(one, sizeof one, "%s/%s", tdir, e->d_name);
+            each_version(one, collect_version, left);
+        }
     if (dp)
         closedir(dp);
+    /* Then the pinned images the remaining versions and sandboxes do not need. */
+    tpl_pins_sweep(sp, paths, left);
+    json_decref(left);
     json_decref(paths);
 }
 
