@@ -372,10 +372,10 @@ static void req_close(void *arg)
     json_t *wd = json_object_get(s, "workdir"), *user = json_object_get(s, "user");
     if (wd)
         snprintf(b->cur.workdir, sizeof b->cur.workdir, "%s", json_string_value(wd));
-    if (user)
+    if (user) {
         snprintf(b->cur.user, sizeof b->cur.user, "%s", json_string_value(user));
-    if (user)
         snprintf(b->run_user, sizeof b->run_user, "%s", json_string_value(user));
+    }
     b->step++;
     b->sub = 0;
     run_step(b);
