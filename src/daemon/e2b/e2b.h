@@ -11,7 +11,9 @@
  *     the E2b-Sandbox-Id header, a Host of "49983-<id>.<domain>", or the access token.
  *
  * Environment: SPACE_E2B_DOMAIN (optional) is returned as the sandboxes' `domain`, which
- * the SDK uses to build getHost(port) = "<port>-<id>.<domain>". */
+ * the SDK uses to build getHost(port) = "<port>-<id>.<domain>". SPACE_E2B_PORT_LISTEN
+ * (optional, "127.0.0.1:7071") starts the sandbox-port listener, which carries getHost
+ * connections as byte pipes (WebSocket included); point SPACE_E2B_DOMAIN at it. */
 #ifndef SPACE_E2B_H
 #define SPACE_E2B_H
 
