@@ -130,6 +130,7 @@ static void relay(struct proxy *p, struct evhttp_request *out)
         if (bev) {
             bufferevent_disable(bev, EV_READ);
             p->paused = true;
+            log_debug("cluster.proxy", "node=%s msg=\"client slow: pausing the node's reply\"", p->node);
             http_stream_on_drain(p->req, client_drained, p);
         }
     }
