@@ -5,7 +5,9 @@ the test runs and no assertion depends on timing) and --burst 5.
 Covers: a key over its budget gets 429 + JSON error + Retry-After while another
 tenant's key is still served; a flood of bad keys from one address is limited as that
 address (and the valid keys keep working); /healthz and /metrics are exempt; 429s are
-counted in /metrics; bad option values are refused at start."""
+counted in /metrics; behind a control daemon (the shared node secret present) the
+forwarded client address is the client, and without the secret X-Forwarded-For is
+ignored; bad option values are refused at start."""
 import os
 import shutil
 import subprocess
@@ -73,6 +75,42 @@ def test_bad_key_flood_is_limited_per_address(limited):
     # A valid key from the same address is its own client and still served.
     r = s.request("GET", "/v1/sandboxes")
     assert r.status == 200, r
+
+
+NODE_TOKEN = "rl-test-node-secret-0123456789"
+
+
+@pytest.fixture
+def limited_node():
+    guest = make_fake_guest()
+    s = Spaced(guest).start(extra=["--rate", "0.01", "--burst", "2"],
+                            env={"SPACE_NODE_TOKEN": NODE_TOKEN})
+    yield s
+    s.stop()
+    shutil.rmtree(guest, ignore_errors=True)
+
+
+def test_forwarded_client_address_needs_the_node_secret(limited_node):
+    s = limited_node
+
+    def keyless(fwd, secret):
+        h = {"X-Forwarded-For": fwd}
+        if secret:
+            h["X-Space-Node-Token"] = secret
+        return s.request("GET", "/v1/sandboxes", key=None, headers=h)
+
+    # Through a "control daemon": each forwarded client has its own budget of 2.
+    for _ in range(2):
+        assert keyless("192.0.2.10:5000", NODE_TOKEN).status == 401
+    assert_limited(keyless("192.0.2.10:5001", NODE_TOKEN))
+    assert keyless("192.0.2.11:5000", NODE_TOKEN).status == 401
+    # In a list only the last element (the proxy's) counts, not the client's claim before it.
+    assert_limited(keyless("203.0.113.9:1, 192.0.2.10:7", NODE_TOKEN))
+    # Without the secret (or with a wrong one) the header is ignored: the real address
+    # (127.0.0.1) is charged, whatever it claims.
+    assert keyless("198.51.100.1:1", None).status == 401
+    assert keyless("198.51.100.2:1", "x" * len(NODE_TOKEN)).status == 401
+    assert_limited(keyless("198.51.100.3:1", None))
 
 
 @pytest.mark.parametrize("opt,value", [("--rate", "abc"), ("--rate", "-1"), ("--burst", "0"),

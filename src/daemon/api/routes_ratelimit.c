@@ -10,6 +10,12 @@
  * Over the limit: 429 {"error":{"code":"rate_limited",...}} with Retry-After (whole
  * seconds, at least 1), counted in space_http_errors_total{status="429"}.
  *
+ * Behind a control daemon (multi-node, cluster.h) a node sees every request coming from
+ * the control daemon's address. A request carrying the shared node secret is trusted to
+ * name its real client in X-Forwarded-For (cluster_proxy sets it), so a node charges
+ * keyless requests (attach tokens above all) to the real client, not to one shared
+ * bucket for everyone; without the secret, X-Forwarded-For is ignored.
+ *
  * Exempt: GET/HEAD /healthz and /metrics. They need no key, reveal no tenant data and
  * cost little; load balancers and scrapers often share an address with API clients,
  * and a client's flood must not make its host look dead to them. The connection limit
@@ -22,8 +28,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 #include "daemon/api/ratelimit.h"
 #include "daemon/auth/auth.h"
+#include "daemon/cluster/cluster.h"
 #include "routes.h"
 
 struct routes_rl {
@@ -45,11 +54,32 @@ static bool exempt(struct http_req *req)
            (strcmp(p, "/healthz") == 0 || strcmp(p, "/metrics") == 0);
 }
 
-/* "ip:<address>" from the peer "a.b.c.d:port" or "[v6]:port" (the port is dropped:
- * every connection of a host shares one bucket). */
-static void peer_key(struct http_req *req, char *out, size_t cap)
+/* The client's "ip:port": the peer, or what a trusted control daemon put in
+ * X-Forwarded-For. The proxy appends its header after the client's own copies, so only
+ * the last header's last element is its word; anything before it is the client's. */
+static const char *client_addr(struct routes_rl *R, struct http_req *req)
 {
-    const char *peer = http_req_peer(req);
+    const char *secret = R->sp->opt.node_token;
+    const char *tok = http_req_header(req, CLUSTER_TOKEN_HEADER);
+    if (!secret || !*secret || !tok || strlen(tok) != strlen(secret) ||
+        CRYPTO_memcmp(tok, secret, strlen(secret)) != 0)
+        return http_req_peer(req);
+    const char *fwd = NULL, *v;
+    for (unsigned i = 0; (v = http_req_header_n(req, "X-Forwarded-For", i)) != NULL; i++)
+        fwd = v;
+    const char *comma = fwd ? strrchr(fwd, ',') : NULL;
+    if (comma)
+        fwd = comma + 1;
+    while (fwd && *fwd == ' ')
+        fwd++;
+    return fwd && *fwd ? fwd : http_req_peer(req);
+}
+
+/* "ip:<address>" from "a.b.c.d:port" or "[v6]:port" (the port is dropped: every
+ * connection of a host shares one bucket). */
+static void peer_key(struct routes_rl *R, struct http_req *req, char *out, size_t cap)
+{
+    const char *peer = client_addr(R, req);
     const char *start = peer, *end = strrchr(peer, ':');
     if (peer[0] == '[') {
         start = peer + 1;
@@ -69,7 +99,7 @@ static bool client_key(struct routes_rl *R, struct http_req *req, char *out, siz
         snprintf(out, cap, "key:%s", who.key_id);
         return true;
     }
-    peer_key(req, out, cap);
+    peer_key(R, req, out, cap);
     return false;
 }
 
