@@ -46,6 +46,8 @@ ZONE = {
     "mixed.allowed.test": ["10.0.0.1", "203.0.113.10"],
     "echo.allowed.test": ["203.0.113.20"],
     "badcert.allowed.test": ["203.0.113.10"],
+    # More A records than a 512-byte UDP answer holds (DNS over TCP carries them all).
+    "many.allowed.test": ["203.0.113.%d" % i for i in range(100, 132)],
 }
 _rebind = [0]
 

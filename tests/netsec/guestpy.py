@@ -1,21 +1,34 @@
-"""Attack tools run *as the guest* (inside the guest namespace) by the netsec tests;
-python standard library only. Each subcommand prints one JSON object.
+"""Attack tools run inside the sandbox VM (as root) by the netsec tests, and on the
+host side by the controls; python standard library only. Each subcommand prints one
+JSON object; `serve` runs lists of them read from stdin (one process per VM).
 
   dns SERVER NAME QTYPE [tcp]        one query; rcode and A answers, or timeout
   dnsraw SERVER HEX                  sends raw bytes as a UDP query; the reply, if any
-  dnsflood SERVER COUNT NAME         COUNT queries as fast as possible; answers counted
+  dnsflood SERVER COUNT NAME         COUNT queries back to back; answers counted
+  dnstcp SERVER SPEC_JSON            DNS over TCP: pipelined queries, raw bytes, slow
+                                     clients (see cmd_dnstcp)
+  dnstcpconns SERVER COUNT NAME      COUNT DNS TCP connections held open, each asked NAME
   tcp IP PORT HEX [WAIT]             connect, send, read until close/timeout
   hello IP PORT SPEC_JSON            hand-built TLS ClientHello (see client_hello)
   tlsget IP PORT SNI HOST PATH CAFILE [SPLIT] [EXTRA_HEADER]
                                      full TLS request; SPLIT>0 cuts the ClientHello into
                                      records of SPLIT bytes, each sent in two segments
+  tlsinfo IP PORT SNI|- CAFILE|-     handshake only; the leaf's issuer
+  fetch URL [OPTS_JSON]              a small curl (forced address, CA file, headers,
+                                     redirects, RSA-only client)
+  resolve NAME                       the guest's libc resolver (/etc/hosts, resolv.conf)
   http IP PORT TEXT                  raw HTTP bytes (\\r\\n escapes), all replies read
   hold IP PORT HOST SECS             keep-alive request, then waits for the gateway to
                                      close the connection (prints a line when ready)
   frame IFACE HEX                    sends one raw Ethernet frame
+  icmp IP [COUNT]                    raw ICMP echo requests; replies counted
+  udp IP PORT HEX                    one datagram
+  ipv6                               the guest's IPv6 addresses and whether anything answers
+  search HEX [ROOTS]                 a byte string in files under ROOTS and in processes
   connflood IP PORT COUNT            COUNT connection attempts; outcomes counted
   garbage IP DNS COUNT               random bytes to IP:443, IP:80 and DNS:53, COUNT rounds
   canary EVENTS IP...                (gateway side) listens on IP:80/443, records connections
+  serve                              one JSON list of calls per stdin line -> results
 """
 import json
 import os
@@ -113,6 +126,91 @@ def cmd_dnsflood(server, count, name):
         s.recvfrom(4096)
         answered += 1
     out({"sent": count, "answered": answered, "rate": count / max(elapsed, 1e-6)})
+
+
+def dns_tcp_read(s, wait, want=None):
+    """Reads length-prefixed DNS messages until the peer closes, `want` messages have
+    come, or wait passes."""
+    buf, res, msgs = b"", {"closed": False, "reset": False}, []
+    end = time.time() + wait
+    try:
+        while time.time() < end and (want is None or len(msgs) < want):
+            s.settimeout(max(end - time.time(), 0.01))
+            r = s.recv(65536)
+            if not r:
+                res["closed"] = True
+                break
+            buf += r
+            while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
+                n = struct.unpack("!H", buf[:2])[0]
+                m, buf = buf[2:2 + n], buf[2 + n:]
+                a = parse_answer(m) if len(m) >= 12 else {}
+                a["id"] = struct.unpack("!H", m[:2])[0] if len(m) >= 2 else None
+                a["tc"] = bool(m[2] & 2) if len(m) > 2 else False
+                msgs.append(a)
+    except ConnectionResetError:
+        res["reset"] = True
+    except socket.timeout:
+        pass
+    res["answers"], res["leftover"] = msgs, len(buf)
+    return res
+
+
+def cmd_dnstcp(server, spec):
+    """DNS over TCP to server:53. spec: queries ([name, qtype] each, ids 1..n), raw (hex
+    bytes sent as they are, instead), byte_delay (seconds between single bytes: a slow
+    client), wait (seconds to read answers; reading stops early once every query is
+    answered)."""
+    spec = json.loads(spec)
+    data = bytes.fromhex(spec["raw"]) if "raw" in spec else b"".join(
+        struct.pack("!H", len(q)) + q for q in
+        (dns_query(n, t, i + 1) for i, (n, t) in enumerate(spec.get("queries", []))))
+    try:
+        s = socket.create_connection((server, 53), timeout=3)
+    except OSError as e:
+        out({"connected": False, "error": str(e)})
+        return
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    res = {"connected": True}
+    try:
+        if spec.get("byte_delay"):
+            for i in range(len(data)):
+                s.sendall(data[i:i + 1])
+                time.sleep(float(spec["byte_delay"]))
+        else:
+            s.sendall(data)
+    except OSError as e:
+        res["send_error"] = str(e)
+    t0 = time.time()
+    want = len(spec["queries"]) if spec.get("queries") else None
+    res.update(dns_tcp_read(s, float(spec.get("wait", 3)), want))
+    res["read_seconds"] = time.time() - t0
+    out(res)
+
+
+def cmd_dnstcpconns(server, count, name):
+    """Opens COUNT DNS TCP connections and keeps them all open, then asks NAME on each;
+    prints how many connected and how many got an answer."""
+    socks, opened = [], 0
+    for _ in range(int(count)):
+        try:
+            socks.append(socket.create_connection((server, 53), timeout=3))
+            opened += 1
+        except OSError:
+            pass
+    q = dns_query(name, 1, 7)
+    answered = 0
+    for s in socks:
+        try:
+            s.sendall(struct.pack("!H", len(q)) + q)
+        except OSError:
+            pass
+    for s in socks:
+        if dns_tcp_read(s, 2.0, 1)["answers"]:
+            answered += 1
+    for s in socks:
+        s.close()
+    out({"opened": opened, "answered": answered})
 
 
 def talk(ip, port, data, wait=3.0):
@@ -523,15 +621,12 @@ def cmd_search(needle_hex, roots="/"):
     out({"found": found, "files": files})
 
 
-def cmd_batch(calls):
-    """Runs several subcommands in this one process (a Python start-up in a TCG guest
-    costs seconds); prints a list with each call's own JSON result."""
+def run_calls(calls):
+    """Runs several subcommands in this one process; returns each call's own JSON
+    result. A call that raised gives {"exception": text}."""
     import io
-    if calls.startswith("@"):
-        with open(calls[1:]) as f:
-            calls = f.read()
     results = []
-    for call in json.loads(calls):
+    for call in calls:
         buf, real = io.StringIO(), sys.stdout
         sys.stdout = buf
         try:
@@ -542,7 +637,15 @@ def cmd_batch(calls):
             results.append({"exception": "%s: %s" % (type(e).__name__, e)})
         finally:
             sys.stdout = real
-    out(results)
+    return results
+
+
+def cmd_serve():
+    """Reads one JSON list of calls per stdin line, prints one JSON list of results per
+    line, until EOF: one long-lived process serves a whole test session."""
+    for line in sys.stdin:
+        if line.strip():
+            out(run_calls(json.loads(line)))
 
 
 if __name__ == "__main__":

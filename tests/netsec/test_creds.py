@@ -12,6 +12,7 @@ import netlab
 import vmlab
 
 TOKEN = netlab.TOKEN
+WRITABLE = "/etc,/root,/home,/tmp,/run,/var,/opt,/srv,/mnt,/media,/usr/local,/dev/shm"
 
 
 def api_events(lab, mark):
@@ -126,8 +127,11 @@ def test_secret_absent_from_vm_memory_and_files(lab, sb):
     """After the credential has been used (the tests above, and once more here), no
     trace of it in the VM: the whole memory of its QEMU process (guest RAM, page cache,
     QEMU's network buffers) is scanned from the host first (before anything puts the
-    needle itself into the VM), then every file and process environment from inside.
-    Positive control: a marker written into the VM is found by both searches."""
+    needle itself into the VM), then from inside every process's environment and
+    command line and every file where anything is written at run time (WRITABLE; the
+    distribution's /usr, /bin, /lib come from the image, built before any secret
+    existed, and scanning them under TCG costs minutes). Positive control: a marker
+    written into the VM is found by both searches."""
     assert fetch(sb, "https://api.test/v1/again")["status"] == 200
     marker = "netsec-marker-" + binascii.hexlify(os.urandom(8)).decode()
     sb.put("/home/user/marker.txt", ("x" + marker + "\n").encode())
@@ -135,9 +139,9 @@ def test_secret_absent_from_vm_memory_and_files(lab, sb):
     pid = sb.qemu_pid()
     assert vmlab.qemu_memory_contains(pid, marker), "control: the memory scan finds the marker"
     assert not vmlab.qemu_memory_contains(pid, TOKEN), "the token is in the VM's memory"
-    res = sb.batch([("search", marker.encode().hex()), ("search", TOKEN.encode().hex())], timeout=600)
+    res = sb.batch([("search", marker.encode().hex(), WRITABLE), ("search", TOKEN.encode().hex(), WRITABLE)])
     assert "/home/user/marker.txt" in res[0]["found"], res[0]
-    assert res[1]["files"] > 1000 and res[1]["found"] == [], res[1]
+    assert res[1]["files"] > 100 and res[1]["found"] == [], res[1]
     assert TOKEN not in sb.run("env").stdout
 
 

@@ -35,9 +35,6 @@ GUEST_CA = GUEST_TOOLS + "/ca.pem"        # test CA + the deployment's egress CA
 GUEST_SPACE_CA = GUEST_TOOLS + "/space-ca.pem"
 GUEST_MAC = "02:5b:00:00:00:01"           # src/daemon/net/net.h NET_GUEST_MAC
 TEMPLATE = "python"
-# Bytes of arguments above which a call travels as a file (the sessions API caps a
-# command at 64 KiB of JSON).
-ARGS_MAX = 16000
 # The image's /etc/hosts, restored after the case that forges it.
 HOSTS = "127.0.0.1 localhost\n"
 
@@ -62,15 +59,16 @@ class Result:
 class Session:
     """One command in a VM through the sessions API; output read as it comes."""
 
-    def __init__(self, sp, sid, argv, timeout):
+    def __init__(self, sp, sid, argv, timeout, stdin=False):
         r = sp.request("POST", "/v1/sandboxes/%s/sessions" % sid,
-                       {"argv": argv, "user": "root", "timeout": int(timeout)})
+                       {"argv": argv, "user": "root", "timeout": int(timeout), "stdin": stdin})
         if r.status != 201:
             raise RuntimeError("session create: %r" % r)
         j = r.json
+        self.sp, self.url, self.token = sp, j["attach_url"].rsplit("/", 1)[0], j["attach_token"]
         # Generous socket timeout: the machine is shared and guests run under TCG; the
         # session's own timeout (SIGKILL in the guest) bounds a hung command.
-        self.conn = http.client.HTTPConnection("127.0.0.1", sp.port, timeout=timeout + 120)
+        self.conn = http.client.HTTPConnection("127.0.0.1", sp.port, timeout=(timeout or 600) + 120)
         self.conn.request("GET", j["attach_url"], headers={"Authorization": "Bearer " + j["attach_token"]})
         self.resp = self.conn.getresponse()
         if self.resp.status != 200:
@@ -122,8 +120,17 @@ class Session:
         self.conn.close()
         return Result(self.code, self.out.decode(errors="replace"), self.err.decode(errors="replace"))
 
-    def kill(self):
-        self.conn.close()
+    def write(self, data):
+        """Sends data to the process's stdin (a session created with stdin)."""
+        r = self.sp.request("POST", self.url + "/stdin", raw=data, key=None,
+                            headers={"Authorization": "Bearer " + self.token,
+                                     "Content-Type": "application/octet-stream"})
+        if r.status != 200:
+            raise RuntimeError("stdin: %r" % r)
+
+    def close_stdin(self):
+        self.sp.request("POST", self.url + "/close-stdin", key=None,
+                        headers={"Authorization": "Bearer " + self.token})
 
 
 class VMSandbox:
@@ -148,7 +155,7 @@ class VMSandbox:
         self.put(GUEST_CA, test_ca + space_ca)
         self.put(GUEST_SPACE_CA, space_ca)
         self.ca, self.space_ca = GUEST_CA, GUEST_SPACE_CA
-        self.batches = 0  # names the files that carry long batches
+        self.server = None  # the Session of `guestpy.py serve`, started on first use
 
     def put(self, path, data):
         q = "?" + urllib.parse.urlencode({"path": path})
@@ -157,36 +164,38 @@ class VMSandbox:
         if r.status != 200:
             raise RuntimeError("upload %s: %r" % (path, r))
 
-    def spawn(self, *argv, timeout=120):
-        return Session(self.lab.spaced, self.id, list(argv), timeout)
+    def spawn(self, *argv, timeout=120, stdin=False):
+        return Session(self.lab.spaced, self.id, list(argv), timeout, stdin)
 
     def run(self, *argv, timeout=60):
         """Runs argv in the VM as root; returns a Result."""
         return self.spawn(*argv, timeout=timeout).wait()
 
-    def py(self, *args, timeout=60):
-        """Runs guestpy.py in the VM; returns its JSON result."""
-        if sum(len(a) for a in args) > ARGS_MAX:
-            res = self.batch([args], timeout=timeout)[0]
-            if "exception" in res:
-                raise RuntimeError("guestpy %s in %s: %s" % (args[0], self.id, res["exception"]))
-            return res
-        r = self.run("python3", GUEST_TOOLS + "/guestpy.py", *args, timeout=timeout)
-        if r.returncode != 0:
-            raise RuntimeError("guestpy %s in %s: exit %s: %s" % (args, self.id, r.returncode, r.stderr[-2000:]))
-        return json.loads(r.stdout)
+    def py(self, *args):
+        """Runs one guestpy.py subcommand in the VM; returns its JSON result."""
+        res = self.batch([args])[0]
+        if "exception" in res:
+            raise RuntimeError("guestpy %s in %s: %s" % (args[0], self.id, res["exception"]))
+        return res
 
-    def batch(self, calls, timeout=120):
-        """Several guestpy calls in one session (one Python start-up in the VM); returns
-        one result per call, in order. A call that raised gives {"exception": text}.
-        Calls too long for a command line travel as a file."""
-        text = json.dumps([list(c) for c in calls])
-        if len(text) > ARGS_MAX:
-            self.batches += 1
-            path = "%s/calls-%d.json" % (GUEST_TOOLS, self.batches)
-            self.put(path, text.encode())
-            text = "@" + path
-        return self.py("batch", text, timeout=timeout)
+    def batch(self, calls):
+        """Several guestpy calls, run by the VM's one long-lived `guestpy.py serve`
+        process (no Python start-up per call); one result per call, in order. A call
+        that raised gives {"exception": text}. A call that hangs is bounded by the
+        server session's socket timeout; the server is then started afresh."""
+        if self.server is None:
+            self.server = self.spawn("python3", GUEST_TOOLS + "/guestpy.py", "serve", timeout=0, stdin=True)
+        srv = self.server
+        try:
+            srv.write((json.dumps([list(c) for c in calls]) + "\n").encode())
+            line = srv.readline()
+            if not line:
+                raise RuntimeError("guestpy server in %s ended: %s" % (self.id, srv.err[-2000:]))
+            return json.loads(line)
+        except Exception:
+            self.server = None
+            srv.kill()
+            raise
 
     def spawn_py(self, *args, timeout=120):
         return self.spawn("python3", GUEST_TOOLS + "/guestpy.py", *args, timeout=timeout)
@@ -248,31 +257,43 @@ class VMLab(netlab.Lab):
             return False
 
     def stop(self):
-        """Stops spaced (VMs, its gateway, namespaces) and the lab; returns sanitizer
-        reports found in the gateway's log."""
+        """Stops spaced (VMs, its gateway, namespaces) and the lab, whatever state a
+        failed start left; returns sanitizer reports found in the gateway's log."""
         report = ""
+        try:
+            report = self._stop_spaced()
+        finally:
+            lab_report = super().stop()
+        return lab_report or report
+
+    def _stop_spaced(self):
         sp = getattr(self, "spaced", None)
-        if sp:
-            try:
-                os.kill(self.gateway_pid(), signal.SIGTERM)
-                end = time.monotonic() + 20
-                while time.monotonic() < end:
-                    os.kill(self.gateway_pid(), 0)
-                    time.sleep(0.1)
-            except (OSError, ValueError):
-                pass
-            try:
-                with open(os.path.join(sp.data_dir, "gateway", "gateway.log"), errors="replace") as f:
-                    report = netlab.sanitizer_report(f.read())
-            except OSError:
-                pass
-            try:
-                if sp.proc:
-                    sp.stop()
-            finally:
-                spacedlib.SPACED_ENV.clear()
-                spacedlib.SPACED_ENV.update(self.saved_env)
-        return super().stop() or report
+        if not sp:
+            return ""
+        report = ""
+        try:
+            pid = self.gateway_pid()
+            os.kill(pid, signal.SIGTERM)
+            end = time.monotonic() + 20
+            while time.monotonic() < end:
+                with open("/proc/%d/stat" % pid) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break  # exited; spaced has not reaped it yet
+                time.sleep(0.1)
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(os.path.join(sp.data_dir, "gateway", "gateway.log"), errors="replace") as f:
+                report = netlab.sanitizer_report(f.read())
+        except OSError:
+            pass
+        try:
+            if sp.proc:
+                sp.stop()
+        finally:
+            spacedlib.SPACED_ENV.clear()
+            spacedlib.SPACED_ENV.update(self.saved_env)
+        return report
 
 
 def gw_mac(sb):
