@@ -523,6 +523,30 @@ def test_sessions_need_a_running_sandbox(spaced):
     assert r.status == 404
 
 
+def test_delete_refused_while_the_process_is_unreachable(spaced):
+    """A suspended sandbox's process cannot be killed now: deleting its session is
+    refused (and changes nothing) rather than leaving a process nobody can stop."""
+    r = spaced.create({"template": "base", "timeout": 0})
+    sid = r["sandbox"]["id"]
+    assert spaced.wait_op(r["operation"]["id"])["state"] == "succeeded"
+    try:
+        s = new_session(spaced, sid, {"cmd": "sleep 1000"})
+        one = "%s/%s" % (URL_SESS % sid, s["id"])
+        st = Stream(spaced, s["attach_url"], s["attach_token"])
+        assert next(st.events())[1] == "start"
+        st.close()
+        op = spaced.request("POST", "/v1/sandboxes/%s/suspend" % sid).json["operation"]
+        assert spaced.wait_op(op["id"])["state"] == "succeeded"
+        r = spaced.request("DELETE", one)
+        assert r.status == 409 and r.error_code() == "not_running", r
+        assert "cannot be killed" in r.json["error"]["message"]
+        r = spaced.request("GET", one)
+        assert r.status == 200 and r.json["session"]["state"] in ("starting", "running"), r
+    finally:
+        op = spaced.request("DELETE", "/v1/sandboxes/" + sid).json["operation"]
+        assert spaced.wait_op(op["id"])["state"] == "succeeded"
+
+
 def test_validation_without_a_vm(api_spaced):
     """Paths that never reach a guest: they run even where VMs cannot."""
     sp = api_spaced

@@ -309,10 +309,13 @@ static void routes_sess_free(void *arg)
 static void h_delete(struct http_req *req, void *arg)
 {
     struct sess_target tg;
+    struct spaced_err e;
     if (!resolve(arg, req, false, &tg))
         return;
-    sess_delete(tg.s, sbx_agent(tg.x));
-    http_reply(req, 204, NULL, NULL, 0);
+    if (sess_delete(tg.s, sbx_agent(tg.x), &e) < 0)
+        reply_err(req, &e);
+    else
+        http_reply(req, 204, NULL, NULL, 0);
 }
 
 void routes_sessions_register(struct router *r, struct spaced *sp);

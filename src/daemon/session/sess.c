@@ -478,14 +478,19 @@ static void sess_on_sbx(struct spaced *sp, struct sbx *x, enum sbx_state old,
     }
 }
 
-void sess_delete(struct sess *s, struct agentc *agent)
+int sess_delete(struct sess *s, struct agentc *agent, struct spaced_err *err)
 {
     struct sess_table *t = s->t;
-    /* sess_signal re-attaches a detached process first, so it is reached too. */
-    if (!sess_finished(s) && s->state != SESS_CREATED &&
-        sess_signal(s, agent, 9, NULL) < 0)
-        log_warn("session.delete", "session=%s sandbox=%s msg=\"the process could not be "
-                 "killed: the agent is unreachable\"", s->id, s->sbx);
+    struct spaced_err why;
+    /* sess_signal re-attaches a detached process first, so it is reached too; a paused
+     * sandbox keeps the channel, and the kill waits in it for the resume. A signal that
+     * cannot be sent leaves a process nobody could reach again: refuse instead. */
+    if (!sess_finished(s) && s->state != SESS_CREATED && sess_signal(s, agent, 9, &why) < 0 &&
+        !sess_finished(s))
+        return spaced_err_set(err, why.status, why.code,
+                              "session %s still has a process that cannot be killed now (%s); "
+                              "try again once the sandbox runs, or delete the sandbox",
+                              s->id, why.message);
     sess_drop_chan(s);
     log_info("session.delete", "session=%s sandbox=%s state=%s", s->id, s->sbx,
              sess_state_name(s->state));
@@ -493,6 +498,7 @@ void sess_delete(struct sess *s, struct agentc *agent)
     sess_unpersist(s);
     sess_free(s);
     sess_report(t);
+    return 0;
 }
 
 static void sess_gc(evutil_socket_t fd, short what, void *arg)

@@ -112,10 +112,12 @@ int sess_resize(struct sess *s, struct agentc *agent, unsigned rows, unsigned co
                 struct spaced_err *err);
 
 /* Deletes the session: a started process that has not ended is killed (SIGKILL to its
- * process group, best effort: an unreachable agent cannot be told), attached readers'
- * streams end, a stdin upload gets 409, the ring and the store row are freed. Its id
- * and attach token open nothing afterwards. `agent` as for sess_attach. s is freed. */
-void sess_delete(struct sess *s, struct agentc *agent);
+ * process group), attached readers' streams end, a stdin upload gets 409, the ring and
+ * the store row are freed, and s is freed; its id and attach token open nothing
+ * afterwards. Returns 0, or -1 + err (409 not_running, 503) and changes nothing when
+ * such a process cannot be reached (suspended sandbox, agent down): deleting it then
+ * would leave a process no request could stop. `agent` as for sess_attach. */
+int sess_delete(struct sess *s, struct agentc *agent, struct spaced_err *err);
 
 /* Number of sessions by state (for /metrics). */
 void sess_count(const struct sess_table *t, unsigned counts[SESS_LOST + 1]);
