@@ -336,13 +336,16 @@ void routes_sessions_register(struct router *r, struct spaced *sp)
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/resize", h_resize},
         {"POST", "/v1/sandboxes/{id}/sessions/{sid}/token", h_token},
     };
+    /* Owned by the router first: a table, once made, listens to the sandboxes and may
+     * only go away at shutdown. */
     struct routes_sess *R = calloc(1, sizeof *R);
+    if (R && router_on_shutdown(r, routes_sess_free, R) < 0) {
+        free(R);
+        R = NULL;
+    }
     if (R)
         R->t = sess_table_new(sp);
-    if (!R || !R->t || router_on_shutdown(r, routes_sess_free, R) < 0) {
-        if (R)
-            sess_table_free(R->t);
-        free(R);
+    if (!R || !R->t) {
         log_error("sessions.init", "msg=%s", "out of memory: session routes not registered");
         return;
     }
