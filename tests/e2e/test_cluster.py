@@ -7,6 +7,8 @@ create and the attach event stream are forwarded to the owning node), listings c
 the shared store, a node refuses requests without the shared secret, and deletes through
 the control daemon finish on the nodes. PostgreSQL comes from test_store_pg's fixtures
 (SPACE_TEST_PG or a throwaway server; skips, saying why, without one)."""
+import hashlib
+import http.client
 import os
 import secrets
 import subprocess
@@ -121,6 +123,24 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
         assert r.headers.get("x-space-node") == node
         _, res = run(control, sid, {"cmd": "echo hello-from-$((40+2))"})
         assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"hello-from-42\n", res
+
+    # Files through the control daemon: a 16 MiB upload (body forwarded), then a download
+    # read only after a pause, so the control daemon has to stop reading from the node
+    # until this client catches up; the bytes and Content-Length arrive intact.
+    sid = next(iter(placed))
+    data = os.urandom(16 << 20)
+    r = control.request("PUT", "/v1/sandboxes/%s/files?path=/tmp/big.bin" % sid, raw=data,
+                        headers={"Content-Type": "application/octet-stream"}, timeout=600)
+    assert r.status == 200 and r.json["file"]["size"] == len(data), r
+    conn = http.client.HTTPConnection("127.0.0.1", control.port, timeout=600)
+    conn.request("GET", "/v1/sandboxes/%s/files?path=/tmp/big.bin" % sid,
+                 headers={"Authorization": "Bearer " + control.admin_key})
+    resp = conn.getresponse()
+    time.sleep(2)  # not a timing assertion: only lets the node run ahead of this reader
+    got = resp.read()
+    conn.close()
+    assert resp.status == 200 and resp.getheader("content-length") == str(len(data))
+    assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
 
     used = live_nodes(control)
     assert used["node-a"]["used"]["vcpus"] == 1 and used["node-b"]["used"]["vcpus"] == 1, used
