@@ -176,10 +176,24 @@ int cluster_start(struct spaced *sp, char *err, size_t cap)
     return 0;
 }
 
+/* A node stopping on purpose says so at once (heartbeat 0), so control daemons stop
+ * placing on it and answer node_down for its sandboxes instead of trying to connect. */
+static void node_stopping(struct spaced *sp)
+{
+    struct store_node n;
+    if (store_node_get(sp->store, sp->opt.node_id, &n) != 0)
+        return;
+    n.heartbeat_ms = 0;
+    if (store_node_put(sp->store, &n) == 0)
+        log_info("cluster.heartbeat", "node=%s state=stopped", n.id);
+}
+
 void cluster_free(struct spaced *sp)
 {
     if (!sp->cluster)
         return;
+    if (sp->opt.role == CLUSTER_NODE)
+        node_stopping(sp);
     if (sp->cluster->heartbeat)
         event_free(sp->cluster->heartbeat);
     while (sp->cluster->resv)

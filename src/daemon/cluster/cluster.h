@@ -24,7 +24,9 @@
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
  * VM (every state except suspended, stopped, deleted, failed), plus the creates this
  * control daemon is forwarding to it right now (their rows do not exist yet). A node is
- * live when its heartbeat is younger than CLUSTER_DEAD_MS.
+ * live when its heartbeat is younger than CLUSTER_DEAD_MS; a node daemon stopping on
+ * purpose zeroes its heartbeat. Requests for a sandbox on a node that is not live get
+ * 503 node_down from the control daemon (its sandboxes are not moved).
  *
  * Ownership: spaced owns `struct cluster` (sp->cluster), created by cluster_start and
  * freed by cluster_free. Everything runs on the event loop thread. */

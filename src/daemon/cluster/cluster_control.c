@@ -211,6 +211,12 @@ static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char
         http_reply_error(req, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
         return true;
     }
+    int64_t silent_ms = spaced_now_ms() - n.heartbeat_ms;
+    if (silent_ms >= CLUSTER_DEAD_MS) {
+        http_reply_error(req, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
+                         id, node, (long long)(silent_ms / 1000));
+        return true;
+    }
     cluster_proxy(sp, req, &n, NULL);
     return true;
 }
