@@ -39,8 +39,10 @@ def sql(url, query):
 
 @pytest.fixture
 def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
-    """(control, [node-a, node-b], restart) on one fresh database, stopped afterwards;
-    restart(node) kills it with SIGKILL and starts it again with the same options."""
+    """(control, [node-a, node-b], restart, second_control) on one fresh database, all
+    stopped afterwards. restart(node, graceful=False, between=None) stops the node
+    (SIGKILL, or SIGTERM when graceful), calls between() and starts it again with the
+    same options; second_control() starts another control replica."""
     why = vm_missing()
     if why:
         pytest.skip(why)
@@ -56,8 +58,13 @@ def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
                                    "--capacity-mem", "4096"])
         n.node_id = name
 
-    def restart(n):
-        n.kill9()
+    def restart(n, graceful=False, between=None):
+        if graceful:
+            n.stop(cleanup=False)  # SIGTERM: sandboxes keep running for the next start
+        else:
+            n.kill9()
+        if between:
+            between()
         start_node(n, n.node_id)
 
     try:
@@ -161,6 +168,19 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
     log_a = nodes[0].log()
     other = next(sid for sid in placed if sid != sid_a)
     assert "sandbox=%s" % other not in log_a, log_a
+
+    # A node stopped on purpose is at once not live: no placement there, and its
+    # sandboxes answer node_down (they keep running and are adopted at its next start).
+    sid_b = next(sid for sid, (node, _) in placed.items() if node == "node-b")
+
+    def while_b_is_down():
+        assert "node-b" not in live_nodes(control)
+        r = control.request("GET", "/v1/sandboxes/" + sid_b)
+        assert r.status == 503 and r.error_code() == "node_down", r
+
+    restart(nodes[1], graceful=True, between=while_b_is_down)
+    res = run_after_restart(control, sid_b, {"cmd": "echo back"})
+    assert res["stdout"] == b"back\n", res
 
     # A node answers only the control daemon (shared secret), except health checks.
     r = nodes[0].request("GET", "/v1/sandboxes", key=control.admin_key)
