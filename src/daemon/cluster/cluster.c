@@ -147,6 +147,10 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
 
 int cluster_start(struct spaced *sp, char *err, size_t cap)
 {
+    if (cluster_nodes_register(sp) != 0) {
+        snprintf(err, cap, "out of memory registering GET /v1/nodes");
+        return -1;
+    }
     if (sp->opt.role == CLUSTER_ALL)
         return 0;
     if (!(sp->cluster = calloc(1, sizeof *sp->cluster))) {

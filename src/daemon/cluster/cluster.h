@@ -17,7 +17,7 @@
  *            streams) and per-operation request (/v1/operations/{id}/...) to the node
  *            that owns the sandbox, over HTTP with the shared secret. The node
  *            authenticates the client's own credentials (keys live in the shared store).
- *            GET /v1/nodes (admin key) lists nodes with capacity and use. Template
+ *            GET /v1/nodes (admin key; every role) lists nodes with capacity and use. Template
  *            builds answer 501 (they would boot a VM on the control daemon); the E2B
  *            routes are not served.
  *
@@ -59,8 +59,8 @@ const char *cluster_role_name(int role);
 int cluster_check_opts(struct spaced *sp, char *err, size_t cap);
 
 /* Starts the role: node: first heartbeat now, then a timer; control: the forwarding
- * hook on sp->router (call before any other route or hook is registered). Role all:
- * nothing. Returns 0, or -1 with a message in err. */
+ * hook on sp->router (call before any other route or hook is registered). Every role:
+ * GET /v1/nodes. Returns 0, or -1 with a message in err. */
 int cluster_start(struct spaced *sp, char *err, size_t cap);
 void cluster_free(struct spaced *sp);
 
@@ -112,8 +112,10 @@ struct cluster_pick {
  * no live node has room (*out then describes the live node with the most free memory,
  * found false when none is live), -1 on a store error. */
 int cluster_pick(struct spaced *sp, unsigned vcpus, unsigned memory_mib, struct cluster_pick *out);
-/* Registers the control role's hook and GET /v1/nodes on sp->router. */
+/* Registers the control role's forwarding hook on sp->router. */
 int cluster_control_start(struct spaced *sp);
+/* Registers GET /v1/nodes (every role: empty on a single host). */
+int cluster_nodes_register(struct spaced *sp);
 /* Node capacity in use: sums over sandboxes in a VM-holding state, per node. Calls
  * fn(node, used_vcpus, used_memory_mib, live, arg) for every node row. Returns the
  * store's code. */

@@ -281,10 +281,12 @@ static void h_nodes(struct http_req *req, void *arg)
     json_decref(body);
 }
 
+int cluster_nodes_register(struct spaced *sp)
+{
+    return router_add(sp->router, "GET", "/v1/nodes", h_nodes, sp);
+}
+
 int cluster_control_start(struct spaced *sp)
 {
-    if (router_add_hook(sp->router, control_hook, sp) != 0 ||
-        router_add(sp->router, "GET", "/v1/nodes", h_nodes, sp) != 0)
-        return -1;
-    return 0;
+    return router_add_hook(sp->router, control_hook, sp);
 }
