@@ -1,0 +1,317 @@
+/* Unit tests for the template registry without VMs: build-spec validation (every field
+ * and hostile input), name ownership across tenants (free, taken, own failed build,
+ * deleted, built-ins), tenant-scoped lookup and listing, and the pin of a built-in image
+ * surviving a rebuild by rename. A real SQLite store and a fake guest dir in a temporary
+ * directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "b64.h"
+#include "daemon/sandbox/sbx.h"
+#include "daemon/store/store.h"
+#include "daemon/template/tpl.h"
+
+static char root[64];
+static char guest[128], data[128];
+static struct spaced sp;
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof root, "/tmp/tpl-unit-XXXXXX");
+    if (!mkdtemp(root))
+        return -1;
+    snprintf(guest, sizeof guest, "%s/guest", root);
+    snprintf(data, sizeof data, "%s/data", root);
+    char p[256];
+    mkdir(guest, 0700);
+    mkdir(data, 0700);
+    snprintf(p, sizeof p, "%s/templates", guest);
+    mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/templates/base", guest);
+    mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/templates/base/rootfs.ext4", guest);
+    write_file(p, "image one");
+    snprintf(p, sizeof p, "%s/templates/base/template.json", guest);
+    write_file(p, "{\"name\":\"base\",\"build_key\":\"1111111111111111aaaa\","
+                  "\"defaults\":{\"env\":{\"LANG\":\"C.UTF-8\"},\"workdir\":\"/home/user\",\"user\":\"user\"}}");
+    memset(&sp, 0, sizeof sp);
+    sp.opt.guest_dir = guest;
+    sp.opt.data_dir = data;
+    sp.base = event_base_new();
+    char err[256], db[256];
+    snprintf(db, sizeof db, "%s/space.db", data);
+    sp.store = store_open(db, err, sizeof err);
+    if (!sp.store || !sp.base)
+        return -1;
+    sp.sbx = sbx_table_new(&sp); /* empty: no sandbox uses anything */
+    sp.tpl = tpl_registry_new(&sp);
+    return sp.sbx && sp.tpl ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tpl_registry_free(sp.tpl);
+    sbx_table_free(sp.sbx);
+    store_close(sp.store);
+    event_base_free(sp.base);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A built template of `tenant` in state `state` (with its image when ready). */
+static void add_row(const char *name, const char *tenant, const char *state)
+{
+    struct store_tpl t = {.created_ms = 1, .updated_ms = 1};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    snprintf(t.tenant, sizeof t.tenant, "%s", tenant);
+    snprintf(t.state, sizeof t.state, "%s", state);
+    snprintf(t.dir, sizeof t.dir, "%s/templates/%s", data, name);
+    assert_int_equal(store_tpl_put(sp.store, &t), 0);
+    if (strcmp(state, "ready") == 0) {
+        char p[300];
+        snprintf(p, sizeof p, "%s/templates", data);
+        mkdir(p, 0700);
+        snprintf(p, sizeof p, "%s/templates/%s", data, name);
+        mkdir(p, 0700);
+        snprintf(p, sizeof p, "%s/templates/%s/rootfs.ext4", data, name);
+        write_file(p, "built");
+    }
+}
+
+/* Checks `spec` (JSON text) for tenant "ta": the status (0 = accepted) and, for a
+ * refusal, a word its message must contain. */
+static void check(const char *spec, int status, const char *word)
+{
+    json_error_t je;
+    json_t *o = json_loads(spec, JSON_ALLOW_NUL, &je);
+    if (!o)
+        fail_msg("bad test JSON %s: %s", spec, je.text);
+    struct spaced_err err = {0};
+    int rc = tpl_spec_check(&sp, "ta", o, &err);
+    if (status == 0) {
+        if (rc != 0)
+            fail_msg("%s refused: %d %s", spec, err.status, err.message);
+        assert_string_equal(json_string_value(json_object_get(o, "base")), "base");
+        assert_null(json_object_get(o, "from"));
+    } else {
+        if (rc == 0)
+            fail_msg("%s accepted", spec);
+        assert_int_equal(err.status, status);
+        if (word && !strstr(err.message, word))
+            fail_msg("%s: message \"%s\" lacks \"%s\"", spec, err.message, word);
+    }
+    json_decref(o);
+}
+
+static void test_valid_specs(void **state)
+{
+    (void)state;
+    check("{\"name\":\"ok1\",\"base\":\"base\"}", 0, NULL);
+    check("{\"name\":\"ok2\",\"from\":\"base\",\"steps\":[]}", 0, NULL);
+    check("{\"name\":\"ok3\",\"base\":\"base\",\"description\":\"d\",\"vcpus\":2,\"memory_mib\":512,"
+          "\"packages\":[],\"start\":\"sleep 9\",\"ready\":null,\"steps\":["
+          "{\"run\":\"echo hi\\nexit 0\"},"
+          "{\"copy\":{\"dst\":\"/opt/a.bin\",\"content\":\"AAEC/w==\",\"mode\":493,\"owner\":\"user:users\"}},"
+          "{\"copy\":{\"dst\":\"rel/b\",\"content\":\"\"}},"
+          "{\"env\":{\"A_1\":\"x y\",\"_B\":\"\"}},{\"workdir\":\"/srv/app\"},{\"user\":\"svc.name\"}]}",
+          0, NULL);
+}
+
+static void test_hostile_specs(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *word;
+    } bad[] = {
+        {"{\"base\":\"base\"}", "name"},
+        {"{\"name\":\"-x\",\"base\":\"base\"}", "name"},
+        {"{\"name\":\"x\"}", "base"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"from\":\"other\"}", "not both"},
+        {"{\"name\":\"x\",\"base\":\"scratch-busybox\"}", "build-template.sh"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"zzz\":1}", "zzz"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"size_mib\":64}", "size_mib"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"packages\":[\"jq\"]}", "packages"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"vcpus\":0}", "vcpus"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"memory_mib\":\"512\"}", "memory_mib"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"ready\":\"\"}", "ready"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":{}}", "steps"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{}]}", "exactly one"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[\"run\"]}", "exactly one"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"shell\":\"ls\"}]}", "unknown step"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"run\":\"a\\u0000b\"}]}", "NUL"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"run\":7}]}", "run"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/../x\",\"content\":\"\"}}]}", "'..'"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"a/..\",\"content\":\"\"}}]}", "'..'"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"\",\"content\":\"\"}}]}", "dst"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\\u0001\",\"content\":\"\"}}]}", "control"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"QQ\"}}]}", "base64"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"QQ==\\u0000\"}}]}", "base64"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\"}}]}", "content"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"src\":\"f\",\"dst\":\"/a\"}}]}", "content"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"\",\"mode\":4096}}]}", "mode"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"\",\"mode\":1.5}}]}", "mode"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"\",\"owner\":\"a b\"}}]}", "owner"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"\",\"owner\":\"u:\"}}]}", "owner"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":{\"dst\":\"/a\",\"content\":\"\",\"owner\":"
+         "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}]}", "owner"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"copy\":\"/a\"}]}", "copy"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"env\":{}}]}", "env"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"env\":{\"A=B\":\"c\"}}]}", "A=B"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"env\":{\"A\":\"c\\nd\"}}]}", "newline"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"env\":{\"A\":\"c\\u0000d\"}}]}", "NUL"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"workdir\":\"srv\"}]}", "absolute"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"workdir\":\"/srv/../..\"}]}", "'..'"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"user\":\"\"}]}", "user"},
+        {"{\"name\":\"x\",\"base\":\"base\",\"steps\":[{\"user\":\"root\\n\"}]}", "user"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        check(bad[i].spec, 400, bad[i].word);
+    /* too many steps */
+    json_t *o = json_pack("{s:s, s:s, s:[]}", "name", "x", "base", "base", "steps");
+    for (int i = 0; i < TPL_STEPS_MAX + 1; i++)
+        json_array_append_new(json_object_get(o, "steps"), json_pack("{s:s}", "run", "true"));
+    struct spaced_err err;
+    assert_int_equal(tpl_spec_check(&sp, "ta", o, &err), -1);
+    assert_int_equal(err.status, 400);
+    json_decref(o);
+}
+
+static void test_copy_sizes(void **state)
+{
+    (void)state;
+    size_t n = TPL_COPY_MAX + 1;
+    char *b64 = malloc(B64_ENCODED_SIZE(n));
+    assert_non_null(b64);
+    /* "AAAA" decodes to 3 zero bytes: n+2 rounded up to whole groups is over the limit */
+    size_t groups = (n + 2) / 3;
+    for (size_t i = 0; i < groups * 4; i++)
+        b64[i] = 'A';
+    b64[groups * 4] = '\0';
+    json_t *o = json_pack("{s:s, s:s, s:[{s:{s:s, s:s}}]}", "name", "x", "base", "base", "steps", "copy",
+                          "dst", "/big", "content", b64);
+    struct spaced_err err;
+    assert_int_equal(tpl_spec_check(&sp, "ta", o, &err), -1);
+    assert_string_equal(err.code, "too_large");
+    json_decref(o);
+    free(b64);
+}
+
+static void test_names_across_tenants(void **state)
+{
+    (void)state;
+    add_row("theirs", "tb", "ready");
+    add_row("mine", "ta", "ready");
+    add_row("oops", "ta", "failed");
+    add_row("gone", "tb", "deleted");
+    add_row("busy", "ta", "building");
+    check("{\"name\":\"base\",\"base\":\"base\"}", 409, "built in");
+    check("{\"name\":\"theirs\",\"base\":\"base\"}", 409, "taken");
+    check("{\"name\":\"mine\",\"base\":\"base\"}", 409, "taken");
+    check("{\"name\":\"busy\",\"base\":\"base\"}", 409, "being built");
+    check("{\"name\":\"oops\",\"base\":\"base\"}", 0, NULL);  /* own failed build: rebuilt */
+    check("{\"name\":\"gone\",\"base\":\"base\"}", 0, NULL);  /* deleted: free again */
+    /* another tenant's template is no base, and looks exactly like a missing one */
+    check("{\"name\":\"x\",\"base\":\"theirs\"}", 400, "does not exist");
+    check("{\"name\":\"x\",\"base\":\"nope\"}", 400, "does not exist");
+    json_t *o = json_pack("{s:s, s:s}", "name", "y", "base", "mine");
+    struct spaced_err err;
+    assert_int_equal(tpl_spec_check(&sp, "ta", o, &err), 0);
+    json_decref(o);
+
+    struct tpl_info t;
+    assert_int_equal(tpl_lookup(&sp, "ta", "mine", &t, &err), 0);
+    assert_string_equal(t.tenant, "ta");
+    assert_false(t.builtin);
+    assert_int_equal(tpl_lookup(&sp, "tb", "mine", &t, &err), -1);
+    assert_string_equal(err.code, "unknown_template");
+    assert_int_equal(tpl_lookup(&sp, NULL, "mine", &t, &err), 0); /* internal: any tenant */
+    assert_int_equal(tpl_lookup(&sp, "ta", "oops", &t, &err), -1); /* failed: no image */
+    assert_int_equal(tpl_lookup(&sp, "ta", "../base", &t, &err), -1);
+
+    json_t *list = tpl_list_json(&sp, "tb");
+    size_t i;
+    json_t *e;
+    char names[256] = "";
+    json_array_foreach(json_object_get(list, "templates"), i, e) {
+        strcat(names, json_string_value(json_object_get(e, "name")));
+        strcat(names, " ");
+    }
+    assert_string_equal(names, "base theirs "); /* not ta's, not the deleted one */
+    json_decref(list);
+    assert_null(tpl_get_json(&sp, "tb", "mine"));
+    json_t *g = tpl_get_json(&sp, "ta", "mine");
+    assert_non_null(g);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(g, "template"), "state")), "ready");
+    json_decref(g);
+    g = tpl_get_json(&sp, "ta", "base");
+    json_t *d = json_object_get(json_object_get(g, "template"), "defaults");
+    assert_string_equal(json_string_value(json_object_get(d, "user")), "user");
+    json_decref(g);
+}
+
+static void test_builtin_pin_survives_rebuild(void **state)
+{
+    (void)state;
+    struct tpl_info t;
+    struct spaced_err err;
+    assert_int_equal(tpl_lookup(&sp, "ta", "base", &t, &err), 0);
+    char want[256];
+    snprintf(want, sizeof want, "%s/images/base-1111111111111111.ext4", data);
+    assert_string_equal(t.rootfs, want);
+    /* a rebuild: new image renamed into place, new build key */
+    char img[256], tmp[300], meta[256];
+    snprintf(img, sizeof img, "%s/templates/base/rootfs.ext4", guest);
+    snprintf(tmp, sizeof tmp, "%s.new", img);
+    write_file(tmp, "image two");
+    assert_int_equal(rename(tmp, img), 0);
+    snprintf(meta, sizeof meta, "%s/templates/base/template.json", guest);
+    write_file(meta, "{\"name\":\"base\",\"build_key\":\"2222222222222222bbbb\"}");
+    struct tpl_info t2;
+    assert_int_equal(tpl_lookup(&sp, "ta", "base", &t2, &err), 0);
+    assert_string_not_equal(t2.rootfs, t.rootfs);
+    char buf[32] = "";
+    FILE *f = fopen(t.rootfs, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_string_equal(buf, "image one"); /* the old pin still has the old contents */
+    f = fopen(t2.rootfs, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_string_equal(buf, "image two");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_specs),
+        cmocka_unit_test(test_hostile_specs),
+        cmocka_unit_test(test_copy_sizes),
+        cmocka_unit_test(test_names_across_tenants),
+        cmocka_unit_test(test_builtin_pin_survives_rebuild),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
