@@ -112,6 +112,8 @@ def test_untrusted_upstream_certificate_refused(lab, sb):
     assert not [e for e in lab.since(mark) if e["kind"] == "http"]
     assert [e for e in lab.since(mark) if e["kind"] == "tls" and e["sni"] == "badcert.allowed.test"], \
         "control: the gateway did dial the upstream (and refused its certificate)"
+    why = [e["reason"] for e in sb.log()["entries"] if e["name"] == "badcert.allowed.test" and not e["allowed"]]
+    assert any(w.startswith("upstream_cert") for w in why), why
 
 
 def test_fronting_in_passthrough_stays_on_allowed_address(lab, sb):
@@ -147,10 +149,18 @@ def test_secret_absent_from_vm_memory_and_files(lab, sb):
 
 def test_handshake_failing_at_setup_does_not_crash_gateway(lab, sb):
     """A guest TLS handshake that fails at once (the ClientHello is already buffered
-    when the credential path starts) used to free the connection under gw_mitm_start.
-    A client offering only RSA key exchange over TLS 1.2 (as busybox wget's does) made
-    it fail like that against a P-256 only leaf."""
-    sb.batch([("fetch", "https://api.test/v1/thing", json.dumps({"cafile": sb.ca, "rsa_only": True}))] * 3)
+    when the credential path starts) used to free the connection under gw_mitm_start;
+    a guest that does not trust the deployment CA makes it fail that way: the gateway
+    logs why, and nothing reaches the API. A client offering only RSA key exchange over
+    TLS 1.2 (as busybox wget's does) used to fail too; it gets an RSA leaf now."""
+    mark = lab.mark()
+    res = sb.batch([("fetch", "https://api.test/v1/untrusting",
+                     json.dumps({"cafile": "/etc/ssl/certs/ca-certificates.crt"}))] * 2)
+    assert all(not r["ok"] and "CERTIFICATE_VERIFY_FAILED" in r.get("error", "") for r in res), res
+    assert not [e for e in lab.since(mark) if e["kind"] == "http" and e["path"] == "/v1/untrusting"]
+    why = [e["reason"] for e in sb.log()["entries"] if e["name"] == "api.test" and not e["allowed"]]
+    assert any(w.startswith("client_tls_failed") for w in why), why
+    res = sb.batch([("fetch", "https://api.test/v1/rsa", json.dumps({"cafile": sb.ca, "rsa_only": True}))] * 2)
     assert lab.gateway_alive(), "space-gateway died on a failed credential-path handshake"
-    r = fetch(sb, "https://api.test/v1/thing")
-    assert r["ok"] and json.loads(r["body"])["authorized"], r
+    for r in res:
+        assert r["ok"] and json.loads(r["body"])["authorized"], r
