@@ -17,7 +17,7 @@ import time
 import pytest
 
 import spacedlib
-from spacedlib import GUEST, Spaced, vm_missing
+from spacedlib import GUEST, Spaced, stop_all, vm_missing
 from test_sessions import run
 from test_store_pg import pg_server, pg_url, run_after_restart  # noqa: F401 (fixtures)
 
@@ -88,14 +88,7 @@ def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
 
         yield control, made[1:3], restart, second_control
     finally:
-        errors = []
-        for s in reversed(made):
-            try:
-                s.stop()
-            except AssertionError as e:
-                errors.append(e)
-        if errors:
-            raise errors[0]
+        stop_all(made)
 
 
 def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: F811
