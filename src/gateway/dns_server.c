@@ -131,18 +131,47 @@ void dns_handle(struct gw_sandbox *sb, const uint8_t *buf, size_t n, const struc
         dns_tcp_pending_add(to->tcp, p);
 }
 
+/* Datagrams the kernel dropped because the socket's queue was full (SO_RXQ_OVFL: a
+ * running total, attached to the datagrams queued after a drop) count as refused by
+ * the rate limit: a flood faster than the loop reads must show in the log and the
+ * counter. */
+static void count_kernel_drops(struct gw_sandbox *sb, const struct msghdr *mh)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR((struct msghdr *)mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_RXQ_OVFL ||
+            c->cmsg_len < CMSG_LEN(sizeof(uint32_t)))
+            continue;
+        uint32_t total;
+        memcpy(&total, CMSG_DATA(c), sizeof total);
+        uint32_t fresh = total - sb->dns_kernel_drops; /* wraps like the counter */
+        sb->dns_kernel_drops = total;
+        if (fresh) {
+            sb->dns_rate.refused += fresh;
+            sb->dns_rate.refused_total += fresh;
+            gw_rate_log(sb, &sb->dns_rate, "dns");
+        }
+    }
+}
+
 static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     struct gw_sandbox *sb = arg;
     for (int i = 0; i < DNS_READS_PER_EVENT; i++) {
         uint8_t buf[DNS_MSG_MAX + 1];
+        union {
+            char bytes[CMSG_SPACE(sizeof(uint32_t))];
+            struct cmsghdr align;
+        } ctl;
         struct dns_asker to = {.tcp = NULL};
-        socklen_t fl = sizeof to.from;
-        ssize_t n = recvfrom(fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&to.from, &fl);
+        struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+        struct msghdr mh = {.msg_name = &to.from, .msg_namelen = sizeof to.from, .msg_iov = &iov,
+                            .msg_iovlen = 1, .msg_control = ctl.bytes, .msg_controllen = sizeof ctl.bytes};
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
         if (n < 0)
             return;
+        count_kernel_drops(sb, &mh);
         /* nftables already admits only the guest's address; this is the second lock. */
-        if (fl != sizeof to.from || to.from.sin_family != AF_INET ||
+        if (mh.msg_namelen != sizeof to.from || to.from.sin_family != AF_INET ||
             ntohl(to.from.sin_addr.s_addr) != sb->wiring.guest_ip)
             continue;
         if (!gw_rate_take(&sb->dns_rate, gw_now_ms())) {
@@ -158,6 +187,11 @@ int dns_server_start(struct gw_sandbox *sb, char *err, size_t errlen)
     sb->dns_fd = netns_socket(sb->nsfd, SOCK_DGRAM, sb->wiring.gw_ip, 53, err, errlen);
     if (sb->dns_fd < 0)
         return -1;
+    int one = 1;
+    if (setsockopt(sb->dns_fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one) != 0) {
+        snprintf(err, errlen, "SO_RXQ_OVFL: %s", strerror(errno));
+        return -1;
+    }
     sb->dns_ev = event_new(sb->gw->base, sb->dns_fd, EV_READ | EV_PERSIST, on_readable, sb);
     if (!sb->dns_ev || event_add(sb->dns_ev, NULL) != 0) {
         snprintf(err, errlen, "cannot watch the DNS socket");

@@ -98,6 +98,7 @@ struct gw_sandbox {
     size_t ndns_tcps;
     struct evconnlistener *http_l, *tls_l; /* owned; they own their fds */
     struct gw_rate dns_rate, conn_rate;
+    uint32_t dns_kernel_drops;     /* SO_RXQ_OVFL total last seen on dns_fd */
     struct gw_conn *conns;         /* live connections (list owned through gw_conn_free) */
     size_t nconns;
     struct gw_lookup *lookups;     /* pending resolutions started for this sandbox */

@@ -2,7 +2,8 @@
  * the same policy and answers on both: truncation (TC) of UDP answers too big for 512
  * bytes, pipelined TCP queries, frames split over many segments, bad or oversized
  * frames, the per-sandbox connection limit, the bound on queries in flight per
- * connection, idle close, and a connection closing while its queries wait upstream.
+ * connection, idle close, a connection closing while its queries wait upstream, and a
+ * UDP flood faster than the gateway reads (the kernel's drops count as refusals).
  *
  * Runs in a private network namespace of its own (loopback only: the "sandbox" is
  * 127.0.0.15, the gateway 127.0.0.2, a silent "upstream" 127.0.0.99), so it needs
@@ -341,6 +342,38 @@ static void test_tcp_other_source_and_connection_limit(void **state)
     assert_int_equal(f->sb->ndns_tcps, 0);
 }
 
+static void test_udp_flood_kernel_drops_are_counted(void **state)
+{
+    NEED_ROOT(state);
+    struct fixture *f = *state;
+    int fd = client(SOCK_DGRAM, GUEST);
+    uint8_t q[300], a[DNS_MSG_MAX + 1];
+    size_t n = query(q, 11, "allowed.test", DNS_TYPE_A);
+    /* Far more than the socket's receive queue holds while the loop does not run. */
+    for (int i = 0; i < 5000; i++)
+        assert_int_equal(send(fd, q, n, 0), (ssize_t)n);
+    uint64_t before = f->sb->dns_rate.refused_total;
+    for (int i = 0; i < 200; i++) {
+        spin(f);
+        while (recv(fd, a, sizeof a, MSG_DONTWAIT) > 0)
+            ;
+    }
+    /* The kernel reports its drops with the next datagram it queues. */
+    assert_int_equal(send(fd, q, n, 0), (ssize_t)n);
+    for (int i = 0; i < 200; i++)
+        spin(f);
+    assert_true(f->sb->dns_rate.refused_total > before + 1000);
+    json_t *log = gw_declog_json(f->sb, 0);
+    size_t i;
+    json_t *e;
+    bool flood = false;
+    json_array_foreach(log, i, e)
+        flood |= strncmp(json_string_value(json_object_get(e, "reason")), "rate_limited x", 14) == 0;
+    json_decref(log);
+    assert_true(flood);
+    close(fd);
+}
+
 /* Sends `count` queries for uncached names, which wait on the silent upstream. */
 static int waiting_queries(struct fixture *f, int count)
 {
@@ -407,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_tcp_frame_split_bytewise),
         cmocka_unit_test(test_tcp_bad_frames_close),
         cmocka_unit_test(test_tcp_other_source_and_connection_limit),
+        cmocka_unit_test(test_udp_flood_kernel_drops_are_counted),
         cmocka_unit_test(test_tcp_close_drops_pending),
         cmocka_unit_test(test_tcp_idle_connection_closes),
         cmocka_unit_test(test_tcp_inflight_bound),
