@@ -116,3 +116,20 @@ def test_large_answer_truncated_over_udp_complete_over_tcp(lab, sb):
     assert reply[2] & 2 and struct.unpack("!H", reply[6:8])[0] == 0, udp
     r = dnstcp(sb, queries=[["many.allowed.test", 1]])
     assert len(r["answers"][0]["answers"]) == 32 and not r["answers"][0]["tc"], r
+
+
+def test_tcp_query_flood_rate_limited(lab, sb, sb_open):
+    """1500 queries pipelined on one connection draw from the same per-sandbox bucket
+    as UDP (burst 400, 200/s): the excess is answered REFUSED, every query gets exactly
+    one answer, the refusals are counted, the other VM is served."""
+    before = sb.log()["dns_rate_limited"]
+    n = 1500
+    r = dnstcp(sb, queries=[["www.allowed.test", 1]] * n, wait=120)
+    ids = sorted(a["id"] for a in r["answers"])
+    assert ids == list(range(1, n + 1)), (len(ids), r.get("closed"), r.get("reset"))
+    refused = [a for a in r["answers"] if a["rcode"] == 5]
+    served = [a for a in r["answers"] if a["rcode"] == 0 and a["answers"] == ["203.0.113.10"]]
+    assert refused and served and len(refused) + len(served) == n, (len(refused), len(served))
+    assert sb.log()["dns_rate_limited"] > before
+    assert sb_open.py("dns", netlab.GW_IP, "allowed.test", "1")["answers"] == ["203.0.113.10"]
+    assert lab.gateway_alive()
