@@ -19,13 +19,17 @@
 #include <strings.h>
 
 #include "cluster_internal.h"
+#include "daemon/ops/op.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
 
 #define CLUSTER_PROXY_MAX_BODY (64u << 20)
 #define CLUSTER_PROXY_HIGH_WATER (1u << 20)
-/* Attach and event streams may sit idle for long; the node ends them itself. */
+/* Until the reply's head arrives (connecting included: evhttp has one timeout for
+ * both): long enough for the longest operation long-poll to answer. */
+#define CLUSTER_PROXY_HEAD_TIMEOUT_S (OP_WAIT_MAX_S + 60)
+/* After the head: attach and event streams may sit idle for long; the node ends them. */
 #define CLUSTER_PROXY_TIMEOUT_S (24 * 3600)
 
 struct proxy {
@@ -102,6 +106,7 @@ static int on_head(struct evhttp_request *out, void *arg)
             http_reply_add_header(p->req, kv->key, kv->value);
     }
     http_reply_add_header(p->req, CLUSTER_NODE_HEADER, p->node);
+    evhttp_connection_set_timeout(p->conn, CLUSTER_PROXY_TIMEOUT_S);
     if (http_stream_start(p->req, evhttp_request_get_response_code(out), ct, length) != 0)
         return -1;
     p->started = true;
@@ -211,7 +216,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
         proxy_release(p);
         return;
     }
-    evhttp_connection_set_timeout(p->conn, CLUSTER_PROXY_TIMEOUT_S);
+    evhttp_connection_set_timeout(p->conn, CLUSTER_PROXY_HEAD_TIMEOUT_S);
     evhttp_request_set_header_cb(p->out, on_head);
     evhttp_request_set_chunked_cb(p->out, on_chunk);
     struct evkeyvalq *h = evhttp_request_get_output_headers(p->out);
