@@ -65,7 +65,9 @@ size_t netns_rules_render(const struct netns_wiring *w, char *out, size_t cap)
         "    type filter hook input priority 0; policy drop;\n"
         "    iifname \"lo\" accept\n"
         "    iifname \"%s\" ip saddr %s ip daddr %s udp dport 53 accept\n"
-        "    iifname \"%s\" ip saddr %s ip daddr %s tcp dport { 53, %d, %d } accept\n"
+        "    iifname \"%s\" ip saddr %s ip daddr %s tcp dport 53 accept\n"
+        "    iifname \"%s\" ip saddr %s ip daddr %s tcp dport %d ct original proto-dst 80 accept\n"
+        "    iifname \"%s\" ip saddr %s ip daddr %s tcp dport %d ct original proto-dst 443 accept\n"
         "  }\n"
         "  chain forward {\n"
         "    type filter hook forward priority 0; policy drop;\n"
@@ -77,7 +79,8 @@ size_t netns_rules_render(const struct netns_wiring *w, char *out, size_t cap)
         "  }\n"
         "}\n",
         w->dev, mac, gip, mac, gip, w->dev, NETNS_PORT_HTTP, w->dev, NETNS_PORT_TLS, w->dev,
-        gip, gw, w->dev, gip, gw, NETNS_PORT_HTTP, NETNS_PORT_TLS, w->dev, gip);
+        gip, gw, w->dev, gip, gw, w->dev, gip, gw, NETNS_PORT_HTTP, w->dev, gip, gw,
+        NETNS_PORT_TLS, w->dev, gip);
     return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 

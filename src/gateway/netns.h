@@ -17,9 +17,11 @@
  *   ip nat prerouting: TCP to any address, port 80 -> gw:NETNS_PORT_HTTP, 443 ->
  *     gw:NETNS_PORT_TLS (the gateway reads the original destination with
  *     SO_ORIGINAL_DST, for the log only: it never dials it).
- *   ip filter input: accept only guest -> gw UDP 53, TCP 53 and TCP to the two proxy
- *     ports; drop the rest (ICMP, other UDP/TCP ports, DoT, QUIC...). DNS to any other
- *     address never reaches anything (no route, no redirect).
+ *   ip filter input: accept only guest -> gw UDP 53, TCP 53, and TCP to the two proxy
+ *     ports for connections redirected there (conntrack's original port 80 / 443: the
+ *     proxy ports themselves are not reachable directly); drop the rest (ICMP, other
+ *     UDP/TCP ports, DoT, QUIC...). DNS to any other address never reaches anything (no
+ *     route, no redirect).
  *   ip filter forward: drop. output: only to the guest (or loopback).
  *   ip6 / arp families: the netdev rule already drops IPv6; ARP output is unaffected. */
 #ifndef SPACE_GW_NETNS_H

@@ -125,6 +125,33 @@ def test_http_through_the_gateway(claimed):
     assert '"addr": "203.0.113.20"' not in r.stdout
 
 
+def test_dns_over_tcp_and_truncation(claimed):
+    """DNS over TCP to the gateway answers like UDP; a UDP answer too big for 512 bytes
+    comes back truncated (TC, no records) and dig's retry over TCP gets all 32."""
+    dig = ("dig", "@" + netlab.GW_IP, "+time=5", "+tries=1")
+    r = claimed.run(*dig, "+tcp", "+short", "allowed.test")
+    assert r.stdout.split() == ["203.0.113.10"], r.stdout + r.stderr
+    r = claimed.run(*dig, "+tcp", "blocked.test")
+    assert "status: NXDOMAIN" in r.stdout, r.stdout
+    r = claimed.run(*dig, "+notcp", "+ignore", "many.allowed.test")
+    assert " tc " in r.stdout.split("flags:")[1].split(";")[0] + " ", r.stdout
+    assert "ANSWER: 0" in r.stdout, r.stdout
+    r = claimed.run(*dig, "+short", "many.allowed.test")
+    assert len(r.stdout.split()) == 32, r.stdout
+
+
+def test_proxy_ports_only_through_the_redirect(claimed):
+    probe = ("import socket, sys\n"
+             "try:\n"
+             "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()\n"
+             "    print('connected')\n"
+             "except OSError:\n"
+             "    print('refused')\n")
+    for port, want in (("80", "connected"), ("15080", "refused"), ("15443", "refused")):
+        r = claimed.run(sys.executable, "-c", probe, netlab.GW_IP, port)
+        assert r.stdout.strip() == want, (port, r.stdout, r.stderr)
+
+
 def test_live_policy_change(claimed):
     assert claimed.dns("allowed.test")["answers"] == ["203.0.113.10"]
     assert claimed.set_policy({"mode": "allowlist", "allow": ["api.test"]}) == "ok"

@@ -121,7 +121,9 @@ static void test_rules_render(void **state)
     assert_non_null(strstr(out, "arp saddr ether 02:5b:00:00:00:01 arp saddr ip 10.0.2.15 accept"));
     assert_non_null(strstr(out, "tcp dport 443 redirect to :15443"));
     assert_non_null(strstr(out, "ip daddr 10.0.2.2 udp dport 53 accept"));
-    assert_non_null(strstr(out, "ip daddr 10.0.2.2 tcp dport { 53, 15080, 15443 } accept"));
+    assert_non_null(strstr(out, "ip daddr 10.0.2.2 tcp dport 53 accept"));
+    assert_non_null(strstr(out, "ip daddr 10.0.2.2 tcp dport 15080 ct original proto-dst 80 accept"));
+    assert_non_null(strstr(out, "ip daddr 10.0.2.2 tcp dport 15443 ct original proto-dst 443 accept"));
     assert_non_null(strstr(out, "hook forward priority 0; policy drop"));
     assert_int_equal(netns_rules_render(&w, out, 100), 0);
     uint8_t mac[6];
