@@ -124,9 +124,21 @@ def test_create_with_allowlist_is_claimed_from_pool(net_spaced):
         assert r.status == 202, r
         sp.wait_op(r.json["operation"]["id"])
         assert not os.path.exists("/run/netns/space-" + s), "delete left the namespace mounted"
+    # spaced killed with a pooled clone waiting: the next spaced removes it, namespace too.
+    names, pids = pool_ns(sp), pool_pids(sp)
+    assert names and pids
+    sp.kill9()
+    sp.start(extra=("--pool", "1"))
+    deadline = time.monotonic() + 60
+    while (any(map(os.path.exists, names)) or alive(pids)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [n for n in names if os.path.exists(n)], "a crashed spaced's pooled namespaces survived"
+    assert not alive(pids), "a crashed spaced's pooled VMs survived"
+    # A clean stop takes the unclaimed pooled VMs and their namespaces along.
+    sid, _ = create(sp, body)  # starts this spaced's pool
+    wait_pool(sp, 1)
     names = pool_ns(sp)
-    assert names
-    sp.stop(cleanup=False)  # unclaimed pooled VMs and their namespaces go with spaced
+    sp.stop(cleanup=False)
     left = [n for n in names if os.path.exists(n)]
     assert not left, "namespaces of unclaimed pooled VMs survived spaced: %s" % left
 
@@ -136,3 +148,28 @@ def pool_ns(sp):
     run = os.path.join(sp.data_dir, "run")
     ids = [d for d in os.listdir(run) if d.startswith("pool-")] if os.path.isdir(run) else []
     return [p for p in ("/run/netns/space-" + i for i in ids) if os.path.exists(p)]
+
+
+def pool_pids(sp):
+    """QEMU pids of this spaced's pooled VMs (their run dirs' qemu.pid files)."""
+    run = os.path.join(sp.data_dir, "run")
+    pids = set()
+    for d in os.listdir(run) if os.path.isdir(run) else []:
+        try:
+            with open(os.path.join(run, d, "qemu.pid")) as f:
+                if d.startswith("pool-"):
+                    pids.add(int(f.read().strip()))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def alive(pids):
+    left = set()
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            left.add(pid)
+        except OSError:
+            pass
+    return left
