@@ -2,9 +2,26 @@
 session is still known after the restart; one never attached still starts on its first
 attach; a running one is re-attached by pid and its remaining output arrives, with event
 ids that never repeat (ids from before the crash are answered 410)."""
+import time
+
 from test_sessions import Stream, collect
 
 SESS = "/v1/sandboxes/%s/sessions"
+
+
+def attach_after_restart(sp, url, token):
+    """The first attach after a restart: spaced answers 503 agent_unavailable (with
+    Retry-After) until it has re-adopted the VM and its agent has said HELLO again."""
+    deadline = time.monotonic() + 120
+    while True:
+        st = Stream(sp, url, token)
+        if st.status != 503 or time.monotonic() > deadline:
+            return st
+        body = st.resp.read()
+        assert b"agent_unavailable" in body, body
+        assert st.resp.getheader("Retry-After") == "1"
+        st.close()
+        time.sleep(0.5)
 
 
 def test_sessions_survive_kill9(need_vm, fresh_spaced):
@@ -38,8 +55,8 @@ def test_sessions_survive_kill9(need_vm, fresh_spaced):
     assert states[running["id"]] in ("starting", "running")
 
     # The never-attached one starts now and loses nothing.
-    st = Stream(sp2, later["attach_url"], later["attach_token"])
-    assert st.status == 200
+    st = attach_after_restart(sp2, later["attach_url"], later["attach_token"])
+    assert st.status == 200, st.resp.read()
     res = collect(st.events())
     assert res["stdout"] == b"started-late\n" and res["exit"]["code"] == 0
 

@@ -131,22 +131,40 @@ class Client:
             code, msg = "http_%d" % resp.status, body[:300].decode("utf-8", "replace")
         raise SpaceError(resp.status, code, msg)
 
+    # 429 (rate limited) and 503 (connection cap, agent reconnecting) mean spaced did
+    # nothing with the request, so resending it is safe; Retry-After says when.
+    _RETRY_STATUSES = (429, 503)
+    _RETRIES = 8
+    _RETRY_WAIT_MAX_S = 10.0
+
     def _open(self, method, path, body=None, headers=None, token=None, timeout=None):
         """Sends a request and returns (connection, response) with the body unread.
-        Raises SpaceError for error statuses."""
-        conn = self._conn(timeout)
-        try:
-            conn.request(method, self._base + path, body=body,
-                         headers=self._headers(headers, token))
-            resp = conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise SpaceError(0, "unreachable", "cannot reach spaced at %s: %s" % (self.url, e)) from None
-        if resp.status >= 400:
+        Retries 429/503 answers (when the body can be sent again) after their
+        Retry-After. Raises SpaceError for error statuses."""
+        attempt = 0
+        while True:
+            conn = self._conn(timeout)
+            try:
+                conn.request(method, self._base + path, body=body,
+                             headers=self._headers(headers, token))
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise SpaceError(0, "unreachable", "cannot reach spaced at %s: %s" % (self.url, e)) from None
+            if resp.status < 400:
+                return conn, resp
             data = resp.read()
             conn.close()
+            resendable = body is None or isinstance(body, (bytes, bytearray))
+            if resp.status in self._RETRY_STATUSES and resendable and attempt < self._RETRIES:
+                attempt += 1
+                try:
+                    wait = float(resp.getheader("Retry-After", "1"))
+                except ValueError:
+                    wait = 1.0
+                time.sleep(min(max(wait, 0.1), self._RETRY_WAIT_MAX_S))
+                continue
             self._raise_for(resp, data)
-        return conn, resp
 
     def request(self, method, path, body=None, query=None, token=None, headers=None):
         """One JSON API call: returns the decoded reply ({} for an empty one)."""

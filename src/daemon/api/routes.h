@@ -32,6 +32,14 @@ void routes_reply_err(struct spaced *sp, struct http_req *req, const struct spac
 void routes_reply_error(struct spaced *sp, struct http_req *req, int status, const char *code,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* The running sandbox's agent, or NULL after replying: 409 not_running naming the
+ * state when the sandbox is not running, 503 agent_unavailable (Retry-After: 1) when
+ * it is running but its agent is not connected yet (spaced just restarted and is
+ * re-adopting it, or a restore is completing): nothing was done, so a retry is safe. */
+struct sbx;
+struct agentc;
+struct agentc *routes_require_agent(struct http_req *req, struct sbx *x);
+
 /* 202 {"operation": op, "sandbox": <sandbox or omitted>} with Location. Takes no
  * ownership of sandbox. */
 void routes_reply_op(struct http_req *req, int status, const struct store_op *op,

@@ -5,6 +5,7 @@
 
 #include "daemon/metrics.h"
 #include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx.h"
 #include "routes.h"
 
 void routes_reply_err(struct spaced *sp, struct http_req *req, const struct spaced_err *err)
@@ -24,6 +25,24 @@ void routes_reply_error(struct spaced *sp, struct http_req *req, int status, con
     vsnprintf(e.message, sizeof e.message, fmt, ap);
     va_end(ap);
     routes_reply_err(sp, req, &e);
+}
+
+struct agentc *routes_require_agent(struct http_req *req, struct sbx *x)
+{
+    struct agentc *a = sbx_agent(x);
+    if (a)
+        return a;
+    if (sbx_state(x) == SBX_RUNNING) {
+        http_reply_add_header(req, "Retry-After", "1");
+        http_reply_error(req, 503, "agent_unavailable",
+                         "sandbox %s is running but its agent is not connected yet "
+                         "(spaced restarted or the sandbox is resuming); retry shortly",
+                         sbx_id(x));
+    } else {
+        http_reply_error(req, 409, "not_running", "sandbox %s is %s, not running", sbx_id(x),
+                         sbx_state_name(sbx_state(x)));
+    }
+    return NULL;
 }
 
 void routes_reply_op(struct http_req *req, int status, const struct store_op *op,

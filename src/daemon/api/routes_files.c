@@ -15,6 +15,7 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/api/router.h"
+#include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/session/sess_req.h"
@@ -287,11 +288,7 @@ static struct agentc *files_agent(struct spaced *sp, struct http_req *req)
         http_reply_error(req, 404, "not_found", "no sandbox %s", id);
         return NULL;
     }
-    struct agentc *a = sbx_agent(x);
-    if (!a)
-        http_reply_error(req, 409, "not_running", "sandbox %s is %s, not running", id,
-                         sbx_state_name(sbx_state(x)));
-    return a;
+    return routes_require_agent(req, x);
 }
 
 /* Opens the agent channel for `request` (taken) on behalf of req. NULL after replying. */

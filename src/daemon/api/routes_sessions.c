@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "daemon/api/router.h"
+#include "daemon/api/routes.h"
 #include "daemon/api/sse.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"
@@ -131,11 +132,8 @@ static void create_body(struct http_req *req, const char *data, size_t len, void
     char token[SESS_TOKEN_LEN + 1];
     if (!resolve(R, req, false, &tg))
         return;
-    if (!sbx_agent(tg.x)) {
-        http_reply_error(req, 409, "not_running", "sandbox %s is %s, not running",
-                         sbx_id(tg.x), sbx_state_name(sbx_state(tg.x)));
+    if (!routes_require_agent(req, tg.x))
         return;
-    }
     if (sess_req_create(data, len, &spec, &e) < 0) {
         reply_err(req, &e);
         return;
@@ -216,6 +214,11 @@ static void h_attach(struct http_req *req, void *arg)
             return;
         }
         last = v;
+    }
+    /* A process not yet attached needs the agent; a finished one replays without it. */
+    if (!sbx_agent(tg.x) && sbx_state(tg.x) == SBX_RUNNING && sess_state(tg.s) < SESS_EXITED) {
+        routes_require_agent(req, tg.x);
+        return;
     }
     if (sess_attach(tg.s, sbx_agent(tg.x), req, last, &e) < 0)
         reply_err(req, &e);
