@@ -164,3 +164,29 @@ def test_handshake_failing_at_setup_does_not_crash_gateway(lab, sb):
     assert lab.gateway_alive(), "space-gateway died on a failed credential-path handshake"
     for r in res:
         assert r["ok"] and json.loads(r["body"])["authorized"], r
+
+
+def test_tenant_rule_reaches_existing_sandbox_and_nothing_else(lab, sb_open):
+    """A tenant-wide rule (PUT /v1/credentials) applies to the tenant's running VM that
+    has no rule of its own: injected for the exact host only, never visible in that VM
+    (its QEMU memory scanned), gone at once after DELETE."""
+    sp = lab.spaced
+    r = sp.request("PUT", "/v1/credentials", [{"host": "api.test", "header": "Authorization",
+                                                "secret": "Bearer " + TOKEN}])
+    assert r.status == 200 and TOKEN.encode() not in r.body, r
+    try:
+        mark = lab.mark()
+        res = sb_open.batch([("fetch", url, json.dumps({"cafile": sb_open.ca})) for url in
+                             ("https://api.test/tenant", "https://echo.allowed.test/tenant-echo",
+                              "http://api.test/tenant-plain")])
+        assert res[0]["ok"] and json.loads(res[0]["body"])["authorized"], res[0]
+        assert [x["status"] for x in res[1:]] == [200, 401], res
+        assert TOKEN not in json.dumps(res)
+        for e in lab.since(mark):
+            if not (e["kind"] in ("http", "api") and e.get("sni") == "api.test"):  # the injected request
+                assert TOKEN not in json.dumps(e), e
+        assert not vmlab.qemu_memory_contains(sb_open.qemu_pid(), TOKEN), "the token is in the VM's memory"
+    finally:
+        assert sp.request("DELETE", "/v1/credentials").status == 204
+    r = sb_open.py("fetch", "https://api.test/tenant-after", json.dumps({"cafile": sb_open.ca}))
+    assert r.get("status") == 401 or not r["ok"], r

@@ -2,9 +2,11 @@
 real spaced (tests/e2e/spacedlib.py) whose own space-gateway runs in that gateway
 namespace, and `python`-template sandbox VMs created through the API. Attacks run
 inside the VMs, as root, through the sessions API: guestpy.py and frames.py are
-uploaded with the files API to GUEST_TOOLS, and every call is one session running
-`python3 GUEST_TOOLS/guestpy.py ...` (or a `batch` of several such calls, each with its
-own result).
+uploaded with the files API to GUEST_TOOLS; one long-lived `guestpy.py serve` session
+per VM takes each list of calls on stdin and answers one JSON line with each call's own
+result (no Python start-up per call: under TCG that costs up to seconds). Commands
+that must run beside others (a held connection during a policy change) get their own
+session.
 
     fake internet (netlab)  DNS/HTTP/TLS servers, canary resolver, counters
     gateway namespace       spaced's space-gateway (SPACE_GATEWAY wrapper), canaries
@@ -20,7 +22,6 @@ import http.client
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -128,10 +129,6 @@ class Session:
         if r.status != 200:
             raise RuntimeError("stdin: %r" % r)
 
-    def close_stdin(self):
-        self.sp.request("POST", self.url + "/close-stdin", key=None,
-                        headers={"Authorization": "Bearer " + self.token})
-
 
 class VMSandbox:
     """One sandbox VM under attack. id is spaced's sandbox id; ns its namespace."""
@@ -238,11 +235,9 @@ class VMLab(netlab.Lab):
         gwdir = os.path.join(self.spaced.data_dir, "gateway")
         self.ctl_path = os.path.join(gwdir, "gateway.sock")
         self.space_ca = os.path.join(gwdir, "ca", "space-ca.crt")
-        t0 = time.monotonic()
         # The first networked create starts the gateway; later ones reuse it.
         for pol in policies:
             self.sandboxes.append(VMSandbox(self, pol))
-        self.boot_seconds = time.monotonic() - t0
         return self
 
     def gateway_pid(self):
