@@ -35,6 +35,7 @@
  *         was not finished, so it is the single place to free per-request state.
  *   After that, no callback of that request fires again and the handle must not be used.
  *   The server owns the handle; the application never frees it.
+ *   http_reply_abort() and http_req_upgrade() also finish the request (case a).
  */
 #ifndef SPACE_HTTP_H
 #define SPACE_HTTP_H
@@ -208,6 +209,43 @@ void http_stream_on_drain(struct http_req *req, http_drain_fn cb, void *arg);
  * is closed instead, so the client sees a truncated body rather than a wrong one.
  * Finishes the request. */
 void http_stream_end(struct http_req *req);
+
+/* ---- ending a reply abnormally ------------------------------------------------------ */
+
+/* Gives up on the reply in progress (e.g. a proxied upstream died mid-body): the
+ * connection is closed once what was already queued is flushed, without a terminating
+ * chunk and before a declared Content-Length is reached, so the client sees an error
+ * rather than a complete-looking response. If no reply was started the client gets no
+ * response at all (the connection just closes). Logged as event=http.abort with `why`.
+ * Finishes the request. For HTTP/1.0 close-delimited streams the client cannot tell a
+ * cut from the end: such clients get no framing to check. */
+void http_reply_abort(struct http_req *req, const char *why);
+
+/* ---- protocol upgrades (101 Switching Protocols) ----------------------------------- */
+
+/* Receives the connection after an upgrade. `bev` is a socket bufferevent (read and
+ * write enabled, no callbacks, no timeouts, watermarks 0) that the callee now owns and
+ * frees (it closes the socket). Its input may already hold bytes the client sent after
+ * the request head (they belong to the new protocol: process them before waiting for a
+ * read callback); its output may still hold the 101 head being flushed. bev is NULL if
+ * the connection died before the hand-over (write error, server freed): nothing to
+ * free then. */
+struct bufferevent;
+typedef void (*http_upgrade_fn)(struct bufferevent *bev, void *arg);
+
+/* Answers `101 Switching Protocols` with the headers added by http_reply_add_header,
+ * "Connection: Upgrade" and "Upgrade: <protocol>", and hands the connection over: `cb`
+ * runs once, from the event loop (never inside this call), with the bufferevent. From
+ * then on the connection is no longer the server's: no head/idle/body/write timeouts,
+ * not counted in max_connections nor http_server_connections, not closed by
+ * http_server_free. The new owner applies its own limits and backpressure in both
+ * directions (bufferevent_disable(EV_READ) while its peer is slow, watch the output
+ * length for the other way). Finishes the request (the handle is dead on return).
+ * Refused with -1 (nothing sent, the request stays alive for an ordinary reply) if a
+ * reply was started, the request is HTTP/1.0, a request body is not fully read
+ * (upgrade requests normally have none), or `protocol` is empty or holds a control
+ * character. */
+int http_req_upgrade(struct http_req *req, const char *protocol, http_upgrade_fn cb, void *arg);
 
 /* Reason phrase for a status code ("Not Found"), "Unknown" for others. */
 const char *http_status_reason(int status);

@@ -143,6 +143,8 @@ static void conn_free(struct http_conn *c)
     s->nconns--;
     struct http_req *r = c->req;
     c->req = NULL;
+    if (r && r->upgrade_cb)
+        r->upgrade_cb(NULL, r->upgrade_arg); /* died before the hand-over */
     if (r) {
         if (!r->app_done) {
             r->app_done = true;
@@ -325,6 +327,10 @@ static bool conn_advance(struct http_conn *c)
     struct http_server *s = c->srv;
     bool drain_fired = false;
     for (;;) {
+        if (c->req && c->req->upgrade_cb) {
+            http_conn_handover(c);
+            return false;
+        }
         if (c->closing)
             return conn_close_step(c);
         struct http_req *r = c->req;
@@ -386,6 +392,11 @@ static void conn_on_eof(struct http_conn *c)
     struct http_req *r = c->req;
     c->eof = true;
     event_del(c->rd_ev);
+    if (r && r->upgrade_cb) {
+        /* The new owner sees the EOF again on its first read. */
+        conn_process(c);
+        return;
+    }
     if (!c->lingering && (!r || r->app_done) &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
         /* Peer half-closed after its request: still deliver what it asked for. */

@@ -103,6 +103,8 @@ struct http_req {
     http_drain_fn drain_cb;
     void *drain_arg;
     struct timespec start;           /* when the head was dispatched */
+    http_upgrade_fn upgrade_cb;      /* set by http_req_upgrade: hand-over pending */
+    void *upgrade_arg;
 };
 
 struct http_conn {
@@ -129,6 +131,11 @@ void http_conn_schedule(struct http_conn *c);
  * body is being actively consumed (or while lingering). */
 void http_conn_update_timeouts(struct http_conn *c);
 struct evbuffer *http_conn_output(struct http_conn *c);
+
+/* http_upgrade.c */
+/* Gives the connection of a request with a pending upgrade to its new owner and frees
+ * everything else of it (request included). Only from the event loop (conn_advance). */
+void http_conn_handover(struct http_conn *c);
 
 /* http_req.c */
 /* Builds a request from a parsed head (takes ownership of *head on success and on
