@@ -1,9 +1,9 @@
 // getHost(port): HTTP servers in the sandbox reached through spaced, both on spaced's
-// own port (HTTP terminated by spaced, one agent tcp channel per request) and on the
-// sandbox-port listener (SPACE_E2B_PORT_LISTEN: a byte pipe after the first head, so
-// WebSocket works). The guest runs a small Python server (python template): echo of
-// request bodies (Content-Length or chunked) as "<bytes> <sha256>", chunked downloads of
-// any size, and a WebSocket echo.
+// own port (HTTP terminated by spaced, one agent tcp channel per request, WebSocket
+// through a 101 hand-over) and on the sandbox-port listener (SPACE_E2B_PORT_LISTEN: a
+// byte pipe after the first head). The guest runs a small Python server (python
+// template): echo of request bodies (Content-Length or chunked) as "<bytes> <sha256>",
+// chunked downloads of any size, responses cut short mid-body, and a WebSocket echo.
 import crypto from 'node:crypto'
 import http from 'node:http'
 import net from 'node:net'
@@ -49,6 +49,18 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.headers.get('Upgrade', '').lower() == 'websocket':
             return self.ws()
+        if self.path in ('/cut', '/cutlen'):
+            # A response whose server dies mid-body: no last chunk / short of the length.
+            self.send_response(200)
+            if self.path == '/cut':
+                self.send_header('Transfer-Encoding', 'chunked')
+            else:
+                self.send_header('Content-Length', '100000')
+            self.end_headers()
+            self.wfile.write(b'5\r\nhello\r\n' if self.path == '/cut' else b'hello')
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if self.path.startswith('/big?n='):
             left = int(self.path[7:])
             self.send_response(200)
@@ -147,8 +159,8 @@ function wsFrame(op, payload) {
   return Buffer.concat([Buffer.from([0x80 | op]), len, mask, data])
 }
 
-async function wsEcho(host, messages) {
-  const ep = endpoint('listen')
+async function wsEcho(which, host, messages) {
+  const ep = endpoint(which)
   const sock = net.connect(ep.port, ep.host)
   const key = crypto.randomBytes(16).toString('base64')
   let buf = Buffer.alloc(0)
@@ -222,6 +234,23 @@ async function download(which, host) {
   assert.equal(r.sha, sha(pattern(n)))
 }
 
+// A response the guest cuts short must reach the client as an error, never as a
+// complete-looking body.
+function truncated(which, host, path) {
+  const ep = endpoint(which)
+  return new Promise((resolve) => {
+    const req = http.request({ ...ep, path, agent: false, headers: { Host: host } }, (res) => {
+      let n = 0
+      res.on('data', (d) => { n += d.length })
+      res.on('end', () => resolve({ complete: true, n }))
+      res.on('error', () => resolve({ complete: false, n }))
+      res.on('aborted', () => resolve({ complete: false, n }))
+    })
+    req.on('error', () => resolve({ complete: false, n: 0 }))
+    req.end()
+  })
+}
+
 async function refused(which, sbx) {
   const r = await request(which, sbx.getHost(8089), { path: '/' })
   assert.equal(r.status, 502)
@@ -253,12 +282,20 @@ await main(async () => {
   await step('main: a port nobody listens on is a 502 naming the refusal', () => refused('main', sbx))
   await step('listen: a port nobody listens on is a 502 naming the refusal', () => refused('listen', sbx))
   await step('listen: WebSocket echo (text, 100 KB binary, close both ways)', async () => {
-    await wsEcho(host, ['hello', 'x'.repeat(300), crypto.randomBytes(100_000)])
+    await wsEcho('listen', host, ['hello', 'x'.repeat(300), crypto.randomBytes(100_000)])
   })
-  await step('main: an Upgrade request is a 501 naming the listener', async () => {
-    const r = await request('main', host, { path: '/ws', headers: { Upgrade: 'websocket', Connection: 'Upgrade' } })
-    assert.equal(r.status, 501)
-    assert.ok(r.text.includes(LISTEN), r.text)
+  await step('main: WebSocket echo through the 101 hand-over (text, 100 KB and 3 MB binary, close both ways)', async () => {
+    await wsEcho('main', host, ['hello', 'x'.repeat(300), crypto.randomBytes(100_000),
+      crypto.randomBytes(3 << 20)])
+  })
+  await step('main: a response cut mid-body (chunked, Content-Length) is an error for the client', async () => {
+    for (const path of ['/cut', '/cutlen']) {
+      const r = await truncated('main', host, path)
+      assert.equal(r.complete, false, `${path}: the client saw a complete response of ${r.n} bytes`)
+      assert.equal(r.n, 5, `${path}: the bytes before the cut arrive`)
+    }
+    // The server keeps serving after the aborts.
+    assert.equal((await request('main', host, { path: '/after' })).text, 'hello /after')
   })
   await step('listen: an unknown sandbox is a 502, a bad Host a 400', async () => {
     assert.equal((await request('listen', `${PORT}-sb0000000000000000.localhost`)).status, 502)

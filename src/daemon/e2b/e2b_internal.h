@@ -162,6 +162,21 @@ void e2b_metrics(struct http_req *req, struct sbx *s);
 /* ---- e2b_portlisten.c: the raw sandbox-port listener (getHost with WebSocket) */
 /* Listens on addr ("127.0.0.1:7071") on the spaced loop; 0, or -1 with err. */
 int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
+/* The byte pipe between a client connection and a guest `tcp` channel, for a
+ * connection upgraded on spaced's own port (e2b_portproxy.c): takes ownership of `bev`
+ * (enabled, its output may hold the 101 head and the guest's first bytes) and of
+ * `ch`, whose callbacks the caller keeps forwarding to e2b_pipe_chan_ops with the
+ * returned pipe as arg; `owned` (that forwarding context, malloc'd) is freed with the
+ * pipe, after which no callback of ch fires. `owed`: guest bytes already taken into
+ * the output whose credit the pipe returns as the client drains. Counts toward the
+ * listener's connection limit; NULL when over it or out of memory (nothing taken). */
+struct pl_conn;
+struct bufferevent;
+struct agentc_chan;
+struct agentc_chan_ops;
+struct pl_conn *e2b_pipe_adopt(struct e2b *e, struct bufferevent *bev, struct agentc_chan *ch,
+                               void *owned, uint32_t owed);
+extern const struct agentc_chan_ops e2b_pipe_chan_ops;
 
 /* For a signed /files URL that names no sandbox: the running sandbox whose token the
  * signature matches, into id[cap]. */

@@ -46,6 +46,7 @@ struct pl_conn {
     struct e2b *e;
     struct bufferevent *bev;   /* the client (owned, owns the socket) */
     struct agentc_chan *ch;    /* the guest connection, NULL before routing / after */
+    void *owned;               /* e2b_pipe_adopt's forwarding context, freed with us */
     struct event *timer;       /* head deadline (owned) */
     bool piping;               /* routed: bytes flow */
     bool client_eof;           /* client sent FIN (EOF IN sent or queued) */
@@ -67,6 +68,7 @@ static void pl_free(struct pl_conn *c)
         event_free(c->timer);
     bufferevent_free(c->bev);
     pl_conns--;
+    free(c->owned);
     free(c);
 }
 
@@ -188,7 +190,7 @@ static void pl_on_drain(void *arg)
     pl_pump_up(arg);
 }
 
-static const struct agentc_chan_ops pl_chan_ops = {
+const struct agentc_chan_ops e2b_pipe_chan_ops = {
     .on_data = pl_on_data,
     .on_eof = pl_on_eof,
     .on_error = pl_on_error,
@@ -247,7 +249,7 @@ static void pl_route(struct pl_conn *c, size_t head_len)
     if (!a)
         return pl_fail(c, 502, "sandbox %.64s is not running", id);
     char why[128];
-    c->ch = agentc_open_tcp(a, NULL, port, &pl_chan_ops, c, AGENTC_MANUAL_CREDIT, why, sizeof why);
+    c->ch = agentc_open_tcp(a, NULL, port, &e2b_pipe_chan_ops, c, AGENTC_MANUAL_CREDIT, why, sizeof why);
     if (!c->ch)
         return pl_fail(c, 502, "cannot reach the sandbox: %s", why);
     c->piping = true;
@@ -306,6 +308,16 @@ static void pl_head_timeout(evutil_socket_t fd, short what, void *arg)
     pl_fail(arg, 408, "request head not received within %d s", PL_HEAD_SECS);
 }
 
+/* Reading stops with E2B_HIGH_WATER unread input; the write callback fires when the
+ * output is fully flushed (watermark 0). */
+static void pl_watch(struct pl_conn *c)
+{
+    bufferevent_setwatermark(c->bev, EV_READ, 0, E2B_HIGH_WATER);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    bufferevent_setcb(c->bev, pl_read_cb, pl_write_cb, pl_event_cb, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
 static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
@@ -326,11 +338,28 @@ static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         return pl_free(c);
     struct timeval tv = {.tv_sec = PL_HEAD_SECS};
     evtimer_add(c->timer, &tv);
-    /* Reading stops with this much unread input; the write callback fires when the
-     * output is fully flushed (watermark 0). */
-    bufferevent_setwatermark(bev, EV_READ, 0, E2B_HIGH_WATER);
-    bufferevent_setcb(bev, pl_read_cb, pl_write_cb, pl_event_cb, c);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    pl_watch(c);
+}
+
+struct pl_conn *e2b_pipe_adopt(struct e2b *e, struct bufferevent *bev, struct agentc_chan *ch,
+                               void *owned, uint32_t owed)
+{
+    struct pl_conn *c = pl_conns < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    if (!c)
+        return NULL;
+    pl_conns++;
+    c->e = e;
+    c->bev = bev;
+    c->ch = ch;
+    c->owned = owned;
+    c->owed = owed;
+    c->piping = true;
+    c->answered = true;
+    pl_watch(c);
+    pl_pump_up(c); /* client bytes that came with the upgrade request */
+    if (!evbuffer_get_length(bufferevent_get_output(bev)))
+        pl_write_cb(bev, c); /* nothing to flush: return the credit now */
+    return c;
 }
 
 int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen)

@@ -10,12 +10,24 @@
  * (re-chunked if the client sent it chunked), and the response body is granted to the
  * guest only as our client accepts it. Response framing is Content-Length, chunked
  * (decoded here, re-framed by our server) or end-of-connection. Response heads are
- * bounded (PROXY_HEAD_MAX). Upgrade (WebSocket) cannot be carried here, because our
- * server owns the connection after a reply: such requests get 501 naming the raw
- * sandbox-port listener (e2b_portlisten.c), which carries them. Like E2B's public
- * sandbox URLs, these requests need no token. */
+ * bounded (PROXY_HEAD_MAX). A response cut short (the guest's server closes or resets
+ * before the declared length or the last chunk, or sends a malformed chunk) aborts our
+ * client's connection (http_reply_abort), so the client sees an error rather than a
+ * complete-looking response.
+ *
+ * Upgrade (WebSocket, or any protocol): the request goes up with its Connection: Upgrade
+ * and Upgrade fields; if the guest answers 101, our server answers 101 with the guest's
+ * end-to-end headers (Sec-WebSocket-Accept, ...) and hands the connection over
+ * (http_req_upgrade); from then on e2b_portlisten.c's byte pipe carries it both ways
+ * under backpressure, with this struct left as the channel's callback forwarder. Guest
+ * bytes arriving between the 101 and the hand-over are kept (their credit is held, so
+ * they are bounded by the agent's initial window). Any other answer is relayed as a
+ * normal response. Like E2B's public sandbox URLs, these requests need no token. */
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <string.h>
 #include <strings.h>
 
@@ -34,9 +46,16 @@ enum pxy_body {
 };
 
 struct pxy {
+    struct e2b *e;
     struct http_req *req;     /* NULL once our reply finished or the client went away */
     struct agentc_chan *ch;   /* NULL once closed */
     unsigned port;
+    bool upgrade;             /* the client asked for a protocol upgrade */
+    bool upgrading;           /* 101 sent, waiting for the connection hand-over */
+    bool guest_eof;           /* upgrading: the guest's server half-closed */
+    bool chan_gone;           /* upgrading: the channel ended */
+    struct evbuffer *early;   /* upgrading: guest bytes after the 101 head (owned) */
+    struct pl_conn *pipe;     /* after the hand-over: the pipe that owns us */
     bool chunk_up;            /* re-chunk the request body upstream */
     bool body_paused;         /* request body paused until the channel drains */
     char *head;               /* response head being collected (owned) */
@@ -52,9 +71,11 @@ struct pxy {
 
 static void pxy_release(struct pxy *p)
 {
-    if (p->req || p->ch)
+    if (p->req || p->ch || p->upgrading || p->pipe)
         return;
     free(p->head);
+    if (p->early)
+        evbuffer_free(p->early);
     free(p);
 }
 
@@ -66,13 +87,16 @@ static void pxy_close_chan(struct pxy *p)
     }
 }
 
-/* The response is complete (or cannot continue): finish our reply, drop the channel. */
-static void pxy_finish(struct pxy *p, const char *why)
+/* The response is complete, or (complete == false) cannot continue: finish our
+ * reply, or abort it if it started, and drop the channel. */
+static void pxy_finish(struct pxy *p, const char *why, bool complete)
 {
     struct http_req *req = p->req;
     p->req = NULL;
-    if (req && p->started)
+    if (req && p->started && complete)
         http_stream_end(req);
+    else if (req && p->started)
+        http_reply_abort(req, why);
     else if (req)
         e2b_reply_rest_error(req, 502, "port %u in the sandbox: %s", p->port, why);
     pxy_close_chan(p);
@@ -90,20 +114,22 @@ static bool hop_by_hop(const char *name)
     return false;
 }
 
+static void pxy_upgraded(struct bufferevent *bev, void *arg);
+
 /* Parses the response head in p->head[0..head_end) (head_end: where "\r\n\r\n"
- * starts) and starts our reply. Returns 1 if
- * it was an interim 1xx head to skip, 0 when the reply started, -1 if malformed. */
+ * starts) and starts our reply. Returns 1 if it was an interim 1xx head to skip, 0
+ * when the reply started, 2 when the connection is being upgraded, -1 if malformed. */
 static int start_reply(struct pxy *p, size_t head_end)
 {
     p->head[head_end + 2] = '\0'; /* keep the last field's CRLF: every line ends in one */
     char *line = p->head, *next = strstr(line, "\r\n");
     int status = 0;
     if (!next || sscanf(line, "HTTP/1.%*1[01] %3d", &status) != 1 || status < 100 ||
-        status > 599 || status == 101)
+        status > 599 || (status == 101 && !p->upgrade))
         return -1;
-    if (status < 200)
+    if (status < 200 && status != 101)
         return 1;
-    const char *ctype = NULL;
+    const char *ctype = NULL, *upgrade = NULL;
     long long clen = -1;
     bool chunked = false;
     for (line = next + 2; *line; line = next + 2) {
@@ -118,7 +144,9 @@ static int start_reply(struct pxy *p, size_t head_end)
         char *v = colon + 1;
         while (*v == ' ' || *v == '\t')
             v++;
-        if (strcasecmp(line, "Content-Type") == 0) {
+        if (strcasecmp(line, "Upgrade") == 0) {
+            upgrade = v;
+        } else if (strcasecmp(line, "Content-Type") == 0) {
             ctype = v;
         } else if (strcasecmp(line, "Content-Length") == 0) {
             char *end;
@@ -132,6 +160,16 @@ static int start_reply(struct pxy *p, size_t head_end)
         } else if (!hop_by_hop(line)) {
             http_reply_add_header(p->req, line, v);
         }
+    }
+    if (status == 101) {
+        if (ctype)
+            http_reply_add_header(p->req, "Content-Type", ctype);
+        if (!upgrade || !(p->early = evbuffer_new()) ||
+            http_req_upgrade(p->req, upgrade, pxy_upgraded, p) < 0)
+            return -1;
+        p->req = NULL; /* finished by the upgrade */
+        p->upgrading = true;
+        return 2;
     }
     bool bodiless = http_req_is_head(p->req) || status == 204 || status == 304;
     if (chunked && clen >= 0)
@@ -170,14 +208,16 @@ static void body_bytes(struct pxy *p, const uint8_t *buf, size_t len)
 {
     if (p->mode == BODY_EOF) {
         if (relay(p, buf, len) < 0)
-            pxy_finish(p, "cannot relay");
+            pxy_finish(p, "cannot relay", false);
         return;
     }
     if (p->mode == BODY_LENGTH) {
         size_t n = len < p->left ? len : (size_t)p->left;
         p->left -= n;
-        if (relay(p, buf, n) < 0 || p->left == 0)
-            pxy_finish(p, "done");
+        if (relay(p, buf, n) < 0)
+            pxy_finish(p, "cannot relay", false);
+        else if (p->left == 0)
+            pxy_finish(p, "done", true);
         return;
     }
     while (len && p->req) {
@@ -186,9 +226,9 @@ static void body_bytes(struct pxy *p, const uint8_t *buf, size_t len)
         enum http_parse_result r = http_chunked_decode(&p->dec, (const char *)buf, len, &used,
                                                        &off, &dlen, &perr);
         if (r == HTTP_PARSE_ERROR || (dlen && relay(p, buf + off, dlen) < 0))
-            return pxy_finish(p, "malformed chunked response");
+            return pxy_finish(p, "malformed chunked response", false);
         if (r == HTTP_PARSE_OK)
-            return pxy_finish(p, "done");
+            return pxy_finish(p, "done", true);
         if (used == 0)
             return;
         buf += used;
@@ -203,7 +243,7 @@ static void response_bytes(struct pxy *p, const uint8_t *buf, size_t len)
         body_bytes(p, buf, len);
     } else {
         if (p->headlen + len > PROXY_HEAD_MAX)
-            return pxy_finish(p, "response head too large");
+            return pxy_finish(p, "response head too large", false);
         memcpy(p->head + p->headlen, buf, len);
         p->headlen += len;
         char *end;
@@ -211,19 +251,24 @@ static void response_bytes(struct pxy *p, const uint8_t *buf, size_t len)
             size_t head_end = (size_t)(end - p->head), rest = p->headlen - head_end - 4;
             int r = start_reply(p, head_end);
             if (r < 0)
-                return pxy_finish(p, "the server's response is not HTTP/1.x");
+                return pxy_finish(p, "the server's response is not HTTP/1.x", false);
             memmove(p->head, p->head + head_end + 4, rest);
             p->headlen = rest;
+            if (r == 2) {
+                evbuffer_add(p->early, p->head, rest);
+                p->headlen = 0;
+                break;
+            }
             if (r == 0) {
                 if (p->mode == BODY_LENGTH && p->left == 0)
-                    return pxy_finish(p, "done");
+                    return pxy_finish(p, "done", true);
                 body_bytes(p, (const uint8_t *)p->head, rest);
             }
         }
     }
     if (!p->ch)
         return;
-    if (p->waiting)
+    if (p->waiting || p->upgrading)
         p->owed += n;
     else
         agentc_grant(p->ch, FRAME_STREAM_OUT, n);
@@ -234,6 +279,13 @@ static void response_bytes(struct pxy *p, const uint8_t *buf, size_t len)
 static void on_data(void *arg, enum frame_stream stream, const uint8_t *buf, size_t len)
 {
     struct pxy *p = arg;
+    if (p->pipe)
+        return e2b_pipe_chan_ops.on_data(p->pipe, stream, buf, len);
+    if (p->upgrading) {
+        evbuffer_add(p->early, buf, len);
+        p->owed += (uint32_t)len;
+        return;
+    }
     if (p->req)
         response_bytes(p, buf, len);
     pxy_release(p);
@@ -242,6 +294,8 @@ static void on_data(void *arg, enum frame_stream stream, const uint8_t *buf, siz
 static void on_error(void *arg, const char *code, const char *message)
 {
     struct pxy *p = arg;
+    if (p->pipe)
+        return e2b_pipe_chan_ops.on_error(p->pipe, code, message);
     if (!p->err[0])
         snprintf(p->err, sizeof p->err, "%s (%s)", message, code);
 }
@@ -251,17 +305,26 @@ static void on_error(void *arg, const char *code, const char *message)
 static void on_eof(void *arg, enum frame_stream stream)
 {
     struct pxy *p = arg;
+    if (p->pipe)
+        return e2b_pipe_chan_ops.on_eof(p->pipe, stream);
+    p->guest_eof = true;
     if (p->req)
-        pxy_finish(p, p->err[0] ? p->err : "the server closed without a response");
+        pxy_finish(p, p->err[0] ? p->err : p->started ? "the server closed mid-response"
+                                                       : "the server closed without a response",
+                   p->started && p->mode == BODY_EOF && !p->err[0]);
     pxy_release(p);
 }
 
 static void on_close(void *arg)
 {
     struct pxy *p = arg;
+    if (p->pipe)
+        return e2b_pipe_chan_ops.on_close(p->pipe); /* may free p */
     p->ch = NULL;
+    p->chan_gone = true;
     if (p->req)
-        pxy_finish(p, p->err[0] ? p->err : "the connection ended");
+        pxy_finish(p, p->err[0] ? p->err : "the connection ended",
+                   p->started && p->mode == BODY_EOF && p->guest_eof && !p->err[0]);
     pxy_release(p);
 }
 
@@ -269,6 +332,8 @@ static void on_close(void *arg)
 static void on_drain(void *arg)
 {
     struct pxy *p = arg;
+    if (p->pipe)
+        return e2b_pipe_chan_ops.on_drain(p->pipe);
     if (p->body_paused && p->req) {
         p->body_paused = false;
         http_req_pause_body(p->req, false);
@@ -282,6 +347,36 @@ static const struct agentc_chan_ops pxy_ops = {
     .on_close = on_close,
     .on_drain = on_drain,
 };
+
+/* Our server handed the upgraded client connection over (bev NULL: the client went
+ * away first). The pipe takes the connection, the channel and p. */
+static void pxy_upgraded(struct bufferevent *bev, void *arg)
+{
+    struct pxy *p = arg;
+    p->upgrading = false;
+    struct pl_conn *pipe = NULL;
+    if (bev) {
+        evbuffer_add_buffer(bufferevent_get_output(bev), p->early);
+        pipe = e2b_pipe_adopt(p->e, bev, p->ch, p, p->owed);
+        if (!pipe)
+            bufferevent_free(bev);
+    }
+    if (!pipe) {
+        pxy_close_chan(p);
+        return pxy_release(p);
+    }
+    p->pipe = pipe;
+    p->owed = 0;
+    free(p->head);
+    p->head = NULL;
+    evbuffer_free(p->early);
+    p->early = NULL;
+    /* What the guest did meanwhile, replayed in order; either may free p. */
+    if (p->chan_gone)
+        e2b_pipe_chan_ops.on_close(pipe);
+    else if (p->guest_eof)
+        e2b_pipe_chan_ops.on_eof(pipe, FRAME_STREAM_OUT);
+}
 
 static void on_http_close(struct http_req *req, void *arg)
 {
@@ -318,8 +413,9 @@ static void on_body_end(struct http_req *req, void *arg)
         agentc_write(p->ch, "0\r\n\r\n", 5);
 }
 
-/* The request re-serialised for the guest server (HTTP/1.1, Connection: close). */
-static char *request_head(struct http_req *req, bool chunked, size_t *outlen)
+/* The request re-serialised for the guest server: HTTP/1.1, Connection: close, or
+ * Connection: Upgrade with the client's Upgrade field when `upgrade`. */
+static char *request_head(struct http_req *req, bool chunked, bool upgrade, size_t *outlen)
 {
     size_t cap = 1024 + strlen(http_req_target(req));
     const char *name, *value;
@@ -343,7 +439,11 @@ static char *request_head(struct http_req *req, bool chunked, size_t *outlen)
     else if (http_req_content_length(req) > 0)
         n += (size_t)snprintf(h + n, cap - n, "Content-Length: %lld\r\n",
                               (long long)http_req_content_length(req));
-    n += (size_t)snprintf(h + n, cap - n, "Connection: close\r\n\r\n");
+    if (upgrade)
+        n += (size_t)snprintf(h + n, cap - n, "Connection: Upgrade\r\nUpgrade: %s\r\n\r\n",
+                              http_req_header(req, "Upgrade"));
+    else
+        n += (size_t)snprintf(h + n, cap - n, "Connection: close\r\n\r\n");
     *outlen = n;
     return h;
 }
@@ -363,15 +463,6 @@ bool e2b_is_upgrade(const char *connection, const char *upgrade)
 
 void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port)
 {
-    if (e2b_is_upgrade(http_req_header(req, "Connection"), http_req_header(req, "Upgrade"))) {
-        if (e->port_listen[0])
-            e2b_reply_rest_error(req, 501, "protocol upgrades (WebSocket) to sandbox ports go "
-                                 "through the sandbox-port listener %s", e->port_listen);
-        else
-            e2b_reply_rest_error(req, 501, "protocol upgrades (WebSocket) to sandbox ports need "
-                                 "spaced's sandbox-port listener (SPACE_E2B_PORT_LISTEN)");
-        return;
-    }
     struct sbx *s = sbx_find(e->sp, NULL, id);
     struct agentc *a = s ? sbx_agent(s) : NULL;
     if (!a) {
@@ -389,13 +480,15 @@ void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigne
         e2b_reply_rest_error(req, 502, "cannot reach the sandbox: %s", why);
         return;
     }
+    p->e = e;
     p->req = req;
     p->port = port;
     p->chunk_up = http_req_chunked(req);
+    p->upgrade = e2b_is_upgrade(http_req_header(req, "Connection"), http_req_header(req, "Upgrade"));
     size_t hl = 0;
-    char *head = request_head(req, p->chunk_up, &hl);
+    char *head = request_head(req, p->chunk_up, p->upgrade, &hl);
     if (!head) {
-        pxy_finish(p, "out of memory");
+        pxy_finish(p, "out of memory", false);
         return pxy_release(p);
     }
     agentc_write(p->ch, head, hl);
@@ -404,7 +497,7 @@ void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigne
     if ((p->chunk_up || http_req_content_length(req) > 0) &&
         http_req_stream_body(req, on_body_chunk, on_body_end, p) < 0) {
         http_req_on_close(req, NULL, NULL);
-        pxy_finish(p, "request body already consumed");
+        pxy_finish(p, "request body already consumed", false);
         pxy_release(p);
     }
 }
