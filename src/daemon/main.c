@@ -32,6 +32,7 @@
 void routes_sessions_register(struct router *r, struct spaced *sp) __attribute__((weak));
 void routes_files_register(struct router *r, struct spaced *sp) __attribute__((weak));
 void routes_network_register(struct router *r, struct spaced *sp) __attribute__((weak));
+void routes_ports_register(struct router *r, struct spaced *sp) __attribute__((weak));
 void e2b_register(struct router *r, struct spaced *sp) __attribute__((weak));
 
 static void usage(FILE *f)
@@ -273,6 +274,8 @@ int main(int argc, char **argv)
         routes_files_register(sp.router, &sp);
     if (routes_network_register)
         routes_network_register(sp.router, &sp);
+    if (routes_ports_register)
+        routes_ports_register(sp.router, &sp);
     if (e2b_register && cluster_runs_sandboxes(&sp)) /* E2B is not forwarded by control yet */
         e2b_register(sp.router, &sp);
 

@@ -17,11 +17,25 @@
 #ifndef SPACE_E2B_H
 #define SPACE_E2B_H
 
+#include <stdbool.h>
+
 struct router;
 struct spaced;
 
 /* Registers the control-plane routes and the envd hook on `r`. Called once by main.c
  * after the core modules are up; the E2B state lives until the process exits. */
 void e2b_register(struct router *r, struct spaced *sp);
+
+/* Forwards `req` to 127.0.0.1:<port> inside the sandbox whose agent is `a`, over one
+ * agent `tcp` channel, with `target` ("/path?query") as the request target: bodies
+ * stream both ways under backpressure, a response cut short aborts the client
+ * connection, Upgrade (WebSocket) is carried after a 101 (e2b_portproxy.c). Replies
+ * itself in every case. api: errors are our API's {"error":{...}} (502
+ * port_unreachable) and the Authorization header is not forwarded; else E2B's REST
+ * error shape. Used by getHost and by /v1/sandboxes/{id}/ports/{port}/... */
+struct http_req;
+struct agentc;
+void e2b_port_forward(struct http_req *req, struct agentc *a, unsigned port, const char *target,
+                      bool api);
 
 #endif

@@ -174,8 +174,8 @@ struct pl_conn;
 struct bufferevent;
 struct agentc_chan;
 struct agentc_chan_ops;
-struct pl_conn *e2b_pipe_adopt(struct e2b *e, struct bufferevent *bev, struct agentc_chan *ch,
-                               void *owned, uint32_t owed);
+struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, void *owned,
+                               uint32_t owed);
 extern const struct agentc_chan_ops e2b_pipe_chan_ops;
 
 /* For a signed /files URL that names no sandbox: the running sandbox whose token the

@@ -43,7 +43,7 @@
 #define PL_MAX_CONNS  1024
 
 struct pl_conn {
-    struct e2b *e;
+    struct e2b *e;             /* NULL for adopted pipes (only routing uses it) */
     struct bufferevent *bev;   /* the client (owned, owns the socket) */
     struct agentc_chan *ch;    /* the guest connection, NULL before routing / after */
     void *owned;               /* e2b_pipe_adopt's forwarding context, freed with us */
@@ -341,14 +341,13 @@ static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     pl_watch(c);
 }
 
-struct pl_conn *e2b_pipe_adopt(struct e2b *e, struct bufferevent *bev, struct agentc_chan *ch,
-                               void *owned, uint32_t owed)
+struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, void *owned,
+                               uint32_t owed)
 {
     struct pl_conn *c = pl_conns < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
     if (!c)
         return NULL;
     pl_conns++;
-    c->e = e;
     c->bev = bev;
     c->ch = ch;
     c->owned = owned;

@@ -23,17 +23,19 @@
  * bytes arriving between the 101 and the hand-over are kept (their credit is held, so
  * they are bounded by the agent's initial window). Any other answer is relayed as a
  * normal response. Like E2B's public sandbox URLs, these requests need no token. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <string.h>
-#include <strings.h>
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/api/http_parse.h"
 #include "daemon/sandbox/sbx.h"
+#include "e2b.h"
 #include "e2b_internal.h"
 
 #define PROXY_HEAD_MAX (64u * 1024)
@@ -46,10 +48,10 @@ enum pxy_body {
 };
 
 struct pxy {
-    struct e2b *e;
     struct http_req *req;     /* NULL once our reply finished or the client went away */
     struct agentc_chan *ch;   /* NULL once closed */
     unsigned port;
+    bool api;                 /* errors in our API's shape (e2b_port_forward), not E2B's */
     bool upgrade;             /* the client asked for a protocol upgrade */
     bool upgrading;           /* 101 sent, waiting for the connection hand-over */
     bool guest_eof;           /* upgrading: the guest's server half-closed */
@@ -87,6 +89,22 @@ static void pxy_close_chan(struct pxy *p)
     }
 }
 
+/* A 502 before any byte of the reply, in the caller's error shape. */
+static void reply_502(struct http_req *req, bool api, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void reply_502(struct http_req *req, bool api, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (api)
+        http_reply_error(req, 502, "port_unreachable", "%s", msg);
+    else
+        e2b_reply_rest_error(req, 502, "%s", msg);
+}
+
 /* The response is complete, or (complete == false) cannot continue: finish our
  * reply, or abort it if it started, and drop the channel. */
 static void pxy_finish(struct pxy *p, const char *why, bool complete)
@@ -98,7 +116,7 @@ static void pxy_finish(struct pxy *p, const char *why, bool complete)
     else if (req && p->started)
         http_reply_abort(req, why);
     else if (req)
-        e2b_reply_rest_error(req, 502, "port %u in the sandbox: %s", p->port, why);
+        reply_502(req, p->api, "port %u in the sandbox: %s", p->port, why);
     pxy_close_chan(p);
 }
 
@@ -357,7 +375,7 @@ static void pxy_upgraded(struct bufferevent *bev, void *arg)
     struct pl_conn *pipe = NULL;
     if (bev) {
         evbuffer_add_buffer(bufferevent_get_output(bev), p->early);
-        pipe = e2b_pipe_adopt(p->e, bev, p->ch, p, p->owed);
+        pipe = e2b_pipe_adopt(bev, p->ch, p, p->owed);
         if (!pipe)
             bufferevent_free(bev);
     }
@@ -413,24 +431,26 @@ static void on_body_end(struct http_req *req, void *arg)
         agentc_write(p->ch, "0\r\n\r\n", 5);
 }
 
-/* The request re-serialised for the guest server: HTTP/1.1, Connection: close, or
- * Connection: Upgrade with the client's Upgrade field when `upgrade`. */
-static char *request_head(struct http_req *req, bool chunked, bool upgrade, size_t *outlen)
+/* The request re-serialised for the guest server with `target`: HTTP/1.1,
+ * Connection: close, or Connection: Upgrade with the client's Upgrade field when
+ * `upgrade`. Our credentials never go up (E2B's headers and access token; with `api`,
+ * Authorization, which carries the spaced API key). */
+static char *request_head(struct http_req *req, const char *target, bool chunked, bool upgrade,
+                          bool api, size_t *outlen)
 {
-    size_t cap = 1024 + strlen(http_req_target(req));
+    size_t cap = 1024 + strlen(target);
     const char *name, *value;
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++)
         cap += strlen(name) + strlen(value) + 4;
     char *h = malloc(cap);
     if (!h)
         return NULL;
-    size_t n = (size_t)snprintf(h, cap, "%s %s HTTP/1.1\r\n", http_req_method(req),
-                                http_req_target(req));
+    size_t n = (size_t)snprintf(h, cap, "%s %s HTTP/1.1\r\n", http_req_method(req), target);
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++) {
         if ((hop_by_hop(name) && strcasecmp(name, "Content-Type") != 0 &&
              strcasecmp(name, "Date") != 0) ||
             strncasecmp(name, "E2b-", 4) == 0 || strcasecmp(name, "X-Access-Token") == 0 ||
-            strcasecmp(name, "Expect") == 0)
+            strcasecmp(name, "Expect") == 0 || (api && strcasecmp(name, "Authorization") == 0))
             continue;
         n += (size_t)snprintf(h + n, cap - n, "%s: %s\r\n", name, value);
     }
@@ -469,6 +489,12 @@ void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigne
         e2b_reply_rest_error(req, 502, "sandbox %s is not running", id);
         return;
     }
+    e2b_port_forward(req, a, port, http_req_target(req), false);
+}
+
+void e2b_port_forward(struct http_req *req, struct agentc *a, unsigned port, const char *target,
+                      bool api)
+{
     struct pxy *p = calloc(1, sizeof *p);
     char why[128] = "out of memory";
     if (!p || !(p->head = malloc(PROXY_HEAD_MAX + 1)) ||
@@ -477,16 +503,16 @@ void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigne
         if (p)
             free(p->head);
         free(p);
-        e2b_reply_rest_error(req, 502, "cannot reach the sandbox: %s", why);
+        reply_502(req, api, "cannot reach the sandbox: %s", why);
         return;
     }
-    p->e = e;
+    p->api = api;
     p->req = req;
     p->port = port;
     p->chunk_up = http_req_chunked(req);
     p->upgrade = e2b_is_upgrade(http_req_header(req, "Connection"), http_req_header(req, "Upgrade"));
     size_t hl = 0;
-    char *head = request_head(req, p->chunk_up, p->upgrade, &hl);
+    char *head = request_head(req, target, p->chunk_up, p->upgrade, api, &hl);
     if (!head) {
         pxy_finish(p, "out of memory", false);
         return pxy_release(p);
