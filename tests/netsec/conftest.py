@@ -1,7 +1,13 @@
-"""pytest fixtures for the gateway attack suite: one lab per session (vmlab.py): the
-fake internet, a real spaced whose space-gateway runs in the lab's gateway namespace,
-and two `python` sandbox VMs the attacks run in. Skips, saying why, when not root,
-when namespaces cannot be created or when the VM artifacts are missing."""
+"""pytest fixtures for the gateway attack suite: one lab (vmlab.py) for all of
+tests/netsec: the fake internet, a real spaced whose space-gateway runs in the lab's
+gateway namespace, and two `python` sandbox VMs the attacks run in. Skips, saying why,
+when not root, when namespaces cannot be created or when the VM artifacts are missing.
+
+The lab is torn down after the last netsec test (not at the end of the whole pytest
+session, which `make e2e` shares with tests/e2e and tests/e2b), and the teardown fails
+if the gateway was restarted (a crash) or its log holds a sanitizer report."""
+import os
+
 import pytest
 
 import netlab
@@ -11,6 +17,20 @@ ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test", "api.t
 OPEN = {"mode": "open"}
 CREDS = [{"host": "api.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN},
          {"host": "badcert.allowed.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}]
+
+_live = {}  # "lab" and "gateway_pid" while the lab runs
+
+
+def _finish():
+    """Stops the lab if it runs; raises if the gateway crashed along the way."""
+    lab = _live.pop("lab", None)
+    if lab is None:
+        return
+    restarted = lab.gateway_pid() != _live.pop("gateway_pid")
+    report = lab.stop()
+    assert not report, "space-gateway sanitizer report:\n" + report
+    # spaced restarts a gateway that died: a new pid means some attack crashed it.
+    assert not restarted, "space-gateway was restarted during the suite"
 
 
 @pytest.fixture(scope="session")
@@ -22,13 +42,18 @@ def lab():
     try:
         lab.start_vms([ALLOW, OPEN])
         lab.sandboxes[0].set_creds(CREDS)
-        first_pid = lab.gateway_pid()
-        yield lab
-        # spaced restarts a gateway that died: a new pid means some attack crashed it.
-        assert lab.gateway_pid() == first_pid, "space-gateway was restarted during the suite"
-    finally:
-        report = lab.stop()
-    assert not report, "space-gateway sanitizer report:\n" + report
+    except BaseException:
+        lab.stop()
+        raise
+    _live.update(lab=lab, gateway_pid=lab.gateway_pid())
+    yield lab
+    _finish()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if _live and (nextitem is None or not str(nextitem.fspath).startswith(netlab.HERE + os.sep)):
+        _finish()
 
 
 @pytest.fixture

@@ -227,11 +227,18 @@ class VMLab(netlab.Lab):
         with open(wrapper, "w") as f:
             f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (self.gwns, self.gateway_bin))
         os.chmod(wrapper, 0o755)
-        self.saved_env = dict(spacedlib.SPACED_ENV)
+        # spaced hands its own environment to the gateway it starts; other suites in
+        # the same pytest run must not inherit the wrapper, so it is set for this start
+        # only.
+        saved = dict(spacedlib.SPACED_ENV)
         spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
         spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % self.dir
         self.spaced = spacedlib.Spaced(spacedlib.GUEST)
-        self.spaced.start()
+        try:
+            self.spaced.start()
+        finally:
+            spacedlib.SPACED_ENV.clear()
+            spacedlib.SPACED_ENV.update(saved)
         gwdir = os.path.join(self.spaced.data_dir, "gateway")
         self.ctl_path = os.path.join(gwdir, "gateway.sock")
         self.space_ca = os.path.join(gwdir, "ca", "space-ca.crt")
@@ -282,12 +289,8 @@ class VMLab(netlab.Lab):
                 report = netlab.sanitizer_report(f.read())
         except OSError:
             pass
-        try:
-            if sp.proc:
-                sp.stop()
-        finally:
-            spacedlib.SPACED_ENV.clear()
-            spacedlib.SPACED_ENV.update(self.saved_env)
+        if sp.proc:
+            sp.stop()
         return report
 
 
