@@ -350,7 +350,8 @@ void http_stream_end(struct http_req *r)
         return;
     if (r->stream_chunked)
         evbuffer_add(http_conn_output(r->conn), "0\r\n\r\n", 5);
-    if (r->stream_len >= 0 && r->bytes_out != (uint64_t)r->stream_len)
+    /* A HEAD stream declares the length of a body it never sends. */
+    if (r->stream_len >= 0 && r->bytes_out != (uint64_t)r->stream_len && !http_req_is_head(r))
         r->conn->close_after = true;
     http_req_finish(r);
 }

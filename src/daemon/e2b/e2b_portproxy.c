@@ -194,7 +194,8 @@ static int start_reply(struct pxy *p, size_t head_end)
         return -1; /* ambiguous framing: refuse, as our own server does */
     p->mode = bodiless ? BODY_LENGTH : chunked ? BODY_CHUNKED : clen >= 0 ? BODY_LENGTH : BODY_EOF;
     p->left = bodiless ? 0 : clen >= 0 ? (uint64_t)clen : 0;
-    if (http_stream_start(p->req, status, ctype, bodiless ? 0 : chunked ? -1 : clen) < 0)
+    /* A HEAD answer keeps the server's framing headers (our server sends no body). */
+    if (http_stream_start(p->req, status, ctype, chunked ? -1 : clen) < 0)
         return -1;
     p->started = true;
     return 0;
