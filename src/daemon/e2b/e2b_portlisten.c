@@ -1,7 +1,10 @@
-/* e2b_portlisten: the sandbox-port listener, getHost(port) as a byte pipe.
+/* e2b_portlisten: the sandbox-port listener, getHost(port) as a byte pipe, and the
+ * pipe itself, which e2b_portproxy.c also uses for connections upgraded on spaced's
+ * own port (e2b_pipe_adopt).
  *
- * spaced's HTTP server owns its connections, so it cannot hand one over after a
- * `101 Switching Protocols`. This listener (SPACE_E2B_PORT_LISTEN, with
+ * spaced's own port terminates HTTP (each request parsed and re-sent); this listener
+ * does not, for clients that want the guest server's HTTP unchanged from the first
+ * byte on. It (SPACE_E2B_PORT_LISTEN, with
  * SPACE_E2B_DOMAIN pointing at it so getHost() names it) reads only the first request
  * head of a connection, picks the sandbox and port from its Host
  * ("<port>-<id>.<domain>") or E2b-Sandbox-Id/E2b-Sandbox-Port, opens an agent `tcp`
