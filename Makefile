@@ -140,7 +140,7 @@ deps:
 
 # ---- end-to-end tests: real spaced, real VMs, real namespaces, the real E2B SDK (pytest)
 PYTEST_ENV = SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest)
-E2E_SUITES ?= tests/e2e tests/netsec tests/e2b
+E2E_SUITES ?= tests/e2e tests/netsec tests/e2b deploy
 
 e2e: templates
 	$(MAKE) SAN=1 programs
