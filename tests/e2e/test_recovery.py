@@ -102,7 +102,9 @@ def running(s, n, body=None):
     outs = [s.create(dict({"template": "base"}, **(body or {}))) for _ in range(n)]
     for o in outs:
         op = s.wait_op(o["operation"]["id"])
-        assert op["state"] == "succeeded", (op, s.log())
+        if op["state"] != "succeeded":
+            print(s.log())  # pytest cuts a long assertion message: the log goes first
+        assert op["state"] == "succeeded", op.get("error")
     return [o["sandbox"]["id"] for o in outs]
 
 
@@ -175,7 +177,9 @@ def test_kill9_during_creates_and_deletes(need_vm, fresh_spaced, delay):
     assert s.request("GET", "/v1/sandboxes/" + old).status == 404
     for c in creates:
         op = ops[c["operation"]["id"]]
-        assert op["state"] == "succeeded", (op, s.log())
+        if op["state"] != "succeeded":
+            print(s.log())
+        assert op["state"] == "succeeded", op.get("error")
         settle(s, c["sandbox"]["id"], "running")
     # no stray QEMU for the deleted sandbox, exactly one per live sandbox
     for c in creates:
