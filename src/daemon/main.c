@@ -17,6 +17,7 @@
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/e2b/e2b.h"
 #include "daemon/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
@@ -28,12 +29,6 @@
 #include "daemon/vm/vm.h"
 #include "log.h"
 
-/* Registered by other modules; weak so spaced links before they exist. */
-void routes_sessions_register(struct router *r, struct spaced *sp) __attribute__((weak));
-void routes_files_register(struct router *r, struct spaced *sp) __attribute__((weak));
-void routes_network_register(struct router *r, struct spaced *sp) __attribute__((weak));
-void routes_ports_register(struct router *r, struct spaced *sp) __attribute__((weak));
-void e2b_register(struct router *r, struct spaced *sp) __attribute__((weak));
 
 static void usage(FILE *f)
 {
@@ -268,15 +263,11 @@ int main(int argc, char **argv)
     routes_sandboxes_register(sp.router, &sp);
     routes_ops_register(sp.router, &sp);
     routes_templates_register(sp.router, &sp);
-    if (routes_sessions_register)
-        routes_sessions_register(sp.router, &sp);
-    if (routes_files_register)
-        routes_files_register(sp.router, &sp);
-    if (routes_network_register)
-        routes_network_register(sp.router, &sp);
-    if (routes_ports_register)
-        routes_ports_register(sp.router, &sp);
-    if (e2b_register && cluster_runs_sandboxes(&sp)) /* E2B is not forwarded by control yet */
+    routes_sessions_register(sp.router, &sp);
+    routes_files_register(sp.router, &sp);
+    routes_network_register(sp.router, &sp);
+    routes_ports_register(sp.router, &sp);
+    if (cluster_runs_sandboxes(&sp)) /* E2B is not forwarded by control yet */
         e2b_register(sp.router, &sp);
 
     struct http_limits lim;

@@ -16,17 +16,18 @@
  *     void routes_sandboxes_register(struct router *, struct spaced *);  /v1/sandboxes...
  *     void routes_ops_register(struct router *, struct spaced *);        /v1/operations...
  *     void routes_templates_register(struct router *, struct spaced *);  /v1/templates...
- *     void routes_sessions_register(struct router *, struct spaced *);   sessions helper
- *     void routes_files_register(struct router *, struct spaced *);      files helper
- *     void e2b_register(struct router *, struct spaced *);               E2B compat helper
- * The last three are optional at link time (weak references in main.c), so the daemon
- * builds before those modules exist.
+ *     void routes_sessions_register(struct router *, struct spaced *);   sessions
+ *     void routes_files_register(struct router *, struct spaced *);      files
+ *     void routes_network_register(struct router *, struct spaced *);    network, credentials
+ *     void routes_ports_register(struct router *, struct spaced *);      sandbox ports
+ *     void e2b_register(struct router *, struct spaced *);               E2B compatibility
+ * (routes.h and e2b.h declare them), preceded by routes_ratelimit_register, the first hook.
  *
  * A route handler that acts on a sandbox does, in this order:
  *     struct auth_principal who;
  *     if (!auth_require(sp, req, &who)) return;          401 already sent (auth.h)
  *     struct sbx *s = sbx_find(sp, who.tenant, id);      NULL -> reply 404 (sbx.h)
- *     struct agentc *a = sbx_agent(s);                   NULL -> reply 409 not running
+ *     struct agentc *a = routes_require_agent(req, s);   NULL -> 409/503 already sent
  * and reports lifecycle changes through op_submit() (op.h), never by touching the VM. */
 #ifndef SPACE_SPACED_H
 #define SPACE_SPACED_H

@@ -21,6 +21,10 @@ void routes_keys_register(struct router *r, struct spaced *sp);
 void routes_sandboxes_register(struct router *r, struct spaced *sp);
 void routes_ops_register(struct router *r, struct spaced *sp);
 void routes_templates_register(struct router *r, struct spaced *sp);
+void routes_sessions_register(struct router *r, struct spaced *sp); /* command sessions */
+void routes_files_register(struct router *r, struct spaced *sp);    /* files API */
+void routes_network_register(struct router *r, struct spaced *sp);  /* network, credentials */
+void routes_ports_register(struct router *r, struct spaced *sp);    /* sandbox ports proxy */
 /* Per-client rate limiting (routes_ratelimit.c) from sp->opt.rate/burst, as a router
  * hook: register it before any other hook. Nothing when rate is 0. Returns 0, or -1 with
  * a message in err. Its context is freed by router_free. */

@@ -531,7 +531,6 @@ static void files_free(void *arg)
     free(fc);
 }
 
-void routes_files_register(struct router *r, struct spaced *sp);
 void routes_files_register(struct router *r, struct spaced *sp)
 {
     static const struct {

@@ -23,7 +23,6 @@
 #include "daemon/net/net_tenant.h"
 #include "daemon/sandbox/sbx.h"
 
-void routes_network_register(struct router *r, struct spaced *sp);
 
 #define NET_BODY_MAX (1024 * 1024)
 

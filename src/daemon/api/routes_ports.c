@@ -18,7 +18,6 @@
 #include "daemon/e2b/e2b.h"
 #include "daemon/sandbox/sbx.h"
 
-void routes_ports_register(struct router *r, struct spaced *sp);
 
 /* "1".."65535" without sign, leading zero or junk; 0 when not. */
 static unsigned parse_port(const char *s)

@@ -321,7 +321,6 @@ static void h_delete(struct http_req *req, void *arg)
         http_reply(req, 204, NULL, NULL, 0);
 }
 
-void routes_sessions_register(struct router *r, struct spaced *sp);
 void routes_sessions_register(struct router *r, struct spaced *sp)
 {
     static const struct {

@@ -153,7 +153,10 @@ int vm_cgroup_create(const char *root, const char *parent, const char *id,
             goto fail;
         }
         char procs[600];
-        snprintf(procs, sizeof(procs), "%s/cgroup.procs", dirs[i]);
+        if (snprintf(procs, sizeof(procs), "%s/cgroup.procs", dirs[i]) >= (int)sizeof(procs)) {
+            snprintf(err, cap, "cgroup path too long: %s", dirs[i]);
+            goto fail;
+        }
         if ((procs_fds[i] = open(procs, O_WRONLY | O_CLOEXEC)) < 0) {
             snprintf(err, cap, "cgroup %s: %s", procs, strerror(errno));
             goto fail;
