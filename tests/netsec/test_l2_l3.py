@@ -129,8 +129,9 @@ def test_quic_initial_to_allowed_host_dropped(lab, sb):
 
 
 def test_tcp_to_gateway_other_ports_refused(lab, sb):
-    """(TCP 53 is the gateway's DNS over TCP: test_dns_tcp.py.)"""
-    ports = (22, 853, 8080, 5353)
+    """Including the proxy sockets 15080/15443 addressed directly (only connections
+    redirected from 80/443 reach them). TCP 53 is DNS over TCP: test_dns_tcp.py."""
+    ports = (22, 853, 8080, 5353, 15080, 15443)
     res = sb.batch([("tcp", netlab.GW_IP, str(p), "", "1") for p in ports] +
                    [("tcp", netlab.GW_IP, "80", "", "1")])
     for port, r in zip(ports, res):
