@@ -100,7 +100,7 @@ class Lab:
     def __init__(self):
         self.prefix = "spn%d" % (os.getpid() % 100000)
         self.inet, self.gwns = self.prefix + "-inet", self.prefix + "-gw"
-        self.dir = tempfile.mkdtemp(prefix="space-netsec-")
+        self.dir = tempfile.mkdtemp(prefix="space-netsec-", dir=os.environ.get("SPACE_TEST_RUN_DIR"))
         self.events_path = os.path.join(self.dir, "events.jsonl")
         self.procs = []
         build = os.environ.get("SPACE_BUILD", os.path.join(ROOT, "build", "san"))
