@@ -131,7 +131,7 @@ void http_conn_update_timeouts(struct http_conn *c)
     conn_update_read(c);
 }
 
-static void conn_free(struct http_conn *c)
+void http_conn_unlink(struct http_conn *c)
 {
     struct http_server *s = c->srv;
     if (c->prev)
@@ -141,6 +141,11 @@ static void conn_free(struct http_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->nconns--;
+}
+
+static void conn_free(struct http_conn *c)
+{
+    http_conn_unlink(c);
     struct http_req *r = c->req;
     c->req = NULL;
     if (r && r->upgrade_cb)

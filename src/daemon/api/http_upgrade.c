@@ -63,17 +63,10 @@ int http_req_upgrade(struct http_req *r, const char *protocol, http_upgrade_fn c
 
 void http_conn_handover(struct http_conn *c)
 {
-    struct http_server *s = c->srv;
     struct http_req *r = c->req;
     http_upgrade_fn cb = r->upgrade_cb;
     void *arg = r->upgrade_arg;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    s->nconns--;
+    http_conn_unlink(c);
     c->req = NULL;
     http_req_free(r);
     log_info("http.upgrade", "peer=%s pending_in=%zu pending_out=%zu", c->peer,
