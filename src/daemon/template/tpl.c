@@ -80,6 +80,29 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
     return 0;
 }
 
+void tpl_tail_append(char *tail, size_t *len, size_t cap, const uint8_t *buf, size_t n)
+{
+    if (n > cap) {
+        buf += n - cap;
+        n = cap;
+    }
+    if (*len + n > cap) {
+        size_t drop = *len + n - cap;
+        memmove(tail, tail + drop, *len - drop);
+        *len -= drop;
+    }
+    memcpy(tail + *len, buf, n);
+    *len += n;
+    tail[*len] = '\0';
+}
+
+void tpl_tail_set_error(char *tail, size_t *len, size_t cap, const char *code,
+                        const char *message)
+{
+    snprintf(tail, cap + 1, "%s: %s", code, message);
+    *len = strlen(tail);
+}
+
 void tpl_rm_rf(const char *path)
 {
     if (access(path, F_OK) == 0)

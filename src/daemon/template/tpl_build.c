@@ -317,26 +317,14 @@ static void req_data(void *arg, enum frame_stream st, const uint8_t *buf, size_t
 {
     struct tpl_build *b = arg;
     (void)st;
-    if (len >= BUILD_OUTPUT_TAIL) {
-        buf += len - BUILD_OUTPUT_TAIL;
-        len = BUILD_OUTPUT_TAIL;
-    }
-    if (b->outlen + len > BUILD_OUTPUT_TAIL) {
-        size_t drop = b->outlen + len - BUILD_OUTPUT_TAIL;
-        memmove(b->out, b->out + drop, b->outlen - drop);
-        b->outlen -= drop;
-    }
-    memcpy(b->out + b->outlen, buf, len);
-    b->outlen += len;
-    b->out[b->outlen] = '\0';
+    tpl_tail_append(b->out, &b->outlen, BUILD_OUTPUT_TAIL, buf, len);
 }
 
 static void req_error(void *arg, const char *code, const char *message)
 {
     struct tpl_build *b = arg;
     b->exit_code = -1;
-    snprintf(b->out, sizeof b->out, "%s: %s", code, message);
-    b->outlen = strlen(b->out);
+    tpl_tail_set_error(b->out, &b->outlen, BUILD_OUTPUT_TAIL, code, message);
 }
 
 /* A request of the current step is done: next part, next step, or failure. */

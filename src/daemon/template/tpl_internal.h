@@ -3,6 +3,8 @@
 #define SPACE_TPL_INTERNAL_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "tpl.h"
 
@@ -73,6 +75,13 @@ struct tpl_probe *tpl_probe_start(struct spaced *sp, struct agentc *agent,
 void tpl_probe_free(struct tpl_probe *p);
 /* The exec request for a start command as a detached service (output to a log file). */
 json_t *tpl_start_request(const struct tpl_defaults *d);
+
+/* The last output of an exec request, kept for error messages: `tail` has room for cap + 1
+ * bytes and holds *len of them, NUL-terminated. append: adds buf[0..n), dropping the oldest
+ * bytes beyond cap. set_error: replaces it with "code: message" (cut at cap). */
+void tpl_tail_append(char *tail, size_t *len, size_t cap, const uint8_t *buf, size_t n);
+void tpl_tail_set_error(char *tail, size_t *len, size_t cap, const char *code,
+                        const char *message);
 
 /* rm -rf (no symlinks followed, no mount points crossed). */
 void tpl_rm_rf(const char *path);

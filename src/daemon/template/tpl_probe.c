@@ -102,27 +102,14 @@ static void ready_data(void *arg, enum frame_stream st, const uint8_t *buf, size
 {
     struct tpl_probe *p = arg;
     (void)st;
-    if (len > TPL_PROBE_TAIL) {
-        buf += len - TPL_PROBE_TAIL;
-        len = TPL_PROBE_TAIL;
-    }
-    if (p->taillen + len > TPL_PROBE_TAIL) {
-        size_t drop = p->taillen + len - TPL_PROBE_TAIL;
-        memmove(p->tail, p->tail + drop, p->taillen - drop);
-        p->taillen -= drop;
-    }
-    memcpy(p->tail + p->taillen, buf, len);
-    p->taillen += len;
-    p->tail[p->taillen] = '\0';
+    tpl_tail_append(p->tail, &p->taillen, TPL_PROBE_TAIL, buf, len);
 }
 
 static void ready_error(void *arg, const char *code, const char *message)
 {
     struct tpl_probe *p = arg;
     p->exit_code = -1;
-    p->taillen = (size_t)snprintf(p->tail, sizeof p->tail, "%s: %s", code, message);
-    if (p->taillen > TPL_PROBE_TAIL)
-        p->taillen = TPL_PROBE_TAIL;
+    tpl_tail_set_error(p->tail, &p->taillen, TPL_PROBE_TAIL, code, message);
 }
 
 static void ready_close(void *arg)
