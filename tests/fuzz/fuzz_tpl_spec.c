@@ -18,20 +18,13 @@
 #include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
 #include "daemon/template/tpl_internal.h"
+/* not on the fuzz targets' include path: shared with the template unit test */
+#include "../unit/tpl_fixture.h"
 
 static struct spaced sp;
 static char root[64];
 
 static void remove_root(void) { tpl_rm_rf(root); }
-
-static void put_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        abort();
-    fputs(text, f);
-    fclose(f);
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -43,18 +36,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!mkdtemp(root))
         abort();
     atexit(remove_root);
-    snprintf(guest, sizeof guest, "%s/guest", root);
-    snprintf(data, sizeof data, "%s/data", root);
-    mkdir(guest, 0700);
-    mkdir(data, 0700);
-    snprintf(p, sizeof p, "%s/templates", guest);
-    mkdir(p, 0700);
-    snprintf(p, sizeof p, "%s/templates/base", guest);
-    mkdir(p, 0700);
-    snprintf(p, sizeof p, "%s/templates/base/rootfs.ext4", guest);
-    put_file(p, "image");
-    snprintf(p, sizeof p, "%s/templates/base/template.json", guest);
-    put_file(p, "{\"name\":\"base\"}");
+    if (tplf_make_dirs(root, guest, sizeof guest, data, sizeof data, "image",
+                       "{\"name\":\"base\"}") != 0)
+        abort();
     sp.opt.guest_dir = guest;
     sp.opt.data_dir = data;
     sp.base = event_base_new();

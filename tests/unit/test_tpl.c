@@ -21,6 +21,7 @@
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
+#include "tpl_fixture.h"
 
 static char root[64];
 static char guest[128], data[128];
@@ -28,10 +29,7 @@ static struct spaced sp;
 
 static void write_file(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    assert_int_equal(tplf_write_file(path, text), 0);
 }
 
 static int setup(void **state)
@@ -40,20 +38,11 @@ static int setup(void **state)
     snprintf(root, sizeof root, "/tmp/tpl-unit-XXXXXX");
     if (!mkdtemp(root))
         return -1;
-    snprintf(guest, sizeof guest, "%s/guest", root);
-    snprintf(data, sizeof data, "%s/data", root);
-    char p[256];
-    mkdir(guest, 0700);
-    mkdir(data, 0700);
-    snprintf(p, sizeof p, "%s/templates", guest);
-    mkdir(p, 0700);
-    snprintf(p, sizeof p, "%s/templates/base", guest);
-    mkdir(p, 0700);
-    snprintf(p, sizeof p, "%s/templates/base/rootfs.ext4", guest);
-    write_file(p, "image one");
-    snprintf(p, sizeof p, "%s/templates/base/template.json", guest);
-    write_file(p, "{\"name\":\"base\",\"build_key\":\"1111111111111111aaaa\","
-                  "\"defaults\":{\"env\":{\"LANG\":\"C.UTF-8\"},\"workdir\":\"/home/user\",\"user\":\"user\"}}");
+    if (tplf_make_dirs(root, guest, sizeof guest, data, sizeof data, "image one",
+                       "{\"name\":\"base\",\"build_key\":\"1111111111111111aaaa\","
+                       "\"defaults\":{\"env\":{\"LANG\":\"C.UTF-8\"},\"workdir\":\"/home/user\","
+                       "\"user\":\"user\"}}") != 0)
+        return -1;
     memset(&sp, 0, sizeof sp);
     sp.opt.guest_dir = guest;
     sp.opt.data_dir = data;
