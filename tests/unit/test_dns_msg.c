@@ -6,38 +6,19 @@
 #include <cmocka.h>
 
 #include "gateway/dns_msg.h"
+#include "test_dns_query.h"
 
-/* Builds a standard one-question query for name into buf; returns its length. */
-static size_t query(uint8_t *buf, const char *name, uint16_t qtype)
-{
-    static const uint8_t hdr[12] = {0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
-    size_t o = 12;
-    memcpy(buf, hdr, 12);
-    const char *s = name;
-    while (*s) {
-        const char *dot = strchr(s, '.');
-        size_t len = dot ? (size_t)(dot - s) : strlen(s);
-        buf[o++] = (uint8_t)len;
-        memcpy(buf + o, s, len);
-        o += len;
-        s += len + (dot ? 1 : 0);
-    }
-    buf[o++] = 0;
-    buf[o++] = (uint8_t)(qtype >> 8);
-    buf[o++] = (uint8_t)qtype;
-    buf[o++] = 0;
-    buf[o++] = 1;
-    return o;
-}
+/* Every query of these tests carries this id. */
+#define QID 0xabcd
 
 static void test_good_query_and_answer(void **state)
 {
     uint8_t buf[512], out[512];
     struct dns_query q;
-    size_t n = query(buf, "WWW.Allowed.test", DNS_TYPE_A);
+    size_t n = tdns_query(buf, QID, "WWW.Allowed.test", DNS_TYPE_A);
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_OK);
     assert_string_equal(q.name, "www.allowed.test");
-    assert_int_equal(q.id, 0xabcd);
+    assert_int_equal(q.id, QID);
     assert_int_equal(q.qtype, DNS_TYPE_A);
     uint32_t addrs[] = {0xcb007101, 0xcb007102};
     size_t len = dns_answer_build(out, sizeof out, &q, DNS_RCODE_OK, addrs, 2, 60);
@@ -58,7 +39,7 @@ static void test_rejects(void **state)
 {
     uint8_t buf[700];
     struct dns_query q;
-    size_t n = query(buf, "allowed.test", DNS_TYPE_A);
+    size_t n = tdns_query(buf, QID, "allowed.test", DNS_TYPE_A);
     assert_int_equal(dns_query_parse(buf, 5, &q), DNS_PARSE_DROP);
     buf[2] |= 0x80; /* a response */
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_DROP);
@@ -76,16 +57,16 @@ static void test_rejects(void **state)
     memset(buf + n, 0, 600);
     assert_int_equal(dns_query_parse(buf, n + 600, &q), DNS_PARSE_DROP);
     /* a label with a dot inside, and a binary label: not host names */
-    n = query(buf, "a.test", DNS_TYPE_A);
+    n = tdns_query(buf, QID, "a.test", DNS_TYPE_A);
     buf[13] = '.';
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_BADNAME);
     buf[13] = 0;
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_BADNAME);
     /* an IP literal name */
-    n = query(buf, "127.0.0.1", DNS_TYPE_A);
+    n = tdns_query(buf, QID, "127.0.0.1", DNS_TYPE_A);
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_BADNAME);
     /* the root */
-    n = query(buf, "", DNS_TYPE_A);
+    n = tdns_query(buf, QID, "", DNS_TYPE_A);
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_BADNAME);
 }
 
@@ -122,7 +103,7 @@ static void test_long_names(void **state)
         name[o++] = '.';
     }
     memcpy(name + o, "test", 5);
-    size_t n = query(buf, name, DNS_TYPE_A); /* 4*64 + 5 + 1 > 255 wire bytes */
+    size_t n = tdns_query(buf, QID, name, DNS_TYPE_A); /* 4*64 + 5 + 1 > 255 wire bytes */
     assert_int_equal(dns_query_parse(buf, n, &q), DNS_PARSE_FORMERR);
 }
 
@@ -144,7 +125,7 @@ static void test_truncation(void **state)
     memcpy(name + 60, ".", 1);
     memset(name + 61, 'b', 60);
     memcpy(name + 121, ".test", 6);
-    assert_int_equal(dns_query_parse(buf, query(buf, name, DNS_TYPE_A), &q), DNS_PARSE_OK);
+    assert_int_equal(dns_query_parse(buf, tdns_query(buf, QID, name, DNS_TYPE_A), &q), DNS_PARSE_OK);
     uint32_t addrs[DNS_ANSWERS_MAX];
     for (size_t i = 0; i < DNS_ANSWERS_MAX; i++)
         addrs[i] = 0xcb007100 + (uint32_t)i;

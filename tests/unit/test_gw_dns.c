@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "gateway/dns_server.h"
+#include "test_dns_query.h"
 
 #define GUEST 0x7f00000fu  /* 127.0.0.15 */
 #define GW_IP 0x7f000002u  /* 127.0.0.2 */
@@ -136,31 +137,10 @@ static void spin(struct fixture *f)
     event_base_loop(f->gw.base, EVLOOP_NONBLOCK);
 }
 
-static size_t query(uint8_t *buf, uint16_t id, const char *name, uint16_t qtype)
-{
-    uint8_t hdr[12] = {(uint8_t)(id >> 8), (uint8_t)id, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
-    size_t o = 12;
-    memcpy(buf, hdr, 12);
-    for (const char *s = name; *s;) {
-        const char *dot = strchr(s, '.');
-        size_t len = dot ? (size_t)(dot - s) : strlen(s);
-        buf[o++] = (uint8_t)len;
-        memcpy(buf + o, s, len);
-        o += len;
-        s += len + (dot ? 1 : 0);
-    }
-    buf[o++] = 0;
-    buf[o++] = (uint8_t)(qtype >> 8);
-    buf[o++] = (uint8_t)qtype;
-    buf[o++] = 0;
-    buf[o++] = 1;
-    return o;
-}
-
 /* A query framed for TCP at buf; returns the frame's length. */
 static size_t frame(uint8_t *buf, uint16_t id, const char *name, uint16_t qtype)
 {
-    size_t n = query(buf + 2, id, name, qtype);
+    size_t n = tdns_query(buf + 2, id, name, qtype);
     buf[0] = (uint8_t)(n >> 8);
     buf[1] = (uint8_t)n;
     return n + 2;
@@ -216,14 +196,14 @@ static void test_udp_truncates_large_answers(void **state)
     struct fixture *f = *state;
     int fd = client(SOCK_DGRAM, GUEST);
     uint8_t q[300], a[DNS_MSG_MAX + 1];
-    assert_int_equal(send(fd, q, query(q, 7, "many.test", DNS_TYPE_A), 0) > 0, 1);
+    assert_int_equal(send(fd, q, tdns_query(q, 7, "many.test", DNS_TYPE_A), 0) > 0, 1);
     ssize_t n = recv_spin(f, fd, a, 12, sizeof a);
     assert_true(n >= 12 && n <= DNS_MSG_MAX);
     /* many.test's 32 records fit 512 bytes only just; a long name would not. The
      * 32-record answer is 12 + 11 + 4 + 512 bytes: truncated. */
     assert_true(a[2] & 0x02);
     assert_int_equal(rd16(a + 6), 0);
-    assert_int_equal(send(fd, q, query(q, 8, "allowed.test", DNS_TYPE_A), 0) > 0, 1);
+    assert_int_equal(send(fd, q, tdns_query(q, 8, "allowed.test", DNS_TYPE_A), 0) > 0, 1);
     n = recv_spin(f, fd, a, 12, sizeof a);
     assert_false(a[2] & 0x02);
     assert_int_equal(rd16(a + 6), 1);
@@ -348,7 +328,7 @@ static void test_udp_flood_kernel_drops_are_counted(void **state)
     struct fixture *f = *state;
     int fd = client(SOCK_DGRAM, GUEST);
     uint8_t q[300], a[DNS_MSG_MAX + 1];
-    size_t n = query(q, 11, "allowed.test", DNS_TYPE_A);
+    size_t n = tdns_query(q, 11, "allowed.test", DNS_TYPE_A);
     /* Far more than the socket's receive queue holds while the loop does not run. */
     for (int i = 0; i < 5000; i++)
         assert_int_equal(send(fd, q, n, 0), (ssize_t)n);
