@@ -26,11 +26,6 @@ static atomic_int downloads_aborted;
 
 /* ---- handlers (run on the loop thread) ------------------------------------------- */
 
-static void h_hello(struct http_req *req, void *arg)
-{
-    http_reply(req, 200, "text/plain", "hello", 5);
-}
-
 static void echo_done(struct http_req *req, const char *data, size_t len, void *arg)
 {
     char n[32];
@@ -203,7 +198,7 @@ static void h_refuse(struct http_req *req, void *arg)
 static void setup_routes(struct router *r, struct th_server *t)
 {
     router_add(r, "POST", "/refuse", h_refuse, NULL);
-    router_add(r, "GET", "/hello", h_hello, NULL);
+    router_add(r, "GET", "/hello", th_hello, NULL);
     router_add(r, "POST", "/echo", h_echo, NULL);
     router_add(r, "GET", "/chunked", h_chunked, NULL);
     router_add(r, "GET", "/sse", h_sse, NULL);
@@ -215,9 +210,7 @@ static void setup_routes(struct router *r, struct th_server *t)
 
 static int start(void **state)
 {
-    th_start(&T, NULL, setup_routes);
-    *state = &T;
-    return 0;
+    return th_setup(state, &T, NULL, setup_routes);
 }
 
 #define GET(path) "GET " path " HTTP/1.1\r\nHost: t\r\n\r\n"

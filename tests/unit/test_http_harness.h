@@ -78,6 +78,23 @@ static inline void th_stop(struct th_server *t)
     event_base_free(t->base);
 }
 
+/* cmocka setup: th_start, and the server stored in *state for th_teardown. */
+static inline int th_setup(void **state, struct th_server *t, const struct http_limits *lim,
+                           void (*setup)(struct router *, struct th_server *))
+{
+    th_start(t, lim, setup);
+    *state = t;
+    return 0;
+}
+
+/* A handler for a route that answers 200 "hello" (text/plain): the server still serves
+ * ordinary requests. */
+static inline void th_hello(struct http_req *req, void *arg)
+{
+    (void)arg;
+    http_reply(req, 200, "text/plain", "hello", 5);
+}
+
 /* cmocka teardown for tests whose setup stored its th_server in *state. */
 static inline int th_teardown(void **state)
 {

@@ -74,18 +74,13 @@ static void h_cut(struct http_req *req, void *arg)
     http_reply_abort(req, "upstream cut");
 }
 
-static void h_hello(struct http_req *req, void *arg)
-{
-    http_reply(req, 200, "text/plain", "hello", 5);
-}
-
 static void setup(struct router *r, struct th_server *t)
 {
     router_add(r, "GET", "/ws", h_ws, NULL);
     router_add(r, "POST", "/ws", h_ws, NULL);
     router_add(r, "GET", "/badproto", h_bad_proto, NULL);
     router_add(r, "GET", "/cut", h_cut, NULL);
-    router_add(r, "GET", "/hello", h_hello, NULL);
+    router_add(r, "GET", "/hello", th_hello, NULL);
 }
 
 static int start(void **state)
@@ -93,9 +88,7 @@ static int start(void **state)
     /* Short head and idle timers: an upgraded connection must not be subject to them. */
     struct http_limits lim = {.header_timeout_ms = 300, .keepalive_idle_ms = 300,
                               .body_idle_timeout_ms = 300};
-    th_start(&T, &lim, setup);
-    *state = &T;
-    return 0;
+    return th_setup(state, &T, &lim, setup);
 }
 
 #define WS_HEAD(method, ver) \
