@@ -13,6 +13,7 @@ Environment:
   SPACE_GUEST  guest directory with vmlinux, initramfs.cpio, templates/ (default build/guest)
   SPACE_TEST_KEEP  set: keep RUN_DIR (logs of stopped daemons are removed anyway)
 """
+import base64
 import http.client
 import json
 import os
@@ -286,6 +287,39 @@ class Spaced:
         r = self.request("POST", "/v1/sandboxes", body if body is not None else {}, key=key, headers=headers)
         assert r.status == 202, r
         return r.json
+
+
+def poll(fn, timeout=180, every=0.5):
+    """Calls fn until it returns a truthy value, and returns that; fails after timeout
+    seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within %d s (last: %r)" % (timeout, v))
+        time.sleep(every)
+
+
+def session_output(sp, sid, cmd, timeout=300):
+    """Runs cmd in sandbox sid through a session, reading its attach stream to the end;
+    returns (stdout bytes, exit code)."""
+    r = sp.request("POST", "/v1/sandboxes/%s/sessions" % sid, {"cmd": cmd})
+    assert r.status == 201, r
+    r = sp.request("GET", r.json["attach_url"], timeout=timeout)
+    assert r.status == 200, r
+    out, code, event = b"", None, None
+    for line in r.body.decode().splitlines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            d = json.loads(line[5:])
+            if event == "stdout":
+                out += base64.b64decode(d["data"])
+            elif event == "exit":
+                code = d["code"]
+    return out, code
 
 
 def stop_all(daemons):
