@@ -322,6 +322,33 @@ def session_output(sp, sid, cmd, timeout=300):
     return out, code
 
 
+def sse_events(resp):
+    """Yields (id, event, data) for each event of the server-sent event stream read from
+    resp (an http.client response) until the server ends it: id an int or None, data the
+    event's data parsed as JSON. Comment lines are skipped."""
+    ev_id, name, data = None, None, []
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        line = line.rstrip(b"\r\n")
+        if not line:
+            if name:
+                yield ev_id, name, json.loads(b"\n".join(data))
+            ev_id, name, data = None, None, []
+        elif line.startswith(b":"):
+            continue
+        else:
+            field, _, value = line.partition(b":")
+            value = value[1:] if value.startswith(b" ") else value
+            if field == b"id":
+                ev_id = int(value)
+            elif field == b"event":
+                name = value.decode()
+            elif field == b"data":
+                data.append(value)
+
+
 def stop_all(daemons):
     """Stops every daemon, newest first (a restart test's successor on a shared data dir
     is stopped before its predecessor's cleanup runs), even when one of them fails; then
