@@ -8,17 +8,7 @@ import time
 
 import pytest
 
-
-def poll(fn, timeout=180, every=0.5):
-    """Calls fn until it returns a truthy value; fails after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within %d s (last: %r)" % (timeout, v))
-        time.sleep(every)
+from spacedlib import poll, session_output
 
 
 def sandbox(s, sid):
@@ -143,36 +133,16 @@ def test_crashed_vm_marks_failed(spaced):
     assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
 
 
-def run(s, sid, cmd):
-    """Runs cmd in the sandbox through a session; returns (stdout bytes, exit code)."""
-    import base64
-    r = s.request("POST", "/v1/sandboxes/%s/sessions" % sid, {"cmd": cmd})
-    assert r.status in (200, 201), r
-    attach = r.json["attach_url"]
-    r = s.request("GET", attach, timeout=120)
-    assert r.status == 200, r
-    out, code, event = b"", None, None
-    for line in r.body.decode().splitlines():
-        if line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            d = json.loads(line[5:])
-            if event == "stdout":
-                out += base64.b64decode(d["data"])
-            elif event == "exit":
-                code = d["code"]
-    return out, code
-
-
 def test_refresh_sets_identity_and_env(spaced):
     s = spaced
     sid = running_sandbox(s, {"env": {"GREETING": "hello-space"}})
-    out, code = run(s, sid, "hostname; echo $GREETING; head -c 16 /dev/urandom | od -An -tx1")
+    out, code = session_output(s, sid,
+                               "hostname; echo $GREETING; head -c 16 /dev/urandom | od -An -tx1")
     assert code == 0, out
     lines = out.decode().split("\n")
     assert lines[0] == sid and lines[1] == "hello-space"
     other = running_sandbox(s)
-    out2, _ = run(s, other, "head -c 16 /dev/urandom | od -An -tx1")
+    out2, _ = session_output(s, other, "head -c 16 /dev/urandom | od -An -tx1")
     assert out2.decode().strip() != lines[2].strip()  # clones never share random state
     for x in (sid, other):
         s.request("DELETE", "/v1/sandboxes/" + x)
@@ -190,7 +160,7 @@ def test_template_build_and_use(spaced):
     t = s.request("GET", "/v1/templates/" + name).json["template"]
     assert t["state"] == "ready" and t["builtin"] is False
     sid = running_sandbox(s, {"template": name})
-    out, code = run(s, sid, "cat /etc/built; test -d /opt/tool && echo dir")
+    out, code = session_output(s, sid, "cat /etc/built; test -d /opt/tool && echo dir")
     assert code == 0 and out.decode().split() == ["from-build", "dir"]
     s.request("DELETE", "/v1/sandboxes/" + sid)
     # a failing step fails the build with its output, and leaves no template

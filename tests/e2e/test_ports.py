@@ -5,13 +5,13 @@ mid-body); a busybox nc server speaks an upgraded echo protocol after a 101. Che
 target (path + query) reaches the guest server, our Authorization header does not, the
 cut reply is an error for the client, Upgrade carries bytes both ways, and auth, tenancy
 and bad ports are refused like every sandbox route."""
-import base64
 import http.client
-import json
 import socket
 import time
 
 import pytest
+
+from spacedlib import session_output
 
 HTTPD, UPGRADE, NOBODY = 8080, 8081, 8089
 P = "/v1/sandboxes/%s/ports/%d%s"
@@ -44,32 +44,13 @@ busybox httpd -p 127.0.0.1:%d -h /tmp/www
 """ % (HTTPD, UPGRADE)
 
 
-def run(s, sid, cmd):
-    """Runs cmd through a session; returns (stdout bytes, exit code)."""
-    r = s.request("POST", "/v1/sandboxes/%s/sessions" % sid, {"cmd": cmd})
-    assert r.status == 201, r
-    r = s.request("GET", r.json["attach_url"], timeout=300)
-    assert r.status == 200, r
-    out, code, event = b"", None, None
-    for line in r.body.decode().splitlines():
-        if line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            d = json.loads(line[5:])
-            if event == "stdout":
-                out += base64.b64decode(d["data"])
-            elif event == "exit":
-                code = d["code"]
-    return out, code
-
-
 @pytest.fixture(scope="module")
 def box(spaced):
     r = spaced.create({"template": "base", "timeout": 0})
     op = spaced.wait_op(r["operation"]["id"])
     assert op["state"] == "succeeded", op
     sid = r["sandbox"]["id"]
-    out, code = run(spaced, sid, SETUP)
+    out, code = session_output(spaced, sid, SETUP)
     assert code == 0, out
     big_sha = out.decode().split()[0]
     deadline = time.time() + 120

@@ -14,7 +14,7 @@ import urllib.parse
 
 import pytest
 
-from spacedlib import GUEST, RUN_DIR, vm_missing
+from spacedlib import GUEST, RUN_DIR, poll, vm_missing
 from test_api import tenant_key
 from test_sessions import Stream, collect, new_session
 
@@ -30,17 +30,6 @@ READY = "test -f /tmp/ready-marker"
 
 def b64(data):
     return base64.b64encode(data).decode()
-
-
-def poll(fn, timeout=300, every=0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within %d s (last: %r)" % (timeout, v))
-        time.sleep(every)
 
 
 def unique(prefix):
