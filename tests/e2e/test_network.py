@@ -1,5 +1,6 @@
 """Sandbox networking end to end (spaced's net module + space-gateway + the guest's
-agent_net code), against the fake internet of tests/netsec (netlab.py, imported).
+agent_net code), against the fake internet of tests/netsec (netlab.py and
+vmlab.start_spaced, imported).
 
 Part 1, no VM: a namespace is claimed through net.c exactly as for a sandbox (the
 `guest` fixture mode of build/san/tests/test_net: net_claim, gateway attach, then the
@@ -28,6 +29,7 @@ import spacedlib
 
 sys.path.insert(0, os.path.join(spacedlib.ROOT, "tests", "netsec"))
 import netlab  # noqa: E402
+import vmlab  # noqa: E402
 
 ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test"]}
 FIXTURE = os.path.join(spacedlib.BUILD, "tests", "test_net")
@@ -176,20 +178,11 @@ def net_spaced(lab):
         pytest.skip(why)
     if not guest_has_net_code():
         pytest.skip("the guest initramfs predates agent_net_up: rebuild it with `make guest`")
-    wrapper = os.path.join(lab.dir, "gateway-in-lab")
-    with open(wrapper, "w") as f:
-        f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (lab.gwns, lab.gateway_bin))
-    os.chmod(wrapper, 0o755)
-    saved = dict(spacedlib.SPACED_ENV)
-    spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
-    spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir
     sp = spacedlib.Spaced(spacedlib.GUEST)
     try:
-        sp.start()
+        vmlab.start_spaced(lab, sp)
         yield sp
     finally:
-        spacedlib.SPACED_ENV.clear()
-        spacedlib.SPACED_ENV.update(saved)
         sp.stop()  # also ends the gateway spaced leaves running for a successor
 
 

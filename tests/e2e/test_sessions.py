@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from spacedlib import sse_events
+
 URL_SESS = "/v1/sandboxes/%s/sessions"
 
 
@@ -32,31 +34,12 @@ class Stream:
         self.status = self.resp.status
 
     def events(self):
-        """Yields (id, event, data) until the server ends the stream."""
-        ev_id, name, data = None, None, []
-        while True:
-            line = self.resp.readline()
-            if not line:
-                return
-            line = line.rstrip(b"\r\n")
-            if not line:
-                if name:
-                    payload = json.loads(b"\n".join(data))
-                    if name in ("stdout", "stderr"):
-                        payload = base64.b64decode(payload["data"])
-                    yield ev_id, name, payload
-                ev_id, name, data = None, None, []
-            elif line.startswith(b":"):
-                continue
-            else:
-                field, _, value = line.partition(b":")
-                value = value[1:] if value.startswith(b" ") else value
-                if field == b"id":
-                    ev_id = int(value)
-                elif field == b"event":
-                    name = value.decode()
-                elif field == b"data":
-                    data.append(value)
+        """Yields (id, event, data) until the server ends the stream; stdout and stderr
+        data decoded to bytes."""
+        for ev_id, name, payload in sse_events(self.resp):
+            if name in ("stdout", "stderr"):
+                payload = base64.b64decode(payload["data"])
+            yield ev_id, name, payload
 
     def close(self):
         self.conn.close()

@@ -76,25 +76,9 @@ class Session:
             raise RuntimeError("attach: %d %s" % (self.resp.status, self.resp.read()[:300]))
         self.out, self.err, self.code, self.pending = b"", b"", None, b""
 
-    def _events(self):
-        name, data = None, []
-        while True:
-            line = self.resp.readline()
-            if not line:
-                return
-            line = line.rstrip(b"\r\n")
-            if not line:
-                if name:
-                    yield name, json.loads(b"\n".join(data))
-                name, data = None, []
-            elif line.startswith(b"event:"):
-                name = line[6:].strip().decode()
-            elif line.startswith(b"data:"):
-                data.append(line[5:].lstrip())
-
     def _pump(self):
         """Reads events until some stdout arrives or the process ends; False at the end."""
-        for name, payload in self._events():
+        for _, name, payload in spacedlib.sse_events(self.resp):
             if name == "stdout":
                 self.pending += base64.b64decode(payload["data"])
                 return True
@@ -216,6 +200,27 @@ class VMSandbox:
             return int(f.read().strip())
 
 
+def start_spaced(lab, sp):
+    """Starts sp (a spacedlib.Spaced) with its space-gateway in the gateway namespace of
+    lab (a started netlab.Lab, without its own gateway), through a wrapper script, with
+    the fake internet's DNS as upstream and the lab's CA trusted. The caller stops sp,
+    also when this raises."""
+    wrapper = os.path.join(lab.dir, "gateway-in-lab")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (lab.gwns, lab.gateway_bin))
+    os.chmod(wrapper, 0o755)
+    # spaced hands its own environment to the gateway it starts; other suites in the
+    # same pytest run must not inherit the wrapper, so it is set for this start only.
+    saved = dict(spacedlib.SPACED_ENV)
+    spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
+    spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir
+    try:
+        sp.start()
+    finally:
+        spacedlib.SPACED_ENV.clear()
+        spacedlib.SPACED_ENV.update(saved)
+
+
 class VMLab(netlab.Lab):
     """netlab.Lab (fake internet, gateway namespace, canaries) with spaced in place of
     the lab's own gateway. ctl() talks to spaced's gateway."""
@@ -223,22 +228,8 @@ class VMLab(netlab.Lab):
     def start_vms(self, policies):
         self.start(gateway=False)
         self.sandboxes = []
-        wrapper = os.path.join(self.dir, "gateway-in-lab")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (self.gwns, self.gateway_bin))
-        os.chmod(wrapper, 0o755)
-        # spaced hands its own environment to the gateway it starts; other suites in
-        # the same pytest run must not inherit the wrapper, so it is set for this start
-        # only.
-        saved = dict(spacedlib.SPACED_ENV)
-        spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
-        spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % self.dir
         self.spaced = spacedlib.Spaced(spacedlib.GUEST)
-        try:
-            self.spaced.start()
-        finally:
-            spacedlib.SPACED_ENV.clear()
-            spacedlib.SPACED_ENV.update(saved)
+        start_spaced(self, self.spaced)
         gwdir = os.path.join(self.spaced.data_dir, "gateway")
         self.ctl_path = os.path.join(gwdir, "gateway.sock")
         self.space_ca = os.path.join(gwdir, "ca", "space-ca.crt")
