@@ -4,6 +4,7 @@ still run in the sandbox."""
 import glob
 import os
 import pwd
+import time
 
 import pytest
 
@@ -76,3 +77,41 @@ def test_jailed_sandbox(fresh_spaced):
         with open(os.path.join(d, "memory.limit_in_bytes")) as f:
             assert int(f.read()) == (256 + 384) << 20  # guest RAM + QEMU's own (vm.h)
     assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
+
+
+def _qemu_named(name):
+    """Pids of QEMUs whose -name is exactly `name` (they are renamed space-<id> in comm)."""
+    out = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"-name" in argv and argv.index(b"-name") + 1 < len(argv) and \
+                argv[argv.index(b"-name") + 1].split(b",")[0] == name.encode():
+            out.append(int(d[6:]))
+    return out
+
+
+def test_template_build_vm_is_jailed(fresh_spaced):
+    """A template build VM runs the tenant's steps: its QEMU is jailed like a sandbox's."""
+    why = jail_missing()
+    if why:
+        pytest.skip(why)
+    sp = fresh_spaced()
+    r = sp.request("POST", "/v1/templates",
+                   {"name": "jailbuild", "base": "base", "steps": [{"run": "sleep 20"}]})
+    assert r.status == 202, r
+    pids, deadline = [], time.monotonic() + 300
+    while not pids and time.monotonic() < deadline:
+        pids = _qemu_named("b-jailbuild")
+        time.sleep(0.2)
+    assert len(pids) == 1, ("no build VM seen", sp.log())
+    with open("/proc/%d/status" % pids[0]) as f:
+        uids = [l.split()[1:] for l in f if l.startswith("Uid:")][0]
+    assert all(int(u) == pwd.getpwnam("nobody").pw_uid for u in uids), uids
+    assert os.readlink("/proc/%d/ns/mnt" % pids[0]) != os.readlink("/proc/self/ns/mnt")
+    assert "space-b-jailbuild" in cgroup_dir(pids[0])[1]
+    op = sp.wait_op(r.json["operation"]["id"], timeout=900)
+    assert op["state"] == "succeeded", (op, sp.log())

@@ -1,12 +1,13 @@
 /* sbx_jail: whether and how spaced jails sandbox QEMUs (vm.h struct vm_jail).
  *
- * `--jail` turns it on (spaced refuses to start when it cannot work), `--no-jail` off
- * (the default for now: the e2e suite has not yet run jailed as a whole). opt.jail == -1
- * decides from the host: on when spaced runs as root, the `nobody` user exists and
- * /sys/fs/cgroup is writable. A
- * jailed QEMU runs as nobody, in its own mount and PID namespaces, in the cgroup
- * space/space-<vm id> with cpu.max = vcpus CPUs, memory.max = memory + QEMU overhead and
- * a pids limit. Template snapshot VMs are not jailed (they run only spaced's own image). */
+ * The default (opt.jail == -1) decides from the host: on when spaced runs as root, the
+ * `nobody` user exists and /sys/fs/cgroup is writable. `--jail` insists (spaced refuses
+ * to start when it cannot work), `--no-jail` turns it off. A jailed QEMU runs as nobody,
+ * in its own mount and PID namespaces, in the cgroup space/space-<vm id> with cpu.max =
+ * vcpus CPUs, memory.max = memory + QEMU overhead and a pids limit. Sandbox VMs, pooled
+ * VMs and template *build* VMs (which run a tenant's steps) are jailed. Template
+ * snapshot VMs are not: their RAM file becomes the copy-on-write base every clone maps,
+ * so it must stay owned by root, out of reach of the uid the clones run as. */
 #ifndef SPACE_SBX_JAIL_H
 #define SPACE_SBX_JAIL_H
 

@@ -35,6 +35,7 @@
 #include "b64.h"
 #include "daemon/agentc/agentc.h"
 #include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx_jail.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "tpl_internal.h"
@@ -598,6 +599,8 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     cfg.backing[0].format = "raw";
     cfg.n_backing = 1;
     cfg.run_dir = b->run_dir;
+    /* The steps are the tenant's code: the build VM is jailed like a sandbox's. */
+    sbx_jail_fill(b->sp, &cfg);
     int verr = 0;
     char m[256] = "";
     b->vm = vm_boot(b->sp->base, &cfg, &build_vm_cbs, b, &verr, m, sizeof m);
