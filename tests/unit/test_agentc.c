@@ -372,9 +372,33 @@ static size_t mks(uint8_t *buf, uint32_t ch, unsigned type, unsigned stream, con
     return mk(buf, ch, type, stream, p, strlen(p));
 }
 
+/* The answer to an earlier connection's HELLO arriving after this one's (a restore or a
+ * reconnect): ignored, the session and its channels carry on. */
+static void test_stale_hello_ignored(void **state)
+{
+    struct fake f;
+    struct rec r;
+    char pl[4096];
+    fake_start(&f);
+    handshake(&f);
+    struct agentc_chan *ch = open_rec(&f, &r, 0);
+    uint32_t id = agentc_chan_id(ch);
+    fake_json(&f, 0, FRAME_HELLO, "{\"version\":1,\"min_version\":1,\"software\":\"stale\"}");
+    fake_send(&f, id, FRAME_DATA, FRAME_STREAM_OUT, "after", 5);
+    expect(&f, FRAME_CREDIT, id, pl, sizeof pl);
+    assert_int_equal(r.out, 5);
+    assert_true(agentc_is_ready(f.c));
+    assert_false(f.closed);
+    assert_string_equal(json_string_value(json_object_get(agentc_hello(f.c), "software")), "fake");
+    fake_send(&f, id, FRAME_CLOSE, 0, NULL, 0);
+    expect(&f, FRAME_CLOSE, id, pl, sizeof pl);
+    json_decref(r.events);
+    fake_stop(&f);
+}
+
 static void test_hostile_agent(void **state)
 {
-    uint8_t b[256];
+    uint8_t b[1024];
     size_t n;
     const char *hello = "{\"version\":1,\"min_version\":1}";
     n = mks(b, 0, FRAME_HELLO, 0, hello);
@@ -389,7 +413,9 @@ static void test_hostile_agent(void **state)
     const char *future = "{\"version\":7,\"min_version\":5}";
     n = mks(b, 0, FRAME_HELLO, 0, future);
     hostile(b, n, false, false, FRAME_E_UNSUPPORTED);
-    n = mks(b, 0, FRAME_HELLO, 0, hello); /* second HELLO */
+    n = 0; /* more extra HELLOs than stale connections can explain */
+    for (int i = 0; i < 9; i++)
+        n += mks(b + n, 0, FRAME_HELLO, 0, hello);
     hostile(b, n, true, false, FRAME_E_PROTOCOL);
     n = mks(b, 3, FRAME_DATA, FRAME_STREAM_OUT, "x"); /* unknown channel */
     hostile(b, n, true, true, FRAME_E_PROTOCOL);
@@ -478,7 +504,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_happy_path),    cmocka_unit_test(test_write_credit),
-        cmocka_unit_test(test_manual_credit), cmocka_unit_test(test_hostile_agent),
+        cmocka_unit_test(test_manual_credit), cmocka_unit_test(test_stale_hello_ignored),
+        cmocka_unit_test(test_hostile_agent),
         cmocka_unit_test(test_reentrancy),    cmocka_unit_test(test_agent_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

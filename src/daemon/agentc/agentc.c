@@ -20,6 +20,7 @@
 
 #define AGENTC_ERR_CODE_MAX 64
 #define AGENTC_SOFTWARE "spaced agentc 0.1"
+#define AGENTC_STALE_HELLOS_MAX 8 /* answers to earlier connections' HELLOs tolerated */
 
 struct agentc_chan {
     struct agentc *c;                       /* owner */
@@ -45,6 +46,7 @@ struct agentc {
     const struct agentc_callbacks *cbs;     /* borrowed */
     void *arg;
     json_t *hello;                          /* agent's HELLO (owned) */
+    unsigned stale_hellos;                  /* extra HELLOs ignored (on_hello) */
     bool ready;
     bool closed;                            /* connection ended (on_closed sent) */
     uint32_t next_id;                       /* next odd channel id to try */
@@ -230,8 +232,18 @@ static int parse_error(const struct frame *f, char *code, size_t codelen, const 
 static void on_hello(struct agentc *c, const struct frame *f)
 {
     char err[128];
-    if (c->hello)
-        return protocol_error(c, "second HELLO");
+    if (c->hello) {
+        /* The answer to a HELLO sent on an earlier connection to this port: after a
+         * snapshot restore or a reconnect, the guest can receive that old HELLO late and
+         * answer it on this connection. It was written before this connection existed,
+         * so in the agent's input it precedes every frame sent here, and the agent's
+         * session reset for it cannot have touched this connection's channels. Ignore
+         * a few; more means a confused or hostile agent. */
+        if (++c->stale_hellos > AGENTC_STALE_HELLOS_MAX)
+            return protocol_error(c, "more than %d extra HELLOs", AGENTC_STALE_HELLOS_MAX);
+        log_info("agentc.hello", "event=stale_ignored n=%u", c->stale_hellos);
+        return;
+    }
     json_t *h = frame_json(f, err, sizeof err);
     if (!h)
         return protocol_error(c, "HELLO: %s", err);
