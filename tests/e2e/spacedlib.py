@@ -163,7 +163,10 @@ class Spaced:
             return f.read().strip()
 
     def start(self, extra=(), env=None):
-        """Starts spaced (extra: more arguments; env: variables added to SPACED_ENV)."""
+        """Starts spaced (extra: more arguments; env: variables added to SPACED_ENV, kept
+        for later restarts of this daemon unless a new env is given)."""
+        if env is not None:
+            self.env = dict(env)
         if not os.access(SPACED, os.X_OK):
             pytest.fail("spaced binary %s is missing: build it with `make SAN=1 programs`" % SPACED)
         self.port = free_port()
@@ -171,7 +174,7 @@ class Spaced:
         self.proc = subprocess.Popen(
             [SPACED, "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data_dir,
              "--guest-dir", self.guest_dir, *extra],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=dict(SPACED_ENV, **(env or {})))
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=dict(SPACED_ENV, **getattr(self, "env", {})))
         log.close()
         if self not in Spaced.live:
             Spaced.live.append(self)

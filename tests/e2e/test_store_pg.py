@@ -70,11 +70,11 @@ def pg_url(pg_server):
 
 def run_after_restart(s, sid, body, timeout=120):
     """Runs a command once the restarted spaced has reattached to the guest agent (until
-    then session creation answers 409)."""
+    then session creation answers 503: agent_unavailable, or node_down through a control)."""
     deadline = time.monotonic() + timeout
     while True:
         r = s.request("POST", URL_SESS % sid, body)
-        if r.status != 409 or time.monotonic() > deadline:
+        if r.status != 503 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert r.status == 201, (r, s.log())

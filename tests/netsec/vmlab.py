@@ -209,16 +209,11 @@ def start_spaced(lab, sp):
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (lab.gwns, lab.gateway_bin))
     os.chmod(wrapper, 0o755)
-    # spaced hands its own environment to the gateway it starts; other suites in the
-    # same pytest run must not inherit the wrapper, so it is set for this start only.
-    saved = dict(spacedlib.SPACED_ENV)
-    spacedlib.SPACED_ENV["SPACE_GATEWAY"] = wrapper
-    spacedlib.SPACED_ENV["SPACE_GATEWAY_ARGS"] = "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir
-    try:
-        sp.start()
-    finally:
-        spacedlib.SPACED_ENV.clear()
-        spacedlib.SPACED_ENV.update(saved)
+    # spaced hands its own environment to the gateway it starts. Given to this daemon
+    # only (other suites in the same pytest run must not inherit the wrapper), and kept
+    # by sp for its restarts.
+    sp.start(env={"SPACE_GATEWAY": wrapper,
+                  "SPACE_GATEWAY_ARGS": "--upstream-dns 192.0.2.53 --trust %s/trust.pem" % lab.dir})
 
 
 class VMLab(netlab.Lab):
