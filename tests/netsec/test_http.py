@@ -45,7 +45,9 @@ def test_chunked_body_then_smuggled_host(lab, sb):
                  "5\\r\\nhello\\r\\n0\\r\\n\\r\\n"
                  "GET /b HTTP/1.1\\r\\nHost: blocked.test\\r\\n\\r\\n")
     assert "HTTP/1.1 403" in r["reply"]
-    assert [e["path"] for e in requests_seen(lab, mark)] == ["/a"]
+    # /a is forwarded only if the gateway dialled upstream before it parsed the smuggled
+    # head (both arrive in one segment): either way /b must never reach a server.
+    assert [e["path"] for e in requests_seen(lab, mark)] in (["/a"], []), requests_seen(lab, mark)
 
 
 def test_absolute_uri_to_other_host(lab, sb):
