@@ -72,7 +72,8 @@ def call(base, key, method, path, body=None):
         pytest.fail(f"{method} {path}: {e.code} {e.read()[:500]!r}")
 
 
-def wait_for(what, fn, timeout=60):
+def wait_for(what, fn, timeout=300, logs=None):
+    """fn() until truthy; on timeout fails with the daemons' logs (a directory)."""
     end = time.monotonic() + timeout
     while True:
         try:
@@ -82,7 +83,9 @@ def wait_for(what, fn, timeout=60):
         except OSError:
             pass
         if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {what}")
+            tails = "".join("\n--- %s ---\n%s" % (f.name, f.read_text(errors="replace")[-4000:])
+                            for f in sorted(logs.glob("*.log"))) if logs else ""
+            pytest.fail(f"timed out waiting for {what}{tails}")
         time.sleep(0.2)
 
 
@@ -183,9 +186,11 @@ def test_manifest_arguments_run_the_roles(world):
                                   stdout=open(logs / "control.log", "w"), stderr=subprocess.STDOUT))
     base = f"http://127.0.0.1:{cport}"
     # The admin key lands with whichever daemon found none in the store first.
-    keyfile = wait_for("the admin key", lambda: next((p for p in (cdata / "admin.key", host / "admin.key") if p.exists()), None))
+    keyfile = wait_for("the admin key", lambda: next((p for p in (cdata / "admin.key", host / "admin.key") if p.exists()), None),
+                       logs=logs)
     key = keyfile.read_text().strip()
-    nodes = wait_for("the node to register", lambda: [n for n in call(base, key, "GET", "/v1/nodes")["nodes"] if n["live"]])
+    nodes = wait_for("the node to register", lambda: [n for n in call(base, key, "GET", "/v1/nodes")["nodes"] if n["live"]],
+                     logs=logs)
     assert [(n["id"], n["url"]) for n in nodes] == [("kind-worker", f"http://127.0.0.1:{node_port}")]
 
     r = call(base, key, "POST", "/v1/sandboxes", {"template": "base", "timeout": 0, "network": {"mode": "none"}})
