@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import signal
+import struct
 import sys
 import time
 import urllib.parse
@@ -284,28 +285,52 @@ def gw_mac(sb):
     return netlab.sh("cat", "/sys/class/net/tap0/address", ns=sb.ns).stdout.strip()
 
 
+def _present_runs(pagemap, lo, hi):
+    """(start, end) address runs of the pages of [lo, hi) that are in RAM (bit 63 of
+    their pagemap entry)."""
+    start = end = None
+    for base in range(lo, hi, 4096 * 4096):
+        pagemap.seek(base // 4096 * 8)
+        raw = pagemap.read(min(hi - base, 4096 * 4096) // 4096 * 8)
+        for i, (entry,) in enumerate(struct.iter_unpack("<Q", raw)):
+            if not entry >> 63:
+                continue
+            addr = base + i * 4096
+            if end == addr:
+                end += 4096
+                continue
+            if start is not None:
+                yield start, end
+            start, end = addr, addr + 4096
+    if start is not None:
+        yield start, end
+
+
 def qemu_memory_contains(pid, needle):
-    """True if needle is anywhere in the readable memory of process pid (for a QEMU
-    process: the whole guest RAM plus QEMU's own buffers)."""
+    """True if needle is anywhere in the resident memory of process pid (for a QEMU
+    process: the guest RAM it has touched plus QEMU's own buffers). Only pages already in
+    RAM are read: faulting the rest in would charge them to the jailed QEMU's memory
+    cgroup and can get it OOM-killed (seen in CI)."""
     needle = needle.encode()
-    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem, \
+            open("/proc/%d/pagemap" % pid, "rb", 0) as pagemap:
         for line in maps:
             rng, perms = line.split()[:2]
             if "r" not in perms:
                 continue
             lo, hi = (int(x, 16) for x in rng.split("-"))
-            off = lo
-            tail = b""
-            while off < hi:
-                n = min(hi - off, 64 << 20)
-                try:
-                    mem.seek(off)
-                    chunk = mem.read(n)
-                except (OSError, ValueError, OverflowError):
-                    break
-                if needle in tail + chunk:
-                    return True
-                tail = chunk[-len(needle):]
-                off += n
+            for start, end in _present_runs(pagemap, lo, hi):
+                off, tail = start, b""
+                while off < end:
+                    n = min(end - off, 64 << 20)
+                    try:
+                        mem.seek(off)
+                        chunk = mem.read(n)
+                    except (OSError, ValueError, OverflowError):
+                        break
+                    if needle in tail + chunk:
+                        return True
+                    tail = chunk[-len(needle):]
+                    off += n
     return False
 
