@@ -26,8 +26,11 @@ def test_second_keepalive_request_other_host(lab, sb):
     r = http(sb, "GET /one HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n"
                  "GET /two HTTP/1.1\\r\\nHost: blocked.test\\r\\n\\r\\n")
     assert "HTTP/1.1 403" in r["reply"] and r["closed"]
+    # Both heads arrive in one segment: /one is forwarded only if the gateway dialled
+    # upstream before it parsed /two. Either way /two must never reach a server.
     seen = requests_seen(lab, mark)
-    assert [e["path"] for e in seen] == ["/one"] and seen[0]["host"] == "allowed.test"
+    assert [e["path"] for e in seen] in (["/one"], []), seen
+    assert all(e["host"] == "allowed.test" for e in seen), seen
 
 
 def test_keepalive_same_host_allowed(lab, sb):
