@@ -1,10 +1,17 @@
 /* spaced.c: small helpers every control-plane module uses (errors, time, ids). */
 #include "spaced.h"
 
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "log.h"
 
 int spaced_err_set(struct spaced_err *err, int status, const char *code, const char *fmt, ...)
 {
@@ -49,4 +56,36 @@ const char *spaced_fmt_time(int64_t ms, char out[32])
     size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(out + n, 32 - n, ".%03dZ", (int)(ms % 1000));
     return out;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        log_warn("cleanup", "path=%s errno=%d", path, errno);
+    return 0;
+}
+
+void spaced_rm_rf(const char *path)
+{
+    if (access(path, F_OK) == 0)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+int spaced_mkdir_p(const char *path)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }

@@ -102,6 +102,12 @@ int spaced_err_set(struct spaced_err *err, int status, const char *code, const c
 /* Milliseconds since the Unix epoch (wall clock, what the store records). */
 int64_t spaced_now_ms(void);
 
+/* rm -rf of path: no symlink followed, no mount point crossed; failures are logged
+ * (event=cleanup), never fatal. A missing path is not an error. */
+void spaced_rm_rf(const char *path);
+/* mkdir -p with mode 0700 for every directory it creates. Returns 0 or -1 (errno). */
+int spaced_mkdir_p(const char *path);
+
 /* Fills out with `prefix` followed by `nhex` random lowercase hex digits from the
  * CSPRNG (out must hold strlen(prefix) + nhex + 1). Returns 0, or -1 if RAND failed. */
 int spaced_random_id(char *out, const char *prefix, unsigned nhex);

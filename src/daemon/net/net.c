@@ -43,14 +43,7 @@ struct net {
 
 static bool id_ok(const char *id)
 {
-    size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n > NET_ID_MAX)
-        return false;
-    for (; *id; id++)
-        if (!((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z') ||
-              (*id >= '0' && *id <= '9') || *id == '-' || *id == '_'))
-            return false;
-    return true;
+    return net_id_ok(id, NET_ID_MAX);
 }
 
 static void ns_path(const struct net *n, const char *id, char *out, size_t cap)

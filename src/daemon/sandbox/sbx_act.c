@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <event2/event.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -36,35 +35,6 @@
 static void act_continue_after_agent(struct sbx *s);
 
 /* ---- small helpers ---------------------------------------------------------------- */
-
-static int mkdir_p(const char *path)
-{
-    char tmp[SBX_PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
-        log_warn("sandbox.cleanup", "path=%s errno=%d", path, errno);
-    return 0;
-}
-
-static void rm_rf(const char *path)
-{
-    if (access(path, F_OK) == 0)
-        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
 
@@ -211,7 +181,7 @@ static void refresh_close(void *arg)
     if (s->state == SBX_RESTORING) { /* the memory image is live again: free its disk */
         char dir[SBX_PATH_MAX];
         sbx_path(s, "suspend", dir, sizeof dir);
-        rm_rf(dir);
+        spaced_rm_rf(dir);
     }
     /* The template's start command (a no-op where it already runs: restored VMs). */
     tpl_start_in_sandbox(s->sp, s->rec.template_name, s->rec.id, s->agent);
@@ -291,8 +261,8 @@ static void finish_delete(struct sbx *s)
     if (file_exists(p) && net_get(s->sp))
         net_release(net_get(s->sp), s->rec.id);
     sbx_path(s, NULL, p, sizeof p);
-    rm_rf(p);
-    rm_rf(s->rec.run_dir);
+    spaced_rm_rf(p);
+    spaced_rm_rf(s->rec.run_dir);
     sbx_set_desired(s, SBX_DELETED);
     sbx_set_state(s, SBX_DELETED, NULL);
     act_end(s, true, NULL, NULL);
@@ -428,7 +398,7 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
         cfg.backing[i].format = chain.format[i];
     }
     cfg.n_backing = chain.n;
-    if (mkdir_p(s->rec.run_dir) < 0) {
+    if (spaced_mkdir_p(s->rec.run_dir) < 0) {
         act_fail(s, SBX_FAILED, "host_io", "cannot create %s: %s", s->rec.run_dir, strerror(errno));
         return;
     }
@@ -528,9 +498,9 @@ static void act_create(struct sbx *s)
     sbx_path(s, NULL, dir, sizeof dir);
     sbx_path(s, "disk.qcow2", disk, sizeof disk);
     /* A create resumed after a crash starts over: nothing of it was acknowledged. */
-    rm_rf(dir);
-    rm_rf(s->rec.run_dir);
-    if (mkdir_p(dir) < 0) {
+    spaced_rm_rf(dir);
+    spaced_rm_rf(s->rec.run_dir);
+    if (spaced_mkdir_p(dir) < 0) {
         act_fail(s, SBX_FAILED, "host_io", "cannot create %s: %s", dir, strerror(errno));
         return;
     }
@@ -627,7 +597,7 @@ static void act_stop(struct sbx *s)
     char dir[SBX_PATH_MAX];
     if (!s->vm) {
         sbx_path(s, "suspend", dir, sizeof dir);
-        rm_rf(dir);
+        spaced_rm_rf(dir);
         act_ok(s, SBX_STOPPED);
         return;
     }
@@ -661,7 +631,7 @@ static void act_suspend(struct sbx *s)
             act_fail(s, SBX_FAILED, "vm_gone", "cannot suspend: the VM is not running");
         return;
     }
-    rm_rf(dir);
+    spaced_rm_rf(dir);
     sbx_set_state(s, SBX_SUSPENDING, NULL);
     s->expect_exit = true;
     if (vm_suspend(s->vm, dir, on_suspend_saved, s) != 0)

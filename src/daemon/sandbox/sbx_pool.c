@@ -2,7 +2,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,21 +34,6 @@ struct sbx_pools {
     struct spaced *sp;
     struct sbx_shape *shapes; /* owned list */
 };
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
-        log_warn("pool.cleanup", "path=%s errno=%d", path, errno);
-    return 0;
-}
-
-static void rm_rf(const char *path)
-{
-    if (access(path, F_OK) == 0)
-        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 struct sbx_pools *sbx_pools_new(struct spaced *sp)
 {
@@ -115,7 +99,7 @@ static int shape_prepare(struct vm_config *cfg, void *arg)
                      fd < 0 ? strerror(errno) : n ? e.message : "networking unavailable");
             if (n)
                 net_release(n, id);
-            rm_rf(run_dir);
+            spaced_rm_rf(run_dir);
             return -1;
         }
         cfg->net.tap_fd = lease.tap_fd;
@@ -134,7 +118,7 @@ static void shape_discard(const char *id, const char *run_dir, void *arg)
     log_info("pool.discard", "id=%s", id);
     if (sh->nic)
         shape_net_release(sh->ps->sp, id);
-    rm_rf(run_dir);
+    spaced_rm_rf(run_dir);
 }
 
 /* The shape's pool, started now if missing (NULL if it cannot be). */
@@ -260,7 +244,7 @@ static void leftover_exit(struct vm *vm, enum vm_exit_reason reason, const char 
     (void)reason;
     (void)msg;
     (void)tail;
-    rm_rf(arg);
+    spaced_rm_rf(arg);
     free(arg);
 }
 
@@ -277,7 +261,7 @@ void sbx_pools_sweep(struct spaced *sp)
 {
     char dir[SBXP_PATH_MAX];
     snprintf(dir, sizeof dir, "%s/pool", sp->opt.data_dir);
-    rm_rf(dir); /* unclaimed overlays: a claim moves its overlay out */
+    spaced_rm_rf(dir); /* unclaimed overlays: a claim moves its overlay out */
     snprintf(dir, sizeof dir, "%s/run", sp->opt.data_dir);
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -308,7 +292,7 @@ void sbx_pools_sweep(struct spaced *sp)
         log_info("pool.sweep", "id=%s msg=\"unclaimed pooled VM of an earlier spaced\"", de->d_name);
         /* run_dir is owned by the adopted VM's callbacks until its on_exit */
         if (!vm_adopt(sp->base, run_dir, &leftover_cbs, run_dir, &verr, msg, sizeof msg)) {
-            rm_rf(run_dir);
+            spaced_rm_rf(run_dir);
             free(run_dir);
         }
     }

@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,15 +70,6 @@ bool tpl_name_valid(const char *n)
 
 /* ---- files ----------------------------------------------------------------------------- */
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
-        log_warn("template.cleanup", "path=%s errno=%d", path, errno);
-    return 0;
-}
-
 void tpl_tail_append(char *tail, size_t *len, size_t cap, const uint8_t *buf, size_t n)
 {
     if (n > cap) {
@@ -101,26 +91,6 @@ void tpl_tail_set_error(char *tail, size_t *len, size_t cap, const char *code,
 {
     snprintf(tail, cap + 1, "%s: %s", code, message);
     *len = strlen(tail);
-}
-
-void tpl_rm_rf(const char *path)
-{
-    if (access(path, F_OK) == 0)
-        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
-
-int tpl_mkdir_p(const char *path)
-{
-    char tmp[TPL_PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* ---- lookup ---------------------------------------------------------------------------- */
@@ -431,7 +401,7 @@ int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t *
         tpl_snapshots_forget(sp, name);
         char dir[TPL_PATH_MAX];
         snprintf(dir, sizeof dir, "%s/templates/%s", sp->opt.data_dir, name);
-        tpl_rm_rf(dir);
+        spaced_rm_rf(dir);
         log_info("template.deleted", "template=%s tenant=%s", name, tenant);
         *out = json_pack("{s:{s:s, s:s, s:b}}", "template", "name", name, "state", "deleted",
                          "builtin", 0);

@@ -663,8 +663,8 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
     b->cur.ready = ready ? strdup(ready) : NULL;
     b->timer = evtimer_new(sp->base, on_deadline, b);
     /* A failed earlier build of this name (same tenant) left files: start clean. */
-    tpl_rm_rf(b->dir);
-    if (!b->timer || tpl_mkdir_p(b->dir) != 0 || tpl_mkdir_p(b->run_dir) != 0) {
+    spaced_rm_rf(b->dir);
+    if (!b->timer || spaced_mkdir_p(b->dir) != 0 || spaced_mkdir_p(b->run_dir) != 0) {
         build_end(b, "host_io", "cannot create %s: %s", b->dir, strerror(errno));
         return -1;
     }

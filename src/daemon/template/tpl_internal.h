@@ -83,8 +83,5 @@ void tpl_tail_append(char *tail, size_t *len, size_t cap, const uint8_t *buf, si
 void tpl_tail_set_error(char *tail, size_t *len, size_t cap, const char *code,
                         const char *message);
 
-/* rm -rf (no symlinks followed, no mount points crossed). */
-void tpl_rm_rf(const char *path);
-int tpl_mkdir_p(const char *path);
 
 #endif

@@ -61,7 +61,7 @@ void tpl_pin_builtin(struct spaced *sp, struct tpl_info *t)
     if (access(pin, R_OK) != 0) {
         snprintf(tmp, sizeof tmp, "%s.tmp", pin);
         unlink(tmp);
-        if (tpl_mkdir_p(dir) != 0 || link(t->rootfs, tmp) != 0 || rename(tmp, pin) != 0) {
+        if (spaced_mkdir_p(dir) != 0 || link(t->rootfs, tmp) != 0 || rename(tmp, pin) != 0) {
             if (!warned)
                 log_warn("template.pin", "template=%s errno=%d msg=\"cannot hard-link the image into "
                          "the data dir (another filesystem?): sandboxes back onto the guest dir's "

@@ -366,8 +366,8 @@ static void snap_build(struct tpl_snap *s)
     s->state = SNAP_BUILDING;
     char p[TPL_PATH_MAX + 16];
     /* Leftovers of an interrupted build are never trusted. */
-    tpl_rm_rf(s->dir);
-    if (tpl_mkdir_p(s->dir) < 0 || tpl_mkdir_p(s->run_dir) < 0) {
+    spaced_rm_rf(s->dir);
+    if (spaced_mkdir_p(s->dir) < 0 || spaced_mkdir_p(s->run_dir) < 0) {
         snap_fail(s, strerror(errno));
         return;
     }
@@ -662,7 +662,7 @@ static void sweep_version(const char *dir, const char *leaf, void *arg)
             }
         snap_free(s);
     }
-    tpl_rm_rf(dir);
+    spaced_rm_rf(dir);
 }
 
 static void sweep_template(struct spaced *sp, const json_t *paths, const char *name)
