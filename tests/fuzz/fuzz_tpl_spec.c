@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "b64.h"
+#include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
 #include "daemon/template/tpl_internal.h"
@@ -24,7 +25,7 @@
 static struct spaced sp;
 static char root[64];
 
-static void remove_root(void) { tpl_rm_rf(root); }
+static void remove_root(void) { spaced_rm_rf(root); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
