@@ -586,9 +586,15 @@ static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_
         if (agent_req_path(ch, req, "cwd", &s->user, s->cwd) < 0)
             return -1;
     } else {
-        /* Service users often have a home that does not exist (/nonexistent). */
+        /* The template's workdir belongs to its default user (as a Dockerfile's WORKDIR
+         * goes with its USER); anyone else starts at home. Service users often have a
+         * home that does not exist (/nonexistent). */
+        const char *wd = agent_user_workdir();
         struct stat st;
-        snprintf(s->cwd, sizeof s->cwd, "%s", stat(s->user.home, &st) == 0 ? s->user.home : "/");
+        if (!wd || strcmp(s->user.name, agent_user_default()) != 0 || stat(wd, &st) < 0 ||
+            !S_ISDIR(st.st_mode))
+            wd = stat(s->user.home, &st) == 0 ? s->user.home : "/";
+        snprintf(s->cwd, sizeof s->cwd, "%s", wd);
     }
     if (env && !json_is_object(env)) {
         agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "env must be an object");

@@ -63,7 +63,7 @@ int agent_req_bool(struct agent_chan *ch, json_t *req, const char *key, bool def
 int agent_req_user(struct agent_chan *ch, json_t *req, struct agent_user *u)
 {
     const char *name;
-    if (agent_req_str(ch, req, "user", false, "root", &name) < 0)
+    if (agent_req_str(ch, req, "user", false, agent_user_default(), &name) < 0)
         return -1;
     if (agent_user_lookup(name, u) < 0) {
         if (errno == ENOENT)

@@ -16,6 +16,7 @@
 #include "agent/ops.h"
 #include "agent/proc.h"
 #include "agent/req.h"
+#include "agent/req.h"
 #include "b64.h"
 
 #define SYS_ENTROPY_MIN 32
@@ -123,7 +124,7 @@ static int sys_apply(struct agent_chan *ch, json_t *applied, json_t *skipped, co
 void agent_op_refresh(struct agent_chan *ch, json_t *req)
 {
     long long time_ns;
-    const char *entropy, *hostname, *token;
+    const char *entropy, *hostname, *token, *user, *workdir;
     json_t *env = json_object_get(req, "env");
     uint8_t rnd[SYS_ENTROPY_MAX];
     long nrnd = 0;
@@ -131,8 +132,19 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
     if (agent_req_int(ch, req, "time_ns", 0, INT64_MAX, -1, &time_ns) < 0 ||
         agent_req_str(ch, req, "entropy", false, NULL, &entropy) < 0 ||
         agent_req_str(ch, req, "hostname", false, NULL, &hostname) < 0 ||
-        agent_req_str(ch, req, "token", false, NULL, &token) < 0)
+        agent_req_str(ch, req, "token", false, NULL, &token) < 0 ||
+        agent_req_str(ch, req, "user", false, NULL, &user) < 0 ||
+        agent_req_str(ch, req, "workdir", false, NULL, &workdir) < 0)
         return agent_chan_close(ch);
+    /* The default user must exist now: a template whose user is missing would otherwise
+     * fail every later request with a confusing "unknown user". */
+    struct agent_user du;
+    if (user && agent_user_lookup(user, &du) < 0)
+        return agent_chan_fail(ch, FRAME_E_NOT_FOUND, "default user \"%.64s\" is not in /etc/passwd",
+                               user);
+    if (workdir && (workdir[0] != '/' || strlen(workdir) >= PATH_MAX))
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT,
+                               "workdir must be an absolute path under %d bytes", PATH_MAX);
     if (entropy && ((nrnd = b64_decode(entropy, rnd, sizeof rnd)) < SYS_ENTROPY_MIN))
         return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT,
                                "entropy must be base64 of %d..%d bytes", SYS_ENTROPY_MIN,
@@ -175,6 +187,10 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
     if (env) {
         agent_proc_set_env(json_deep_copy(env));
         json_array_append_new(applied, json_string("env"));
+    }
+    if (user || workdir) {
+        agent_user_set_default(user ? user : agent_user_default(), workdir);
+        json_array_append_new(applied, json_string("user"));
     }
     if (token) {
         free(sys_token);

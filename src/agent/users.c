@@ -17,6 +17,8 @@ struct users_file {
 };
 
 static char users_dir[256] = "/etc";
+static char users_default[64] = "root";
+static char users_workdir[4096]; /* "" when none */
 static struct users_file users_passwd = {.name = "passwd"};
 static struct users_file users_group = {.name = "group"};
 
@@ -29,6 +31,23 @@ void agent_users_set_dir(const char *dir)
     free(users_group.text);
     users_passwd.text = users_group.text = NULL;
 }
+
+int agent_user_set_default(const char *name, const char *workdir)
+{
+    if (!workdir)
+        workdir = "";
+    if (strlen(name) >= sizeof users_default || strlen(workdir) >= sizeof users_workdir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    snprintf(users_default, sizeof users_default, "%s", name);
+    snprintf(users_workdir, sizeof users_workdir, "%s", workdir);
+    return 0;
+}
+
+const char *agent_user_default(void) { return users_default; }
+
+const char *agent_user_workdir(void) { return users_workdir[0] ? users_workdir : NULL; }
 
 /* Returns the file's text, re-reading it if it changed; NULL with errno on failure. */
 static const char *users_load(struct users_file *f)

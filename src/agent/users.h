@@ -24,6 +24,15 @@ int agent_user_lookup(const char *name, struct agent_user *out);
 const char *agent_user_name(uid_t uid, char *buf, size_t cap);
 const char *agent_group_name(gid_t gid, char *buf, size_t cap);
 
+/* The sandbox's default user and working directory (from `refresh`): requests that name
+ * no user run as agent_user_default() ("root" until set); an exec that names no cwd
+ * starts in agent_user_workdir() when it runs as the default user (NULL: none set, use
+ * the user's home). set: copies both (workdir NULL or "" clears it); 0, or -1 with
+ * errno ENAMETOOLONG. */
+int agent_user_set_default(const char *name, const char *workdir);
+const char *agent_user_default(void);
+const char *agent_user_workdir(void);
+
 /* Directory holding passwd and group ("/etc"); tests may point it elsewhere. */
 void agent_users_set_dir(const char *dir);
 

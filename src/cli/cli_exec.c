@@ -1,4 +1,4 @@
-/* cli_exec.c: `space exec [-i] ID -- CMD ARGS...`: creates a command session, attaches
+/* cli_exec.c: `space exec [-i] [-u USER] [-w DIR] ID -- CMD ARGS...`: creates a command session, attaches
  * to its event stream, writes stdout/stderr as they arrive, and exits with the command's
  * status. A dropped stream is re-attached with Last-Event-ID, so nothing is lost or
  * repeated. With -i, a child process streams our stdin into the command's stdin (and
@@ -204,8 +204,23 @@ static int attach_once(const char *url, struct cli_sse *sse, struct exec_state *
 
 int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
 {
-    bool want_stdin = argc > 0 && (strcmp(argv[0], "-i") == 0 || strcmp(argv[0], "--stdin") == 0);
-    if (want_stdin) {
+    static const char usage[] = "usage: space exec [-i] [-u USER] [-w DIR] ID -- CMD [ARGS...]";
+    bool want_stdin = false;
+    const char *user = NULL, *cwd = NULL;
+    while (argc > 0 && argv[0][0] == '-' && strcmp(argv[0], "--") != 0) {
+        const char *o = argv[0];
+        if (strcmp(o, "-i") == 0 || strcmp(o, "--stdin") == 0) {
+            want_stdin = true;
+        } else if ((strcmp(o, "-u") == 0 || strcmp(o, "--user") == 0) && argc > 1) {
+            user = *++argv;
+            argc--;
+        } else if ((strcmp(o, "-w") == 0 || strcmp(o, "--cwd") == 0) && argc > 1) {
+            cwd = *++argv;
+            argc--;
+        } else {
+            cli_err("%s (unknown or incomplete option %s)", usage, o);
+            return 2;
+        }
         argv++;
         argc--;
     }
@@ -215,7 +230,7 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
         argc--;
     }
     if (argc < 2) {
-        cli_err("usage: space exec [-i] ID -- CMD [ARGS...]");
+        cli_err("%s", usage);
         return 2;
     }
     char eid[128], path[256];
@@ -227,6 +242,11 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
     for (int i = 1; i < argc; i++)
         json_array_append_new(args, json_string(argv[i]));
     json_t *body = json_pack("{s:o,s:b}", "argv", args, "stdin", want_stdin);
+    /* Without them the sandbox's template decides (its default user and workdir). */
+    if (user)
+        json_object_set_new(body, "user", json_string(user));
+    if (cwd)
+        json_object_set_new(body, "cwd", json_string(cwd));
     snprintf(path, sizeof path, "/v1/sandboxes/%s/sessions", eid);
     json_t *r = cli_call(x, "POST", path, body, NULL);
     json_decref(body);

@@ -15,7 +15,7 @@ static const char usage[] =
     "  rm ID...                    delete sandboxes\n"
     "  pause|resume|suspend|restore|stop|start|wake ID\n"
     "                              lifecycle verbs (waits until done)\n"
-    "  exec [-i] ID -- CMD [ARGS...]\n"
+    "  exec [-i] [-u USER] [-w DIR] ID -- CMD [ARGS...]\n"
     "                              run a command; streams its output, exits with its\n"
     "                              status; -i forwards stdin\n"
     "  cp LOCAL ID:PATH            upload a file (LOCAL '-' = stdin)\n"

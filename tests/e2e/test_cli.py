@@ -64,6 +64,10 @@ def test_lifecycle_exec_cp(cli, spaced, tmp_path):
     p = cli("exec", "-i", sid, "--", "tr", "a-z", "A-Z", input=b"piped in\n")
     assert (p.returncode, p.stdout) == (0, b"PIPED IN\n"), p
     assert cli("exec", sid, "--", "no-such-program").returncode == 127
+    # the template's default user and workdir, unless -u / -w say otherwise
+    assert ok(cli("exec", sid, "--", "sh", "-c", "id -un; pwd")) == b"user\n/home/user\n"
+    assert ok(cli("exec", "-u", "root", "-w", "/tmp", sid, "--", "sh", "-c", "id -un; pwd")) == b"root\n/tmp\n"
+    assert cli("exec", "--frob", sid, "--", "true").returncode == 2
 
     data = os.urandom(3 * 1024 * 1024 + 5)
     up, down = tmp_path / "up.bin", tmp_path / "down.bin"
@@ -161,8 +165,8 @@ def test_progress_on_a_terminal(cli, tmp_path):
     assert re.search(r"creating %s: succeeded 100%%" % sid, shown), shown
     big = tmp_path / "big.bin"
     big.write_bytes(b"\x5a" * (8 << 20))
-    rc, _, shown = on_terminal(cli, "cp", str(big), sid + ":/root/big.bin")
-    assert rc == 0 and "upload /root/big.bin: 8.0/8.0 MiB 100%" in shown, shown
+    rc, _, shown = on_terminal(cli, "cp", str(big), sid + ":/home/user/big.bin")
+    assert rc == 0 and "upload /home/user/big.bin: 8.0/8.0 MiB 100%" in shown, shown
     rc, _, shown = on_terminal(cli, "rm", sid)
     assert rc == 0 and "delete %s: succeeded" % sid in shown, shown
     # Not a terminal: no progress, no escape sequences.

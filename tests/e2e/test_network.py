@@ -201,7 +201,7 @@ def delete(sp, sid):
 
 def sh_in(sp, sid, cmd):
     from test_sessions import run
-    _, res = run(sp, sid, {"cmd": cmd})
+    _, res = run(sp, sid, {"cmd": cmd, "user": "root"})  # root: the searches must see everything
     return res["exit"]["code"], res["stdout"].decode(errors="replace") + res["stderr"].decode(errors="replace")
 
 

@@ -141,13 +141,26 @@ def test_steps_take_effect_in_a_sandbox(spaced, tenant_a, built):
         delete(spaced, sid, key=tenant_a)
 
 
-@pytest.mark.xfail(strict=True, reason="sessions do not apply the template's default user and "
-                                       "workdir to commands yet (sess_req.c, see docs/templates.md)")
-def test_default_user_and_workdir_for_commands(spaced, tenant_a, built):
+def test_default_user_and_workdir_for_commands_and_files(spaced, tenant_a, built):
+    """Requests that name no user act as the template's default user: commands start in
+    its workdir, files are written as that user; naming another user still works, and
+    that user starts at home (the workdir goes with the default user)."""
     sid = create(spaced, built, key=tenant_a)
     try:
-        out, _ = run(spaced, sid, "id -un; pwd", key=tenant_a)
-        assert out == "svc\n/srv/app\n"
+        assert run(spaced, sid, "id -un; pwd", key=tenant_a) == ("svc\n/srv/app\n", 0)
+        s = new_session(spaced, sid, {"cmd": "id -un; pwd", "user": "root"}, key=tenant_a)
+        st = Stream(spaced, s["attach_url"], s["attach_token"])
+        assert collect(st.events())["stdout"] == b"root\n/root\n"
+        st.close()
+        q = urllib.parse.urlencode({"path": "/srv/app/by-default.txt"})
+        r = spaced.request("PUT", "/v1/sandboxes/%s/files?%s" % (sid, q), raw=b"x", key=tenant_a,
+                           headers={"Content-Type": "application/octet-stream"})
+        assert r.status == 200 and r.json["file"]["owner"] == "svc", r
+        # /root is root's: the default user cannot write there, and is told so
+        q = urllib.parse.urlencode({"path": "/root/denied.txt"})
+        r = spaced.request("PUT", "/v1/sandboxes/%s/files?%s" % (sid, q), raw=b"x", key=tenant_a,
+                           headers={"Content-Type": "application/octet-stream"})
+        assert r.status == 403 and r.error_code() == "permission_denied", r
     finally:
         delete(spaced, sid, key=tenant_a)
 

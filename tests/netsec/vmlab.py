@@ -140,7 +140,7 @@ class VMSandbox:
         self.server = None  # the Session of `guestpy.py serve`, started on first use
 
     def put(self, path, data):
-        q = "?" + urllib.parse.urlencode({"path": path})
+        q = "?" + urllib.parse.urlencode({"path": path, "user": "root"})
         r = self.lab.spaced.request("PUT", "/v1/sandboxes/%s/files%s" % (self.id, q), raw=data,
                                     headers={"Content-Type": "application/octet-stream"})
         if r.status != 200:

@@ -309,6 +309,40 @@ static void test_refresh_health(void **state)
     ah_stop(&h);
 }
 
+/* refresh user/workdir: the sandbox's default user for requests naming none, starting in
+ * the workdir; another user starts at home; a missing user or relative workdir is
+ * refused and changes nothing. */
+static void test_refresh_default_user(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    ah_expect_error(&h, json_pack("{s:s, s:s}", "op", "refresh", "user", "no-such-user"),
+                    FRAME_E_NOT_FOUND);
+    ah_expect_error(&h, json_pack("{s:s, s:s, s:s}", "op", "refresh", "user", "nobody", "workdir",
+                                  "tmp"), FRAME_E_INVALID_ARGUMENT);
+    struct col k;
+    col_open(&h, &k, json_pack("{s:s, s:s}", "op", "exec", "cmd", "id -un"), 0, true);
+    ah_wait(&h, &k.closed);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], "root\n"); /* the refusals changed nothing */
+    col_free(&k);
+
+    json_decref(ah_ok(&h, json_pack("{s:s, s:s, s:s}", "op", "refresh", "user", "nobody",
+                                    "workdir", "/tmp")));
+    col_open(&h, &k, json_pack("{s:s, s:s}", "op", "exec", "cmd", "echo $(id -un) $(pwd)"), 0, true);
+    ah_wait(&h, &k.closed);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], "nobody /tmp\n");
+    col_free(&k);
+    col_open(&h, &k, json_pack("{s:s, s:s, s:s}", "op", "exec", "cmd", "echo $(id -un) $(pwd)",
+                               "user", "root"), 0, true);
+    ah_wait(&h, &k.closed);
+    char want[300];
+    struct stat st;
+    snprintf(want, sizeof want, "root %s\n", stat("/root", &st) == 0 ? "/root" : "/");
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], want);
+    col_free(&k);
+    ah_stop(&h);
+}
+
 static void test_shutdown(void **state)
 {
     struct ah h;
@@ -350,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_many),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_detach_attach),
         cmocka_unit_test(test_close_detaches), cmocka_unit_test(test_refresh_health),
+        cmocka_unit_test(test_refresh_default_user),
         cmocka_unit_test(test_shutdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

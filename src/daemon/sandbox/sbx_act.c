@@ -191,7 +191,8 @@ static void refresh_close(void *arg)
 static const struct agentc_chan_ops refresh_ops = {
     .on_event = refresh_event, .on_error = refresh_error, .on_close = refresh_close};
 
-/* Sends refresh: wall clock, >= 32 bytes of host entropy, hostname = id, env. */
+/* Sends refresh: wall clock, >= 32 bytes of host entropy, hostname = id, the template's
+ * env, user and workdir. */
 static void send_refresh(struct sbx *s)
 {
     unsigned char raw[64];
@@ -203,11 +204,14 @@ static void send_refresh(struct sbx *s)
     EVP_EncodeBlock((unsigned char *)b64, raw, sizeof raw);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    /* The template's default env (template.json), overridden by the sandbox's own. */
-    json_t *env = tpl_sandbox_env(s->sp, s->rec.template_name, s->rec.env_json);
-    json_t *req = json_pack("{s:s, s:I, s:s, s:s, s:o}", "op", "refresh", "time_ns",
+    json_t *req = json_pack("{s:s, s:I, s:s, s:s}", "op", "refresh", "time_ns",
                             (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec, "entropy", b64,
-                            "hostname", s->rec.id, "env", env ? env : json_object());
+                            "hostname", s->rec.id);
+    /* The template's env (overridden by the sandbox's own), default user and workdir. */
+    if (req && tpl_sandbox_refresh(s->sp, s->rec.template_name, s->rec.env_json, req) < 0) {
+        json_decref(req);
+        req = NULL;
+    }
     s->refresh_ok = false;
     s->refresh_err[0] = '\0';
     char err[128] = "";

@@ -217,23 +217,25 @@ json_t *tpl_start_request(const struct tpl_defaults *d)
     return req;
 }
 
-json_t *tpl_sandbox_env(struct spaced *sp, const char *template_name, const char *sandbox_env_json)
+int tpl_sandbox_refresh(struct spaced *sp, const char *template_name, const char *sandbox_env_json,
+                        json_t *req)
 {
     struct tpl_info t;
-    json_t *env = NULL;
-    if (tpl_lookup(sp, NULL, template_name, &t, NULL) == 0) {
-        struct tpl_defaults d;
+    struct tpl_defaults d = {0};
+    /* A template gone since the sandbox was made: its env and user are gone with it. */
+    if (tpl_lookup(sp, NULL, template_name, &t, NULL) == 0)
         tpl_defaults_load(t.dir, &d);
-        env = json_incref(d.env);
-        tpl_defaults_clear(&d);
-    } else {
-        env = json_object();
-    }
+    json_t *env = d.env ? json_incref(d.env) : json_object();
     json_t *own = sandbox_env_json ? json_loads(sandbox_env_json, 0, NULL) : NULL;
     if (env && json_is_object(own))
         json_object_update(env, own);
     json_decref(own);
-    return env;
+    int rc = env && json_object_set_new(req, "env", env) == 0 ? 0 : -1;
+    if (rc == 0 && d.env)
+        rc = json_object_set_new(req, "user", json_string(d.user)) |
+             json_object_set_new(req, "workdir", json_string(d.workdir));
+    tpl_defaults_clear(&d);
+    return rc;
 }
 
 void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const char *sandbox_id,

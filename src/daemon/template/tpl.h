@@ -72,10 +72,12 @@ int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err
 
 /* ---- what sandboxes of a template get (template.json) ------------------------------- */
 
-/* The environment a sandbox's agent gets in `refresh`: the template's default env
- * (template.json defaults.env) overridden by the sandbox's own (`sandbox_env_json`, a
- * JSON object or NULL). New reference, never NULL on success (NULL: out of memory). */
-json_t *tpl_sandbox_env(struct spaced *sp, const char *template_name, const char *sandbox_env_json);
+/* What a sandbox's agent gets from its template in `refresh`, added to `req`: "env", the
+ * template's default env (template.json defaults.env) overridden by the sandbox's own
+ * (`sandbox_env_json`, a JSON object or NULL), and "user" / "workdir", whom requests that
+ * name no user run as and where their commands start. 0, or -1 when out of memory. */
+int tpl_sandbox_refresh(struct spaced *sp, const char *template_name, const char *sandbox_env_json,
+                        json_t *req);
 
 /* Starts the template's start command (if it has one) in a cold-booted sandbox, detached,
  * as the template's default user, in its workdir, with its env; its output goes to
