@@ -18,6 +18,8 @@
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:7070"
 #define CLI_ADMIN_KEY_FILE "/var/lib/space/admin.key"
+/* `space create` without --template: the Debian one with python3 and a `user`. */
+#define CLI_DEFAULT_TEMPLATE "python"
 
 struct cli_ctx {
     struct cli_url url;    /* spaced's address */

@@ -67,6 +67,10 @@ int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
     }
     if (mode || n_allow)
         json_object_set_new(body, "network", cli_policy(mode, allow, n_allow));
+    /* People get the full Debian userland by default (the API's own default, `base`,
+     * is the small busybox image tests and E2B's default template name use). */
+    if (!json_object_get(body, "template"))
+        json_object_set_new(body, "template", json_string(CLI_DEFAULT_TEMPLATE));
     json_t *r = cli_call(x, "POST", "/v1/sandboxes", body, NULL);
     rc = 1;
     if (r) {

@@ -278,11 +278,11 @@ static void test_create_network(void **state)
     free(capture(1, run_create, 4, allow, &rc));
     assert_int_equal(rc, 0);
     assert_string_equal(last_body, "{\"network\":{\"mode\":\"allowlist\",\"allow\":"
-                                   "[\"a.test\",\"203.0.113.0/24\"]}}");
+                                   "[\"a.test\",\"203.0.113.0/24\"]},\"template\":\"python\"}");
     char *open_[] = {"--network", "open"};
     free(capture(1, run_create, 2, open_, &rc));
     assert_int_equal(rc, 0);
-    assert_string_equal(last_body, "{\"network\":{\"mode\":\"open\"}}");
+    assert_string_equal(last_body, "{\"network\":{\"mode\":\"open\"},\"template\":\"python\"}");
     char *both[] = {"--network", "open", "--allow", "a.test"};
     assert_int_equal(cli_cmd_create(&X, 4, both), 2);
     char *bogus[] = {"--network", "everything"};
