@@ -6,9 +6,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "daemon/vm/vm.h"
 #include "daemon/vm/vm_cmdline.h"
 
 static struct vm_config base_cfg(void)
@@ -202,6 +207,57 @@ static void test_rejects(void **state)
     assert_true(strlen(err) > 0);
 }
 
+/* A process whose command line is the QEMU argv built for id (run by sh, which keeps
+ * its positional arguments in /proc/<pid>/cmdline) until it is killed. */
+static pid_t fake_qemu(const char *id)
+{
+    struct vm_config c = base_cfg();
+    c.id = id;
+    struct vm_argv a;
+    build_ok(&c, &tcg, &a);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char **argv = calloc(a.n + 4, sizeof *argv);
+        argv[0] = "sh";
+        argv[1] = "-c";
+        argv[2] = "sleep 100; :";
+        for (size_t i = 0; i < a.n; i++)
+            argv[3 + i] = a.argv[i];
+        execv("/bin/sh", argv);
+        _exit(127);
+    }
+    vm_argv_free(&a);
+    return pid;
+}
+
+/* vm_kill_strays finds a QEMU by the -name this module gives it, and only that one. */
+static void test_kill_strays(void **state)
+{
+    pid_t mine = fake_qemu("sbx-1"), other = fake_qemu("sbx-10");
+    char path[64], buf[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)mine);
+    for (int i = 0; i < 500; i++) { /* until the child has exec'd sh */
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+        if (f)
+            fclose(f);
+        if (n >= 3 && memcmp(buf, "sh", 3) == 0)
+            break;
+        usleep(10000);
+    }
+    usleep(50000); /* and the decoy too */
+    assert_int_equal(vm_kill_strays("sbx-1"), 1);
+    int st = 0;
+    assert_int_equal(waitpid(mine, &st, 0), mine);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    assert_int_equal(waitpid(other, &st, WNOHANG), 0); /* "sbx-10" is another VM */
+    assert_int_equal(vm_kill_strays("sbx-1"), 0);
+    assert_int_equal(vm_kill_strays("../x"), 0);
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_kvm_and_net),
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_kill_strays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -790,6 +790,9 @@ void sbx_recover(struct spaced *sp, struct sbx *s)
         log_info("sandbox.recover", "sandbox=%s adopt=failed code=%s", s->rec.id,
                  vm_error_code(verr));
     }
+    /* Not adopted: a QEMU started just before a crash (vm.json not yet written, or a
+     * stale one) may still run. It would hold its memory forever; nothing can use it. */
+    vm_kill_strays(s->rec.id);
     /* No VM: decide from what is on disk. Creates and deletes are redone by their op. */
     switch (s->state) {
     case SBX_CREATING:

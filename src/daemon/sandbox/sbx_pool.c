@@ -292,6 +292,7 @@ void sbx_pools_sweep(struct spaced *sp)
         log_info("pool.sweep", "id=%s msg=\"unclaimed pooled VM of an earlier spaced\"", de->d_name);
         /* run_dir is owned by the adopted VM's callbacks until its on_exit */
         if (!vm_adopt(sp->base, run_dir, &leftover_cbs, run_dir, &verr, msg, sizeof msg)) {
+            vm_kill_strays(de->d_name); /* started, but spaced died before vm.json */
             spaced_rm_rf(run_dir);
             free(run_dir);
         }

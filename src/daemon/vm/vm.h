@@ -217,6 +217,12 @@ struct vm *vm_adopt(struct event_base *base, const char *run_dir,
                     const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
                     size_t msg_cap);
 
+/* SIGKILLs every QEMU started for VM `id` (found by its `-name id,process=space-id,...`
+ * argument in /proc/<pid>/cmdline) and returns how many. For a VM that cannot be adopted:
+ * a spaced killed between starting QEMU and writing vm.json leaves a QEMU nobody knows
+ * about, holding its memory until this finds it. */
+int vm_kill_strays(const char *id);
+
 /* Operations below return VM_OK when started (cb will be called once, from the loop) or
  * an error code (VM_E_BUSY, VM_E_STATE, ...) with no callback. */
 

@@ -6,10 +6,16 @@
 #include "vm_internal.h"
 #include "vm_spawn.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "log.h"
 
 static void on_status(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
 {
@@ -89,4 +95,54 @@ struct vm *vm_adopt(struct event_base *base, const char *run_dir,
         return NULL;
     }
     return vm;
+}
+
+/* True if the NUL-separated argv in buf[0..n) has "-name" followed by an argument that
+ * starts with want. */
+static int names_vm(const char *buf, size_t n, const char *want)
+{
+    size_t wl = strlen(want);
+    for (size_t i = 0; i < n;) {
+        size_t l = strnlen(buf + i, n - i);
+        size_t next = i + l + 1;
+        if (l == 5 && memcmp(buf + i, "-name", 5) == 0 && next < n &&
+            strnlen(buf + next, n - next) >= wl && memcmp(buf + next, want, wl) == 0)
+            return 1;
+        i = next;
+    }
+    return 0;
+}
+
+int vm_kill_strays(const char *id)
+{
+    char want[160];
+    if (!vm_id_valid(id) ||
+        snprintf(want, sizeof want, "%s,process=space-%s,", id, id) >= (int)sizeof want)
+        return 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int killed = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 1 || pid == (long)getpid())
+            continue;
+        char path[64], buf[4096];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        /* -name is the first option QEMU gets (vm_cmdline.c): 4 KiB always hold it */
+        ssize_t n = read(fd, buf, sizeof buf);
+        close(fd);
+        if (n > 0 && names_vm(buf, (size_t)n, want) && kill((pid_t)pid, SIGKILL) == 0) {
+            log_warn("vm.stray", "id=%s pid=%ld msg=\"killed a QEMU that could not be adopted\"", id,
+                     pid);
+            killed++;
+        }
+    }
+    closedir(d);
+    return killed;
 }
