@@ -23,6 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Longest wait between fill attempts after failures in a row (seconds). */
+#define POOL_RETRY_MAX_S 60
+
 /* One pooled VM. Owned by the pool until claimed. */
 struct pool_entry {
     struct pool_entry *next;
@@ -52,7 +55,8 @@ struct pool {
     void *arg;
     struct pool_entry *entries;            /* owned list */
     int filling;                           /* an entry is being made */
-    int stopped;                           /* prepare refused: no more refills */
+    unsigned fails;                        /* fills failed in a row (0 after a success) */
+    struct timeval retry_at;               /* loop clock: no fill before this while fails */
     int freeing;
     struct event *refill;                  /* owned */
 };
@@ -108,6 +112,24 @@ static void kick(struct pool *p)
         event_active(p->refill, EV_TIMEOUT, 0);
 }
 
+/* A fill failed: try again after 1, 2, 4 ... POOL_RETRY_MAX_S seconds, so a template
+ * that cannot be restored (or a host out of namespaces or disk) costs a restore a minute
+ * instead of a busy loop, and a passing problem does not leave the pool empty for good.
+ * Creates fall back to a plain restore meanwhile and report its error. */
+static void backoff(struct pool *p, const char *why)
+{
+    unsigned s = p->fails < 6 ? 1u << p->fails : POOL_RETRY_MAX_S;
+    if (s > POOL_RETRY_MAX_S)
+        s = POOL_RETRY_MAX_S;
+    p->fails++;
+    struct timeval now, tv = {.tv_sec = s};
+    event_base_gettimeofday_cached(p->base, &now);
+    evutil_timeradd(&now, &tv, &p->retry_at);
+    log_warn("pool.backoff", "failures=%u retry_in_s=%u msg=\"%s\"", p->fails, s, why);
+    if (!p->freeing)
+        event_add(p->refill, &tv);
+}
+
 static void on_entry_ready(struct vm *vm, int err, const char *msg, void *arg)
 {
     struct pool_entry *e = arg;
@@ -127,6 +149,7 @@ static void on_entry_paused(struct vm *vm, int err, const char *msg, void *arg)
     }
     e->ready = 1;
     e->p->filling = 0;
+    e->p->fails = 0;
     kick(e->p);
 }
 
@@ -203,10 +226,14 @@ static void on_entry_exit(struct vm *vm, enum vm_exit_reason r, const char *msg,
 {
     struct pool_entry *e = arg;
     struct pool *p = e->p;
-    if (!e->ready)
+    int failed_fill = !e->ready;
+    if (failed_fill)
         p->filling = 0;
     entry_discard(p, e);
-    kick(p);
+    if (failed_fill && !p->freeing)
+        backoff(p, "a pooled VM exited before it was ready");
+    else
+        kick(p);
 }
 
 static const struct vm_callbacks entry_cbs = { on_entry_ready, on_entry_agent, on_entry_exit };
@@ -236,10 +263,9 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
             log_warn("pool.fill", "id=%s err=%s msg=%s", e->cfg.id, vm_error_code(verr),
                      log_quote(err ? msg : m, q, sizeof(q)));
         p->filling = 0;
-        /* A template that cannot be restored would fail forever: stop refilling, the
-         * caller falls back to vm_restore and sees the error there. */
-        p->stopped = 1;
         entry_discard(p, e);
+        if (!p->freeing)
+            backoff(p, err ? "making the overlay failed" : "restore failed");
     }
 }
 
@@ -249,13 +275,20 @@ static void refill(evutil_socket_t fd, short what, void *arg)
     unsigned have = 0;
     for (struct pool_entry *e = p->entries; e; e = e->next)
         have++;
-    if (p->filling || p->stopped || p->freeing || have >= p->size)
+    if (p->filling || p->freeing || have >= p->size)
         return;
+    if (p->fails) {
+        /* kicked (a claim, an exit) during a backoff: the pending timer retries */
+        struct timeval now;
+        event_base_gettimeofday_cached(p->base, &now);
+        if (evutil_timercmp(&now, &p->retry_at, <))
+            return;
+    }
     struct pool_entry *e = calloc(1, sizeof(*e));
     struct vm_config cfg = p->base_cfg;
     if (!e || p->prepare(&cfg, p->arg) != 0) {
         free(e);
-        p->stopped = 1;
+        backoff(p, "preparing a pooled VM failed");
         return;
     }
     if (vm_config_copy(&e->cfg, &cfg) < 0) {
@@ -264,7 +297,7 @@ static void refill(evutil_socket_t fd, short what, void *arg)
         if (p->discard)
             p->discard(cfg.id, cfg.run_dir, p->arg);
         free(e);
-        p->stopped = 1;
+        backoff(p, "out of memory");
         return;
     }
     e->p = p;
@@ -277,8 +310,8 @@ static void refill(evutil_socket_t fd, short what, void *arg)
     if (vm_disk_overlay_create(p->base, p->template_overlay, "qcow2", e->cfg.disk, on_overlay,
                                e) != VM_OK) {
         p->filling = 0;
-        p->stopped = 1;
         entry_discard(p, e);
+        backoff(p, "cannot start qemu-img");
     }
 }
 

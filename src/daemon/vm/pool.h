@@ -5,7 +5,7 @@
  * the caller, who then owns it exactly like a VM from vm_restore (its callbacks are
  * switched to the caller's) and asks the agent to `refresh` (clock, entropy, identity).
  * The pool refills in the background, one restore at a time so it never starves the
- * loop or the CPU during a burst of creates.
+ * loop or the CPU during a burst of creates; failed fills are retried with backoff.
  *
  * The pool needs fresh ids / directories for its VMs; they come from the caller's
  * `prepare` callback, so the control plane keeps naming and placing sandboxes. */
@@ -21,8 +21,9 @@ struct pool;
  * (created), disk path (not yet existing: the pool makes the overlay on
  * `template_overlay`), net, jail. The pool copies cfg right after the call, so the
  * strings only need to live that long; a tap fd in cfg->net becomes the pool's (closed
- * once QEMU has its copy, or when the VM is discarded). Return nonzero to stop refilling
- * (e.g. no capacity), with nothing left to discard. */
+ * once QEMU has its copy, or when the VM is discarded). Return nonzero when no VM can be
+ * made now (e.g. no capacity), with nothing left to discard: like any failed fill, the
+ * pool tries again after a backoff (1 s doubling to 60 s, reset by a fill that works). */
 typedef int (*pool_prepare_cb)(struct vm_config *cfg, void *arg);
 
 /* A pooled VM that was never claimed is gone (pool_free, or it died while waiting);

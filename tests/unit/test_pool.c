@@ -1,0 +1,121 @@
+/* test_pool: the warm pool's retry policy, without VMs. A fill that fails (here: the
+ * template overlay is not a qcow2 image, so qemu-img fails to make a clone's overlay on
+ * it; or the caller's prepare refuses) is retried after 1 s, then 2 s, ... rather than never again
+ * or in a busy loop. Only lower bounds on the waits are checked: a loaded machine may
+ * retry later, never sooner. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/vm/pool.h"
+
+#define CALLS 3
+
+static char work[64];
+static double called_at[CALLS];
+static unsigned calls, discards;
+static int refuse; /* prepare says no capacity */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int prepare(struct vm_config *cfg, void *arg)
+{
+    static char id[32], run[128], disk[160];
+    if (calls < CALLS)
+        called_at[calls] = now_s();
+    calls++;
+    if (refuse)
+        return -1;
+    snprintf(id, sizeof id, "pool%u", calls);
+    snprintf(run, sizeof run, "%s/%s", work, id);
+    snprintf(disk, sizeof disk, "%s/%s.qcow2", work, id);
+    mkdir(run, 0700);
+    cfg->id = id;
+    cfg->run_dir = run;
+    cfg->disk = disk;
+    return 0;
+}
+
+static void discard(const char *id, const char *run_dir, void *arg)
+{
+    discards++;
+    rmdir(run_dir);
+}
+
+static void check(evutil_socket_t fd, short what, void *arg)
+{
+    if (calls >= CALLS && (refuse || discards >= CALLS))
+        event_base_loopbreak(arg);
+}
+
+/* Runs the loop until prepare has been called CALLS times and each clone it made has
+ * failed and been discarded (or 60 s passed). */
+static void run_until_calls(struct event_base *base)
+{
+    struct event *tick = event_new(base, -1, EV_PERSIST, check, base);
+    struct timeval every = {0, 20000}, limit = {60, 0};
+    event_add(tick, &every);
+    event_base_loopexit(base, &limit);
+    event_base_dispatch(base);
+    event_free(tick);
+}
+
+static void run_case(int refuse_prepare)
+{
+    snprintf(work, sizeof work, "/tmp/test-pool-XXXXXX");
+    assert_non_null(mkdtemp(work));
+    calls = discards = 0;
+    refuse = refuse_prepare;
+    char bad[128];
+    snprintf(bad, sizeof bad, "%s/not-an-image.qcow2", work);
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    fputs("not a qcow2 image\n", f);
+    fclose(f);
+    struct event_base *base = event_base_new();
+    struct pool_config pc = {.snapshot_dir = work, .template_overlay = bad,
+                             .base = {.vcpus = 1, .mem_mib = 128, .kernel = "/nonexistent",
+                                      .net.tap_fd = -1},
+                             .size = 1, .prepare = prepare, .discard = discard};
+    struct pool *p = pool_new(base, &pc);
+    assert_non_null(p);
+    run_until_calls(base);
+    assert_int_equal(calls, CALLS); /* it kept trying ... */
+    /* ... backing off: 1 s before the 2nd try, 2 s before the 3rd */
+    assert_true(called_at[1] - called_at[0] >= 0.95);
+    assert_true(called_at[2] - called_at[1] >= 1.95);
+    /* every failed clone was handed back for cleanup; prepare refusing left nothing */
+    assert_int_equal(discards, refuse_prepare ? 0 : CALLS);
+    assert_int_equal(pool_ready(p), 0);
+    pool_free(p);
+    event_base_free(base);
+    unlink(bad);
+    rmdir(work);
+}
+
+static void test_failed_fill_retries_with_backoff(void **state) { run_case(0); }
+
+static void test_refused_prepare_retries_with_backoff(void **state) { run_case(1); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failed_fill_retries_with_backoff),
+        cmocka_unit_test(test_refused_prepare_retries_with_backoff),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
