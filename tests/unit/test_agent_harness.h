@@ -295,4 +295,15 @@ static inline int col_exit(struct col *k)
     return -1000 - (int)json_integer_value(json_object_get(ex, "signal"));
 }
 
+/* Runs exec request `req` to its end and checks its stdout is exactly `want`. */
+static inline void col_expect_stdout(struct ah *h, json_t *req, const char *want)
+{
+    struct col k;
+    col_open(h, &k, req, 0, true);
+    ah_wait(h, &k.closed);
+    assert_non_null(k.buf[FRAME_STREAM_OUT]);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], want);
+    col_free(&k);
+}
+
 #endif
