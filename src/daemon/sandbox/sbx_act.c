@@ -29,6 +29,7 @@
 #include "sbx_pool.h"
 
 #define SBX_AGENT_TIMEOUT_S 120   /* boot/restore until the agent's HELLO */
+#define SBX_HELLO_RETRY_S 5       /* restore: greet again on a fresh connection after */
 #define SBX_SHUTDOWN_TIMEOUT_MS 10000
 #define SBX_PATH_MAX 600
 
@@ -90,6 +91,8 @@ static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
     s->cold_fallback = false;
     if (s->timer)
         event_del(s->timer);
+    if (s->hello_retry)
+        event_del(s->hello_retry);
     if (op[0])
         op_finish(s->sp, op, ok, code, msg);
 }
@@ -129,6 +132,8 @@ static void on_agent_hello(void *arg, json_t *hello)
     struct sbx *s = arg;
     (void)hello;
     s->agent_ready = true;
+    if (s->hello_retry)
+        event_del(s->hello_retry);
     log_info("sandbox.agent", "sandbox=%s event=ready", s->rec.id);
     act_continue_after_agent(s);
 }
@@ -242,6 +247,25 @@ static void on_vm_ready(struct vm *vm, int err, const char *msg, void *arg)
     (void)msg; /* the failure is reported by on_exit, which always follows */
 }
 
+/* A HELLO sent to a just-restored guest can be lost: the guest driver drops what arrives
+ * while the agent is still closing the port of the snapshot's last connection (the pool
+ * meets the same, pool.c). A restored agent answers in well under a second, so no answer
+ * within SBX_HELLO_RETRY_S means a fresh connection and a new HELLO, until the action's
+ * own deadline (SBX_AGENT_TIMEOUT_S). A cold boot is not retried: its agent is simply
+ * not up yet. */
+static void on_hello_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct sbx *s = arg;
+    if (s->agent_ready || !s->op_id[0] || !s->vm || vm_state(s->vm) != VM_STATE_RUNNING)
+        return;
+    log_warn("sandbox.agent", "sandbox=%s event=hello_retry msg=\"no HELLO from the restored "
+             "agent within %d s: reconnecting\"", s->rec.id, SBX_HELLO_RETRY_S);
+    s->pending = NULL;
+    agentc_free(s->agent);
+    s->agent = NULL;
+    vm_agent_reconnect(s->vm); /* on_vm_agent: new connection, HELLO, timer re-armed */
+}
+
 static void on_vm_agent(struct vm *vm, int fd, void *arg)
 {
     struct sbx *s = arg;
@@ -250,6 +274,13 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
     s->agent_ready = false;
     s->pending = NULL;
     s->agent = agentc_new(s->sp->base, fd, &sbx_agent_cbs, s);
+    if (s->restored && s->op_id[0]) {
+        if (!s->hello_retry)
+            s->hello_retry = evtimer_new(s->sp->base, on_hello_retry, s);
+        struct timeval tv = {SBX_HELLO_RETRY_S, 0};
+        if (s->hello_retry)
+            event_add(s->hello_retry, &tv);
+    }
 }
 
 static void start_vm(struct sbx *s, const char *snapshot_dir);

@@ -25,6 +25,8 @@ static void sbx_free(struct sbx *s)
     agentc_free(s->agent);
     if (s->timer)
         event_free(s->timer);
+    if (s->hello_retry)
+        event_free(s->hello_retry);
     store_sbx_clear(&s->rec);
     free(s);
 }
