@@ -23,6 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* After a claim, the refill waits this long (ms) so it does not slow the claimed VM. */
+#define POOL_REFILL_DELAY_MS 250
+
 /* Longest wait between fill attempts after failures in a row (seconds). */
 #define POOL_RETRY_MAX_S 60
 
@@ -383,7 +386,13 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
         /* on_exit reaches the caller, who owns the VM now */
         vm_kill_reason(vm, VM_EXIT_CRASHED, "resume of a pooled VM failed");
     }
-    kick(p);
+    /* Refill a little later: starting the next clone (qemu-img, the jailed spawn, then a
+     * CPU-bound restore) right now would compete with this one's resume, handshake and
+     * first commands, which is the latency the pool exists to cut. */
+    if (!p->freeing && !p->fails) {
+        struct timeval tv = {0, POOL_REFILL_DELAY_MS * 1000};
+        event_add(p->refill, &tv);
+    }
     return vm;
 }
 

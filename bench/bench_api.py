@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""The platform's own overhead, end to end: what a client sees through spaced's HTTP API
+next to what the VM runtime alone takes for the same work, measured in one run.
+
+1. build/bench_vm (the VM runtime without spaced, see bench_vm.c) gives the runtime's
+   snapshot restore -> agent ready and warm-pool claim -> agent ready (p50).
+2. A real spaced (release build, default settings: jail on where possible) on a free
+   loopback port and a fresh data dir, without a pool: N creates of `base`, each timed
+   from POST /v1/sandboxes until its operation succeeded (restore from the template
+   snapshot + the agent's refresh), then deleted (timed the same way).
+3. The same spaced restarted with --pool 2: N creates claimed from the warm pool (each
+   waits until the pool is full again, as a client spreading its creates would see).
+4. In one sandbox: command round trips (session create + attach + `true` to its exit
+   event) and a 64 MiB file upload and download through the files API.
+
+It prints each figure with the accelerator, then the ratios: API create vs runtime
+restore, API create from the pool vs the runtime's claim. Not a test: it asserts nothing.
+
+Usage: python3 bench/bench_api.py [-n CREATES] [--rounds ROUNDS]  (as root, after `make
+programs templates`; `make build/bench_vm` is run when the binary is missing)."""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+from space import Client  # noqa: E402
+
+BUILD = os.path.join(ROOT, "build")
+GUEST = os.environ.get("SPACE_GUEST", os.path.join(BUILD, "guest"))
+FILE_MIB = 64
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_built():
+    for target in ("programs", "build/bench_vm"):
+        want = os.path.join(BUILD, "spaced" if target == "programs" else "bench_vm")
+        if not os.path.exists(want):
+            subprocess.run(["make", "-C", ROOT, target], check=True, stdout=subprocess.DEVNULL)
+
+
+def runtime_figures(n, claims):
+    """bench_vm's JSON line: the runtime's own restore and pool claim times."""
+    env = dict(os.environ, SPACE_GUEST=GUEST)
+    r = subprocess.run([os.path.join(BUILD, "bench_vm"), "-n", str(n), "-c", str(claims), "-j"],
+                       cwd=ROOT, env=env, capture_output=True, text=True)
+    sys.stdout.write(r.stdout)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        raise SystemExit("bench_vm failed")
+    return json.loads([l for l in r.stdout.splitlines() if l.startswith("{")][-1])
+
+
+class Daemon:
+    """A release spaced on a free port with its own data dir (kept across restarts)."""
+
+    def __init__(self):
+        self.data = tempfile.mkdtemp(prefix="bapi", dir="/tmp")
+        self.proc = None
+
+    def start(self, pool):
+        self.port = free_port()
+        self.log = open(os.path.join(self.data, "spaced.log"), "ab")
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD, "spaced"), "--listen", "127.0.0.1:%d" % self.port,
+             "--data-dir", self.data, "--guest-dir", GUEST, "--pool", str(pool)],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        url = "http://127.0.0.1:%d" % self.port
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+                    health = json.load(r)
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("spaced did not start; see %s/spaced.log" % self.data)
+                time.sleep(0.1)
+        with open(os.path.join(self.data, "admin.key")) as f:
+            self.client = Client(url, f.read().strip(), timeout=600)
+        return health
+
+    def metric(self, name):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return 0.0
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.log.close()
+            self.proc = None
+
+    def remove(self):
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def timed_create(c):
+    t0 = time.monotonic()
+    sbx = c.create(template="base", timeout=0)
+    return sbx, (time.monotonic() - t0) * 1000
+
+
+def timed_delete(sbx):
+    t0 = time.monotonic()
+    sbx.delete()
+    return (time.monotonic() - t0) * 1000
+
+
+def wait_snapshot(c):
+    """The first create of a shape makes the template's memory snapshot (in the
+    background); later creates restore from it. Returns once it exists."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        t = c.request("GET", "/v1/templates/base")["template"]
+        if t.get("snapshots", 0) >= 1:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the base template's snapshot never became ready")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=10, help="creates per mode (default 10)")
+    ap.add_argument("--rounds", type=int, default=20, help="command round trips (default 20)")
+    a = ap.parse_args()
+    ensure_built()
+    rt = runtime_figures(max(3, a.n // 2), 20)
+    acc = rt["accel"]
+    d = Daemon()
+    try:
+        health = d.start(pool=0)
+        acc_api = health.get("accel", "?")
+        c = d.client
+        first, first_ms = timed_create(c)  # may cold boot: not counted
+        timed_delete(first)
+        wait_snapshot(c)
+        restore_ms, delete_ms = [], []
+        for _ in range(a.n):
+            sbx, ms = timed_create(c)
+            restore_ms.append(ms)
+            delete_ms.append(timed_delete(sbx))
+
+        sbx, _ = timed_create(c)
+        rtt = []
+        for _ in range(a.rounds):
+            t0 = time.monotonic()
+            res = sbx.run("true")
+            rtt.append((time.monotonic() - t0) * 1000)
+            assert res.exit_code == 0, res
+        blob = os.urandom(1 << 20) * FILE_MIB
+        t0 = time.monotonic()
+        sbx.write_file("/home/user/bench.bin", blob)
+        up_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        back = sbx.read_file("/home/user/bench.bin")
+        down_s = time.monotonic() - t0
+        assert back == blob, "downloaded bytes differ"
+        sbx.delete()
+
+        d.stop()
+        d.start(pool=2)
+        c = d.client
+        pooled_ms = []
+        for _ in range(a.n):
+            deadline = time.monotonic() + 300
+            while d.metric("space_pool_ready") < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            sbx, ms = timed_create(c)
+            pooled_ms.append(ms)
+            timed_delete(sbx)
+    finally:
+        d.stop()
+        d.remove()
+
+    api50, pool50 = pct(restore_ms, 50), pct(pooled_ms, 50)
+    print()
+    print("spaced API (release build, jail %s, 1 vCPU / 256 MiB `base`), n=%d each:" %
+          ("on" if os.geteuid() == 0 else "off", a.n))
+    print("create by snapshot restore           [%s] p50 %8.1f ms  p95 %8.1f ms" %
+          (acc_api, api50, pct(restore_ms, 95)))
+    print("create from the warm pool            [%s] p50 %8.1f ms  p95 %8.1f ms" %
+          (acc_api, pool50, pct(pooled_ms, 95)))
+    print("delete                               [%s] p50 %8.1f ms" % (acc_api, pct(delete_ms, 50)))
+    print("command round trip (`true`)          [%s] p50 %8.1f ms  p95 %8.1f ms" %
+          (acc_api, pct(rtt, 50), pct(rtt, 95)))
+    print("files API %d MiB                     [%s] upload %.1f MiB/s, download %.1f MiB/s" %
+          (FILE_MIB, acc_api, FILE_MIB / up_s, FILE_MIB / down_s))
+    print("first create (cold boot + snapshot)  [%s] %8.1f ms" % (acc_api, first_ms))
+    print()
+    print("side by side, same run:")
+    print("API create vs runtime restore        [%s] %8.1f ms vs %8.1f ms: platform %+.1f ms (%+.0f%%)" %
+          (acc, api50, rt["restore_ms"], api50 - rt["restore_ms"],
+           100.0 * (api50 - rt["restore_ms"]) / rt["restore_ms"]))
+    print("API pooled create vs runtime claim   [%s] %8.1f ms vs %8.1f ms: platform %+.1f ms" %
+          (acc, pool50, rt["pool_p50_ms"], pool50 - rt["pool_p50_ms"]))
+    print("API create vs bare QEMU restore      [%s] %8.1f ms vs %8.1f ms: %.2fx" %
+          (acc, api50, rt["bare_restore_ms"], api50 / rt["bare_restore_ms"]))
+    print(json.dumps({"accel": acc_api, "api_create_restore_p50_ms": round(api50, 1),
+                      "api_create_pool_p50_ms": round(pool50, 1),
+                      "api_delete_p50_ms": round(pct(delete_ms, 50), 1),
+                      "exec_rtt_p50_ms": round(pct(rtt, 50), 1),
+                      "upload_mib_s": round(FILE_MIB / up_s, 1),
+                      "download_mib_s": round(FILE_MIB / down_s, 1), "runtime": rt}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
