@@ -6,11 +6,13 @@
  * Warm-up: a freshly restored QEMU has executed none of the guest's code yet; under TCG
  * every path runs through the translator the first time, which made the first agent
  * handshake after a claim take ~350 ms. So each pooled VM runs until its agent has
- * answered a HELLO on a connection the pool keeps, and is paused only then. The claim
+ * answered a HELLO on a connection the pool keeps and has run what every sandbox runs
+ * first (a refresh and a command, see warm_ops), and is paused only then. The claim
  * hands that live connection to the caller, whose own HELLO restarts the agent session
  * on the same stream (docs/agent-protocol.md), without waiting for the agent to notice a
  * new host. */
 #include "pool.h"
+#include "b64.h"
 #include "frame.h"
 #include "log.h"
 #include "vm_internal.h"
@@ -21,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 /* After a claim, the refill waits this long (ms) so it does not slow the claimed VM. */
@@ -42,7 +46,9 @@ struct pool_entry {
     struct event *agent_ev; /* owned: reads the agent's HELLO during warm-up */
     struct event *warm_timer; /* owned: per-attempt deadline of the warm-up handshake */
     unsigned warm_attempts;
-    uint8_t in[1024];     /* warm-up input (the agent's HELLO frame) */
+    int warm_greeted;     /* the agent answered this connection's HELLO */
+    unsigned warm_open;   /* warm-up channels (bit per WARM_CH_*) not yet closed */
+    uint8_t in[1024];     /* warm-up input not yet parsed */
     size_t in_len;
     pool_discard_cb discard; /* copied from the pool for the orphan case */
     void *arg;
@@ -156,6 +162,64 @@ static void on_entry_paused(struct vm *vm, int err, const char *msg, void *arg)
     kick(e->p);
 }
 
+/* Warm-up, after the HELLO: the operations every sandbox's first moments run, so their
+ * guest code (kernel and agent paths, /bin/sh) is translated here and not in the
+ * claimer's critical path (under TCG a clone executes nothing it did not translate
+ * itself: the first refresh took ~90 ms and the first command ~200 ms in a fresh clone,
+ * ~20 ms once warm). The claimer's refresh later sets the real clock, identity and more
+ * entropy; these channels are closed before the pause, and its HELLO resets the session. */
+#define WARM_CH_EXEC 1
+#define WARM_CH_REFRESH 3
+#define WARM_ALL ((1u << WARM_CH_EXEC) | (1u << WARM_CH_REFRESH))
+
+static int warm_send(int fd, uint32_t ch, const char *json)
+{
+    uint8_t msg[FRAME_HEADER_SIZE + 256];
+    size_t n = strlen(json);
+    if (n > sizeof(msg) - FRAME_HEADER_SIZE)
+        return -1;
+    frame_encode_header(msg, ch, FRAME_OPEN, FRAME_STREAM_NONE, (uint32_t)n);
+    memcpy(msg + FRAME_HEADER_SIZE, json, n);
+    return write(fd, msg, FRAME_HEADER_SIZE + n) == (ssize_t)(FRAME_HEADER_SIZE + n) ? 0 : -1;
+}
+
+static int warm_ops(struct pool_entry *e)
+{
+    uint8_t rnd[32];
+    char b64[64], req[200];
+    struct timespec now;
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        return -1;
+    b64_encode(rnd, sizeof(rnd), b64);
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(req, sizeof(req), "{\"op\":\"refresh\",\"time_ns\":%lld,\"entropy\":\"%s\"}",
+             (long long)now.tv_sec * 1000000000LL + now.tv_nsec, b64);
+    e->warm_open = WARM_ALL;
+    return warm_send(e->agent_fd, WARM_CH_EXEC, "{\"op\":\"exec\",\"cmd\":\"true\"}") == 0 &&
+                   warm_send(e->agent_fd, WARM_CH_REFRESH, req) == 0
+               ? 0
+               : -1;
+}
+
+/* One frame of the warm-up: 0 to go on, 1 when it is complete, -1 on a protocol breach. */
+static int warm_frame(struct pool_entry *e, const struct frame *f)
+{
+    if (!e->warm_greeted) {
+        if (f->type != FRAME_HELLO)
+            return -1;
+        e->warm_greeted = 1;
+        return warm_ops(e);
+    }
+    if (f->channel == 0)
+        return f->type == FRAME_HELLO ? 0 : -1; /* a late answer to an older HELLO */
+    if (f->channel != WARM_CH_EXEC && f->channel != WARM_CH_REFRESH)
+        return -1;
+    if (f->type == FRAME_CLOSE)
+        e->warm_open &= ~(1u << f->channel);
+    /* EVENT, EOF, ERROR on a warm-up channel: its outcome does not matter */
+    return e->warm_open ? 0 : 1;
+}
+
 static void on_entry_agent_input(evutil_socket_t fd, short what, void *arg)
 {
     struct pool_entry *e = arg;
@@ -167,17 +231,28 @@ static void on_entry_agent_input(evutil_socket_t fd, short what, void *arg)
     if (n < 0)
         return;
     e->in_len += (size_t)n;
-    struct frame f;
-    size_t used;
-    const char *why;
-    enum frame_parse_result r = frame_parse(e->in, e->in_len, &f, &used, &why);
-    if (r == FRAME_PARSE_MORE && e->in_len < sizeof(e->in))
-        return;
-    if (r != FRAME_PARSE_OK || f.type != FRAME_HELLO || used != e->in_len) {
-        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: agent did not answer HELLO");
+    size_t off = 0;
+    int rc = 0;
+    while (rc == 0) {
+        struct frame f;
+        size_t used;
+        const char *why;
+        enum frame_parse_result r = frame_parse(e->in + off, e->in_len - off, &f, &used, &why);
+        if (r == FRAME_PARSE_MORE)
+            break;
+        rc = r == FRAME_PARSE_OK ? warm_frame(e, &f) : -1;
+        off += used;
+    }
+    memmove(e->in, e->in + off, e->in_len - off);
+    e->in_len -= off;
+    /* done with bytes left over, or a frame too big for the buffer: not our agent */
+    if (rc < 0 || (rc == 1 && e->in_len) || (rc == 0 && e->in_len == sizeof(e->in))) {
+        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: unexpected agent output in warm-up");
         return;
     }
-    /* Handshake done: stop reading, so whatever comes next is the claimer's. */
+    if (rc == 0)
+        return;
+    /* Warm-up done: stop reading, so whatever comes next is the claimer's. */
     event_free(e->agent_ev);
     e->agent_ev = NULL;
     evtimer_del(e->warm_timer);
@@ -208,6 +283,8 @@ static void on_entry_agent(struct vm *vm, int fd, void *arg)
     entry_agent_close(e);
     e->agent_fd = fd;
     e->in_len = 0;
+    e->warm_greeted = 0;
+    e->warm_open = 0;
     frame_encode_header(msg, FRAME_CONTROL_CHANNEL, FRAME_HELLO, FRAME_STREAM_NONE,
                         sizeof(hello) - 1);
     memcpy(msg + FRAME_HEADER_SIZE, hello, sizeof(hello) - 1);
