@@ -156,11 +156,12 @@ def test_default_user_and_workdir_for_commands_and_files(spaced, tenant_a, built
         r = spaced.request("PUT", "/v1/sandboxes/%s/files?%s" % (sid, q), raw=b"x", key=tenant_a,
                            headers={"Content-Type": "application/octet-stream"})
         assert r.status == 200 and r.json["file"]["owner"] == "svc", r
-        # /root is root's: the default user cannot write there, and is told so
-        q = urllib.parse.urlencode({"path": "/root/denied.txt"})
-        r = spaced.request("PUT", "/v1/sandboxes/%s/files?%s" % (sid, q), raw=b"x", key=tenant_a,
+        # a relative path is under the default user's home (svc's is /srv)
+        q = urllib.parse.urlencode({"path": "rel-default.txt"})
+        r = spaced.request("PUT", "/v1/sandboxes/%s/files?%s" % (sid, q), raw=b"y", key=tenant_a,
                            headers={"Content-Type": "application/octet-stream"})
-        assert r.status == 403 and r.error_code() == "permission_denied", r
+        assert r.status == 200 and r.json["file"]["path"] == "/srv/rel-default.txt", r
+        assert r.json["file"]["owner"] == "svc", r
     finally:
         delete(spaced, sid, key=tenant_a)
 
