@@ -16,7 +16,6 @@
 #include "agent/ops.h"
 #include "agent/proc.h"
 #include "agent/req.h"
-#include "agent/req.h"
 #include "b64.h"
 
 #define SYS_ENTROPY_MIN 32
@@ -139,6 +138,9 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
     /* The default user must exist now: a template whose user is missing would otherwise
      * fail every later request with a confusing "unknown user". */
     struct agent_user du;
+    if (user && strlen(user) >= sizeof du.name)
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "default user over %zu bytes",
+                               sizeof du.name - 1);
     if (user && agent_user_lookup(user, &du) < 0)
         return agent_chan_fail(ch, FRAME_E_NOT_FOUND, "default user \"%.64s\" is not in /etc/passwd",
                                user);
