@@ -2,6 +2,7 @@
 #include "agent/users.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,8 @@ struct users_file {
 };
 
 static char users_dir[256] = "/etc";
-static char users_default[64] = "root";
-static char users_workdir[4096]; /* "" when none */
+static char users_default[sizeof ((struct agent_user *)0)->name] = "root";
+static char users_workdir[PATH_MAX]; /* "" when none */
 static struct users_file users_passwd = {.name = "passwd"};
 static struct users_file users_group = {.name = "group"};
 

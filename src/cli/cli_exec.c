@@ -1,5 +1,5 @@
-/* cli_exec.c: `space exec [-i] [-u USER] [-w DIR] ID -- CMD ARGS...`: creates a command session, attaches
- * to its event stream, writes stdout/stderr as they arrive, and exits with the command's
+/* cli_exec.c: `space exec [-i] [-u USER] [-w DIR] ID -- CMD ARGS...`: creates a command
+ * session (as USER in DIR, else the template's defaults), attaches to its event stream, writes stdout/stderr as they arrive, and exits with the command's
  * status. A dropped stream is re-attached with Last-Event-ID, so nothing is lost or
  * repeated. With -i, a child process streams our stdin into the command's stdin (and
  * closes it at EOF) once the command has started, while the parent follows the output. */

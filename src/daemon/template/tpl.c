@@ -223,7 +223,8 @@ int tpl_sandbox_refresh(struct spaced *sp, const char *template_name, const char
     struct tpl_info t;
     struct tpl_defaults d = {0};
     /* A template gone since the sandbox was made: its env and user are gone with it. */
-    if (tpl_lookup(sp, NULL, template_name, &t, NULL) == 0)
+    bool found = tpl_lookup(sp, NULL, template_name, &t, NULL) == 0;
+    if (found)
         tpl_defaults_load(t.dir, &d);
     json_t *env = d.env ? json_incref(d.env) : json_object();
     json_t *own = sandbox_env_json ? json_loads(sandbox_env_json, 0, NULL) : NULL;
@@ -231,9 +232,10 @@ int tpl_sandbox_refresh(struct spaced *sp, const char *template_name, const char
         json_object_update(env, own);
     json_decref(own);
     int rc = env && json_object_set_new(req, "env", env) == 0 ? 0 : -1;
-    if (rc == 0 && d.env)
-        rc = json_object_set_new(req, "user", json_string(d.user)) |
-             json_object_set_new(req, "workdir", json_string(d.workdir));
+    if (rc == 0 && found &&
+        (json_object_set_new(req, "user", json_string(d.user)) < 0 ||
+         json_object_set_new(req, "workdir", json_string(d.workdir)) < 0))
+        rc = -1;
     tpl_defaults_clear(&d);
     return rc;
 }

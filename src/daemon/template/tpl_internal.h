@@ -83,5 +83,4 @@ void tpl_tail_append(char *tail, size_t *len, size_t cap, const uint8_t *buf, si
 void tpl_tail_set_error(char *tail, size_t *len, size_t cap, const char *code,
                         const char *message);
 
-
 #endif

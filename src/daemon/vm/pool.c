@@ -64,8 +64,8 @@ struct pool {
     void *arg;
     struct pool_entry *entries;            /* owned list */
     int filling;                           /* an entry is being made */
-    unsigned fails;                        /* fills failed in a row (0 after a success) */
-    struct timeval retry_at;               /* loop clock: no fill before this while fails */
+    unsigned fails;                        /* fills failed in a row (0 after a success);
+                                              while > 0 only the backoff timer refills */
     int freeing;
     struct event *refill;                  /* owned */
 };
@@ -115,11 +115,20 @@ static void entry_discard(struct pool *p, struct pool_entry *e)
     free(e);
 }
 
-static void kick(struct pool *p)
+/* Refill now, or after delay_ms. During a backoff (fails > 0) the pending backoff timer
+ * is the only way in: a claim or an exit must not retry early. */
+static void kick_after(struct pool *p, unsigned delay_ms)
 {
-    if (!p->freeing)
+    if (p->freeing || p->fails)
+        return;
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+    if (delay_ms)
+        event_add(p->refill, &tv);
+    else
         event_active(p->refill, EV_TIMEOUT, 0);
 }
+
+static void kick(struct pool *p) { kick_after(p, 0); }
 
 /* A fill failed: try again after 1, 2, 4 ... POOL_RETRY_MAX_S seconds, so a template
  * that cannot be restored (or a host out of namespaces or disk) costs a restore a minute
@@ -131,9 +140,7 @@ static void backoff(struct pool *p, const char *why)
     if (s > POOL_RETRY_MAX_S)
         s = POOL_RETRY_MAX_S;
     p->fails++;
-    struct timeval now, tv = {.tv_sec = s};
-    event_base_gettimeofday_cached(p->base, &now);
-    evutil_timeradd(&now, &tv, &p->retry_at);
+    struct timeval tv = {.tv_sec = s};
     log_warn("pool.backoff", "failures=%u retry_in_s=%u msg=\"%s\"", p->fails, s, why);
     if (!p->freeing)
         event_add(p->refill, &tv);
@@ -357,13 +364,6 @@ static void refill(evutil_socket_t fd, short what, void *arg)
         have++;
     if (p->filling || p->freeing || have >= p->size)
         return;
-    if (p->fails) {
-        /* kicked (a claim, an exit) during a backoff: the pending timer retries */
-        struct timeval now;
-        event_base_gettimeofday_cached(p->base, &now);
-        if (evutil_timercmp(&now, &p->retry_at, <))
-            return;
-    }
     struct pool_entry *e = calloc(1, sizeof(*e));
     struct vm_config cfg = p->base_cfg;
     if (!e || p->prepare(&cfg, p->arg) != 0) {
@@ -466,10 +466,7 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
     /* Refill a little later: starting the next clone (qemu-img, the jailed spawn, then a
      * CPU-bound restore) right now would compete with this one's resume, handshake and
      * first commands, which is the latency the pool exists to cut. */
-    if (!p->freeing && !p->fails) {
-        struct timeval tv = {0, POOL_REFILL_DELAY_MS * 1000};
-        event_add(p->refill, &tv);
-    }
+    kick_after(p, POOL_REFILL_DELAY_MS);
     return vm;
 }
 
