@@ -163,6 +163,7 @@ test: deps
 	$(MAKE) unit-pg
 	$(MAKE) fuzz
 	$(PYTHON) deploy/check-manifests.py
+	$(PYTHON) scripts/check-includes.py
 	$(MAKE) TEMPLATES="base python" e2e
 
 run: deps
