@@ -194,17 +194,22 @@ static bool segment_after(const char *path, const char *prefix, char *id, size_t
     return true;
 }
 
-/* Forwards req to the node owning sandbox `id`; false (not taken) when the sandbox has
- * no row or no node, so the local routes answer (404). */
-static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char *id)
+/* Forwards req to the node owning sandbox `id` of tenant `tenant` (NULL: the node checks
+ * the request's capability itself); false (not taken) when the sandbox has no row,
+ * belongs to another tenant or has no node, so the local routes answer exactly as for
+ * an id that does not exist (404): nothing about the node or the sandbox's existence
+ * reaches a caller who does not own it. */
+static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
+                             const char *tenant)
 {
     struct store_sbx s;
     if (store_sbx_get(sp->store, id, &s) != 0)
         return false;
     char node[STORE_ID_MAX];
     snprintf(node, sizeof node, "%s", s.node);
+    bool mine = !tenant || strcmp(s.tenant, tenant) == 0;
     store_sbx_clear(&s);
-    if (!node[0])
+    if (!mine || !node[0])
         return false;
     struct store_node n;
     if (store_node_get(sp->store, node, &n) != 0) {
@@ -221,34 +226,69 @@ static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char
     return true;
 }
 
+/* The requests the control answers by placing or forwarding (everything else falls
+ * through to the local routes, which read the shared store). */
+static bool control_takes(const char *method, const char *path, char *id, size_t cap)
+{
+    return (strcmp(path, "/v1/sandboxes") == 0 && strcmp(method, "POST") == 0) ||
+           segment_after(path, "/v1/sandboxes/", id, cap) ||
+           segment_after(path, "/v1/operations/", id, cap) ||
+           (strncmp(path, "/v1/templates", 13) == 0 && strcmp(method, "GET") != 0 &&
+            strcmp(method, "HEAD") != 0);
+}
+
+/* A request on a session's routes (/v1/sandboxes/{id}/sessions/{sid}...) that presents
+ * something other than an API key: an attach token, as `?token=` or a bearer credential
+ * without the API-key prefix (see session/sess_token.h). */
+static bool attach_token_route(struct http_req *req, const char *path, const char *id)
+{
+    static const char sessions[] = "/sessions/";
+    size_t pre = strlen("/v1/sandboxes/") + strlen(id);
+    if (strncmp(path, "/v1/sandboxes/", 14) != 0 || strlen(path) <= pre + strlen(sessions) ||
+        strncmp(path + pre, sessions, strlen(sessions)) != 0)
+        return false;
+    const char *q = http_req_query(req, "token");
+    const char *key = auth_request_key(req);
+    return (q && *q) || (key && *key && strncmp(key, AUTH_SECRET_PREFIX, strlen(AUTH_SECRET_PREFIX)) != 0);
+}
+
 static bool control_hook(struct http_req *req, void *arg)
 {
     struct spaced *sp = arg;
-    const char *path = http_req_path(req);
+    const char *path = http_req_path(req), *method = http_req_method(req);
     char id[STORE_ID_MAX];
-    if (strcmp(path, "/v1/sandboxes") == 0 && strcmp(http_req_method(req), "POST") == 0) {
+    if (!control_takes(method, path, id, sizeof id))
+        return false;
+    /* A session's attach token (a capability the node minted with its own secret) can be
+     * checked only by that node: such requests are forwarded on the token alone, and the
+     * node refuses a bad token as it refuses it for an unknown session. */
+    if (attach_token_route(req, path, id))
+        return forward_to_owner(sp, req, id, NULL);
+    /* Authenticate before anything else: placement reveals node names and capacity, and
+     * forwarding reveals which ids exist and where. auth_require answers 401 itself. */
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return true;
+    if (strcmp(path, "/v1/sandboxes") == 0 && strcmp(method, "POST") == 0) {
         cluster_proxy(sp, req, NULL, choose_create);
         return true;
     }
     if (segment_after(path, "/v1/sandboxes/", id, sizeof id))
-        return forward_to_owner(sp, req, id);
+        return forward_to_owner(sp, req, id, who.tenant);
     /* A build would boot its VM here, on a daemon that runs none: not until templates
      * are built on (and shipped to) nodes. */
-    if (strncmp(path, "/v1/templates", 13) == 0 && strcmp(http_req_method(req), "GET") != 0 &&
-        strcmp(http_req_method(req), "HEAD") != 0) {
+    if (strncmp(path, "/v1/templates", 13) == 0) {
         http_reply_error(req, 501, "not_implemented",
                          "template builds are not available through --role=control yet; build on a single host");
         return true;
     }
-    if (segment_after(path, "/v1/operations/", id, sizeof id)) {
-        struct store_op op;
-        if (store_op_get(sp->store, id, &op) != 0)
-            return false;
-        snprintf(id, sizeof id, "%s", op.target);
-        store_op_clear(&op);
-        return forward_to_owner(sp, req, id);
-    }
-    return false;
+    struct store_op op;
+    if (store_op_get(sp->store, id, &op) != 0)
+        return false;
+    bool mine = strcmp(op.tenant, who.tenant) == 0;
+    snprintf(id, sizeof id, "%s", op.target);
+    store_op_clear(&op);
+    return mine && forward_to_owner(sp, req, id, who.tenant);
 }
 
 /* ---- GET /v1/nodes -------------------------------------------------------------------- */
