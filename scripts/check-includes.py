@@ -9,11 +9,11 @@ through any chain form a cycle: none of them can be read, built or tested alone.
 The goal is a graph without cycles (issue "A one-way daemon core"). Until the knot that
 exists today is undone, `scripts/include-cycles.allow` lists the folder edges that are
 part of a cycle now; the check fails when a cycle contains any edge not listed there, so
-no new cycle can appear, and it says which listed edges no longer exist so the list only
-shrinks.
+no new cycle can appear, and it fails too on listed edges that are no longer in a cycle,
+so the list only shrinks (a stale entry would let that edge close a cycle again unseen).
 
 Usage:
-  scripts/check-includes.py            check (exit 1 on a new cycle edge)
+  scripts/check-includes.py            check (exit 1 on a new cycle edge or a stale entry)
   scripts/check-includes.py --graph    print every folder edge with its include count
   scripts/check-includes.py --cycles   print the current cycle edges (the allow file format)
 """
@@ -156,7 +156,7 @@ def main(argv):
     for a, b in new:
         print(f"check-includes: NEW include cycle edge {a} -> {b}: a file in src/{a} "
               f"includes src/{b}, which (through other folders) includes src/{a}")
-    return 1 if new else 0
+    return 1 if new or gone else 0
 
 
 if __name__ == "__main__":

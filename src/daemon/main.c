@@ -18,7 +18,7 @@
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/e2b/e2b.h"
-#include "daemon/metrics.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/sandbox/sbx_jail.h"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "daemon/metrics.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
 #include "routes.h"

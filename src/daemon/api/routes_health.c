@@ -2,7 +2,10 @@
  * tenant data, and probes and scrapers must not need keys). */
 #include <stdlib.h>
 
-#include "daemon/metrics.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/ops/op.h"
+#include "daemon/sandbox/sbx_pool.h"
+#include "daemon/store/store.h"
 #include "daemon/vm/vm.h"
 #include "routes.h"
 
@@ -18,11 +21,28 @@ static void h_healthz(struct http_req *req, void *arg)
     json_decref(body);
 }
 
+static const char *kind_name(int k) { return op_kind_name((enum op_kind)k); }
+static const char *state_name(int s) { return op_state_name((enum op_state)s); }
+
+static void sandboxes_by_state(void *arg, void (*emit)(const char *, int64_t, void *), void *emit_arg)
+{
+    struct spaced *sp = arg;
+    store_sbx_count_by_state(sp->store, emit, emit_arg);
+}
+
 static void h_metrics(struct http_req *req, void *arg)
 {
     struct spaced *sp = arg;
     char *text = NULL;
-    long n = metrics_render(sp, &text);
+    struct metrics_view v = {
+        .op_kinds = OP_KIND_COUNT, .op_kind_name = kind_name,
+        .op_state_first_final = OP_SUCCEEDED, .op_states = OP_STATE_COUNT,
+        .op_state_name = state_name,
+        .sandboxes_by_state = sandboxes_by_state, .arg = sp,
+        .pool_ready = sbx_pools_ready(sp),
+        .uptime_s = (spaced_now_ms() - sp->started_ms) / 1000,
+    };
+    long n = metrics_render(sp->metrics, &v, &text);
     if (n < 0) {
         routes_reply_error(sp, req, 500, "internal", "cannot render metrics");
         return;

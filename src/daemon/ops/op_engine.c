@@ -8,11 +8,14 @@
 #include <string.h>
 
 #include "daemon/cluster/cluster.h"
-#include "daemon/metrics.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/template/tpl.h"
 #include "log.h"
 #include "op.h"
+
+_Static_assert(OP_KIND_COUNT <= METRICS_OP_KINDS && OP_STATE_COUNT <= METRICS_OP_STATES,
+               "metrics counters must have room for every operation kind and state");
 
 #define OP_TICK_MS 1000
 

@@ -8,7 +8,7 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/sandbox/sbx.h"
-#include "daemon/metrics.h"
+#include "daemon/metrics/metrics.h"
 #include "log.h"
 
 #define SESS_GC_PERIOD_S 30
