@@ -4,6 +4,8 @@
 #   scripts/pg-test-server.sh start DIR   initdb DIR/data, start it, print the connection string
 #   scripts/pg-test-server.sh url DIR     print the connection string again
 #   scripts/pg-test-server.sh stop DIR    stop it and delete DIR
+#   scripts/pg-test-server.sh pause DIR   stop the server, keep its data (an outage)
+#   scripts/pg-test-server.sh resume DIR  start it again after pause
 #
 # The server runs as the `postgres` user (initdb refuses root), listens on NO TCP address
 # (listen_addresses=''), only on a Unix socket in DIR readable by its owner (root can
@@ -18,7 +20,7 @@
 #   scripts/pg-test-server.sh stop /tmp/space-pg
 set -eu
 
-usage() { echo "usage: $0 start|url|stop DIR" >&2; exit 2; }
+usage() { echo "usage: $0 start|url|stop|pause|resume DIR" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 cmd=$1
 dir=$2
@@ -42,6 +44,12 @@ as_pg() {
 
 url() { echo "postgresql:///$db?host=$dir&port=$port&user=postgres"; }
 
+serve() {
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+        -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -p $port -c fsync=off" \
+        start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+}
+
 case $cmd in
 start)
     case $dir in /*) ;; *) echo "pg-test-server: DIR must be absolute" >&2; exit 2 ;; esac
@@ -53,9 +61,7 @@ start)
     [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
     as_pg "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
         { cat "$dir/initdb.log" >&2; exit 1; }
-    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c unix_socket_permissions=0700 -p $port -c fsync=off" \
-        start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    serve
     # A locale-aware default collation (ICU en-US orders "sb_" < "sba" < "sbA"), so a
     # query whose order silently depends on the database's locale fails the tests.
     as_pg "$bindir/createdb" -h "$dir" -p "$port" -U postgres -T template0 \
@@ -70,6 +76,12 @@ stop)
         as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
     fi
     rm -rf "$dir"
+    ;;
+pause)
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+    ;;
+resume)
+    serve
     ;;
 *)
     usage

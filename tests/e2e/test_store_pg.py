@@ -138,3 +138,51 @@ def test_sandbox_survives_kill9_on_postgres(pg_url):
         assert s.request("GET", "/v1/sandboxes/" + sid).status == 404
     finally:
         s.stop()
+
+
+def test_database_outage_is_503_never_401():
+    """PostgreSQL stopped under a running spaced: /healthz says the store is down (503),
+    authenticated calls get 503 store_unavailable with Retry-After (native and E2B
+    routes), never a 401 that would make a client drop a valid key; once the database is
+    back, the same key works again without restarting spaced. Needs its own server (the
+    outage would hit the other tests' databases)."""
+    if not shutil.which("psql"):
+        pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
+    d = tempfile.mkdtemp(prefix="space-e2e-pgdown-")
+    os.rmdir(d)
+    r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+        pytest.skip("PostgreSQL unavailable: scripts/pg-test-server.sh start failed: %s"
+                    % (r.stderr.strip() or r.stdout.strip()))
+    s = Spaced(GUEST)
+    try:
+        s.start(extra=["--store", r.stdout.strip()])
+        key = s.admin_key
+        h = s.request("GET", "/healthz", key=None)
+        assert h.status == 200 and h.json["store"] == "ok", h
+        assert s.request("GET", "/v1/sandboxes").status == 200
+
+        subprocess.run([PG_SCRIPT, "pause", d], check=True, capture_output=True, timeout=120)
+        h = s.request("GET", "/healthz", key=None)
+        assert h.status == 503 and h.json["status"] == "degraded", h
+        for path in ("/v1/sandboxes", "/v1/operations", "/v1/templates"):
+            r2 = s.request("GET", path)
+            assert r2.status == 503, r2
+            assert r2.json["error"]["code"] == "store_unavailable", r2
+            assert r2.headers.get("retry-after") == "1", r2
+            assert key not in r2.body.decode(), r2
+        r2 = s.request("GET", "/v2/sandboxes", key=None, headers={"X-API-Key": key})
+        assert r2.status == 503, r2
+        # A key that is malformed is still refused as such: no store is needed to know.
+        assert s.request("GET", "/v1/sandboxes", key="nope").status == 401
+
+        subprocess.run([PG_SCRIPT, "resume", d], check=True, capture_output=True, timeout=120)
+        deadline = time.monotonic() + 60
+        while s.request("GET", "/v1/sandboxes").status != 200:
+            assert time.monotonic() < deadline, s.log()
+            time.sleep(0.5)
+        assert s.request("GET", "/healthz", key=None).status == 200
+    finally:
+        s.stop()
+        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)

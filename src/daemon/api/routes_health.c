@@ -11,13 +11,20 @@
 
 #define SPACE_VERSION "0.1.0"
 
+/* 200 only when this daemon can serve: its store answers (a daemon whose database is
+ * gone would refuse every authenticated call, so a load balancer must stop sending). */
 static void h_healthz(struct http_req *req, void *arg)
 {
     struct spaced *sp = arg;
-    json_t *body = json_pack("{s:s, s:s, s:I, s:s}", "status", "ok", "version", SPACE_VERSION,
-                             "uptime_s", (json_int_t)((spaced_now_ms() - sp->started_ms) / 1000),
-                             "accel", vm_accel_name(vm_accel_resolve((enum vm_accel)sp->opt.accel)));
-    http_reply_json(req, 200, body);
+    bool store_ok = store_ping(sp->store) == 0;
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s}", "status", store_ok ? "ok" : "degraded",
+                             "version", SPACE_VERSION, "uptime_s",
+                             (json_int_t)((spaced_now_ms() - sp->started_ms) / 1000), "accel",
+                             vm_accel_name(vm_accel_resolve((enum vm_accel)sp->opt.accel)), "store",
+                             store_ok ? "ok" : store_errmsg(sp->store));
+    if (!store_ok)
+        http_reply_add_header(req, "Retry-After", "1");
+    http_reply_json(req, store_ok ? 200 : 503, body);
     json_decref(body);
 }
 

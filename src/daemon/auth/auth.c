@@ -150,9 +150,13 @@ int auth_check_key(struct auth *a, const char *key, struct auth_principal *who, 
     auth_hash_secret(key, hash);
     struct store_key k;
     int rc = store_key_by_hash(a->st, hash, &k);
-    if (rc != 0) {
-        snprintf(why, cap, rc == STORE_NOTFOUND ? "unknown API key" : "key lookup failed");
+    if (rc == STORE_NOTFOUND) {
+        snprintf(why, cap, "unknown API key");
         return -1;
+    }
+    if (rc != 0) {
+        snprintf(why, cap, "the store cannot be read (%s); retry later", store_errmsg(a->st));
+        return AUTH_E_STORE;
     }
     if (k.revoked_ms) {
         snprintf(why, cap, "API key %s was revoked", k.id);

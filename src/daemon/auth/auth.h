@@ -52,7 +52,10 @@ bool auth_require_admin(struct spaced *sp, struct http_req *req, struct auth_pri
 const char *auth_request_key(struct http_req *req);
 
 /* The check itself, without HTTP: key is the presented secret. Returns 0 and fills who,
- * or -1 with a reason in why[cap] ("unknown API key", "API key revoked", ...). */
+ * -1 with a reason in why[cap] ("unknown API key", "API key revoked", ...), or
+ * AUTH_E_STORE when the store could not be read (the key is neither good nor bad: the
+ * caller answers 503, never 401, so a client does not discard a valid key). */
+#define AUTH_E_STORE (-2)
 int auth_check_key(struct auth *a, const char *key, struct auth_principal *who, char *why,
                    size_t cap);
 

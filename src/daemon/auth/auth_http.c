@@ -31,7 +31,15 @@ bool auth_require(struct spaced *sp, struct http_req *req, struct auth_principal
         return false;
     }
     char why[160];
-    if (auth_check_key(sp->auth, key, who, why, sizeof why) < 0) {
+    int rc = auth_check_key(sp->auth, key, who, why, sizeof why);
+    if (rc == AUTH_E_STORE) {
+        char q[200];
+        log_error("auth.store", "msg=%s", log_quote(why, q, sizeof q));
+        http_reply_add_header(req, "Retry-After", "1");
+        http_reply_error(req, 503, "store_unavailable", "%s", why);
+        return false;
+    }
+    if (rc < 0) {
         char peer[80], reason[200];
         log_info("auth.denied", "peer=%s reason=%s", log_quote(http_req_peer(req), peer, sizeof peer),
                  log_quote(why, reason, sizeof reason));

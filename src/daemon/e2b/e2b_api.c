@@ -87,8 +87,9 @@ static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal 
         snprintf(buf, sizeof buf, "%s%s", AUTH_SECRET_PREFIX, key + 4);
         key = buf;
     }
-    if (auth_check_key(e->sp->auth, key, who, why, sizeof why) < 0) {
-        rest_error(req, 401, "%s", why);
+    int rc = auth_check_key(e->sp->auth, key, who, why, sizeof why);
+    if (rc < 0) {
+        rest_error(req, rc == AUTH_E_STORE ? 503 : 401, "%s", why);
         return false;
     }
     return true;

@@ -364,6 +364,11 @@ static int count_row(void *p, const char *const *cols, int ncols)
     return 0;
 }
 
+int store_ping(struct store *st)
+{
+    return q(st, "SELECT 1", NULL, 0, NULL, NULL) == 0 ? 0 : -1;
+}
+
 int store_sbx_count_by_state(struct store *st, void (*fn)(const char *, int64_t, void *), void *arg)
 {
     struct count_scan sc = {fn, arg};

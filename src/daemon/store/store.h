@@ -71,6 +71,8 @@ void store_close(struct store *st);
 const char *store_errmsg(struct store *st);
 /* "sqlite" or "postgresql". */
 const char *store_backend_name(const struct store *st);
+/* One trivial query: 0 when the store answers now, -1 (store_errmsg says why) when not. */
+int store_ping(struct store *st);
 
 /* Transactions: group several writes into one atomic commit ("intent first": the
  * sandbox's desired state and the operation row land together). Not nestable. */
