@@ -1,0 +1,172 @@
+"""No platform secret reaches a sandbox through the port proxies (docs/security.md,
+"Secrets and the port proxy").
+
+A recorder in the guest (python template: an HTTP/1.1 server that appends every request
+head and body it receives to a file and answers "ok", keep-alive included) is reached
+through every route that forwards to a sandbox port: the native
+/v1/sandboxes/{id}/ports/{port}/..., E2B Host routing ("<port>-<id>.<domain>") and E2B
+headers (E2b-Sandbox-Id / E2b-Sandbox-Port) on spaced's own port, and both forms on the
+sandbox-port listener (a byte pipe), with second requests on a keep-alive connection
+and a request body in between. Every request carries every credential form spaced
+accepts (Authorization Bearer, X-API-Key in our and E2B's key format, the node token,
+E2B's access and traffic tokens, Proxy-Authorization) and a field the Connection header
+names. The test then searches what the guest recorded for the secret values (not just
+the header names) and checks every probe did arrive. The control -> node leg is in
+test_cluster.py."""
+import secrets
+import socket
+import time
+
+import pytest
+
+import spacedlib
+from spacedlib import Spaced, session_output
+
+PORT = 8000
+RECORD = "/tmp/heads.log"
+
+RECORDER = r"""
+import http.server, socketserver
+
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def log_message(self, *a): pass
+    def handle_one(self):
+        n = int(self.headers.get('Content-Length') or 0)
+        body = self.rfile.read(n) if n else b''
+        with open('%s', 'ab') as f:
+            f.write(self.requestline.encode() + b'\n' + bytes(self.headers) + body + b'\n----\n')
+        self.send_response(200)
+        self.send_header('Content-Length', '2')
+        self.end_headers()
+        self.wfile.write(b'ok')
+    do_GET = do_POST = handle_one
+
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+S(('127.0.0.1', %d), H).serve_forever()
+""" % (RECORD, PORT)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    why = spacedlib.vm_missing()
+    if why:
+        pytest.skip(why)
+    listen = "127.0.0.1:%d" % spacedlib.free_port()
+    node_token = secrets.token_hex(16)
+    env = {"SPACE_E2B_PORT_LISTEN": listen, "SPACE_NODE_TOKEN": node_token}
+    s = Spaced(spacedlib.GUEST).start(env=env)
+    try:
+        r = s.create({"template": "python", "timeout": 0})
+        op = s.wait_op(r["operation"]["id"])
+        assert op["state"] == "succeeded", op
+        sid = r["sandbox"]["id"]
+        out, code = session_output(s, sid, "cat > /tmp/rec.py <<'X'\n%s\nX\n"
+                                   "(setsid python3 /tmp/rec.py </dev/null >/tmp/rec.err 2>&1 &)" % RECORDER)
+        assert code == 0, out
+        deadline = time.time() + 120
+        while True:
+            r = s.request("GET", "/v1/sandboxes/%s/ports/%d/warmup" % (sid, PORT))
+            if r.status == 200 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert r.status == 200 and r.body == b"ok", r
+        yield s, sid, listen, node_token
+    finally:
+        s.stop()
+
+
+def secret_headers(key, node_token):
+    """Every credential form, each with its own value; returns (headers, secret values)."""
+    vals = {"access": secrets.token_hex(16), "traffic": secrets.token_hex(16),
+            "proxy": secrets.token_hex(16), "private": secrets.token_hex(16)}
+    headers = [
+        ("Authorization", "Bearer " + key),
+        ("X-API-Key", key),
+        ("X-API-KEY", "e2b_" + key[len("space_"):]),
+        ("X-Space-Node-Token", node_token),
+        ("X-Access-Token", vals["access"]),
+        ("e2b-traffic-access-token", vals["traffic"]),
+        ("Proxy-Authorization", "Basic " + vals["proxy"]),
+        ("Connection", "keep-alive, X-Private-Hop"),
+        ("X-Private-Hop", vals["private"]),
+    ]
+    # The key's hex part also covers the E2B form; the node token is searched as is.
+    return headers, [key[len("space_"):], node_token] + list(vals.values())
+
+
+def exchange(addr, requests):
+    """Sends each (method, target, headers, body) on one connection, in turn, reading
+    each response (Content-Length framed) before the next. Returns the statuses."""
+    host, port = addr
+    statuses = []
+    with socket.create_connection((host, port), timeout=60) as c:
+        f = c.makefile("rb")
+        for method, target, headers, body in requests:
+            head = "%s %s HTTP/1.1\r\n" % (method, target)
+            head += "".join("%s: %s\r\n" % kv for kv in headers)
+            if body:
+                head += "Content-Length: %d\r\n" % len(body)
+            c.sendall(head.encode() + b"\r\n" + body)
+            status = f.readline().split()[1]
+            length = 0
+            while True:
+                line = f.readline()
+                assert line, "connection closed mid-response"
+                if line in (b"\r\n", b"\n"):
+                    break
+                k, _, v = line.decode().partition(":")
+                if k.strip().lower() == "content-length":
+                    length = int(v)
+            f.read(length)
+            statuses.append(int(status))
+    return statuses
+
+
+def test_no_secret_reaches_the_guest(setup):
+    s, sid, listen, node_token = setup
+    key = s.admin_key
+    sec, values = secret_headers(key, node_token)
+    api = ("127.0.0.1", s.port)
+    lh, lp = listen.rsplit(":", 1)
+    pipe = (lh, int(lp))
+    host = [("Host", "%d-%s.example.test" % (PORT, sid))]
+    e2bh = [("Host", "x"), ("E2b-Sandbox-Id", sid), ("E2b-Sandbox-Port", str(PORT))]
+    native = "/v1/sandboxes/%s/ports/%d" % (sid, PORT)
+    probes = []
+
+    def req(route, headers, method="GET", body=b""):
+        name = "probe-%d-%s" % (len(probes), route)
+        probes.append(name)
+        return (method, "/" + name if not route.startswith("native") else native + "/" + name,
+                headers + [("X-Probe", name)] + sec, body)
+
+    runs = [
+        (api, [req("native", [("Host", "api")]), req("native-ka", [("Host", "api")], "POST", b"body"),
+               req("native-ka2", [("Host", "api")])]),
+        # Authenticated by X-API-Key alone (the Authorization header is then a second form).
+        (api, [req("native-xkey", [("Host", "api")])]),
+        (api, [req("e2b-host", host), req("e2b-host-ka", host, "POST", b"body"), req("e2b-host-ka2", host)]),
+        (api, [req("e2b-headers", e2bh), req("e2b-headers-ka", e2bh)]),
+        (pipe, [req("pipe-host", host), req("pipe-host-ka", host, "POST", b"body"), req("pipe-host-ka2", host)]),
+        (pipe, [req("pipe-headers", e2bh), req("pipe-headers-ka", e2bh, "POST", b"body"),
+                req("pipe-headers-ka2", e2bh)]),
+    ]
+    for addr, reqs in runs:
+        assert exchange(addr, reqs) == [200] * len(reqs), reqs[0][1]
+    out, code = session_output(s, sid, "cat " + RECORD)
+    assert code == 0, out
+    got = out.decode(errors="replace")
+    for p in probes:
+        assert p in got, "probe %s never reached the guest:\n%s" % (p, got)
+    assert got.count("body") >= 4, got  # request bodies between keep-alive requests arrived
+    leaked = [v for v in values if v in got]
+    assert not leaked, "secrets reached the guest:\n%s" % got
+    # No such field either (the pipe keeps the Connection field itself, naming X-Private-Hop:
+    # that connection is end to end with the guest server).
+    fields = {line.split(":", 1)[0].strip().lower() for line in got.splitlines() if ":" in line}
+    for name in ("authorization", "x-api-key", "x-space-node-token", "x-access-token",
+                 "e2b-traffic-access-token", "proxy-authorization", "x-private-hop"):
+        assert name not in fields, "%s reached the guest:\n%s" % (name, got)
