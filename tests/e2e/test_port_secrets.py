@@ -32,8 +32,18 @@ class H(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     def log_message(self, *a): pass
     def handle_one(self):
-        n = int(self.headers.get('Content-Length') or 0)
-        body = self.rfile.read(n) if n else b''
+        body = b''
+        if self.headers.get('Transfer-Encoding', '').lower() == 'chunked':
+            while True:
+                n = int(self.rfile.readline().split(b';')[0], 16)
+                if n == 0:
+                    while self.rfile.readline() not in (b'\r\n', b''): pass
+                    break
+                body += self.rfile.read(n)
+                self.rfile.readline()
+        else:
+            n = int(self.headers.get('Content-Length') or 0)
+            body = self.rfile.read(n) if n else b''
         with open('%s', 'ab') as f:
             f.write(self.requestline.encode() + b'\n' + bytes(self.headers) + body + b'\n----\n')
         self.send_response(200)
@@ -47,6 +57,39 @@ class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 S(('127.0.0.1', %d), H).serve_forever()
 """ % (RECORD, PORT)
+
+
+def start_recorder(s, sid):
+    """Starts the recorder in sandbox sid (python template) and waits until it answers
+    through the native route of daemon s."""
+    out, code = session_output(s, sid, "cat > /tmp/rec.py <<'X'\n%s\nX\n"
+                               "(setsid python3 /tmp/rec.py </dev/null >/tmp/rec.err 2>&1 &)" % RECORDER)
+    assert code == 0, out
+    deadline = time.time() + 120
+    while True:
+        r = s.request("GET", "/v1/sandboxes/%s/ports/%d/warmup" % (sid, PORT))
+        if r.status == 200 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.status == 200 and r.body == b"ok", r
+
+
+def assert_nothing_leaked(s, sid, probes, values):
+    """Every probe reached the recorder in sid, no secret value nor credential field did."""
+    out, code = session_output(s, sid, "cat " + RECORD)
+    assert code == 0, out
+    got = out.decode(errors="replace")
+    for p in probes:
+        assert p in got, "probe %s never reached the guest:\n%s" % (p, got)
+    leaked = [v for v in values if v in got]
+    assert not leaked, "secrets reached the guest:\n%s" % got
+    # No such field either (the pipe keeps the Connection field itself, naming X-Private-Hop:
+    # that connection is end to end with the guest server).
+    fields = {line.split(":", 1)[0].strip().lower() for line in got.splitlines() if ":" in line}
+    for name in ("authorization", "x-api-key", "x-space-node-token", "x-access-token",
+                 "e2b-traffic-access-token", "proxy-authorization", "x-private-hop"):
+        assert name not in fields, "%s reached the guest:\n%s" % (name, got)
+    return got
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +106,7 @@ def setup():
         op = s.wait_op(r["operation"]["id"])
         assert op["state"] == "succeeded", op
         sid = r["sandbox"]["id"]
-        out, code = session_output(s, sid, "cat > /tmp/rec.py <<'X'\n%s\nX\n"
-                                   "(setsid python3 /tmp/rec.py </dev/null >/tmp/rec.err 2>&1 &)" % RECORDER)
-        assert code == 0, out
-        deadline = time.time() + 120
-        while True:
-            r = s.request("GET", "/v1/sandboxes/%s/ports/%d/warmup" % (sid, PORT))
-            if r.status == 200 or time.time() > deadline:
-                break
-            time.sleep(0.5)
-        assert r.status == 200 and r.body == b"ok", r
+        start_recorder(s, sid)
         yield s, sid, listen, node_token
     finally:
         s.stop()
@@ -107,7 +141,7 @@ def exchange(addr, requests):
         for method, target, headers, body in requests:
             head = "%s %s HTTP/1.1\r\n" % (method, target)
             head += "".join("%s: %s\r\n" % kv for kv in headers)
-            if body:
+            if body and not any(k.lower() == "transfer-encoding" for k, _ in headers):
                 head += "Content-Length: %d\r\n" % len(body)
             c.sendall(head.encode() + b"\r\n" + body)
             status = f.readline().split()[1]
@@ -137,36 +171,49 @@ def test_no_secret_reaches_the_guest(setup):
     native = "/v1/sandboxes/%s/ports/%d" % (sid, PORT)
     probes = []
 
-    def req(route, headers, method="GET", body=b""):
+    def req(route, headers, method="GET", body=b"", drop=()):
         name = "probe-%d-%s" % (len(probes), route)
         probes.append(name)
         return (method, "/" + name if not route.startswith("native") else native + "/" + name,
-                headers + [("X-Probe", name)] + sec, body)
+                headers + [("X-Probe", name)] + [kv for kv in sec if kv[0] not in drop], body)
+
+    chunked = [("Transfer-Encoding", "chunked")]
+    chunks = b"4\r\nbody\r\n0\r\n\r\n"
 
     runs = [
         (api, [req("native", [("Host", "api")]), req("native-ka", [("Host", "api")], "POST", b"body"),
                req("native-ka2", [("Host", "api")])]),
         # Authenticated by X-API-Key alone (the Authorization header is then a second form).
-        (api, [req("native-xkey", [("Host", "api")])]),
+        (api, [req("native-xkey", [("Host", "api")], drop=("Authorization",))]),
         (api, [req("e2b-host", host), req("e2b-host-ka", host, "POST", b"body"), req("e2b-host-ka2", host)]),
         (api, [req("e2b-headers", e2bh), req("e2b-headers-ka", e2bh)]),
         (pipe, [req("pipe-host", host), req("pipe-host-ka", host, "POST", b"body"), req("pipe-host-ka2", host)]),
-        (pipe, [req("pipe-headers", e2bh), req("pipe-headers-ka", e2bh, "POST", b"body"),
+        (pipe, [req("pipe-headers", e2bh), req("pipe-headers-ka", e2bh + chunked, "POST", chunks),
                 req("pipe-headers-ka2", e2bh)]),
     ]
     for addr, reqs in runs:
         assert exchange(addr, reqs) == [200] * len(reqs), reqs[0][1]
-    out, code = session_output(s, sid, "cat " + RECORD)
-    assert code == 0, out
-    got = out.decode(errors="replace")
-    for p in probes:
-        assert p in got, "probe %s never reached the guest:\n%s" % (p, got)
+    got = assert_nothing_leaked(s, sid, probes, values)
     assert got.count("body") >= 4, got  # request bodies between keep-alive requests arrived
-    leaked = [v for v in values if v in got]
-    assert not leaked, "secrets reached the guest:\n%s" % got
-    # No such field either (the pipe keeps the Connection field itself, naming X-Private-Hop:
-    # that connection is end to end with the guest server).
-    fields = {line.split(":", 1)[0].strip().lower() for line in got.splitlines() if ":" in line}
-    for name in ("authorization", "x-api-key", "x-space-node-token", "x-access-token",
-                 "e2b-traffic-access-token", "proxy-authorization", "x-private-hop"):
-        assert name not in fields, "%s reached the guest:\n%s" % (name, got)
+
+
+def test_pipe_ends_at_a_refused_upgrade(setup):
+    """After an Upgrade request the guest did not switch (answers 200), the pipe sends
+    nothing more up: a later head on that connection could not be told from upgraded
+    bytes, so it is neither cleaned nor forwarded."""
+    s, sid, listen, node_token = setup
+    sec, values = secret_headers(s.admin_key, node_token)
+    lh, lp = listen.rsplit(":", 1)
+    host = "Host: %d-%s.example.test\r\n" % (PORT, sid)
+    first = "GET /upgrade-refused HTTP/1.1\r\n" + host + "Connection: Upgrade\r\nUpgrade: x\r\n\r\n"
+    second = ("GET /after-refused HTTP/1.1\r\n" + host +
+              "".join("%s: %s\r\n" % kv for kv in sec) + "\r\n")
+    with socket.create_connection((lh, int(lp)), timeout=60) as c:
+        c.sendall(first.encode())
+        f = c.makefile("rb")
+        assert f.readline().split()[1] == b"200"
+        c.sendall(second.encode())
+        rest = f.read()  # the connection ends: nothing answers the second request
+    assert rest.count(b"HTTP/1.") == 0, rest
+    got = assert_nothing_leaked(s, sid, ["upgrade-refused"], values)
+    assert "after-refused" not in got, got
