@@ -12,7 +12,11 @@ accepts (Authorization Bearer, X-API-Key in our and E2B's key format, the node t
 E2B's access and traffic tokens, Proxy-Authorization) and a field the Connection header
 names. The test then searches what the guest recorded for the secret values (not just
 the header names) and checks every probe did arrive. The control -> node leg is in
-test_cluster.py."""
+test_cluster.py.
+
+Private ports ("ports": {"public": false}): every route needs the sandbox's traffic token
+(e2b-traffic-access-token), which never reaches the guest either, and a missing or wrong
+token is answered exactly like a sandbox id that does not exist."""
 import secrets
 import socket
 import time
@@ -59,15 +63,15 @@ S(('127.0.0.1', %d), H).serve_forever()
 """ % (RECORD, PORT)
 
 
-def start_recorder(s, sid):
+def start_recorder(s, sid, headers=None):
     """Starts the recorder in sandbox sid (python template) and waits until it answers
-    through the native route of daemon s."""
+    through the native route of daemon s (headers: added to that request)."""
     out, code = session_output(s, sid, "cat > /tmp/rec.py <<'X'\n%s\nX\n"
                                "(setsid python3 /tmp/rec.py </dev/null >/tmp/rec.err 2>&1 &)" % RECORDER)
     assert code == 0, out
     deadline = time.time() + 120
     while True:
-        r = s.request("GET", "/v1/sandboxes/%s/ports/%d/warmup" % (sid, PORT))
+        r = s.request("GET", "/v1/sandboxes/%s/ports/%d/warmup" % (sid, PORT), headers=headers)
         if r.status == 200 or time.time() > deadline:
             break
         time.sleep(0.5)
@@ -107,6 +111,7 @@ def setup():
         assert op["state"] == "succeeded", op
         sid = r["sandbox"]["id"]
         start_recorder(s, sid)
+        s.port_listen = listen
         yield s, sid, listen, node_token
     finally:
         s.stop()
@@ -217,3 +222,79 @@ def test_pipe_ends_at_a_refused_upgrade(setup):
     assert rest.count(b"HTTP/1.") == 0, rest
     got = assert_nothing_leaked(s, sid, ["upgrade-refused"], values)
     assert "after-refused" not in got, got
+
+
+TOKEN = "e2b-traffic-access-token"
+
+
+def test_private_ports_option_is_checked(setup):
+    s, sid, _, _ = setup
+    r = s.request("GET", "/v1/sandboxes/" + sid)
+    assert r.status == 200 and r.json["sandbox"]["ports"] == {"public": True}, r
+    for bad in ({"public": "no"}, {"publik": False}, {"public": False, "x": 1}, [], True):
+        r = s.request("POST", "/v1/sandboxes", {"template": "python", "ports": bad})
+        assert r.status == 400 and "ports must be" in r.json["error"]["message"], (bad, r)
+
+
+def _strip(body, sid):
+    return body.replace(sid.encode(), b"<id>")
+
+
+def test_private_ports_need_the_traffic_token(setup):
+    s, _, listen, node_token = setup
+    r = s.create({"template": "python", "timeout": 0, "ports": {"public": False}})
+    sid = r["sandbox"]["id"]
+    token = r["sandbox"]["ports"]["traffic_access_token"]
+    assert r["sandbox"]["ports"]["public"] is False and len(token) > 32, r
+    assert s.wait_op(r["operation"]["id"])["state"] == "succeeded"
+    got = s.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["ports"]
+    assert got == {"public": False, "traffic_access_token": token}, got
+    start_recorder(s, sid, headers={TOKEN: token})
+    ghost = "sb" + "0" * 16
+    wrong = token[:-4] + ("0000" if not token.endswith("0000") else "1111")
+    lh, lp = listen.rsplit(":", 1)
+    pipe = (lh, int(lp))
+
+    def native(box, tok, key="admin"):
+        h = {TOKEN: tok} if tok else {}
+        return s.request("GET", "/v1/sandboxes/%s/ports/%d/n" % (box, PORT), headers=h, key=key)
+
+    def e2b(box, tok, addr, by_host=True):
+        h = [("Host", "%d-%s.example.test" % (PORT, box))] if by_host else \
+            [("Host", "x"), ("E2b-Sandbox-Id", box), ("E2b-Sandbox-Port", str(PORT))]
+        if tok:
+            h.append((TOKEN, tok))
+        with socket.create_connection(addr, timeout=60) as c:
+            head = "GET /e HTTP/1.1\r\n" + "".join("%s: %s\r\n" % kv for kv in h) + \
+                "Connection: close\r\n\r\n"
+            c.sendall(head.encode())
+            data = b""
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                data += d
+        status = int(data.split(b" ", 2)[1])
+        return status, _strip(data.split(b"\r\n\r\n", 1)[1], box)
+
+    # Native route: the owner's API key is not enough; without the token, or with a wrong
+    # one, the answer is the unknown sandbox's, byte for byte (id aside). Without an API
+    # key it is the same 401 for every id.
+    unknown = native(ghost, None)
+    assert unknown.status == 404, unknown
+    for tok in (None, wrong, token + "x", ""):
+        r = native(sid, tok)
+        assert (r.status, _strip(r.body, sid)) == (404, _strip(unknown.body, ghost)), (tok, r)
+    assert native(sid, token).status == 200
+    assert native(sid, token, key=None).status == native(ghost, token, key=None).status == 401
+    # E2B routes on spaced's own port and on the listener: same rule, no API key involved.
+    for addr in (("127.0.0.1", s.port), pipe):
+        for by_host in (True, False):
+            nobody = e2b(ghost, None, addr, by_host)
+            assert nobody[0] == 502, nobody
+            for tok in (None, wrong):
+                assert e2b(sid, tok, addr, by_host) == nobody, (addr, by_host, tok)
+            assert e2b(sid, token, addr, by_host) == (200, b"ok"), (addr, by_host)
+    # The token itself never reached the guest.
+    assert_nothing_leaked(s, sid, [], [token.split(".")[-1], node_token])
+    s.request("DELETE", "/v1/sandboxes/" + sid)

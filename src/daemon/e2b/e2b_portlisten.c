@@ -32,7 +32,8 @@
  * Failures before any byte reached the client are answered as HTTP (400 bad head, 431
  * head too large, 502 unknown sandbox / refused port / agent error, 408 head too slow)
  * with E2B's REST error body, then the connection closes; a bad later head just closes
- * it. Like E2B's public sandbox URLs, no token is needed. */
+ * it. Like E2B's public sandbox URLs, no token is needed, unless the sandbox's ports
+ * are private (sbx_traffic.c): then the first head must carry its traffic token. */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -343,8 +344,11 @@ static bool pl_route(struct pl_conn *c, const struct http_head *h)
         pl_fail(c, 400, "Host must be <port>-<sandbox id>.<domain>");
         return false;
     }
+    /* Private ports: the first head carries the traffic token, which binds the whole
+     * connection; without it the answer is the one for an unknown sandbox. */
     struct sbx *s = sbx_find(c->e->sp, NULL, id);
-    struct agentc *a = s ? sbx_agent(s) : NULL;
+    struct agentc *a = s && sbx_traffic_allowed(s, head_field(h, HH_TRAFFIC_TOKEN_HEADER))
+                           ? sbx_agent(s) : NULL;
     if (!a) {
         pl_fail(c, 502, "sandbox %.64s is not running", id);
         return false;

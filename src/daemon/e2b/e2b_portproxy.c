@@ -22,7 +22,9 @@
  * under backpressure, with this struct left as the channel's callback forwarder. Guest
  * bytes arriving between the 101 and the hand-over are kept (their credit is held, so
  * they are bounded by the agent's initial window). Any other answer is relayed as a
- * normal response. Like E2B's public sandbox URLs, these requests need no token.
+ * normal response. Like E2B's public sandbox URLs, these requests need no token, unless
+ * the sandbox's ports are private (sbx_traffic.c): then its traffic token, and without
+ * it the answer is the one for an unknown sandbox.
  *
  * No platform secret reaches the guest: request_head drops every credential spaced
  * consumes and every hop-by-hop field (http_hdr.h), on both routes. */
@@ -487,8 +489,10 @@ bool e2b_is_upgrade(const char *connection, const char *upgrade)
 
 void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port)
 {
+    /* A private sandbox without its traffic token gets the unknown sandbox's answer. */
     struct sbx *s = sbx_find(e->sp, NULL, id);
-    struct agentc *a = s ? sbx_agent(s) : NULL;
+    struct agentc *a = s && sbx_traffic_allowed(s, http_req_header(req, HH_TRAFFIC_TOKEN_HEADER))
+                           ? sbx_agent(s) : NULL;
     if (!a) {
         e2b_reply_rest_error(req, 502, "sandbox %s is not running", id);
         return;
