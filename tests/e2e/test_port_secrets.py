@@ -298,3 +298,25 @@ def test_private_ports_need_the_traffic_token(setup):
     # The token itself never reached the guest.
     assert_nothing_leaked(s, sid, [], [token.split(".")[-1], node_token])
     s.request("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_pipe_rewrites_tight_fields(setup):
+    """Fields sent as "name:value" (no space) come out as "name: value", longer than they
+    came in: the re-sent head is sized for that (ASan build), and the credential among
+    them is still dropped."""
+    s, sid, listen, _ = setup
+    lh, lp = listen.rsplit(":", 1)
+    head = ("GET /tight HTTP/1.1\r\nHost:%d-%s.example.test\r\n" % (PORT, sid) +
+            "".join("X-T%d:v\r\n" % i for i in range(90)) + "X-API-Key:" + s.admin_key +
+            "\r\nConnection:close\r\n\r\n")
+    with socket.create_connection((lh, int(lp)), timeout=60) as c:
+        c.sendall(head.encode())
+        data = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            data += d
+    assert data.startswith(b"HTTP/1.1 200"), data
+    got = assert_nothing_leaked(s, sid, ["/tight"], [s.admin_key[len("space_"):]])
+    assert "X-T89: v" in got, got

@@ -367,21 +367,25 @@ static bool pl_route(struct pl_conn *c, const struct http_head *h)
 /* The head re-serialised for the guest without credentials or the fields Connection
  * names for this hop (Connection, Upgrade and the framing fields stay: they are the
  * guest server's business on this end-to-end connection). Caller frees. */
-static char *pl_clean_head(const struct http_head *h, size_t head_len, size_t *outlen)
+static char *pl_clean_head(const struct http_head *h, size_t *outlen)
 {
-    char *out = malloc(head_len + 1);
+    /* Sized from the parsed parts: "name:value" comes out as "name: value". */
+    size_t cap = strlen(h->method) + strlen(h->target) + 16;
+    for (unsigned i = 0; i < h->nfields; i++)
+        cap += strlen(h->fields[i].name) + strlen(h->fields[i].value) + 4;
+    char *out = malloc(cap + 3);
     if (!out)
         return NULL;
     const char *connection = head_field(h, "Connection");
-    size_t n = (size_t)snprintf(out, head_len + 1, "%s %s HTTP/1.%d\r\n", h->method, h->target,
+    size_t n = (size_t)snprintf(out, cap, "%s %s HTTP/1.%d\r\n", h->method, h->target,
                                 h->version_minor);
     for (unsigned i = 0; i < h->nfields; i++) {
         const char *name = h->fields[i].name;
         if (hh_credential(name) || (hh_hop_by_hop(name, connection) && !hh_hop_by_hop(name, NULL)))
             continue;
-        n += (size_t)snprintf(out + n, head_len + 1 - n, "%s: %s\r\n", name, h->fields[i].value);
+        n += (size_t)snprintf(out + n, cap + 3 - n, "%s: %s\r\n", name, h->fields[i].value);
     }
-    n += (size_t)snprintf(out + n, head_len + 1 - n, "\r\n");
+    n += (size_t)snprintf(out + n, cap + 3 - n, "\r\n");
     *outlen = n;
     return out;
 }
@@ -418,7 +422,7 @@ static int pl_next_head(struct pl_conn *c)
         http_head_free(&h);
         return -1;
     }
-    if (!(clean = pl_clean_head(&h, head_len, &n))) {
+    if (!(clean = pl_clean_head(&h, &n))) {
         http_head_free(&h);
         pl_fail(c, 500, "out of memory");
         return -1;
