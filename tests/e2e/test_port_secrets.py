@@ -320,3 +320,28 @@ def test_pipe_rewrites_tight_fields(setup):
     assert data.startswith(b"HTTP/1.1 200"), data
     got = assert_nothing_leaked(s, sid, ["/tight"], [s.admin_key[len("space_"):]])
     assert "X-T89: v" in got, got
+
+
+def test_private_ports_survive_a_restart(need_vm, fresh_spaced):
+    """The flag is in the store and the token derives from <data-dir>/token.secret: after
+    spaced is killed and restarted (adopting the VM), the same token opens the port and
+    its absence is still the unknown sandbox's 404."""
+    s = fresh_spaced()
+    r = s.create({"template": "python", "timeout": 0, "ports": {"public": False}})
+    sid, token = r["sandbox"]["id"], r["sandbox"]["ports"]["traffic_access_token"]
+    assert s.wait_op(r["operation"]["id"])["state"] == "succeeded"
+    start_recorder(s, sid, headers={TOKEN: token})
+    s.kill9()
+    s.start()
+    path = "/v1/sandboxes/%s/ports/%d/again" % (sid, PORT)
+    deadline = time.time() + 120
+    while True:
+        r = s.request("GET", path, headers={TOKEN: token})
+        if r.status == 200 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.status == 200 and r.body == b"ok", r
+    assert s.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["ports"]["traffic_access_token"] == token
+    assert s.request("GET", path).status == 404
+    r = s.request("DELETE", "/v1/sandboxes/" + sid)
+    assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
