@@ -4,6 +4,8 @@
 // byte pipe after the first head). The guest runs a small Python server (python
 // template): echo of request bodies (Content-Length or chunked) as "<bytes> <sha256>",
 // chunked downloads of any size, responses cut short mid-body, and a WebSocket echo.
+// A sandbox created with network.allowPublicTraffic = false answers only requests that
+// carry its trafficAccessToken (e2b-traffic-access-token), on both ports.
 import crypto from 'node:crypto'
 import http from 'node:http'
 import net from 'node:net'
@@ -300,5 +302,35 @@ await main(async () => {
   await step('listen: an unknown sandbox is a 502, a bad Host a 400', async () => {
     assert.equal((await request('listen', `${PORT}-sb0000000000000000.localhost`)).status, 502)
     assert.equal((await request('listen', 'example.com')).status, 400)
+  })
+  await step('a public sandbox has no traffic token', () => {
+    assert.equal(sbx.trafficAccessToken, undefined)
+  })
+  await step('allowPublicTraffic: false: getHost needs trafficAccessToken on both ports; without it, the unknown sandbox\'s answer', async () => {
+    const priv = killLater(await Sandbox.create('python', { timeoutMs: 600_000, network: { allowPublicTraffic: false } }))
+    const token = priv.trafficAccessToken
+    assert.ok(typeof token === 'string' && token.length > 32, `trafficAccessToken: ${token}`)
+    const withToken = { headers: { 'e2b-traffic-access-token': token } }
+    await priv.files.write('/tmp/server.py', SERVER)
+    await priv.commands.run('python3 /tmp/server.py', { background: true })
+    const phost = priv.getHost(PORT)
+    const ghost = `${PORT}-sb0000000000000000.localhost`
+    for (const which of ['main', 'listen']) {
+      const r = await eventually(async () => {
+        const x = await request(which, phost, { path: '/p', ...withToken })
+        return x.status === 200 ? x : null
+      }, `the private sandbox's server via ${which}`)
+      assert.equal(r.text, 'hello /p')
+      const unknown = await request(which, ghost, { path: '/p' })
+      for (const headers of [{}, { 'e2b-traffic-access-token': token.slice(0, -1) + '0' }, { 'e2b-traffic-access-token': sbx.trafficAccessToken ?? 'x' }]) {
+        const x = await request(which, phost, { path: '/p', headers })
+        assert.equal(x.status, unknown.status, `${which}: ${JSON.stringify(headers)}`)
+        assert.equal(x.text.replace(priv.sandboxId, '<id>'), unknown.text.replace('sb0000000000000000', '<id>'))
+      }
+    }
+    // Connecting again hands out the same token (it survives in the daemon, not the client).
+    const again = await Sandbox.connect(priv.sandboxId)
+    assert.equal(again.trafficAccessToken, token)
+    await priv.kill()
   })
 })

@@ -188,3 +188,30 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
     for n in nodes:  # no sandbox run dir left (template snapshot builders aside)
         left = [d for d in os.listdir(os.path.join(n.data_dir, "run")) if d.startswith("sb")]
         assert not left, (left, n.log())
+
+
+def test_port_proxy_through_control_keeps_secrets_from_the_guest(cluster):
+    """Control -> node -> guest: the control forwards the client's API key (the node
+    authenticates it) and adds the node token; the node's port proxy strips both, and
+    every other credential form, before the request reaches the sandbox's server
+    (test_port_secrets.py covers the single-daemon routes)."""
+    from test_port_secrets import PORT, assert_nothing_leaked, exchange, secret_headers, start_recorder
+    control, nodes, _, _ = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+    r = control.request("POST", "/v1/sandboxes", dict(BODY, template="python"))
+    assert r.status == 202, r
+    sid = r.json["sandbox"]["id"]
+    op = control.wait_op(r.json["operation"]["id"])
+    assert op["state"] == "succeeded", op
+    start_recorder(control, sid)
+    node_token = spacedlib.SPACED_ENV["SPACE_NODE_TOKEN"]
+    sec, values = secret_headers(control.admin_key, node_token)
+    target = "/v1/sandboxes/%s/ports/%d/" % (sid, PORT)
+    reqs = [("GET", target + "via-control", [("Host", "control"), ("X-Probe", "via-control")] + sec, b""),
+            ("POST", target + "via-control-xkey",
+             [("Host", "control"), ("X-Probe", "via-control-xkey")] + sec[1:], b"body")]
+    assert exchange(("127.0.0.1", control.port), reqs) == [200, 200]
+    assert_nothing_leaked(control, sid, ["via-control", "via-control-xkey"], values)

@@ -3,7 +3,8 @@
  * runs), with the rest of the path and the query as the target.
  *
  * Authenticated and tenant-checked like every sandbox route (a sandbox of another
- * tenant is a 404); the Authorization header (our API key) is not forwarded. The
+ * tenant is a 404); a private sandbox (sbx_traffic.c) also needs its traffic token,
+ * and without it is the same 404. No credential is forwarded (http_hdr.h). The
  * forwarding itself is e2b_port_forward (e2b_portproxy.c, shared with E2B's getHost):
  * one agent `tcp` channel per request, bodies streamed both ways under backpressure,
  * a response cut short aborts the client connection, and Upgrade (WebSocket) works
@@ -17,6 +18,7 @@
 #include "daemon/auth/auth.h"
 #include "daemon/e2b/e2b.h"
 #include "daemon/sandbox/sbx.h"
+#include "http_hdr.h"
 
 
 /* "1".."65535" without sign, leading zero or junk; 0 when not. */
@@ -44,8 +46,9 @@ static void h_port(struct http_req *req, void *arg)
     struct auth_principal who;
     if (!auth_require(sp, req, &who))
         return;
+    /* A private sandbox without its traffic token is answered like no sandbox at all. */
     struct sbx *x = sbx_find(sp, who.tenant, id);
-    if (!x) {
+    if (!x || !sbx_traffic_allowed(x, http_req_header(req, HH_TRAFFIC_TOKEN_HEADER))) {
         http_reply_error(req, 404, "not_found", "no sandbox %s", id);
         return;
     }

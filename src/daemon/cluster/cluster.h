@@ -38,6 +38,7 @@
 
 #include "daemon/api/http.h"
 #include "daemon/store/store.h"
+#include "http_hdr.h"
 
 struct spaced;
 
@@ -45,7 +46,7 @@ enum cluster_role { CLUSTER_ALL, CLUSTER_CONTROL, CLUSTER_NODE };
 
 #define CLUSTER_HEARTBEAT_MS 2000
 #define CLUSTER_DEAD_MS 10000
-#define CLUSTER_TOKEN_HEADER "X-Space-Node-Token"
+#define CLUSTER_TOKEN_HEADER HH_NODE_TOKEN_HEADER /* http_hdr.h: guest-facing hops strip it */
 #define CLUSTER_NODE_HEADER "X-Space-Node" /* added to forwarded replies: who answered */
 #define CLUSTER_TOKEN_MIN 16                /* shortest accepted SPACE_NODE_TOKEN */
 

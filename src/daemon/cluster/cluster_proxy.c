@@ -22,6 +22,7 @@
 #include "daemon/ops/op.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "http_hdr.h"
 #include "log.h"
 
 #define CLUSTER_PROXY_MAX_BODY (64u << 20)
@@ -45,17 +46,19 @@ struct proxy {
     bool paused;                       /* not reading from the node until the client drains */
 };
 
-/* Headers that describe one connection, not the request; the server and evhttp set
- * their own. */
-static bool hop_by_hop(const char *name)
+/* Fields not copied on either leg: hop-by-hop ones (http_hdr.h; `connection` is the
+ * message's Connection value), those evhttp or our server set themselves, and the node
+ * token (a client's never reaches a node: the control adds its own; a node's reply
+ * never carries it back). The client's API key does go to the node, which
+ * authenticates it; the node's own proxies strip it before anything reaches a guest. */
+static bool skip_header(const char *name, const char *connection)
 {
-    static const char *const names[] = {"connection", "keep-alive", "transfer-encoding", "te",
-                                        "upgrade", "content-length", "host", "expect", "date",
-                                        "proxy-connection", CLUSTER_TOKEN_HEADER};
+    static const char *const names[] = {"content-length", "host", "expect", "date",
+                                        CLUSTER_TOKEN_HEADER};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcasecmp(name, names[i]) == 0)
             return true;
-    return false;
+    return hh_hop_by_hop(name, connection);
 }
 
 /* Frees the proxy from the loop: evhttp must not be freed inside its own callbacks. */
@@ -95,14 +98,14 @@ static int on_head(struct evhttp_request *out, void *arg)
     if (!p->req)
         return -1;
     struct evkeyvalq *h = evhttp_request_get_input_headers(out);
-    const char *ct = NULL;
+    const char *ct = NULL, *connection = evhttp_find_header(h, "Connection");
     int64_t length = -1;
     for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
         if (strcasecmp(kv->key, "Content-Type") == 0)
             ct = kv->value;
         else if (strcasecmp(kv->key, "Content-Length") == 0)
             length = strtoll(kv->value, NULL, 10);
-        else if (!hop_by_hop(kv->key))
+        else if (!skip_header(kv->key, connection))
             http_reply_add_header(p->req, kv->key, kv->value);
     }
     http_reply_add_header(p->req, CLUSTER_NODE_HEADER, p->node);
@@ -220,9 +223,9 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     evhttp_request_set_header_cb(p->out, on_head);
     evhttp_request_set_chunked_cb(p->out, on_chunk);
     struct evkeyvalq *h = evhttp_request_get_output_headers(p->out);
-    const char *name, *value;
+    const char *name, *value, *connection = http_req_header(req, "Connection");
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++)
-        if (!hop_by_hop(name))
+        if (!skip_header(name, connection))
             evhttp_add_header(h, name, value);
     char hostport[300];
     snprintf(hostport, sizeof hostport, "%s:%d", host, port);

@@ -30,9 +30,9 @@ void e2b_register(struct router *r, struct spaced *sp);
  * agent `tcp` channel, with `target` ("/path?query") as the request target: bodies
  * stream both ways under backpressure, a response cut short aborts the client
  * connection, Upgrade (WebSocket) is carried after a 101 (e2b_portproxy.c). Replies
- * itself in every case. api: errors are our API's {"error":{...}} (502
- * port_unreachable) and the Authorization header is not forwarded; else E2B's REST
- * error shape. Used by getHost and by /v1/sandboxes/{id}/ports/{port}/... */
+ * itself in every case. No credential spaced consumes and no hop-by-hop field is
+ * forwarded (http_hdr.h). api: errors are our API's {"error":{...}} (502
+ * port_unreachable); else E2B's REST error shape. Used by getHost and by /v1/sandboxes/{id}/ports/{port}/... */
 struct http_req;
 struct agentc;
 void e2b_port_forward(struct http_req *req, struct agentc *a, unsigned port, const char *target,

@@ -122,13 +122,16 @@ static bool is_running(struct sbx *s)
 /* Sandbox (create/connect/resume). */
 static json_t *sandbox_json(struct e2b *e, const char *id, const char *tpl)
 {
-    char tok[AUTH_TOKEN_MAX + STORE_ID_MAX + 2];
-    if (e2b_token_for(e, id, tok, sizeof tok) < 0)
+    char tok[AUTH_TOKEN_MAX + STORE_ID_MAX + 2], traffic[AUTH_TOKEN_MAX];
+    struct sbx *s = sbx_find(e->sp, NULL, id);
+    int priv = s ? sbx_traffic_token(s, traffic, sizeof traffic) : 0;
+    if (e2b_token_for(e, id, tok, sizeof tok) < 0 || priv < 0)
         return NULL;
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:n}", "sandboxID", id, "templateID",
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o}", "sandboxID", id, "templateID",
                      tpl, "alias", tpl, "clientID", "space", "envdVersion", E2B_ENVD_VERSION,
                      "envdAccessToken", tok, "domain",
-                     e->domain[0] ? json_string(e->domain) : json_null(), "trafficAccessToken");
+                     e->domain[0] ? json_string(e->domain) : json_null(), "trafficAccessToken",
+                     priv == 1 ? json_string(traffic) : json_null());
 }
 
 /* ListedSandbox / SandboxDetail from a record; NULL for states E2B does not show. */
@@ -337,12 +340,19 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
 {
     json_t *tpl = json_object_get(body, "templateID");
     json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
+    json_t *net = json_object_get(body, "network");
+    json_t *pub = json_is_object(net) ? json_object_get(net, "allowPublicTraffic") : NULL;
     int64_t timeout = body_timeout(req, body, "timeout", TIMEOUT_DEFAULT_S);
     if (timeout < 0)
         return;
     if ((tpl && !json_is_string(tpl)) || (meta && !json_is_null(meta) && !json_is_object(meta)) ||
         (env && !json_is_null(env) && !json_is_object(env))) {
         rest_error(req, 400, "templateID must be a string, metadata and envVars objects");
+        return;
+    }
+    if ((net && !json_is_null(net) && !json_is_object(net)) ||
+        (pub && !json_is_null(pub) && !json_is_boolean(pub))) {
+        rest_error(req, 400, "network must be an object, network.allowPublicTraffic a boolean");
         return;
     }
     json_t *spec_json = json_pack("{s:s, s:I, s:s}", "template",
@@ -354,6 +364,9 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         json_object_set(spec_json, "metadata", meta);
     if (json_is_object(env))
         json_object_set(spec_json, "env", env);
+    /* Private ports: requests need the trafficAccessToken (sbx_traffic.c). */
+    if (json_is_false(pub))
+        json_object_set_new(spec_json, "ports", json_pack("{s:b}", "public", 0));
     /* Only an explicit choice changes the daemon's default network policy: "open" is the
      * public internet through space-gateway (private ranges stay blocked), false none. */
     json_t *inet = json_object_get(body, "allow_internet_access");

@@ -1,19 +1,28 @@
-/* e2b_portlisten: the sandbox-port listener, getHost(port) as a byte pipe, and the
- * pipe itself, which e2b_portproxy.c also uses for connections upgraded on spaced's
- * own port (e2b_pipe_adopt).
+/* e2b_portlisten: the sandbox-port listener, getHost(port) as a pipe, and the pipe
+ * itself, which e2b_portproxy.c also uses for connections upgraded on spaced's own port
+ * (e2b_pipe_adopt).
  *
  * spaced's own port terminates HTTP (each request parsed and re-sent); this listener
- * does not, for clients that want the guest server's HTTP unchanged from the first
- * byte on. It (SPACE_E2B_PORT_LISTEN, with
- * SPACE_E2B_DOMAIN pointing at it so getHost() names it) reads only the first request
- * head of a connection, picks the sandbox and port from its Host
- * ("<port>-<id>.<domain>") or E2b-Sandbox-Id/E2b-Sandbox-Port, opens an agent `tcp`
- * channel to 127.0.0.1:<port> in the guest and from then on pipes bytes both ways
- * unchanged, head included. So everything HTTP/1.1 can do works end to end, unparsed:
- * keep-alive (every later request of the connection goes to the same sandbox port),
- * chunked or streamed bodies both ways, and Upgrade (WebSocket) until either side
- * closes. Half-closes are passed on (client FIN -> EOF IN; server FIN -> our FIN once
- * its bytes are flushed).
+ * keeps the client's HTTP/1.1 connection end to end with the guest server, for clients
+ * that want that server's HTTP unchanged. It (SPACE_E2B_PORT_LISTEN, with
+ * SPACE_E2B_DOMAIN pointing at it so getHost() names it) picks the sandbox and port from
+ * the first request head's Host ("<port>-<id>.<domain>") or E2b-Sandbox-Id/
+ * E2b-Sandbox-Port, opens an agent `tcp` channel to 127.0.0.1:<port> in the guest and
+ * relays the connection: keep-alive (every later request of the connection goes to the
+ * same sandbox port), chunked or streamed bodies both ways, and Upgrade (WebSocket)
+ * until either side closes. Half-closes are passed on (client FIN -> EOF IN; server
+ * FIN -> our FIN once its bytes are flushed).
+ *
+ * Credentials: no platform secret may reach the guest, in the first request or any
+ * later one on the connection, so the client's side is framed, not piped blindly: every
+ * request head is parsed (http_head_parse, strict) and re-sent without the credential
+ * fields spaced consumes (hh_credential) and without fields the Connection header names
+ * for this hop; bodies (Content-Length or chunked, found with http_chunked) pass
+ * unchanged. The guest's side is relayed as it comes. A request asking for an Upgrade
+ * (or CONNECT) ends the framing: if it was the connection's first request and the
+ * guest's answer starts with a 101, the rest of the connection is piped unparsed (it no
+ * longer speaks HTTP); otherwise nothing the client sends after it goes up (the guest
+ * gets an EOF), since its later heads could not be told from upgraded bytes.
  *
  * Backpressure, both ways bounded: client bytes are read only while the channel's
  * queue is under E2B_HIGH_WATER (bufferevent reading is disabled above it and
@@ -22,8 +31,9 @@
  *
  * Failures before any byte reached the client are answered as HTTP (400 bad head, 431
  * head too large, 502 unknown sandbox / refused port / agent error, 408 head too slow)
- * with E2B's REST error body, then the connection closes. Like E2B's public sandbox
- * URLs, no token is needed. */
+ * with E2B's REST error body, then the connection closes; a bad later head just closes
+ * it. Like E2B's public sandbox URLs, no token is needed, unless the sandbox's ports
+ * are private (sbx_traffic.c): then the first head must carry its traffic token. */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -36,14 +46,28 @@
 #include <sys/socket.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/api/http_parse.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"
 #include "e2b_internal.h"
+#include "http_hdr.h"
 #include "log.h"
 
 #define PL_HEAD_MAX   (16u * 1024)   /* first request head, like our HTTP server's */
 #define PL_HEAD_SECS  10             /* the head must arrive within this */
 #define PL_MAX_CONNS  1024
+#define PL_MAX_FIELDS 100            /* header fields per request head */
+#define PL_STATUS_LEN 12             /* "HTTP/1.1 101": enough to spot a switch */
+
+/* What the next client bytes are. */
+enum pl_up {
+    UP_HEAD,       /* a request head (parsed, credentials dropped) */
+    UP_LENGTH,     /* up_left body bytes */
+    UP_CHUNKED,    /* a chunked body, up_dec finds its end */
+    UP_AWAIT,      /* after an upgrade request: held until the guest's status is known */
+    UP_OPAQUE,     /* upgraded: bytes piped unparsed */
+    UP_STOP,       /* nothing more goes up; client bytes are discarded */
+};
 
 struct pl_conn {
     struct e2b *e;             /* NULL for adopted pipes (only routing uses it) */
@@ -59,6 +83,14 @@ struct pl_conn {
     bool read_paused;          /* client reading disabled for backpressure */
     uint32_t owed;             /* guest bytes delivered, credit not yet returned */
     char err[200];             /* the agent's error, for a 502 */
+    enum pl_up up;             /* client side framing state */
+    uint64_t up_left;          /* UP_LENGTH: body bytes still to send */
+    struct http_chunked up_dec;/* UP_CHUNKED: decoder, used to find the body's end */
+    bool up_upgrade;           /* the request being sent asks to switch protocols */
+    bool eof_sent;             /* EOF IN went to the guest */
+    unsigned requests;         /* request heads sent up */
+    char status[PL_STATUS_LEN];/* the guest's first bytes, to spot a 101 */
+    size_t status_len;
 };
 
 static unsigned pl_conns;
@@ -112,18 +144,98 @@ static void pl_fail(struct pl_conn *c, int status, const char *fmt, ...)
     pl_close_after_flush(c);
 }
 
-/* Client bytes go to the channel while its queue has room. */
+static int pl_next_head(struct pl_conn *c);
+
+/* Sends EOF IN to the guest once. */
+static void pl_eof_up(struct pl_conn *c)
+{
+    if (c->ch && !c->eof_sent) {
+        c->eof_sent = true;
+        agentc_eof(c->ch);
+    }
+}
+
+/* After the body of an upgrade request: piped unparsed once the guest switched
+ * protocols, else closed for further requests (see the header comment). */
+static void pl_decide(struct pl_conn *c)
+{
+    if (c->up != UP_AWAIT || c->status_len < PL_STATUS_LEN)
+        return;
+    bool switched = memcmp(c->status, "HTTP/1.1 101", PL_STATUS_LEN) == 0 ||
+                    memcmp(c->status, "HTTP/1.0 101", PL_STATUS_LEN) == 0;
+    c->up = switched && c->requests == 1 ? UP_OPAQUE : UP_STOP;
+}
+
+/* The current request's body went up: next comes a head, or the upgrade decision. */
+static void pl_body_done(struct pl_conn *c)
+{
+    c->up = c->up_upgrade ? UP_AWAIT : UP_HEAD;
+    pl_decide(c);
+}
+
+/* How many of buf[len] belong to the current chunked body; *done once it ended. -1 on a
+ * malformed body. */
+static ssize_t pl_chunked_span(struct pl_conn *c, const char *buf, size_t len, bool *done)
+{
+    size_t used = 0;
+    *done = false;
+    while (used < len) {
+        size_t n, off, dlen;
+        struct http_parse_error perr;
+        enum http_parse_result r = http_chunked_decode(&c->up_dec, buf + used, len - used, &n,
+                                                       &off, &dlen, &perr);
+        if (r == HTTP_PARSE_ERROR)
+            return -1;
+        used += n;
+        if (r == HTTP_PARSE_OK) {
+            *done = true;
+            break;
+        }
+        if (n == 0)
+            break;
+    }
+    return (ssize_t)used;
+}
+
+/* Client bytes go to the channel, request by request, while its queue has room. */
 static void pl_pump_up(struct pl_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
-    size_t n;
-    while ((n = evbuffer_get_length(in)) > 0 && c->ch && agentc_queued(c->ch) < E2B_HIGH_WATER) {
+    while (c->ch && evbuffer_get_length(in) > 0 && agentc_queued(c->ch) < E2B_HIGH_WATER) {
+        if (c->up == UP_AWAIT)
+            break;
+        if (c->up == UP_STOP) {
+            evbuffer_drain(in, evbuffer_get_length(in));
+            pl_eof_up(c);
+            break;
+        }
+        if (c->up == UP_HEAD) {
+            int r = pl_next_head(c);
+            if (r < 0)
+                return; /* failed: c may be gone */
+            if (r == 0)
+                break;
+            continue;
+        }
         struct evbuffer_iovec v;
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             break;
-        if (agentc_write(c->ch, v.iov_base, v.iov_len) < 0)
+        size_t n = v.iov_len;
+        bool done = false;
+        if (c->up == UP_LENGTH) {
+            n = n < c->up_left ? n : (size_t)c->up_left;
+            done = (c->up_left -= n) == 0;
+        } else if (c->up == UP_CHUNKED) {
+            ssize_t k = pl_chunked_span(c, v.iov_base, n, &done);
+            if (k < 0)
+                return pl_fail(c, 400, "malformed chunked request body");
+            n = (size_t)k;
+        }
+        if (n && agentc_write(c->ch, v.iov_base, n) < 0)
             break;
-        evbuffer_drain(in, v.iov_len);
+        evbuffer_drain(in, n);
+        if (done)
+            pl_body_done(c);
     }
     bool pause = c->ch && agentc_queued(c->ch) >= E2B_HIGH_WATER;
     if (pause != c->read_paused) {
@@ -133,8 +245,8 @@ static void pl_pump_up(struct pl_conn *c)
         else if (!c->client_eof)
             bufferevent_enable(c->bev, EV_READ);
     }
-    if (c->client_eof && c->ch && evbuffer_get_length(in) == 0)
-        agentc_eof(c->ch);
+    if (c->client_eof && evbuffer_get_length(in) == 0)
+        pl_eof_up(c);
 }
 
 /* ---- the guest side ---- */
@@ -143,12 +255,21 @@ static void pl_on_data(void *arg, enum frame_stream stream, const uint8_t *buf, 
 {
     struct pl_conn *c = arg;
     struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (c->status_len < PL_STATUS_LEN) {
+        size_t k = PL_STATUS_LEN - c->status_len < len ? PL_STATUS_LEN - c->status_len : len;
+        memcpy(c->status + c->status_len, buf, k);
+        c->status_len += k;
+    }
     evbuffer_add(out, buf, len);
     c->answered = true;
     if (evbuffer_get_length(out) > E2B_HIGH_WATER)
         c->owed += (uint32_t)len; /* returned by pl_write_cb as the client drains */
     else
         agentc_grant(c->ch, FRAME_STREAM_OUT, (uint32_t)len);
+    if (c->up == UP_AWAIT) {
+        pl_decide(c);
+        pl_pump_up(c);
+    }
 }
 
 static void pl_on_error(void *arg, const char *code, const char *message)
@@ -203,61 +324,126 @@ const struct agentc_chan_ops e2b_pipe_chan_ops = {
 
 /* ---- the client side ---- */
 
-/* A header's value in the head (NUL-terminated lines), copied into out[cap]. */
-static bool head_field(const char *head, const char *name, char *out, size_t cap)
+/* A field's value in a parsed head, or NULL. */
+static const char *head_field(const struct http_head *h, const char *name)
 {
-    size_t nl = strlen(name);
-    for (const char *l = strstr(head, "\r\n"); l && l[2]; l = strstr(l + 2, "\r\n")) {
-        const char *f = l + 2;
-        if (strncasecmp(f, name, nl) != 0 || f[nl] != ':')
-            continue;
-        const char *v = f + nl + 1, *end = strstr(v, "\r\n");
-        while (*v == ' ' || *v == '\t')
-            v++;
-        size_t n = end ? (size_t)(end - v) : strlen(v);
-        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-            n--;
-        if (n >= cap)
-            return false;
-        memcpy(out, v, n);
-        out[n] = '\0';
-        return true;
-    }
-    return false;
+    for (unsigned i = 0; i < h->nfields; i++)
+        if (strcasecmp(h->fields[i].name, name) == 0)
+            return h->fields[i].value;
+    return NULL;
 }
 
-/* The first head is complete in the input: route it and start piping. */
-static void pl_route(struct pl_conn *c, size_t head_len)
+/* The connection's first head: pick the sandbox port and open the channel. Returns
+ * false after answering an error. */
+static bool pl_route(struct pl_conn *c, const struct http_head *h)
 {
-    char *head = malloc(head_len + 1);
-    if (!head)
-        return pl_fail(c, 500, "out of memory");
-    evbuffer_copyout(bufferevent_get_input(c->bev), head, head_len);
-    head[head_len] = '\0';
-    char host[300] = "", sid[STORE_ID_MAX] = "", sport[16] = "", id[STORE_ID_MAX];
-    bool ok = memchr(head, '\0', head_len) == NULL && strstr(head, " HTTP/1.") != NULL;
-    bool have_host = ok && head_field(head, "Host", host, sizeof host);
-    if (ok) {
-        head_field(head, "E2b-Sandbox-Id", sid, sizeof sid);
-        head_field(head, "E2b-Sandbox-Port", sport, sizeof sport);
-    }
-    free(head);
     unsigned port = 0;
-    if (!ok)
-        return pl_fail(c, 400, "not an HTTP/1.x request");
-    if (!e2b_port_target(have_host ? host : NULL, sid, sport, &port, id, sizeof id))
-        return pl_fail(c, 400, "Host must be <port>-<sandbox id>.<domain>");
+    char id[STORE_ID_MAX];
+    if (!e2b_port_target(head_field(h, "Host"), head_field(h, "E2b-Sandbox-Id"),
+                         head_field(h, "E2b-Sandbox-Port"), &port, id, sizeof id)) {
+        pl_fail(c, 400, "Host must be <port>-<sandbox id>.<domain>");
+        return false;
+    }
+    /* Private ports: the first head carries the traffic token, which binds the whole
+     * connection; without it the answer is the one for an unknown sandbox. */
     struct sbx *s = sbx_find(c->e->sp, NULL, id);
-    struct agentc *a = s ? sbx_agent(s) : NULL;
-    if (!a)
-        return pl_fail(c, 502, "sandbox %.64s is not running", id);
+    struct agentc *a = s && sbx_traffic_allowed(s, head_field(h, HH_TRAFFIC_TOKEN_HEADER))
+                           ? sbx_agent(s) : NULL;
+    if (!a) {
+        pl_fail(c, 502, "sandbox %.64s is not running", id);
+        return false;
+    }
     char why[128];
     c->ch = agentc_open_tcp(a, NULL, port, &e2b_pipe_chan_ops, c, AGENTC_MANUAL_CREDIT, why, sizeof why);
-    if (!c->ch)
-        return pl_fail(c, 502, "cannot reach the sandbox: %s", why);
+    if (!c->ch) {
+        pl_fail(c, 502, "cannot reach the sandbox: %s", why);
+        return false;
+    }
     c->piping = true;
     event_del(c->timer);
-    pl_pump_up(c);
+    return true;
+}
+
+/* The head re-serialised for the guest without credentials or the fields Connection
+ * names for this hop (Connection, Upgrade and the framing fields stay: they are the
+ * guest server's business on this end-to-end connection). Caller frees. */
+static char *pl_clean_head(const struct http_head *h, size_t *outlen)
+{
+    /* Sized from the parsed parts: "name:value" comes out as "name: value". */
+    size_t cap = strlen(h->method) + strlen(h->target) + 16;
+    for (unsigned i = 0; i < h->nfields; i++)
+        cap += strlen(h->fields[i].name) + strlen(h->fields[i].value) + 4;
+    char *out = malloc(cap + 3);
+    if (!out)
+        return NULL;
+    const char *connection = head_field(h, "Connection");
+    size_t n = (size_t)snprintf(out, cap, "%s %s HTTP/1.%d\r\n", h->method, h->target,
+                                h->version_minor);
+    for (unsigned i = 0; i < h->nfields; i++) {
+        const char *name = h->fields[i].name;
+        if (hh_credential(name) || (hh_hop_by_hop(name, connection) && !hh_hop_by_hop(name, NULL)))
+            continue;
+        n += (size_t)snprintf(out + n, cap + 3 - n, "%s: %s\r\n", name, h->fields[i].value);
+    }
+    n += (size_t)snprintf(out + n, cap + 3 - n, "\r\n");
+    *outlen = n;
+    return out;
+}
+
+/* The next request head, when complete in the input: routes the connection (first
+ * head), sends the cleaned head up and sets the body's framing. Returns 1 when sent, 0
+ * when more bytes are needed, -1 after failing the connection. */
+static int pl_next_head(struct pl_conn *c)
+{
+    static const struct http_parse_limits lim = {
+        .max_header_bytes = PL_HEAD_MAX, .max_target_bytes = PL_HEAD_MAX, .max_headers = PL_MAX_FIELDS};
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+    if (end.pos < 0 || (size_t)end.pos + 4 > PL_HEAD_MAX) {
+        if (end.pos < 0 && evbuffer_get_length(in) < PL_HEAD_MAX)
+            return 0;
+        pl_fail(c, 431, "request head larger than %u bytes", PL_HEAD_MAX);
+        return -1;
+    }
+    size_t head_len = (size_t)end.pos + 4;
+    char *raw = malloc(head_len);
+    struct http_head h = {0};
+    struct http_parse_error perr = {.status = 500, .message = "out of memory"};
+    if (!raw || (evbuffer_copyout(in, raw, head_len),
+                 http_head_parse(raw, head_len, &lim, &h, &perr) != HTTP_PARSE_OK)) {
+        free(raw);
+        pl_fail(c, perr.status, "not an HTTP/1.x request: %s", perr.message);
+        return -1;
+    }
+    free(raw);
+    size_t n = 0;
+    char *clean = NULL;
+    if (!c->piping && !pl_route(c, &h)) {
+        http_head_free(&h);
+        return -1;
+    }
+    if (!(clean = pl_clean_head(&h, &n))) {
+        http_head_free(&h);
+        pl_fail(c, 500, "out of memory");
+        return -1;
+    }
+    agentc_write(c->ch, clean, n);
+    free(clean);
+    evbuffer_drain(in, head_len);
+    c->requests++;
+    c->up_upgrade = strcmp(h.method, "CONNECT") == 0 ||
+                    e2b_is_upgrade(head_field(&h, "Connection"), head_field(&h, "Upgrade"));
+    if (h.chunked) {
+        c->up = UP_CHUNKED;
+        http_chunked_init(&c->up_dec);
+    } else if (h.content_length > 0) {
+        c->up = UP_LENGTH;
+        c->up_left = (uint64_t)h.content_length;
+    } else {
+        pl_body_done(c);
+    }
+    http_head_free(&h);
+    return 1;
 }
 
 static void pl_read_cb(struct bufferevent *bev, void *arg)
@@ -265,14 +451,9 @@ static void pl_read_cb(struct bufferevent *bev, void *arg)
     struct pl_conn *c = arg;
     if (c->closing)
         return;
-    if (c->piping)
-        return pl_pump_up(c);
-    struct evbuffer *in = bufferevent_get_input(bev);
-    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
-    if (end.pos >= 0 && (size_t)end.pos + 4 <= PL_HEAD_MAX)
-        return pl_route(c, (size_t)end.pos + 4);
-    if (evbuffer_get_length(in) >= PL_HEAD_MAX)
-        return pl_fail(c, 431, "request head larger than %u bytes", PL_HEAD_MAX);
+    if (!c->piping && pl_next_head(c) <= 0)
+        return;
+    pl_pump_up(c);
 }
 
 static void pl_write_cb(struct bufferevent *bev, void *arg)
@@ -357,6 +538,7 @@ struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, 
     c->owed = owed;
     c->piping = true;
     c->answered = true;
+    c->up = UP_OPAQUE; /* already switched protocols */
     pl_watch(c);
     pl_pump_up(c); /* client bytes that came with the upgrade request */
     if (!evbuffer_get_length(bufferevent_get_output(bev)))

@@ -22,7 +22,12 @@
  * under backpressure, with this struct left as the channel's callback forwarder. Guest
  * bytes arriving between the 101 and the hand-over are kept (their credit is held, so
  * they are bounded by the agent's initial window). Any other answer is relayed as a
- * normal response. Like E2B's public sandbox URLs, these requests need no token. */
+ * normal response. Like E2B's public sandbox URLs, these requests need no token, unless
+ * the sandbox's ports are private (sbx_traffic.c): then its traffic token, and without
+ * it the answer is the one for an unknown sandbox.
+ *
+ * No platform secret reaches the guest: request_head drops every credential spaced
+ * consumes and every hop-by-hop field (http_hdr.h), on both routes. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +42,7 @@
 #include "daemon/sandbox/sbx.h"
 #include "e2b.h"
 #include "e2b_internal.h"
+#include "http_hdr.h"
 
 #define PROXY_HEAD_MAX (64u * 1024)
 
@@ -120,16 +126,15 @@ static void pxy_finish(struct pxy *p, const char *why, bool complete)
     pxy_close_chan(p);
 }
 
-static bool hop_by_hop(const char *name)
+/* Response fields not relayed: hop-by-hop ones, and those our server sets itself. */
+static bool response_skip(const char *name)
 {
-    static const char *const skip[] = {"Connection", "Keep-Alive", "Proxy-Connection",
-                                       "Transfer-Encoding", "TE", "Upgrade", "Trailer",
-                                       "Content-Length", "Content-Type", "Date",
-                                       "Proxy-Authorization", "Proxy-Authenticate"};
-    for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
-        if (strcasecmp(name, skip[i]) == 0)
+    static const char *const ours[] = {"Content-Length", "Content-Type", "Date",
+                                       "Proxy-Authenticate"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (strcasecmp(name, ours[i]) == 0)
             return true;
-    return false;
+    return hh_hop_by_hop(name, NULL);
 }
 
 static void pxy_upgraded(struct bufferevent *bev, void *arg);
@@ -175,7 +180,7 @@ static int start_reply(struct pxy *p, size_t head_end)
             chunked = strcasecmp(v, "chunked") == 0;
             if (!chunked)
                 return -1; /* other codings cannot be re-framed */
-        } else if (!hop_by_hop(line)) {
+        } else if (!response_skip(line)) {
             http_reply_add_header(p->req, line, v);
         }
     }
@@ -434,13 +439,14 @@ static void on_body_end(struct http_req *req, void *arg)
 
 /* The request re-serialised for the guest server with `target`: HTTP/1.1,
  * Connection: close, or Connection: Upgrade with the client's Upgrade field when
- * `upgrade`. Our credentials never go up (E2B's headers and access token; with `api`,
- * Authorization, which carries the spaced API key). */
+ * `upgrade`. No platform secret goes up (hh_credential: API keys in every form, the
+ * node token a control adds, E2B's access and traffic tokens), nor hop-by-hop fields,
+ * E2B's routing headers (E2b-*) or Expect (our server answered it); framing is ours. */
 static char *request_head(struct http_req *req, const char *target, bool chunked, bool upgrade,
-                          bool api, size_t *outlen)
+                          size_t *outlen)
 {
     size_t cap = 1024 + strlen(target);
-    const char *name, *value;
+    const char *name, *value, *connection = http_req_header(req, "Connection");
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++)
         cap += strlen(name) + strlen(value) + 4;
     char *h = malloc(cap);
@@ -448,10 +454,9 @@ static char *request_head(struct http_req *req, const char *target, bool chunked
         return NULL;
     size_t n = (size_t)snprintf(h, cap, "%s %s HTTP/1.1\r\n", http_req_method(req), target);
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++) {
-        if ((hop_by_hop(name) && strcasecmp(name, "Content-Type") != 0 &&
-             strcasecmp(name, "Date") != 0) ||
-            strncasecmp(name, "E2b-", 4) == 0 || strcasecmp(name, "X-Access-Token") == 0 ||
-            strcasecmp(name, "Expect") == 0 || (api && strcasecmp(name, "Authorization") == 0))
+        if (hh_hop_by_hop(name, connection) || hh_credential(name) ||
+            strncasecmp(name, "E2b-", 4) == 0 || strcasecmp(name, "Expect") == 0 ||
+            strcasecmp(name, "Content-Length") == 0)
             continue;
         n += (size_t)snprintf(h + n, cap - n, "%s: %s\r\n", name, value);
     }
@@ -484,8 +489,10 @@ bool e2b_is_upgrade(const char *connection, const char *upgrade)
 
 void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigned port)
 {
+    /* A private sandbox without its traffic token gets the unknown sandbox's answer. */
     struct sbx *s = sbx_find(e->sp, NULL, id);
-    struct agentc *a = s ? sbx_agent(s) : NULL;
+    struct agentc *a = s && sbx_traffic_allowed(s, http_req_header(req, HH_TRAFFIC_TOKEN_HEADER))
+                           ? sbx_agent(s) : NULL;
     if (!a) {
         e2b_reply_rest_error(req, 502, "sandbox %s is not running", id);
         return;
@@ -513,7 +520,7 @@ void e2b_port_forward(struct http_req *req, struct agentc *a, unsigned port, con
     p->chunk_up = http_req_chunked(req);
     p->upgrade = e2b_is_upgrade(http_req_header(req, "Connection"), http_req_header(req, "Upgrade"));
     size_t hl = 0;
-    char *head = request_head(req, target, p->chunk_up, p->upgrade, api, &hl);
+    char *head = request_head(req, target, p->chunk_up, p->upgrade, &hl);
     if (!head) {
         pxy_finish(p, "out of memory", false);
         return pxy_release(p);

@@ -408,6 +408,7 @@ int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spe
     rec.env_json = spec->env_json;
     rec.metadata_json = spec->metadata_json;
     rec.network_json = spec->network_json;
+    rec.private_ports = spec->private_ports;
     rec.timeout_s = spec->timeout_s;
     rec.deadline_ms = spec->timeout_s ? out->created_ms + spec->timeout_s * 1000 : 0;
     snprintf(rec.on_timeout, sizeof rec.on_timeout, "%s", spec->on_timeout);

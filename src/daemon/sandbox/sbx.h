@@ -87,6 +87,7 @@ struct sbx_spec {
     char *network_json;  /* {"mode":"none"} | {"mode":"open"} | {"mode":"allowlist","allow":[...]} */
     int64_t timeout_s;   /* 0 = never */
     char on_timeout[16]; /* "suspend" | "delete" */
+    bool private_ports;  /* "ports": {"public": false} */
 };
 
 /* Parses and validates a create body (len bytes, not NUL-terminated). Unknown fields,
@@ -149,10 +150,19 @@ int sbx_set_timeout(struct spaced *sp, struct sbx *s, int64_t timeout_s,
 int sbx_set_network(struct sbx *s, const json_t *policy, struct spaced_err *err);
 
 /* API representation: {"id","template","state","desired_state","vcpus","memory_mib",
- * "env","metadata","network","timeout","on_timeout","expires_at","failure",
- * "created_at","updated_at"}. New reference. */
+ * "env","metadata","network","ports","timeout","on_timeout","expires_at","failure",
+ * "created_at","updated_at"}; "ports" is {"public": bool}, and sbx_to_json (answers to
+ * the sandbox's own tenant) adds "traffic_access_token" when not public. New reference. */
 json_t *sbx_to_json(const struct sbx *s);
 json_t *sbx_record_to_json(const struct store_sbx *r);
+
+/* Private ports (sbx_traffic.c). sbx_traffic_token writes the sandbox's traffic token to
+ * out[cap] (AUTH_TOKEN_MAX) and returns 1, or returns 0 for public ports, -1 on error.
+ * sbx_traffic_allowed: whether a port request presenting `presented` (the
+ * e2b-traffic-access-token header, may be NULL) may reach the sandbox; always true for
+ * public ports, constant-time comparison otherwise. */
+int sbx_traffic_token(const struct sbx *s, char *out, size_t cap);
+bool sbx_traffic_allowed(const struct sbx *s, const char *presented);
 
 /* ---- used by the ops engine only ------------------------------------------------------ */
 

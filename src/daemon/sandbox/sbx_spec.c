@@ -69,6 +69,21 @@ static char *string_map(json_t *v, const char *field, unsigned max_pairs, size_t
     return s;
 }
 
+/* "ports": {"public": bool} (absent: public). Only that key, so a typo is not a
+ * silently public sandbox. */
+static int ports_option(json_t *v, bool *private_ports, struct spaced_err *err)
+{
+    *private_ports = false;
+    if (!v)
+        return 0;
+    json_t *pub = json_is_object(v) ? json_object_get(v, "public") : NULL;
+    if (!json_is_boolean(pub) || json_object_size(v) != 1)
+        return spaced_err_set(err, 400, "invalid_request",
+                              "ports must be {\"public\": true|false}");
+    *private_ports = json_is_false(pub);
+    return 0;
+}
+
 /* An allowlist entry: host name (optionally "*." wildcard) or IPv4 CIDR; printable,
  * no spaces, at most 253 bytes. The gateway interprets it; here only the shape. */
 static bool allow_entry_ok(const char *s)
@@ -145,7 +160,7 @@ static int int_field(json_t *body, const char *name, long long lo, long long hi,
 static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err *err)
 {
     static const char *const known[] = {"template", "vcpus", "memory_mib", "env", "metadata",
-                                        "timeout", "on_timeout", "network", NULL};
+                                        "timeout", "on_timeout", "network", "ports", NULL};
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
@@ -178,6 +193,8 @@ static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err 
         return spaced_err_set(err, 400, "invalid_request",
                               "on_timeout must be \"suspend\" or \"delete\"");
     snprintf(out->on_timeout, sizeof out->on_timeout, "%s", ot);
+    if (ports_option(json_object_get(body, "ports"), &out->private_ports, err) < 0)
+        return -1;
 
     json_t *empty = json_object();
     json_t *net_default = json_pack("{s:s}", "mode", "none");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
@@ -220,16 +221,24 @@ static json_t *json_doc(const char *text, const char *fallback)
 
 json_t *sbx_record_to_json(const struct store_sbx *r)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:I, s:s, s:o, s:o, s:o, s:o}",
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:{s:b}, s:I, s:s, s:o, s:o, s:o, s:o}",
                      "id", r->id, "template", r->template_name, "state", r->state,
                      "desired_state", r->desired, "vcpus", (json_int_t)r->vcpus,
                      "memory_mib", (json_int_t)r->memory_mib, "env", json_doc(r->env_json, "{}"),
                      "metadata", json_doc(r->metadata_json, "{}"),
                      "network", json_doc(r->network_json, "{\"mode\":\"none\"}"),
+                     "ports", "public", !r->private_ports,
                      "timeout", (json_int_t)r->timeout_s, "on_timeout", r->on_timeout,
                      "expires_at", json_time(r->deadline_ms),
                      "failure", r->failure ? json_string(r->failure) : json_null(),
                      "created_at", json_time(r->created_ms), "updated_at", json_time(r->updated_ms));
 }
 
-json_t *sbx_to_json(const struct sbx *s) { return sbx_record_to_json(&s->rec); }
+json_t *sbx_to_json(const struct sbx *s)
+{
+    json_t *j = sbx_record_to_json(&s->rec);
+    char tok[AUTH_TOKEN_MAX];
+    if (j && sbx_traffic_token(s, tok, sizeof tok) == 1)
+        json_object_set_new(json_object_get(j, "ports"), "traffic_access_token", json_string(tok));
+    return j;
+}

@@ -55,6 +55,8 @@ static const char *const store_migrations[] = {
     "CREATE TABLE IF NOT EXISTS nodes("
     " id TEXT COLLATE \"C\" PRIMARY KEY, url TEXT NOT NULL, vcpus INTEGER NOT NULL,"
     " memory_mib INTEGER NOT NULL, heartbeat_ms BIGINT NOT NULL, started_ms BIGINT NOT NULL);",
+    /* 3: private sandbox ports (a per-sandbox traffic token is required; sbx_traffic.c). */
+    "ALTER TABLE sandboxes ADD COLUMN private_ports INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define SQL_CAP 2048

@@ -131,6 +131,7 @@ struct store_sbx {
     int64_t created_ms;
     int64_t updated_ms;
     char node[STORE_ID_MAX]; /* id of the node daemon that runs it; "" = single host */
+    bool private_ports;    /* port requests need the sandbox's traffic token */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */

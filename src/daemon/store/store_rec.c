@@ -55,6 +55,7 @@ static const struct store_col sbx_cols[] = {
     COL("created_ms", STORE_COL_I64, struct store_sbx, created_ms, false),
     COL("updated_ms", STORE_COL_I64, struct store_sbx, updated_ms, false),
     TEXT(struct store_sbx, node, false),
+    COL("private_ports", STORE_COL_BOOL, struct store_sbx, private_ports, false),
 };
 const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
 

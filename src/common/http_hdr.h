@@ -1,0 +1,33 @@
+/* http_hdr: which request header fields a forwarding hop must drop.
+ *
+ * One list for every proxy in spaced (the sandbox-port proxy on the API port, the
+ * sandbox-port listener's pipe, the control -> node forwarder), so they cannot drift:
+ *   - hop-by-hop fields (RFC 9110 7.6.1): they describe one connection, not the request;
+ *     a forwarder that re-frames sets its own. Every field the Connection header names
+ *     is hop-by-hop too.
+ *   - credentials spaced itself consumes: every form of API key (Authorization, which
+ *     also carries attach tokens and E2B's Basic user, X-API-Key), the cluster node
+ *     token, E2B's envd access token and the per-sandbox traffic token, and
+ *     Proxy-Authorization. No cookie authenticates anything in spaced, so none is
+ *     listed. A hop towards a sandbox drops them all: code in the guest must never see
+ *     a platform secret. The control -> node hop keeps the API key (the node
+ *     authenticates it) and replaces the node token with its own.
+ * Names compare case-insensitively. Pure functions, no allocation. */
+#ifndef SPACE_HTTP_HDR_H
+#define SPACE_HTTP_HDR_H
+
+#include <stdbool.h>
+
+#define HH_NODE_TOKEN_HEADER    "X-Space-Node-Token"       /* control -> node secret */
+#define HH_TRAFFIC_TOKEN_HEADER "e2b-traffic-access-token" /* private sandbox ports */
+
+/* True if `name` is hop-by-hop: Connection, Keep-Alive, Proxy-Connection, TE, Trailer,
+ * Transfer-Encoding, Upgrade, or a field listed in `connection` (the request's
+ * Connection value, comma-separated; NULL when absent). A forwarder that supports
+ * Upgrade re-adds Connection/Upgrade itself. */
+bool hh_hop_by_hop(const char *name, const char *connection);
+
+/* True if `name` carries a credential spaced consumes (see above). */
+bool hh_credential(const char *name);
+
+#endif

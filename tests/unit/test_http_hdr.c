@@ -1,0 +1,46 @@
+/* test_http_hdr: the shared hop-by-hop and credential header lists. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "http_hdr.h"
+
+static void test_hop_by_hop(void **state)
+{
+    (void)state;
+    const char *fixed[] = {"Connection", "keep-alive", "PROXY-CONNECTION", "te", "Trailer",
+                           "transfer-encoding", "Upgrade"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        assert_true(hh_hop_by_hop(fixed[i], NULL));
+    assert_false(hh_hop_by_hop("Content-Type", NULL));
+    assert_false(hh_hop_by_hop("Host", "close"));
+    /* Fields the Connection header names, with OWS and empty list elements. */
+    assert_true(hh_hop_by_hop("X-Foo", "close, x-foo"));
+    assert_true(hh_hop_by_hop("x-foo", " ,X-Foo\t, bar"));
+    assert_true(hh_hop_by_hop("Bar", "x-foo,bar "));
+    assert_false(hh_hop_by_hop("X-Fo", "X-Foo"));
+    assert_false(hh_hop_by_hop("X-Foo", "X-Fo, X-Foob"));
+    assert_false(hh_hop_by_hop("X-Foo", ""));
+}
+
+static void test_credentials(void **state)
+{
+    (void)state;
+    const char *creds[] = {"Authorization", "proxy-authorization", "X-API-KEY", "x-api-key",
+                           "X-Space-Node-Token", "x-access-token", "E2B-Traffic-Access-Token"};
+    for (size_t i = 0; i < sizeof creds / sizeof *creds; i++)
+        assert_true(hh_credential(creds[i]));
+    assert_false(hh_credential("Cookie"));
+    assert_false(hh_credential("X-API-Key2"));
+    assert_false(hh_credential("E2b-Sandbox-Id"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hop_by_hop),
+        cmocka_unit_test(test_credentials),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
