@@ -59,7 +59,30 @@ static void usage(FILE *f)
             "  --rate RPS           API requests per second per API key, or per address for\n"
             "                       requests without a valid key (default 200; 0 = no limit)\n"
             "  --burst N            requests allowed at once above the rate (default 1000)\n"
+            "  --quota-sandboxes N, --quota-vcpus N, --quota-mem-mib N, --quota-disk-mib N,\n"
+            "  --quota-templates N, --quota-snapshots N\n"
+            "                       per-tenant limits for tenants whose own quota (PUT\n"
+            "                       /v1/tenants/{tenant}/quota) does not set them\n"
+            "                       (default 0 = unlimited)\n"
             "  --help\n");
+}
+
+/* getopt values of the --quota-* options: QUOTA_OPT + the field's index in
+ * struct store_quota_vals (same order as the longopts below). */
+#define QUOTA_OPT 1000
+
+static int parse_quota(int i, const char *arg, struct spaced_opts *o)
+{
+    int64_t *f[] = {&o->quota.sandboxes, &o->quota.vcpus,     &o->quota.memory_mib,
+                    &o->quota.disk_mib,  &o->quota.templates, &o->quota.snapshots};
+    char *end = NULL;
+    long long n = strtoll(arg, &end, 10);
+    if (*end || end == arg || n < 0 || n > (1LL << 40)) {
+        fprintf(stderr, "spaced: quota limits must be integers 0..%lld (0 = unlimited)\n", 1LL << 40);
+        return -1;
+    }
+    *f[i] = n;
+    return 0;
 }
 
 static int parse_opts(int argc, char **argv, struct spaced_opts *o)
@@ -74,6 +97,12 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"node-id", required_argument, NULL, 'N'}, {"advertise", required_argument, NULL, 'A'},
         {"capacity-vcpus", required_argument, NULL, 'C'},
         {"capacity-mem", required_argument, NULL, 'M'},
+        {"quota-sandboxes", required_argument, NULL, QUOTA_OPT + 0},
+        {"quota-vcpus", required_argument, NULL, QUOTA_OPT + 1},
+        {"quota-mem-mib", required_argument, NULL, QUOTA_OPT + 2},
+        {"quota-disk-mib", required_argument, NULL, QUOTA_OPT + 3},
+        {"quota-templates", required_argument, NULL, QUOTA_OPT + 4},
+        {"quota-snapshots", required_argument, NULL, QUOTA_OPT + 5},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     o->listen = "127.0.0.1:7070";
@@ -152,6 +181,11 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
             *(c == 'r' ? &o->rate : &o->burst) = v;
             break;
         }
+        case QUOTA_OPT + 0: case QUOTA_OPT + 1: case QUOTA_OPT + 2:
+        case QUOTA_OPT + 3: case QUOTA_OPT + 4: case QUOTA_OPT + 5:
+            if (parse_quota(c - QUOTA_OPT, optarg, o) < 0)
+                return -1;
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -267,6 +301,7 @@ int main(int argc, char **argv)
     routes_files_register(sp.router, &sp);
     routes_network_register(sp.router, &sp);
     routes_ports_register(sp.router, &sp);
+    routes_quota_register(sp.router, &sp);
     if (cluster_runs_sandboxes(&sp)) /* E2B is not forwarded by control yet */
         e2b_register(sp.router, &sp);
 

@@ -20,6 +20,7 @@
  *     void routes_files_register(struct router *, struct spaced *);      files
  *     void routes_network_register(struct router *, struct spaced *);    network, credentials
  *     void routes_ports_register(struct router *, struct spaced *);      sandbox ports
+ *     void routes_quota_register(struct router *, struct spaced *);      /v1/quota, tenants' quotas
  *     void e2b_register(struct router *, struct spaced *);               E2B compatibility
  * (routes.h and e2b.h declare them), preceded by routes_ratelimit_register, the first hook.
  *
@@ -34,6 +35,8 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+
+#include "daemon/store/store.h"
 
 struct event_base;
 struct router;
@@ -69,6 +72,8 @@ struct spaced_opts {
     double rate;           /* API requests per second per client (api/routes_ratelimit.c);
                               0 disables rate limiting */
     double burst;          /* requests a client may make at once above the rate */
+    struct store_quota_vals quota; /* --quota-*: per-tenant limits where a tenant's own
+                              quota says "default" (quota/quota.h); 0 = unlimited */
 };
 
 struct spaced {

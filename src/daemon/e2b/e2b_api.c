@@ -381,6 +381,12 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
     struct store_op op;
     rc = op_submit_create(e->sp, who->tenant, &spec, NULL, hash, &op, &err);
     sbx_spec_clear(&spec);
+    if (rc < 0 && strcmp(err.code, "quota_exceeded") == 0) {
+        /* E2B's answer to "too many concurrent sandboxes": the SDKs raise RateLimitError.
+         * No Retry-After: the SDK would retry, and waiting frees nothing. */
+        rest_error(req, 429, "%s", err.message);
+        return;
+    }
     if (rc < 0) {
         reply_spaced_err(req, &err);
         return;
