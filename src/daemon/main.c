@@ -59,6 +59,11 @@ static void usage(FILE *f)
             "  --rate RPS           API requests per second per API key, or per address for\n"
             "                       requests without a valid key (default 200; 0 = no limit)\n"
             "  --burst N            requests allowed at once above the rate (default 1000)\n"
+            "  --max-conns-per-client N  open connections one address may hold on the API\n"
+            "                       port and on the sandbox-port listener; beyond: 429\n"
+            "                       (default 128; 0 = no cap, e.g. on nodes behind a control)\n"
+            "  --proxy-idle-timeout SECS  close a proxied (upgraded or sandbox-port) connection\n"
+            "                       on which no byte moved for this long (default 600; 0 = never)\n"
             "  --quota-sandboxes N, --quota-vcpus N, --quota-mem-mib N, --quota-disk-mib N,\n"
             "  --quota-templates N, --quota-snapshots N\n"
             "                       per-tenant limits for tenants whose own quota (PUT\n"
@@ -97,6 +102,8 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"node-id", required_argument, NULL, 'N'}, {"advertise", required_argument, NULL, 'A'},
         {"capacity-vcpus", required_argument, NULL, 'C'},
         {"capacity-mem", required_argument, NULL, 'M'},
+        {"max-conns-per-client", required_argument, NULL, 'K'},
+        {"proxy-idle-timeout", required_argument, NULL, 'I'},
         {"quota-sandboxes", required_argument, NULL, QUOTA_OPT + 0},
         {"quota-vcpus", required_argument, NULL, QUOTA_OPT + 1},
         {"quota-mem-mib", required_argument, NULL, QUOTA_OPT + 2},
@@ -117,6 +124,8 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->jail = -1; /* auto: jailed when root and `nobody` exist (sbx_jail.c) */
     o->rate = 200;
     o->burst = 1000;
+    o->conns_per_client = 128;
+    o->proxy_idle_s = 600;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -179,6 +188,18 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
                 return -1;
             }
             *(c == 'r' ? &o->rate : &o->burst) = v;
+            break;
+        }
+        case 'K':
+        case 'I': {
+            char *end = NULL;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*end || end == optarg || optarg[0] == '-' || n > 1000000) {
+                fprintf(stderr, "spaced: --%s must be an integer 0..1000000\n",
+                        c == 'K' ? "max-conns-per-client" : "proxy-idle-timeout");
+                return -1;
+            }
+            *(c == 'K' ? &o->conns_per_client : &o->proxy_idle_s) = (unsigned)n;
             break;
         }
         case QUOTA_OPT + 0: case QUOTA_OPT + 1: case QUOTA_OPT + 2:
@@ -307,6 +328,7 @@ int main(int argc, char **argv)
 
     struct http_limits lim;
     http_limits_default(&lim);
+    lim.max_conns_per_client = sp.opt.conns_per_client ? sp.opt.conns_per_client : UINT_MAX;
     struct http_server *srv = http_server_new(sp.base, &lim, cluster_dispatch, &sp);
     if (!srv || http_server_listen(srv, sp.opt.listen, err, sizeof err) != 0) {
         fprintf(stderr, "spaced: cannot listen on %s: %s\n", sp.opt.listen, srv ? err : "out of memory");

@@ -72,6 +72,11 @@ struct spaced_opts {
     double rate;           /* API requests per second per client (api/routes_ratelimit.c);
                               0 disables rate limiting */
     double burst;          /* requests a client may make at once above the rate */
+    unsigned conns_per_client; /* --max-conns-per-client: open connections one address
+                              may hold on the API port and on the sandbox-port listener
+                              (default 128; 0 = no cap) */
+    unsigned proxy_idle_s; /* --proxy-idle-timeout: piped (upgraded / port-listener)
+                              connections idle both ways this long are closed (600; 0 = never) */
     struct store_quota_vals quota; /* --quota-*: per-tenant limits where a tenant's own
                               quota says "default" (quota/quota.h); 0 = unlimited */
 };

@@ -815,6 +815,7 @@ void e2b_register(struct router *r, struct spaced *sp)
     ctx_pause = (struct body_ctx){&e, pause_route};
     ctx_connect = (struct body_ctx){&e, connect_route};
     ctx_resume = (struct body_ctx){&e, resume_route};
+    e2b_pipe_set_idle(sp->opt.proxy_idle_s);
     const char *listen = getenv("SPACE_E2B_PORT_LISTEN");
     char err[200], q[256];
     /* Without it getHost still works on our own port, minus protocol upgrades. */
