@@ -61,7 +61,7 @@ static void usage(FILE *f)
             "  --burst N            requests allowed at once above the rate (default 1000)\n"
             "  --max-conns-per-client N  open connections one address may hold on the API\n"
             "                       port and on the sandbox-port listener; beyond: 429\n"
-            "                       (default 128; 0 = no cap, e.g. on nodes behind a control)\n"
+            "                       (default 128, --role node: 0 = no cap)\n"
             "  --proxy-idle-timeout SECS  close a proxied (upgraded or sandbox-port) connection\n"
             "                       on which no byte moved for this long (default 600; 0 = never)\n"
             "  --quota-sandboxes N, --quota-vcpus N, --quota-mem-mib N, --quota-disk-mib N,\n"
@@ -124,7 +124,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->jail = -1; /* auto: jailed when root and `nobody` exist (sbx_jail.c) */
     o->rate = 200;
     o->burst = 1000;
-    o->conns_per_client = 128;
+    o->conns_per_client = UINT_MAX; /* unset: decided by the role below */
     o->proxy_idle_s = 600;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -211,6 +211,9 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         default: usage(stderr); return -1;
         }
     }
+    /* A node daemon sees every client through its control daemons' addresses. */
+    if (o->conns_per_client == UINT_MAX)
+        o->conns_per_client = o->role == CLUSTER_NODE ? 0 : 128;
     if (optind != argc) {
         usage(stderr);
         return -1;

@@ -74,7 +74,7 @@ struct spaced_opts {
     double burst;          /* requests a client may make at once above the rate */
     unsigned conns_per_client; /* --max-conns-per-client: open connections one address
                               may hold on the API port and on the sandbox-port listener
-                              (default 128; 0 = no cap) */
+                              (default 128, role node 0; 0 = no cap) */
     unsigned proxy_idle_s; /* --proxy-idle-timeout: piped (upgraded / port-listener)
                               connections idle both ways this long are closed (600; 0 = never) */
     struct store_quota_vals quota; /* --quota-*: per-tenant limits where a tenant's own
