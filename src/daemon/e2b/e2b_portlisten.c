@@ -464,6 +464,7 @@ struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, 
     c->piping = true;
     c->answered = true;
     pl_watch(c);
+    pl_touch(c);
     pl_pump_up(c); /* client bytes that came with the upgrade request */
     if (!evbuffer_get_length(bufferevent_get_output(bev)))
         pl_write_cb(bev, c); /* nothing to flush: return the credit now */
