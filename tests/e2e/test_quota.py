@@ -157,6 +157,21 @@ def test_e2b_create_over_quota_is_429(q):
     assert "retry-after" not in r.headers, r.headers
 
 
+def test_python_client_raises_quota_exceeded(q):
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python"))
+    import space
+    a, _ = key_for(q, "qh")
+    assert q.request("PUT", "/v1/tenants/qh/quota", {"sandboxes": 1}).status == 200
+    c = space.Client(url=q.url, api_key=a)
+    c.create(template="fake", wait=False)
+    with pytest.raises(space.SpaceError) as e:
+        c.create(template="fake", wait=False)
+    assert e.value.status == 403 and e.value.code == "quota_exceeded", e.value
+    assert c.quota()["usage"]["sandboxes"] == 1
+
+
 @pytest.mark.parametrize("arg", ["-1", "x", "", "2000000000000"])
 def test_bad_quota_option_refused(arg, tmp_path):
     r = subprocess.run([SPACED, "--data-dir", str(tmp_path), "--quota-sandboxes", arg],
