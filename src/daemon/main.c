@@ -59,7 +59,35 @@ static void usage(FILE *f)
             "  --rate RPS           API requests per second per API key, or per address for\n"
             "                       requests without a valid key (default 200; 0 = no limit)\n"
             "  --burst N            requests allowed at once above the rate (default 1000)\n"
+            "  --max-conns-per-client N  open connections one address may hold on the API\n"
+            "                       port and on the sandbox-port listener; beyond: 429\n"
+            "                       (default 128, --role node: 0 = no cap)\n"
+            "  --proxy-idle-timeout SECS  close a proxied (upgraded or sandbox-port) connection\n"
+            "                       on which no byte moved for this long (default 600; 0 = never)\n"
+            "  --quota-sandboxes N, --quota-vcpus N, --quota-mem-mib N, --quota-disk-mib N,\n"
+            "  --quota-templates N, --quota-snapshots N\n"
+            "                       per-tenant limits for tenants whose own quota (PUT\n"
+            "                       /v1/tenants/{tenant}/quota) does not set them\n"
+            "                       (default 0 = unlimited)\n"
             "  --help\n");
+}
+
+/* getopt values of the --quota-* options: QUOTA_OPT + the field's index in
+ * struct store_quota_vals (same order as the longopts below). */
+#define QUOTA_OPT 1000
+
+static int parse_quota(int i, const char *arg, struct spaced_opts *o)
+{
+    int64_t *f[] = {&o->quota.sandboxes, &o->quota.vcpus,     &o->quota.memory_mib,
+                    &o->quota.disk_mib,  &o->quota.templates, &o->quota.snapshots};
+    char *end = NULL;
+    long long n = strtoll(arg, &end, 10);
+    if (*end || end == arg || n < 0 || n > (1LL << 40)) {
+        fprintf(stderr, "spaced: quota limits must be integers 0..%lld (0 = unlimited)\n", 1LL << 40);
+        return -1;
+    }
+    *f[i] = n;
+    return 0;
 }
 
 static int parse_opts(int argc, char **argv, struct spaced_opts *o)
@@ -74,6 +102,14 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"node-id", required_argument, NULL, 'N'}, {"advertise", required_argument, NULL, 'A'},
         {"capacity-vcpus", required_argument, NULL, 'C'},
         {"capacity-mem", required_argument, NULL, 'M'},
+        {"max-conns-per-client", required_argument, NULL, 'K'},
+        {"proxy-idle-timeout", required_argument, NULL, 'I'},
+        {"quota-sandboxes", required_argument, NULL, QUOTA_OPT + 0},
+        {"quota-vcpus", required_argument, NULL, QUOTA_OPT + 1},
+        {"quota-mem-mib", required_argument, NULL, QUOTA_OPT + 2},
+        {"quota-disk-mib", required_argument, NULL, QUOTA_OPT + 3},
+        {"quota-templates", required_argument, NULL, QUOTA_OPT + 4},
+        {"quota-snapshots", required_argument, NULL, QUOTA_OPT + 5},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     o->listen = "127.0.0.1:7070";
@@ -88,6 +124,8 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->jail = -1; /* auto: jailed when root and `nobody` exist (sbx_jail.c) */
     o->rate = 200;
     o->burst = 1000;
+    o->conns_per_client = UINT_MAX; /* unset: decided by the role below */
+    o->proxy_idle_s = 600;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -152,10 +190,30 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
             *(c == 'r' ? &o->rate : &o->burst) = v;
             break;
         }
+        case 'K':
+        case 'I': {
+            char *end = NULL;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*end || end == optarg || optarg[0] == '-' || n > 1000000) {
+                fprintf(stderr, "spaced: --%s must be an integer 0..1000000\n",
+                        c == 'K' ? "max-conns-per-client" : "proxy-idle-timeout");
+                return -1;
+            }
+            *(c == 'K' ? &o->conns_per_client : &o->proxy_idle_s) = (unsigned)n;
+            break;
+        }
+        case QUOTA_OPT + 0: case QUOTA_OPT + 1: case QUOTA_OPT + 2:
+        case QUOTA_OPT + 3: case QUOTA_OPT + 4: case QUOTA_OPT + 5:
+            if (parse_quota(c - QUOTA_OPT, optarg, o) < 0)
+                return -1;
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
     }
+    /* A node daemon sees every client through its control daemons' addresses. */
+    if (o->conns_per_client == UINT_MAX)
+        o->conns_per_client = o->role == CLUSTER_NODE ? 0 : 128;
     if (optind != argc) {
         usage(stderr);
         return -1;
@@ -267,11 +325,13 @@ int main(int argc, char **argv)
     routes_files_register(sp.router, &sp);
     routes_network_register(sp.router, &sp);
     routes_ports_register(sp.router, &sp);
+    routes_quota_register(sp.router, &sp);
     if (cluster_runs_sandboxes(&sp)) /* E2B is not forwarded by control yet */
         e2b_register(sp.router, &sp);
 
     struct http_limits lim;
     http_limits_default(&lim);
+    lim.max_conns_per_client = sp.opt.conns_per_client ? sp.opt.conns_per_client : UINT_MAX;
     struct http_server *srv = http_server_new(sp.base, &lim, cluster_dispatch, &sp);
     if (!srv || http_server_listen(srv, sp.opt.listen, err, sizeof err) != 0) {
         fprintf(stderr, "spaced: cannot listen on %s: %s\n", sp.opt.listen, srv ? err : "out of memory");

@@ -20,6 +20,7 @@
  *     void routes_files_register(struct router *, struct spaced *);      files
  *     void routes_network_register(struct router *, struct spaced *);    network, credentials
  *     void routes_ports_register(struct router *, struct spaced *);      sandbox ports
+ *     void routes_quota_register(struct router *, struct spaced *);      /v1/quota, tenants' quotas
  *     void e2b_register(struct router *, struct spaced *);               E2B compatibility
  * (routes.h and e2b.h declare them), preceded by routes_ratelimit_register, the first hook.
  *
@@ -34,6 +35,8 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+
+#include "daemon/store/store.h"
 
 struct event_base;
 struct router;
@@ -69,6 +72,13 @@ struct spaced_opts {
     double rate;           /* API requests per second per client (api/routes_ratelimit.c);
                               0 disables rate limiting */
     double burst;          /* requests a client may make at once above the rate */
+    unsigned conns_per_client; /* --max-conns-per-client: open connections one address
+                              may hold on the API port and on the sandbox-port listener
+                              (default 128, role node 0; 0 = no cap) */
+    unsigned proxy_idle_s; /* --proxy-idle-timeout: piped (upgraded / port-listener)
+                              connections idle both ways this long are closed (600; 0 = never) */
+    struct store_quota_vals quota; /* --quota-*: per-tenant limits where a tenant's own
+                              quota says "default" (quota/quota.h); 0 = unlimited */
 };
 
 struct spaced {

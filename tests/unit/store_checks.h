@@ -332,6 +332,82 @@ static void check_nodes(void **state)
     store_close(st);
 }
 
+/* Quotas: a tenant without a row has none (the daemon's defaults apply); a row is
+ * upserted; usage counts the tenant's sandboxes that are not deleted (their vCPUs,
+ * memory and disk summed) and its templates that are not deleted, nobody else's;
+ * store_quota_lock works inside a transaction and leaves the limits alone. */
+static void check_quotas(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_quota q;
+    assert_int_equal(store_quota_get(st, "A", &q), STORE_NOTFOUND);
+    struct store_quota_vals u;
+    assert_int_equal(store_quota_usage(st, "A", &u), 0);
+    assert_int_equal(u.sandboxes + u.vcpus + u.memory_mib + u.disk_mib + u.templates + u.snapshots, 0);
+
+    struct store_sbx s;
+    const char *states[] = {"creating", "running", "paused", "suspended", "failed", "deleted"};
+    for (int i = 0; i < 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "sb%d", i);
+        fill_sbx(&s, id, "A", "base", states[i], NULL);
+        s.vcpus = 2;
+        s.memory_mib = 512;
+        s.disk_mib = 1024;
+        assert_int_equal(store_sbx_put(st, &s), 0);
+    }
+    fill_sbx(&s, "sbB", "B", "base", "running", NULL);
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    struct store_tpl t = {.name = "a1", .tenant = "A", .state = "ready", .dir = "/x"};
+    assert_int_equal(store_tpl_put(st, &t), 0);
+    snprintf(t.name, sizeof t.name, "a2");
+    snprintf(t.state, sizeof t.state, "deleted");
+    assert_int_equal(store_tpl_put(st, &t), 0);
+    snprintf(t.name, sizeof t.name, "b1");
+    snprintf(t.tenant, sizeof t.tenant, "B");
+    assert_int_equal(store_tpl_put(st, &t), 0);
+
+    assert_int_equal(store_quota_usage(st, "A", &u), 0);
+    assert_int_equal(u.sandboxes, 5);
+    assert_int_equal(u.vcpus, 10);
+    assert_int_equal(u.memory_mib, 2560);
+    assert_int_equal(u.disk_mib, 5120);
+    assert_int_equal(u.templates, 1);
+    assert_int_equal(u.snapshots, 0);
+    struct store_sbx g;
+    assert_int_equal(store_sbx_get(st, "sb1", &g), 0);
+    assert_int_equal(g.disk_mib, 1024);
+    store_sbx_clear(&g);
+
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_quota_lock(st, "A"), 0);
+    assert_int_equal(store_commit(st), 0);
+    assert_int_equal(store_quota_get(st, "A", &q), 0);
+    assert_int_equal(q.limit.sandboxes, STORE_QUOTA_DEFAULT);
+    assert_int_equal(q.limit.snapshots, STORE_QUOTA_DEFAULT);
+
+    q.limit = (struct store_quota_vals){.sandboxes = 3, .vcpus = 0, .memory_mib = 4096, .disk_mib = -1,
+                                        .templates = 2, .snapshots = 7};
+    q.updated_ms = 99;
+    assert_int_equal(store_quota_put(st, &q), 0);
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_quota_lock(st, "A"), 0); /* an existing row keeps its limits */
+    assert_int_equal(store_commit(st), 0);
+    struct store_quota got;
+    assert_int_equal(store_quota_get(st, "A", &got), 0);
+    assert_string_equal(got.tenant, "A");
+    assert_int_equal(got.limit.sandboxes, 3);
+    assert_int_equal(got.limit.vcpus, 0);
+    assert_int_equal(got.limit.memory_mib, 4096);
+    assert_int_equal(got.limit.disk_mib, -1);
+    assert_int_equal(got.limit.templates, 2);
+    assert_int_equal(got.limit.snapshots, 7);
+    assert_int_equal(got.updated_ms, 99);
+    assert_int_equal(store_quota_get(st, "B", &got), STORE_NOTFOUND);
+    store_close(st);
+}
+
 static void check_crash_mid_transaction(void **state)
 {
     (void)state;

@@ -3,6 +3,7 @@
  * smuggling attempts, bad methods, overload (1000 connections against 200 allowed),
  * a 200 MiB upload through a pausing consumer with bounded buffering, streamed
  * downloads with drain callbacks, and on_close when a client vanishes mid-stream. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -518,10 +519,48 @@ static int stats_connections(void)
     return n;
 }
 
+/* One address may hold max_conns_per_client connections; more are answered 429 with
+ * Retry-After and closed, while the ones it holds are still served. */
+static void test_per_client_cap(void **state)
+{
+    th_stop(&T);
+    struct http_limits lim = {.max_conns_per_client = 5, .header_timeout_ms = 60000};
+    th_start(&T, &lim, setup_routes);
+    enum { N = 8 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = th_connect_fd(T.port);
+        assert_true(fds[i] >= 0);
+        usleep(20 * 1000); /* accepted in order */
+    }
+    struct th_conn *c = calloc(1, sizeof *c);
+    int ok = 0, limited = 0;
+    for (int i = 0; i < N; i++) {
+        c->fd = fds[i];
+        c->len = 0;
+        struct th_resp r;
+        if (th_sends(c, GET("/hello")) == 0 && th_read_resp(c, &r, false) == 0) {
+            ok += r.status == 200;
+            if (r.status == 429) {
+                limited++;
+                assert_non_null(strstr(r.headers, "Retry-After: 1"));
+                assert_non_null(strstr(r.body, "too many open connections"));
+            }
+            th_resp_free(&r);
+        }
+    }
+    free(c);
+    assert_int_equal(ok, 5);
+    assert_int_equal(limited, N - 5);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+}
+
 static void test_overload(void **state)
 {
     th_stop(&T);
-    struct http_limits lim = {.max_connections = 200, .header_timeout_ms = 60000};
+    struct http_limits lim = {.max_connections = 200, .max_conns_per_client = UINT_MAX,
+                              .header_timeout_ms = 60000};
     th_start(&T, &lim, setup_routes);
     enum { N = 1000 };
     int *fds = calloc(N, sizeof *fds);
@@ -773,6 +812,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_requests, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_timeouts, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_overload, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_per_client_cap, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_stream_upload_200mib, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_upload_refused_or_abandoned, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_stream_download, start, th_teardown),

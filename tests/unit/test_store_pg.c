@@ -105,6 +105,7 @@ static void test_sandboxes_list(void **state) { NEED_PG(); check_sandboxes_list(
 static void test_operations(void **state) { NEED_PG(); check_operations(state); }
 static void test_sessions_templates_tx(void **state) { NEED_PG(); check_sessions_templates_tx(state); }
 static void test_nodes(void **state) { NEED_PG(); check_nodes(state); }
+static void test_quotas(void **state) { NEED_PG(); check_quotas(state); }
 static void test_crash_mid_transaction(void **state) { NEED_PG(); check_crash_mid_transaction(state); }
 static void test_crash_loses_nothing_acknowledged(void **state)
 {
@@ -146,6 +147,49 @@ static void test_concurrent_open_migrates_once(void **state)
              " THEN RAISE 'migrations applied more than once or not at all'; END IF; END$$",
              schema);
     admin_sql(sql);
+}
+
+/* Replicas checking one tenant's quota at once (quota.h): each child takes the quota
+ * lock, reads usage, waits a little (so that without the lock both would read 0), and
+ * inserts a sandbox only if the tenant has none. The lock serialises them: exactly one
+ * sandbox exists afterwards. */
+static void test_quota_lock_serialises_replicas(void **state)
+{
+    (void)state;
+    NEED_PG();
+    store_close(checks_open()); /* schema in place before the children race */
+    enum { N = 4 };
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            char err[256], id[16];
+            struct store *st = checks_open_quiet(err, sizeof err);
+            struct store_quota_vals u;
+            struct store_sbx s;
+            snprintf(id, sizeof id, "sbq%d", i);
+            fill_sbx(&s, id, "T", "base", "creating", NULL);
+            if (!st || store_begin(st) != 0 || store_quota_lock(st, "T") != 0 ||
+                store_quota_usage(st, "T", &u) != 0)
+                _exit(1);
+            usleep(200 * 1000);
+            if ((u.sandboxes == 0 && store_sbx_put(st, &s) != 0) || store_commit(st) != 0)
+                _exit(1);
+            store_close(st);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    struct store *st = checks_open();
+    struct store_quota_vals u;
+    assert_int_equal(store_quota_usage(st, "T", &u), 0);
+    assert_int_equal(u.sandboxes, 1);
+    store_close(st);
 }
 
 /* A database upgraded by a newer spaced is refused, not written with the old layout. */
@@ -350,6 +394,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crash_mid_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_loses_nothing_acknowledged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quotas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_lock_serialises_replicas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_open_migrates_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_replicas_share_rows, setup, teardown),

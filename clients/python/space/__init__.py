@@ -220,6 +220,12 @@ class Client:
     def get(self, sandbox_id):
         return Sandbox(self, self.request("GET", "/v1/sandboxes/" + sandbox_id)["sandbox"])
 
+    def quota(self):
+        """This tenant's quota: {"tenant", "limits", "usage"} per resource (sandboxes,
+        vcpus, memory_mib, disk_mib, templates, snapshots; a limit 0 is unlimited). A
+        create over a limit raises SpaceError(403, "quota_exceeded", ...)."""
+        return self.request("GET", "/v1/quota")
+
     def list(self, **filters):
         """Sandboxes of this tenant; filters: state, template, limit, metadata={k: v}."""
         query = {k: v for k, v in filters.items() if k != "metadata"}

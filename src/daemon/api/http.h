@@ -63,6 +63,8 @@ struct http_limits {
                                        long -> abort (60 s); idle streams do not count */
     unsigned keepalive_idle_ms;     /* idle keep-alive connection closed after (60 s) */
     unsigned max_connections;       /* open connections; beyond: 503 + close (1024) */
+    unsigned max_conns_per_client;  /* open connections from one address; beyond: 429 +
+                                       Retry-After + close (128; UINT_MAX = no cap) */
     size_t max_body_default;        /* http_req_read_body() with max 0 uses this (1 MiB) */
     size_t stream_low_water;        /* http_stream_on_drain fires when at most this many
                                        bytes remain queued (64 KiB) */

@@ -18,6 +18,7 @@
 #include "http_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -51,6 +52,7 @@ void http_limits_default(struct http_limits *lim)
     lim->write_timeout_ms = 60000;
     lim->keepalive_idle_ms = 60000;
     lim->max_connections = 1024;
+    lim->max_conns_per_client = 128;
     lim->max_body_default = 1024 * 1024;
     lim->stream_low_water = 64 * 1024;
 }
@@ -69,6 +71,7 @@ static void fill_limits(struct http_limits *dst, const struct http_limits *src)
     TAKE(write_timeout_ms);
     TAKE(keepalive_idle_ms);
     TAKE(max_connections);
+    TAKE(max_conns_per_client);
     TAKE(max_body_default);
     TAKE(stream_low_water);
 #undef TAKE
@@ -517,22 +520,37 @@ static void format_peer(const struct sockaddr *sa, char *out, size_t cap)
     }
 }
 
-/* Over the connection limit: a best-effort 503 written straight to the socket, then
- * close. No state is kept, so a flood costs nothing beyond the accept. */
-static void reject_overload(struct http_server *s, evutil_socket_t fd, const char *peer)
+/* Over a connection limit: a best-effort 503 (the server's limit) or 429 (this
+ * client's) written straight to the socket, then close. No state is kept, so a flood
+ * costs nothing beyond the accept. */
+static void reject_overload(struct http_server *s, evutil_socket_t fd, const char *peer, bool client)
 {
-    static const char body[] =
-        "{\"error\":{\"code\":\"unavailable\",\"message\":\"too many connections\"}}";
+    const char *body = client ? "{\"error\":{\"code\":\"rate_limited\",\"message\":\"too many open "
+                                "connections from this address\"}}"
+                              : "{\"error\":{\"code\":\"unavailable\",\"message\":\"too many "
+                                "connections\"}}";
     char buf[512];
     int n = snprintf(buf, sizeof buf,
-                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s",
-                     sizeof body - 1, body);
+                     client ? "429 Too Many Requests" : "503 Service Unavailable", strlen(body), body);
     ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w; /* best effort: the client may already be gone */
     shutdown(fd, SHUT_WR);
     evutil_closesocket(fd);
-    log_warn("http.overload", "peer=%s connections=%u", peer, s->nconns);
+    log_warn("http.overload", "peer=%s connections=%u per_client=%d", peer, s->nconns, client);
+}
+
+/* Open connections from peer's address ("a.b.c.d:port" / "[v6]:port": the part before
+ * the last ':'). */
+static unsigned conns_from(const struct http_server *s, const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+    unsigned count = 0;
+    for (const struct http_conn *c = s->conns; c; c = c->next)
+        count += strncmp(c->peer, peer, n) == 0 && (c->peer[n] == ':' || c->peer[n] == '\0');
+    return count;
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -542,7 +560,12 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     char peer[64];
     format_peer(sa, peer, sizeof peer);
     if (s->nconns >= s->lim.max_connections) {
-        reject_overload(s, fd, peer);
+        reject_overload(s, fd, peer, false);
+        return;
+    }
+    if (s->lim.max_conns_per_client != UINT_MAX && strcmp(peer, "unknown") != 0 &&
+        conns_from(s, peer) >= s->lim.max_conns_per_client) {
+        reject_overload(s, fd, peer, true);
         return;
     }
     int one = 1;

@@ -395,6 +395,12 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
     struct store_op op;
     rc = op_submit_create(e->sp, who->tenant, &spec, NULL, hash, &op, &err);
     sbx_spec_clear(&spec);
+    if (rc < 0 && strcmp(err.code, "quota_exceeded") == 0) {
+        /* E2B's answer to "too many concurrent sandboxes": the SDKs raise RateLimitError.
+         * No Retry-After: the SDK would retry, and waiting frees nothing. */
+        rest_error(req, 429, "%s", err.message);
+        return;
+    }
     if (rc < 0) {
         reply_spaced_err(req, &err);
         return;
@@ -823,6 +829,7 @@ void e2b_register(struct router *r, struct spaced *sp)
     ctx_pause = (struct body_ctx){&e, pause_route};
     ctx_connect = (struct body_ctx){&e, connect_route};
     ctx_resume = (struct body_ctx){&e, resume_route};
+    e2b_pipe_set_idle(sp->opt.proxy_idle_s);
     const char *listen = getenv("SPACE_E2B_PORT_LISTEN");
     char err[200], q[256];
     /* Without it getHost still works on our own port, minus protocol upgrades. */

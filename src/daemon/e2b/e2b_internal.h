@@ -172,6 +172,9 @@ int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
  * listener's connection limit; NULL when over it or out of memory (nothing taken). */
 struct pl_conn;
 struct bufferevent;
+/* Idle timeout of every pipe, adopted or the listener's (--proxy-idle-timeout; 0 = none;
+ * default 600 s): e2b_register sets it. */
+void e2b_pipe_set_idle(unsigned seconds);
 struct agentc_chan;
 struct agentc_chan_ops;
 struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, void *owned,

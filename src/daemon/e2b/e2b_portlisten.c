@@ -33,7 +33,14 @@
  * head too large, 502 unknown sandbox / refused port / agent error, 408 head too slow)
  * with E2B's REST error body, then the connection closes; a bad later head just closes
  * it. Like E2B's public sandbox URLs, no token is needed, unless the sandbox's ports
- * are private (sbx_traffic.c): then the first head must carry its traffic token. */
+ * are private (sbx_traffic.c): then the first head must carry its traffic token.
+ *
+ * Fairness (docs/security.md "Quotas and tenancy"): a new connection costs its source
+ * address one token of the API's rate (--rate/--burst, a bucket table of its own), and
+ * one address holds at most --max-conns-per-client connections here; beyond either it is
+ * answered 429 with Retry-After and closed at once, before any state is kept. A piped
+ * connection (here or adopted from spaced's port) on which no byte moved either way for
+ * --proxy-idle-timeout seconds is closed. */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -45,8 +52,12 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "daemon/agentc/agentc.h"
 #include "daemon/api/http_parse.h"
+#include "daemon/api/ratelimit.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"
 #include "e2b_internal.h"
@@ -74,7 +85,9 @@ struct pl_conn {
     struct bufferevent *bev;   /* the client (owned, owns the socket) */
     struct agentc_chan *ch;    /* the guest connection, NULL before routing / after */
     void *owned;               /* e2b_pipe_adopt's forwarding context, freed with us */
-    struct event *timer;       /* head deadline (owned) */
+    struct event *timer;       /* head deadline, then idle deadline once piping (owned) */
+    struct pl_conn *next, *prev; /* pl_all: every connection */
+    char addr[48];             /* the client's address; "" for adopted pipes */
     bool piping;               /* routed: bytes flow */
     bool client_eof;           /* client sent FIN (EOF IN sent or queued) */
     bool guest_done;           /* the channel ended (EOF OUT or close) */
@@ -94,9 +107,20 @@ struct pl_conn {
 };
 
 static unsigned pl_conns;
+static struct pl_conn *pl_all;
+static struct rl_table *pl_rl; /* new connections per address; NULL: --rate 0 */
+static unsigned pl_idle_s = 600; /* --proxy-idle-timeout; 0 = none */
+
+void e2b_pipe_set_idle(unsigned seconds) { pl_idle_s = seconds; }
 
 static void pl_free(struct pl_conn *c)
 {
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (pl_all == c)
+        pl_all = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     if (c->ch)
         agentc_close(c->ch);
     if (c->timer)
@@ -197,6 +221,15 @@ static ssize_t pl_chunked_span(struct pl_conn *c, const char *buf, size_t len, b
     return (ssize_t)used;
 }
 
+/* A byte moved on a piped connection: its idle deadline starts again. */
+static void pl_touch(struct pl_conn *c)
+{
+    if (c->timer && c->piping && pl_idle_s) {
+        struct timeval tv = {.tv_sec = pl_idle_s};
+        evtimer_add(c->timer, &tv);
+    }
+}
+
 /* Client bytes go to the channel, request by request, while its queue has room. */
 static void pl_pump_up(struct pl_conn *c)
 {
@@ -262,6 +295,7 @@ static void pl_on_data(void *arg, enum frame_stream stream, const uint8_t *buf, 
     }
     evbuffer_add(out, buf, len);
     c->answered = true;
+    pl_touch(c);
     if (evbuffer_get_length(out) > E2B_HIGH_WATER)
         c->owed += (uint32_t)len; /* returned by pl_write_cb as the client drains */
     else
@@ -361,6 +395,7 @@ static bool pl_route(struct pl_conn *c, const struct http_head *h)
     }
     c->piping = true;
     event_del(c->timer);
+    pl_touch(c);
     return true;
 }
 
@@ -453,6 +488,7 @@ static void pl_read_cb(struct bufferevent *bev, void *arg)
         return;
     if (!c->piping && pl_next_head(c) <= 0)
         return;
+    pl_touch(c);
     pl_pump_up(c);
 }
 
@@ -461,6 +497,7 @@ static void pl_write_cb(struct bufferevent *bev, void *arg)
     struct pl_conn *c = arg;
     if (c->closing)
         return pl_free(c); /* the write callback runs when the output is empty */
+    pl_touch(c);
     if (c->owed && c->ch) {
         agentc_grant(c->ch, FRAME_STREAM_OUT, c->owed);
         c->owed = 0;
@@ -487,9 +524,15 @@ static void pl_event_cb(struct bufferevent *bev, short what, void *arg)
         pl_close_after_flush(c);
 }
 
-static void pl_head_timeout(evutil_socket_t fd, short what, void *arg)
+static void pl_timeout(evutil_socket_t fd, short what, void *arg)
 {
-    pl_fail(arg, 408, "request head not received within %d s", PL_HEAD_SECS);
+    struct pl_conn *c = arg;
+    if (!c->piping)
+        return pl_fail(c, 408, "request head not received within %d s", PL_HEAD_SECS);
+    /* Idle both ways: closed hard, as nothing is moving (a client that stopped reading
+     * would never let a flush finish). */
+    log_info("port.idle", "client=%s", c->addr[0] ? c->addr : "upgraded");
+    pl_free(c);
 }
 
 /* Reading stops with E2B_HIGH_WATER unread input; the write callback fires when the
@@ -502,11 +545,71 @@ static void pl_watch(struct pl_conn *c)
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
 
+/* A connection refused before any state: a best-effort 429 in E2B's REST error shape
+ * with Retry-After, written straight to the socket, then close. */
+static void pl_refuse(evutil_socket_t fd, int64_t retry_s, const char *addr, const char *why)
+{
+    char body[256], buf[512];
+    snprintf(body, sizeof body, "{\"code\":429,\"message\":\"%s from %s; retry in %lld s\"}", why,
+             addr, (long long)retry_s);
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nRetry-After: %lld\r\nConnection: close\r\n\r\n%s",
+                     strlen(body), (long long)retry_s, body);
+    ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w; /* best effort: the client may already be gone */
+    shutdown(fd, SHUT_WR);
+    evutil_closesocket(fd);
+}
+
+static void sockaddr_ip(const struct sockaddr *sa, char *out, size_t cap)
+{
+    const void *a = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                                              : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+    if (!inet_ntop(sa->sa_family == AF_INET6 ? AF_INET6 : AF_INET, a, out, (socklen_t)cap))
+        snprintf(out, cap, "unknown");
+}
+
+/* Whether addr may open one more connection now; else refuses fd (429). */
+static bool pl_admit(struct e2b *e, evutil_socket_t fd, const char *addr)
+{
+    unsigned cap = e->sp->opt.conns_per_client, n = 0;
+    for (struct pl_conn *o = pl_all; o && cap; o = o->next)
+        n += strcmp(o->addr, addr) == 0;
+    if (cap && n >= cap) {
+        pl_refuse(fd, 1, addr, "too many open connections");
+        return false;
+    }
+    char key[RL_KEY_MAX];
+    snprintf(key, sizeof key, "ip:%s", addr);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t wait_ms = pl_rl ? rl_take(pl_rl, key, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) : 0;
+    if (wait_ms > 0) {
+        pl_refuse(fd, (wait_ms + 999) / 1000, addr, "too many new connections");
+        return false;
+    }
+    return true;
+}
+
+static void pl_link(struct pl_conn *c)
+{
+    pl_conns++;
+    c->next = pl_all;
+    if (pl_all)
+        pl_all->prev = c;
+    pl_all = c;
+}
+
 static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
     struct e2b *e = arg;
     struct event_base *base = evconnlistener_get_base(l);
+    char addr[48];
+    sockaddr_ip(sa, addr, sizeof addr);
+    if (!pl_admit(e, fd, addr))
+        return;
     struct pl_conn *c = pl_conns < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
     struct bufferevent *bev = c ? bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
     if (!bev) {
@@ -514,10 +617,11 @@ static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         free(c);
         return;
     }
-    pl_conns++;
+    pl_link(c);
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
     c->e = e;
     c->bev = bev;
-    c->timer = evtimer_new(base, pl_head_timeout, c);
+    c->timer = evtimer_new(base, pl_timeout, c);
     if (!c->timer)
         return pl_free(c);
     struct timeval tv = {.tv_sec = PL_HEAD_SECS};
@@ -531,15 +635,17 @@ struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, 
     struct pl_conn *c = pl_conns < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
     if (!c)
         return NULL;
-    pl_conns++;
+    pl_link(c);
     c->bev = bev;
     c->ch = ch;
+    c->timer = evtimer_new(bufferevent_get_base(bev), pl_timeout, c);
     c->owned = owned;
     c->owed = owed;
     c->piping = true;
     c->answered = true;
     c->up = UP_OPAQUE; /* already switched protocols */
     pl_watch(c);
+    pl_touch(c);
     pl_pump_up(c); /* client bytes that came with the upgrade request */
     if (!evbuffer_get_length(bufferevent_get_output(bev)))
         pl_write_cb(bev, c); /* nothing to flush: return the credit now */
@@ -560,6 +666,12 @@ int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen)
     if (!l) {
         snprintf(err, errlen, "cannot listen on %s: %s", addr,
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return -1;
+    }
+    struct rl_config rc = {.rate = e->sp->opt.rate, .burst = e->sp->opt.burst};
+    if (e->sp->opt.rate > 0 && !pl_rl && !(pl_rl = rl_new(&rc))) {
+        evconnlistener_free(l);
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
     e->listener = l;

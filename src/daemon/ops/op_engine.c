@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon/cluster/cluster.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/quota/quota.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/template/tpl.h"
 #include "log.h"
@@ -368,6 +370,16 @@ static int store_failed(struct spaced *sp, struct spaced_err *err)
     return spaced_err_set(err, 500, "internal", "the store failed: %s", store_errmsg(sp->store));
 }
 
+/* A sandbox disk's virtual size: its template image's, in MiB rounded up (0 if unknown:
+ * the create then fails later, when the disk is made). */
+static unsigned disk_mib(const char *image)
+{
+    struct stat stt;
+    if (stat(image, &stt) != 0 || stt.st_size <= 0)
+        return 0;
+    return (unsigned)(((uint64_t)stt.st_size + (1u << 20) - 1) >> 20);
+}
+
 int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spec *spec,
                      const char *idem_key, const char *body_hash, struct store_op *out,
                      struct spaced_err *err)
@@ -417,8 +429,18 @@ int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spe
     snprintf(rec.run_dir, sizeof rec.run_dir, "%s/run/%s", sp->opt.data_dir, rec.id);
     snprintf(rec.node, sizeof rec.node, "%s", cluster_node_id(sp));
     rec.created_ms = rec.updated_ms = out->created_ms;
-    if (store_begin(sp->store) != 0 || store_sbx_put(sp->store, &rec) != 0 ||
-        store_op_put(sp->store, out) != 0 || store_commit(sp->store) != 0)
+    rec.disk_mib = disk_mib(t.rootfs);
+    /* The quota check and the sandbox row share one transaction: see quota.h. */
+    struct store_quota_vals want = {.sandboxes = 1, .vcpus = rec.vcpus,
+                                    .memory_mib = rec.memory_mib, .disk_mib = rec.disk_mib};
+    if (store_begin(sp->store) != 0)
+        return store_failed(sp, err);
+    if (quota_check(sp, tenant, &want, err) != 0) {
+        store_rollback(sp->store);
+        return -1;
+    }
+    if (store_sbx_put(sp->store, &rec) != 0 || store_op_put(sp->store, out) != 0 ||
+        store_commit(sp->store) != 0)
         return store_failed(sp, err);
     /* rec's JSON strings belong to spec; the table copies them. */
     if (!sbx_table_add(sp, &rec) || !open_add(sp->ops, out))
@@ -519,8 +541,22 @@ int op_submit_template(struct spaced *sp, const char *tenant, const char *name,
     snprintf(t.state, sizeof t.state, "building");
     snprintf(t.dir, sizeof t.dir, "%s/templates/%s", sp->opt.data_dir, name);
     t.spec_json = (char *)spec_json;
-    if (store_begin(sp->store) != 0 || store_tpl_put(sp->store, &t) != 0 ||
-        store_op_put(sp->store, out) != 0 || store_commit(sp->store) != 0)
+    /* A rebuild of the tenant's own failed template reuses its row: nothing new. */
+    struct store_tpl old;
+    bool fresh = true;
+    if (store_tpl_get(sp->store, name, &old) == 0) {
+        fresh = strcmp(old.tenant, tenant) != 0 || strcmp(old.state, "deleted") == 0;
+        store_tpl_clear(&old);
+    }
+    struct store_quota_vals want = {.templates = fresh ? 1 : 0};
+    if (store_begin(sp->store) != 0)
+        return store_failed(sp, err);
+    if (quota_check(sp, tenant, &want, err) != 0) {
+        store_rollback(sp->store);
+        return -1;
+    }
+    if (store_tpl_put(sp->store, &t) != 0 || store_op_put(sp->store, out) != 0 ||
+        store_commit(sp->store) != 0)
         return store_failed(sp, err);
     if (!open_add(sp->ops, out))
         return spaced_err_set(err, 500, "internal", "out of memory");

@@ -57,6 +57,14 @@ static const char *const store_migrations[] = {
     " memory_mib INTEGER NOT NULL, heartbeat_ms BIGINT NOT NULL, started_ms BIGINT NOT NULL);",
     /* 3: private sandbox ports (a per-sandbox traffic token is required; sbx_traffic.c). */
     "ALTER TABLE sandboxes ADD COLUMN private_ports INTEGER NOT NULL DEFAULT 0;",
+    /* 4: per-tenant quotas (-1 = the daemon's default, 0 = unlimited) and each sandbox's
+     * disk size, which the disk quota sums. */
+    "ALTER TABLE sandboxes ADD COLUMN disk_mib INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE IF NOT EXISTS tenant_quotas("
+    " tenant TEXT COLLATE \"C\" PRIMARY KEY, max_sandboxes BIGINT NOT NULL,"
+    " max_vcpus BIGINT NOT NULL, max_memory_mib BIGINT NOT NULL, max_disk_mib BIGINT NOT NULL,"
+    " max_templates BIGINT NOT NULL, max_snapshots BIGINT NOT NULL, updated_ms BIGINT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS templates_tenant ON templates(tenant, state);",
 };
 
 #define SQL_CAP 2048
@@ -451,6 +459,50 @@ int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *)
     struct store_tpl t;
     return rec_select(st, &store_tbl_templates, "ORDER BY name", NULL, 0, &t,
                       (int (*)(const void *, void *))fn, arg);
+}
+
+/* ---- quotas --------------------------------------------------------------------------- */
+
+int store_quota_put(struct store *st, const struct store_quota *q) { return rec_put(st, &store_tbl_quotas, q); }
+
+int store_quota_get(struct store *st, const char *tenant, struct store_quota *out)
+{
+    return rec_get(st, &store_tbl_quotas, "WHERE tenant=?", tenant, out);
+}
+
+int store_quota_lock(struct store *st, const char *tenant)
+{
+    /* The no-op update of an existing row still takes its row lock (PostgreSQL), held to
+     * the end of the transaction: a second checker of the same tenant waits here and then
+     * reads usage that includes the first one's committed sandbox. */
+    struct store_arg a = STORE_ARG_S(tenant);
+    return q(st,
+             "INSERT INTO tenant_quotas(tenant,max_sandboxes,max_vcpus,max_memory_mib,max_disk_mib,"
+             "max_templates,max_snapshots,updated_ms) VALUES(?,-1,-1,-1,-1,-1,-1,0)"
+             " ON CONFLICT(tenant) DO UPDATE SET updated_ms=tenant_quotas.updated_ms",
+             &a, 1, NULL, NULL);
+}
+
+static int read_sums(void *arg, const char *const *cols, int ncols)
+{
+    struct store_quota_vals *u = arg;
+    int64_t *f[] = {&u->sandboxes, &u->vcpus, &u->memory_mib, &u->disk_mib};
+    for (int i = 0; i < 4 && i < ncols; i++)
+        *f[i] = cols[i] ? strtoll(cols[i], NULL, 10) : 0;
+    return 1;
+}
+
+int store_quota_usage(struct store *st, const char *tenant, struct store_quota_vals *out)
+{
+    memset(out, 0, sizeof *out);
+    struct store_arg a = STORE_ARG_S(tenant);
+    if (q(st,
+          "SELECT COUNT(*), COALESCE(SUM(vcpus),0), COALESCE(SUM(memory_mib),0),"
+          " COALESCE(SUM(disk_mib),0) FROM sandboxes WHERE tenant=? AND state<>'deleted'",
+          &a, 1, read_sums, out) != 0)
+        return -1;
+    return q(st, "SELECT COUNT(*) FROM templates WHERE tenant=? AND state<>'deleted'", &a, 1, read_i64,
+             &out->templates);
 }
 
 /* ---- nodes ---------------------------------------------------------------------------- */

@@ -132,6 +132,8 @@ struct store_sbx {
     int64_t updated_ms;
     char node[STORE_ID_MAX]; /* id of the node daemon that runs it; "" = single host */
     bool private_ports;    /* port requests need the sandbox's traffic token */
+    unsigned disk_mib;     /* its disk's virtual size, counted against the disk quota
+                              (0 for sandboxes created before migration 4) */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */
@@ -227,6 +229,38 @@ void store_tpl_clear(struct store_tpl *t);
 int store_tpl_put(struct store *st, const struct store_tpl *t);   /* insert or replace */
 int store_tpl_get(struct store *st, const char *name, struct store_tpl *out);
 int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *), void *arg);
+
+/* ---- quotas (per tenant) ------------------------------------------------------------- */
+
+/* One value per quota resource: limits, or a tenant's usage. */
+struct store_quota_vals {
+    int64_t sandboxes;  /* sandboxes not deleted (any state: failed and stopped keep a disk) */
+    int64_t vcpus;      /* their vCPUs, summed */
+    int64_t memory_mib; /* their memory, summed */
+    int64_t disk_mib;   /* their disks' virtual sizes, summed */
+    int64_t templates;  /* templates built by the tenant, not deleted (failed ones included) */
+    int64_t snapshots;  /* reserved for tenant snapshots; no feature creates them yet (usage 0) */
+};
+
+#define STORE_QUOTA_DEFAULT (-1) /* a limit that follows the daemon's --quota-* default */
+
+/* A tenant's limits: each STORE_QUOTA_DEFAULT, 0 (unlimited) or a positive limit. */
+struct store_quota {
+    char tenant[STORE_ID_MAX];
+    struct store_quota_vals limit;
+    int64_t updated_ms;
+};
+
+int store_quota_put(struct store *st, const struct store_quota *q); /* insert or replace */
+/* STORE_NOTFOUND when the tenant has no row (every limit is then the default). */
+int store_quota_get(struct store *st, const char *tenant, struct store_quota *out);
+/* Inside a transaction, before reading usage: serialises the quota checks of one tenant
+ * across everyone sharing the database until commit/rollback (PostgreSQL: a row lock on
+ * the tenant's quota row, created with default limits if missing; SQLite: the write
+ * lock of BEGIN IMMEDIATE already does). Limits are left unchanged. */
+int store_quota_lock(struct store *st, const char *tenant);
+/* The tenant's usage now (see the fields of store_quota_vals). */
+int store_quota_usage(struct store *st, const char *tenant, struct store_quota_vals *out);
 
 /* ---- nodes (multi-node roles: src/daemon/cluster) ------------------------------------- */
 

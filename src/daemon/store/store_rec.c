@@ -56,6 +56,7 @@ static const struct store_col sbx_cols[] = {
     COL("updated_ms", STORE_COL_I64, struct store_sbx, updated_ms, false),
     TEXT(struct store_sbx, node, false),
     COL("private_ports", STORE_COL_BOOL, struct store_sbx, private_ports, false),
+    COL("disk_mib", STORE_COL_UINT, struct store_sbx, disk_mib, false),
 };
 const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
 
@@ -118,6 +119,18 @@ static const struct store_col node_cols[] = {
     COL("started_ms", STORE_COL_I64, struct store_node, started_ms, false),
 };
 const struct store_table store_tbl_nodes = TABLE("nodes", "id", true, struct store_node, node_cols, NULL);
+
+static const struct store_col quota_cols[] = {
+    TEXT(struct store_quota, tenant, true),
+    COL("max_sandboxes", STORE_COL_I64, struct store_quota, limit.sandboxes, false),
+    COL("max_vcpus", STORE_COL_I64, struct store_quota, limit.vcpus, false),
+    COL("max_memory_mib", STORE_COL_I64, struct store_quota, limit.memory_mib, false),
+    COL("max_disk_mib", STORE_COL_I64, struct store_quota, limit.disk_mib, false),
+    COL("max_templates", STORE_COL_I64, struct store_quota, limit.templates, false),
+    COL("max_snapshots", STORE_COL_I64, struct store_quota, limit.snapshots, false),
+    COL("updated_ms", STORE_COL_I64, struct store_quota, updated_ms, false),
+};
+const struct store_table store_tbl_quotas = TABLE("tenant_quotas", "tenant", true, struct store_quota, quota_cols, NULL);
 
 /* ---- record clearing (backend-neutral, declared in store.h) --------------------------- */
 

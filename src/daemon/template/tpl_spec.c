@@ -208,6 +208,24 @@ static int check_uint(json_t *o, const char *key, json_int_t lo, json_int_t hi, 
     return 0;
 }
 
+/* True for names shaped like the ids spaced generates (spaced_random_id: a one- or
+ * two-letter prefix and 16 lowercase hex digits, "sb0123456789abcdef"). Operations name
+ * their target by sandbox id or template name alike, and routes and logs take either: a
+ * template must never read as a sandbox or other object. */
+static bool id_shaped(const char *name)
+{
+    size_t len = strlen(name), pre = len - 16;
+    if (len != 17 && len != 18)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        bool ok = i < pre ? (c >= 'a' && c <= 'z') : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
 /* Whether `name` may be given to a new build by `tenant`: free, deleted, or the tenant's
  * own failed build (rebuilt in place). Names are one namespace for the host. */
 static int name_free(struct spaced *sp, const char *tenant, const char *name, struct spaced_err *err)
@@ -246,6 +264,10 @@ int tpl_spec_check(struct spaced *sp, const char *tenant, json_t *o, struct spac
     if (!name || !tpl_name_valid(name))
         return spaced_err_set(err, 400, BAD,
                               "name must be 1..48 characters [a-z0-9_-], not starting with '-'");
+    if (id_shaped(name))
+        return spaced_err_set(err, 400, BAD,
+                              "name %s has the shape of a generated id (letters + 16 hex digits, "
+                              "like sandbox and operation ids); pick another", name);
     json_t *base = json_object_get(o, "base"), *from = json_object_get(o, "from");
     if (base && from && !json_equal(base, from))
         return spaced_err_set(err, 400, BAD, "give base (from is its older name), not both");
