@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/api/http.h"
-#include "daemon/api/router.h"
+#include "daemon/http/http.h"
+#include "daemon/http/router.h"
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"

@@ -91,7 +91,7 @@ struct spaced {
     struct tpl_registry *tpl;  /* templates found under guest_dir and in the store */
     struct metrics *metrics;   /* Prometheus counters (metrics.h) */
     struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
-    struct router *router;     /* HTTP routes (api/router.h) */
+    struct router *router;     /* HTTP routes (http/router.h) */
     struct cluster *cluster;   /* multi-node role state (cluster/cluster.h), NULL for all */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
 };

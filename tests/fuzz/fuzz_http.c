@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/api/http_parse.h"
+#include "daemon/http/http_parse.h"
 
 static const struct http_parse_limits lim = {
     .max_header_bytes = 4096, .max_target_bytes = 1024, .max_headers = 32};

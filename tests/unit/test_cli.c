@@ -15,7 +15,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_sse.h"
-#include "daemon/api/sse.h"
+#include "daemon/http/sse.h"
 #include "log.h"
 #include "test_http_harness.h"
 

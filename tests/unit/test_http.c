@@ -14,8 +14,8 @@
 
 #include <event2/buffer.h>
 
-#include "daemon/api/http_internal.h"
-#include "daemon/api/sse.h"
+#include "daemon/http/http_internal.h"
+#include "daemon/http/sse.h"
 #include "log.h"
 #include "test_http_harness.h"
 

@@ -24,8 +24,8 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
-#include "daemon/api/http.h"
-#include "daemon/api/router.h"
+#include "daemon/http/http.h"
+#include "daemon/http/router.h"
 
 #define TH_RECV_TIMEOUT_S 60
 

@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "daemon/api/http_parse.h"
-#include "daemon/api/sse.h"
+#include "daemon/http/http_parse.h"
+#include "daemon/http/sse.h"
 
 static const struct http_parse_limits lim = {
     .max_header_bytes = 16384, .max_target_bytes = 8192, .max_headers = 100};

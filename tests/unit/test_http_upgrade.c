@@ -15,7 +15,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 
-#include "daemon/api/http.h"
+#include "daemon/http/http.h"
 #include "log.h"
 #include "test_http_harness.h"
 

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/api/ratelimit.h"
+#include "daemon/http/ratelimit.h"
 
 static struct rl_table *table(double rate, double burst, size_t max)
 {

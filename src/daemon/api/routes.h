@@ -9,8 +9,8 @@
 
 #include <jansson.h>
 
-#include "daemon/api/http.h"
-#include "daemon/api/router.h"
+#include "daemon/http/http.h"
+#include "daemon/http/router.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/api/router.h"
+#include "daemon/http/router.h"
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"

@@ -5,7 +5,7 @@
 
 #include "daemon/auth/auth.h"
 #include "daemon/ops/op.h"
-#include "daemon/api/sse.h"
+#include "daemon/http/sse.h"
 #include "routes.h"
 
 #define SSE_KEEPALIVE_S 15

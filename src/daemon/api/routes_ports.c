@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/api/router.h"
+#include "daemon/http/router.h"
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/e2b/e2b.h"

@@ -30,7 +30,7 @@
 
 #include <openssl/crypto.h>
 
-#include "daemon/api/ratelimit.h"
+#include "daemon/http/ratelimit.h"
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
 #include "routes.h"

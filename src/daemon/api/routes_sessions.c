@@ -12,9 +12,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon/api/router.h"
+#include "daemon/http/router.h"
 #include "daemon/api/routes.h"
-#include "daemon/api/sse.h"
+#include "daemon/http/sse.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/session/sess.h"

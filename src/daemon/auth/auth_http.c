@@ -3,7 +3,7 @@
 #include <strings.h>
 
 #include "auth.h"
-#include "daemon/api/http.h"
+#include "daemon/http/http.h"
 #include "daemon/spaced.h"
 #include "log.h"
 

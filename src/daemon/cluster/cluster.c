@@ -10,7 +10,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-#include "daemon/api/router.h"
+#include "daemon/http/router.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"

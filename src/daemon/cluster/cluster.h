@@ -36,7 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/api/http.h"
+#include "daemon/http/http.h"
 #include "daemon/store/store.h"
 #include "http_hdr.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cluster_internal.h"
-#include "daemon/api/router.h"
+#include "daemon/http/router.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"

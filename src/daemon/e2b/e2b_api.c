@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/api/router.h"
+#include "daemon/http/router.h"
 #include "daemon/auth/auth.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon/api/http.h"
+#include "daemon/http/http.h"
 #include "daemon/sandbox/sbx.h"
 #include "e2b_internal.h"
 #include "e2b_pbjson.h"

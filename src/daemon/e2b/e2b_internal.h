@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "daemon/api/http.h"
+#include "daemon/http/http.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "e2b_error.h"

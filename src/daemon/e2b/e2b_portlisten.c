@@ -56,8 +56,8 @@
 #include <netinet/in.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/api/http_parse.h"
-#include "daemon/api/ratelimit.h"
+#include "daemon/http/http_parse.h"
+#include "daemon/http/ratelimit.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"
 #include "e2b_internal.h"

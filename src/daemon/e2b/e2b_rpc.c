@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon/api/http.h"
+#include "daemon/http/http.h"
 #include "e2b_envelope.h"
 #include "e2b_internal.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/api/sse.h"
+#include "daemon/http/sse.h"
 #include "daemon/session/sess_event.h"
 
 /* Stop feeding a reader while this much of its output is still queued: a slow client
