@@ -18,7 +18,11 @@ Serves, on TEST-NET addresses the test put on this namespace's interfaces:
   * a lenient legacy server on 203.0.113.40:80 (virtual hosts `legacy.allowed.test` and
     `legacyblocked.test`) that frames bodies by Content-Length only (it ignores
     Transfer-Encoding) and skips lines that are not a request line, as old servers do:
-    the upstream a chunked body can smuggle a request to.
+    the upstream a chunked body can smuggle a request to;
+  * a fake Debian mirror, `deb.mirror.test` on 203.0.113.50:80: /debian/dists/bookworm/
+    Release (unsigned: the guest's source says [trusted=yes]) and main/binary-*/Packages
+    listing one probe package, so a real `apt-get update` in the VM works through the
+    gateway when the mirror is allowlisted.
 Every event is appended as one JSON line to EVENTS (argv[1]); the test reads it.
 """
 import json
@@ -61,10 +65,38 @@ ZONE = {
     "wire.allowed.test": ["168.63.129.16"],
     # An address the lab adds to the gateway's namespace only after the gateway started.
     "late.allowed.test": ["192.0.2.99"],
+    "deb.mirror.test": ["203.0.113.50"],
     # More A records than a 512-byte UDP answer holds (DNS over TCP carries them all).
     "many.allowed.test": ["203.0.113.%d" % i for i in range(100, 132)],
 }
 _rebind = [0]
+
+
+def mirror_files():
+    """The fake mirror's index files: path -> bytes."""
+    import hashlib
+    deb = b"!<arch>\n"
+    packages = ("Package: space-netsec-probe\nVersion: 1.0\nArchitecture: all\n"
+                "Maintainer: space netsec <netsec@example.invalid>\n"
+                "Filename: pool/main/s/space-netsec-probe_1.0_all.deb\nSize: %d\nSHA256: %s\n"
+                "Description: probe package of the netsec fake mirror\n\n"
+                % (len(deb), hashlib.sha256(deb).hexdigest())).encode()
+    dist = "/debian/dists/bookworm/"
+    files = {"/debian/pool/main/s/space-netsec-probe_1.0_all.deb": deb}
+    sums = ""
+    for arch in ("amd64", "arm64"):
+        files[dist + "main/binary-%s/Packages" % arch] = packages
+        sums += " %s %d main/binary-%s/Packages\n" % (hashlib.sha256(packages).hexdigest(),
+                                                       len(packages), arch)
+    # A date in the past and no Valid-Until: the guest's clock cannot make it invalid.
+    files[dist + "Release"] = ("Origin: space-netsec\nLabel: space-netsec\nSuite: stable\n"
+                               "Codename: bookworm\nDate: Sat, 01 Jan 2000 00:00:00 UTC\n"
+                               "Architectures: amd64 arm64\nComponents: main\nSHA256:\n"
+                               + sums).encode()
+    return files
+
+
+MIRROR = mirror_files()
 
 
 def event(kind, **kw):
@@ -149,6 +181,8 @@ class Web(BaseHTTPRequestHandler):
                 "headers": {k: v for k, v in self.headers.items()}, "body": body.decode("latin-1")}
         event("http", **seen)
         status = 200
+        if host.split(":")[0] == "deb.mirror.test":
+            return self._mirror()
         if host.split(":")[0] == "api.test":
             # The protected API never reflects the token back (a real one would not).
             ok = self.headers.get("Authorization") == "Bearer " + TOKEN
@@ -174,6 +208,16 @@ class Web(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+
+    def _mirror(self):
+        out = MIRROR.get(self.path.split("?")[0])
+        self.send_response(200 if out is not None else 404)
+        out = out if out is not None else b"not found\n"
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
 
     def _websocket(self):
         """101, then echo every byte back until the client closes."""
@@ -310,6 +354,7 @@ def main():
         for port in (22, 25, 8443):
             serve(TCP((ip, port), Plain))
     serve(TCP(("203.0.113.40", 80), Legacy))
+    serve(WebServer(("203.0.113.50", 80), Web))
     event("ready")
     threading.Event().wait()
 

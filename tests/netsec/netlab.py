@@ -6,7 +6,8 @@ nothing has a route off the machine.
     inet   (fake internet)  192.0.2.1/24 on veth; on lo: 192.0.2.53 (DNS, zone test.),
                             198.51.100.53 (canary public resolver), 203.0.113.10/.20/.30
                             (web servers), 203.0.113.40 (Content-Length-only
-                            legacy server), 168.63.129.16 (stands for Azure's
+                            legacy server), 203.0.113.50 (fake Debian mirror),
+                            168.63.129.16 (stands for Azure's
                             WireServer: nothing listens); nft counters per destination
     gw     (gateway)        192.0.2.2/24, default via 192.0.2.1; space-gateway runs here,
                             with canary listeners on 127.0.0.1 and 192.0.2.2 (80, 443)
@@ -29,7 +30,7 @@ TOKEN = "s3cret-token-7f1c9b"
 # The interpreter running the tests (not a PATH lookup: version-manager shims are slow).
 PY = sys.executable
 COUNTED = ["192.0.2.53", "198.51.100.53", "203.0.113.10", "203.0.113.20", "203.0.113.30",
-           "203.0.113.40", "168.63.129.16"]
+           "203.0.113.40", "203.0.113.50", "168.63.129.16"]
 
 
 def sh(*cmd, ns=None, check=True, input=None, timeout=30):
