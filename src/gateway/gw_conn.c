@@ -396,7 +396,9 @@ void gw_conn_up_read(struct bufferevent *bev, void *arg)
     struct gw_conn *c = arg;
     if (c->state != CS_OPEN)
         return;
-    bool decided = c->await_upgrade && !c->in_body;
+    /* The upgrade request is the connection's first: the upstream's first bytes are
+     * its answer, even while the request's body is still being sent. */
+    bool decided = c->await_upgrade;
     if (decided && !upgrade_answered(c))
         return;
     up_to_down(c, false);
