@@ -16,8 +16,11 @@
 #define IDLE_TIMEOUT_S 600         /* an OPEN connection silent this long is closed */
 #define PIPE_HIGH (256 * 1024)     /* per direction buffering before back-pressure */
 #define PIPE_CHUNK (128 * 1024)    /* bytes per read/write syscall when splicing */
+#define GW_REFRAME_MAX (1024 * 1024) /* largest chunked request body re-framed (413 above) */
+#define GW_STATUS_LINE_MAX 1024    /* an upgrade answer's status line longer than this: not 101 */
 
 static void conn_dial(struct gw_conn *c, const struct gw_cache_entry *e);
+static void up_to_down(struct gw_conn *c, bool flush);
 
 void gw_conn_free(struct gw_conn *c, bool reset)
 {
@@ -43,6 +46,11 @@ void gw_conn_free(struct gw_conn *c, bool reset)
         OPENSSL_cleanse(c->cred_value, strlen(c->cred_value));
         free(c->cred_value);
     }
+    if (c->held_head)
+        evbuffer_free(c->held_head);
+    if (c->held_body)
+        evbuffer_free(c->held_body);
+    gw_scrub_free(c->scrub);
     free(c);
 }
 
@@ -61,6 +69,7 @@ void gw_conn_deny(struct gw_conn *c, const char *reason, int status)
         c->up = NULL;
     }
     const char *text = status == 403 ? "Forbidden" : status == 421 ? "Misdirected Request"
+                     : status == 413 ? "Content Too Large"
                      : status == 431 ? "Request Header Fields Too Large"
                      : status == 502 ? "Bad Gateway" : "Bad Request";
     char body[GW_REASON_MAX + 32];
@@ -107,11 +116,76 @@ static void conn_start(struct gw_conn *c)
     }
 }
 
-/* HTTP: checks and forwards every request head, frames bodies. */
+/* Writes the request head the gateway parsed to out, as it will be forwarded: the
+ * request line and the guest's header lines minus those the gateway replaces
+ * (Transfer-Encoding when the body is re-framed; on the credential path every copy of
+ * the credential header and Accept-Encoding, so an echo comes back uncompressed where
+ * the scrubber can see it), plus the replacements, up to but without the blank line. */
+static void http_emit_head(const struct gw_conn *c, const char *head, const struct gwhttp_req *r,
+                           struct evbuffer *out)
+{
+    size_t first = r->nheaders ? r->headers[0].off : r->head_len - 2;
+    evbuffer_add(out, head, first);
+    for (size_t i = 0; i < r->nheaders; i++) {
+        const struct gwhttp_header *h = &r->headers[i];
+        if ((r->chunked && gwhttp_header_is(head, h, "Transfer-Encoding")) ||
+            (c->mitm && (gwhttp_header_is(head, h, c->cred_header) ||
+                         gwhttp_header_is(head, h, "Accept-Encoding"))))
+            continue;
+        evbuffer_add(out, head + h->off, h->len);
+    }
+    if (c->mitm)
+        evbuffer_add_printf(out, "%s: %s\r\nAccept-Encoding: identity\r\n", c->cred_header,
+                            c->cred_value);
+}
+
+/* A request body being forwarded: with Content-Length as it comes; a chunked body is
+ * decoded into c->held_body and sent, with its head, framed by Content-Length once
+ * complete (an upstream that ignores Transfer-Encoding must not find a request the
+ * gateway did not parse in chunk data). Returns false if c was freed. */
+static bool http_body(struct gw_conn *c, struct evbuffer *in)
+{
+    struct evbuffer_iovec v;
+    if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+        return true;
+    size_t used = 0, data = 0;
+    enum gwhttp_body_result br = gwhttp_body_next(&c->body, v.iov_base, v.iov_len, &used, &data);
+    if (c->held_head) {
+        evbuffer_drain(in, used - data);
+        evbuffer_remove_buffer(in, c->held_body, data);
+    } else {
+        evbuffer_remove_buffer(in, bufferevent_get_output(c->up), used);
+    }
+    if (br == GWHTTP_BODY_BAD) {
+        gw_conn_deny(c, "bad_body_framing", 400);
+        return false;
+    }
+    if (c->held_head && evbuffer_get_length(c->held_body) > GW_REFRAME_MAX) {
+        gw_conn_deny(c, "chunked_body_too_large", 413);
+        return false;
+    }
+    c->in_body = br == GWHTTP_BODY_MORE;
+    if (!c->in_body && c->held_head) {
+        struct evbuffer *out = bufferevent_get_output(c->up);
+        evbuffer_add_buffer(out, c->held_head);
+        evbuffer_add_printf(out, "Content-Length: %zu\r\n\r\n", evbuffer_get_length(c->held_body));
+        evbuffer_add_buffer(out, c->held_body);
+        evbuffer_free(c->held_head);
+        evbuffer_free(c->held_body);
+        c->held_head = c->held_body = NULL;
+    }
+    return true;
+}
+
+/* HTTP: checks and forwards every request head, frames bodies. After a request that
+ * asks for an upgrade nothing more is read until the upstream answered it: only a 101
+ * turns the connection into an opaque stream (gw_conn_up_read). */
 static void http_pump(struct gw_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->down);
     while (evbuffer_get_length(in) > 0) {
+        if (c->await_upgrade && !c->in_body)
+            return;
         if (c->state == CS_OPEN &&
             evbuffer_get_length(bufferevent_get_output(c->up)) >= PIPE_HIGH) {
             bufferevent_disable(c->down, EV_READ);
@@ -123,17 +197,8 @@ static void http_pump(struct gw_conn *c)
             continue;
         }
         if (c->in_body) {
-            struct evbuffer_iovec v;
-            if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            if (!http_body(c, in))
                 return;
-            size_t used = 0;
-            enum gwhttp_body_result br = gwhttp_body_feed(&c->body, v.iov_base, v.iov_len, &used);
-            evbuffer_remove_buffer(in, bufferevent_get_output(c->up), used);
-            if (br == GWHTTP_BODY_BAD) {
-                gw_conn_deny(c, "bad_body_framing", 400);
-                return;
-            }
-            c->in_body = br == GWHTTP_BODY_MORE;
             continue;
         }
         size_t len = evbuffer_get_length(in);
@@ -165,17 +230,49 @@ static void http_pump(struct gw_conn *c)
             gw_conn_deny(c, "host_mismatch", c->mitm ? 421 : 403);
             return;
         }
-        if (c->mitm) {
-            gw_mitm_rewrite_head(c, p, &r, bufferevent_get_output(c->up));
-            evbuffer_drain(in, r.head_len);
-        } else {
-            evbuffer_remove_buffer(in, bufferevent_get_output(c->up), r.head_len);
+        /* Only the first request may ask for an upgrade: then the upstream's first
+         * answer is the one to it, and its status decides. */
+        if (r.websocket && c->nreqs > 0) {
+            gw_conn_deny(c, "upgrade_not_first", 403);
+            return;
         }
+        c->nreqs++;
+        if (r.chunked) {
+            c->held_head = evbuffer_new();
+            c->held_body = evbuffer_new();
+            if (!c->held_head || !c->held_body) {
+                gw_conn_deny(c, "out_of_memory", 502);
+                return;
+            }
+            http_emit_head(c, p, &r, c->held_head);
+        } else {
+            http_emit_head(c, p, &r, bufferevent_get_output(c->up));
+            evbuffer_add(bufferevent_get_output(c->up), "\r\n", 2);
+        }
+        evbuffer_drain(in, r.head_len);
         gwhttp_body_init(&c->body, &r);
         size_t none;
         c->in_body = gwhttp_body_feed(&c->body, NULL, 0, &none) == GWHTTP_BODY_MORE;
-        c->opaque = r.websocket;
+        c->await_upgrade = r.websocket;
     }
+}
+
+/* The upstream's answer to an upgrade request: true once decided (c->opaque set on a
+ * 101), false while its status line is incomplete. Anything but a 101 status line
+ * (another status, garbage, a line too long) leaves the connection parsed. */
+static bool upgrade_answered(struct gw_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->up);
+    size_t len = evbuffer_get_length(in), eol_len = 0;
+    struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF_STRICT);
+    if (eol.pos < 0 && len < GW_STATUS_LINE_MAX)
+        return false;
+    const char *line = (const char *)evbuffer_pullup(in, len < 13 ? (ssize_t)len : 13);
+    c->opaque = eol.pos >= 12 && line && memcmp(line, "HTTP/1.", 7) == 0 &&
+                (line[7] == '0' || line[7] == '1') && memcmp(line + 8, " 101", 4) == 0 &&
+                (eol.pos == 12 || line[12] == ' ');
+    c->await_upgrade = false;
+    return true;
 }
 
 static void tls_hello(struct gw_conn *c)
@@ -269,6 +366,7 @@ void gw_conn_up_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     /* Upstream finished: deliver what is queued for the guest, then close. */
+    up_to_down(c, true);
     bufferevent_free(c->up);
     c->up = NULL;
     if (evbuffer_get_length(bufferevent_get_output(c->down)) == 0) {
@@ -280,11 +378,32 @@ void gw_conn_up_event(struct bufferevent *bev, short what, void *arg)
     bufferevent_setwatermark(c->down, EV_WRITE, 0, 0);
 }
 
+/* Upstream bytes to the guest; on the credential path through the secret scrubber. */
+static void up_to_down(struct gw_conn *c, bool flush)
+{
+    if (c->scrub)
+        gw_scrub_pipe(c->scrub, bufferevent_get_input(c->up), bufferevent_get_output(c->down), flush);
+    else
+        evbuffer_add_buffer(bufferevent_get_output(c->down), bufferevent_get_input(c->up));
+    if (evbuffer_get_length(bufferevent_get_output(c->down)) >= PIPE_HIGH) {
+        bufferevent_disable(c->up, EV_READ);
+        bufferevent_setwatermark(c->down, EV_WRITE, PIPE_HIGH / 2, 0);
+    }
+}
+
 void gw_conn_up_read(struct bufferevent *bev, void *arg)
 {
     struct gw_conn *c = arg;
-    if (c->state == CS_OPEN)
-        pipe_bytes(c->up, c->down);
+    if (c->state != CS_OPEN)
+        return;
+    /* The upgrade request is the connection's first: the upstream's first bytes are
+     * its answer, even while the request's body is still being sent. */
+    bool decided = c->await_upgrade;
+    if (decided && !upgrade_answered(c))
+        return;
+    up_to_down(c, false);
+    if (decided)
+        http_pump(c); /* the guest's bytes held behind the upgrade request (may free c) */
 }
 
 void gw_conn_down_read(struct bufferevent *bev, void *arg)

@@ -31,6 +31,11 @@ struct gw_conn {
     uint32_t up_addr;                 /* address dialled (resolved by the gateway) */
     bool in_body;                     /* HTTP: forwarding a request body */
     bool opaque;                      /* HTTP: after a websocket upgrade, plain splice */
+    bool await_upgrade;               /* HTTP: upgrade request sent, its answer not yet read */
+    unsigned nreqs;                   /* HTTP: requests forwarded so far */
+    struct evbuffer *held_head;       /* HTTP: head of a chunked request being re-framed */
+    struct evbuffer *held_body;       /* HTTP: its decoded body so far */
+    struct gw_scrub *scrub;           /* mitm: secret scrubber on the upstream's bytes */
     bool down_eof;
     bool down_tls_done;               /* mitm: the guest-side handshake finished */
     unsigned close_polls;             /* closing_check rounds so far (bounded) */
@@ -60,8 +65,18 @@ int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred);
  * "client_tls_failed: <OpenSSL reason>" for the guest side, "upstream_cert: <X.509
  * verification error>" or "upstream_tls_failed: <reason>" for the upstream side. */
 void gw_mitm_tls_reason(struct bufferevent *bev, bool upstream, char *out, size_t cap);
-/* Writes head (of r) to out without any copy of the credential header, plus the real one. */
-void gw_mitm_rewrite_head(const struct gw_conn *c, const char *head, const struct gwhttp_req *r,
-                          struct evbuffer *out);
+
+/* gw_scrub.c: a streaming search-and-overwrite of a secret in the upstream's bytes on
+ * the credential path, so an upstream that echoes the request (TRACE, header or body
+ * echo endpoints) cannot hand the injected value back to the guest. Each occurrence of
+ * the value (or of its part after an auth scheme: "Bearer <token>" -> "<token>") is
+ * overwritten with '*' of the same length (the response's framing stays valid), also
+ * across reads: a tail that could be the start of a secret is held back until the
+ * next read or the end of the stream. */
+struct gw_scrub *gw_scrub_new(const char *secret);
+void gw_scrub_free(struct gw_scrub *s);
+/* Moves everything from `from` to `to`, scrubbed, except a held-back tail (none if
+ * flush: the stream ended). */
+void gw_scrub_pipe(struct gw_scrub *s, struct evbuffer *from, struct evbuffer *to, bool flush);
 
 #endif

@@ -3,8 +3,9 @@
  * opens its own TLS connection to an address it resolved, verifying the real
  * certificate chain and host name, then treats the decrypted stream like port 80:
  * every request's Host must be the SNI name (421 otherwise), and the credential header
- * is removed from what the guest sent and the real value added. The secret exists
- * only here, in gateway memory. */
+ * is removed from what the guest sent and the real value added (gw_conn.c
+ * http_emit_head); every copy of the value in what the upstream sends back is
+ * overwritten (gw_scrub.c). The secret exists only here, in gateway memory. */
 #include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
@@ -22,8 +23,9 @@ int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred)
     SSL *srv = tls_ca_server_ssl(c->sb->gw->ca, c->name);
     SSL *cli = tls_ca_client_ssl(c->sb->gw->ca, c->name);
     char *secret = strdup(cred->value);
+    struct gw_scrub *scrub = gw_scrub_new(cred->value);
     struct bufferevent *up = NULL;
-    if (!srv || !cli || !secret)
+    if (!srv || !cli || !secret || !scrub)
         goto fail;
     up = bufferevent_openssl_socket_new(base, -1, cli, BUFFEREVENT_SSL_CONNECTING,
                                         BEV_OPT_CLOSE_ON_FREE);
@@ -46,6 +48,7 @@ int gw_mitm_start(struct gw_conn *c, uint32_t addr, const struct gw_cred *cred)
     c->mitm = true;
     c->up = up;
     c->cred_value = secret;
+    c->scrub = scrub;
     snprintf(c->cred_header, sizeof c->cred_header, "%s", cred->header);
     /* c is complete from here on: every failure below is the caller's deny, which
      * frees both sides. The upstream is dialled before the guest side is enabled, so
@@ -66,21 +69,10 @@ fail:
     SSL_free(srv);
     SSL_free(cli);
     free(secret);
+    gw_scrub_free(scrub);
     if (up)
         bufferevent_free(up);
     return -1;
-}
-
-void gw_mitm_rewrite_head(const struct gw_conn *c, const char *head, const struct gwhttp_req *r,
-                          struct evbuffer *out)
-{
-    /* request line: up to the first header (or the blank line if there is none) */
-    size_t first = r->nheaders ? r->headers[0].off : r->head_len - 2;
-    evbuffer_add(out, head, first);
-    for (size_t i = 0; i < r->nheaders; i++)
-        if (!gwhttp_header_is(head, &r->headers[i], c->cred_header))
-            evbuffer_add(out, head + r->headers[i].off, r->headers[i].len);
-    evbuffer_add_printf(out, "%s: %s\r\n\r\n", c->cred_header, c->cred_value);
 }
 
 void gw_mitm_tls_reason(struct bufferevent *bev, bool upstream, char *out, size_t cap)

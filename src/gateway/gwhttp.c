@@ -227,10 +227,11 @@ static int hexval(uint8_t c)
     return -1;
 }
 
-enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p, size_t n,
-                                         size_t *used)
+enum gwhttp_body_result gwhttp_body_next(struct gwhttp_body *b, const uint8_t *p, size_t n,
+                                         size_t *used, size_t *data)
 {
     size_t i = 0;
+    *data = 0;
     while (b->state != B_DONE && i < n) {
         if (b->state == B_FIXED || b->state == B_DATA) {
             size_t k = n - i < b->left ? n - i : (size_t)b->left;
@@ -238,7 +239,8 @@ enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p
             b->left -= k;
             if (b->left == 0)
                 b->state = b->state == B_FIXED ? B_DONE : B_DATA_CR;
-            continue;
+            *data = k; /* one run of data ends the call: it is the tail of what was used */
+            break;
         }
         uint8_t c = p[i++];
         if (++b->line_len > LINE_MAX_LEN)
@@ -307,4 +309,17 @@ enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p
 bad:
     *used = i;
     return GWHTTP_BODY_BAD;
+}
+
+enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p, size_t n,
+                                         size_t *used)
+{
+    size_t off = 0, k, data;
+    enum gwhttp_body_result r;
+    do {
+        r = gwhttp_body_next(b, p ? p + off : p, n - off, &k, &data);
+        off += k;
+    } while (r == GWHTTP_BODY_MORE && off < n);
+    *used = off;
+    return r;
 }

@@ -63,6 +63,12 @@ void gwhttp_body_init(struct gwhttp_body *b, const struct gwhttp_req *r);
 /* Consumes up to n bytes of p; *used says how many belong to this body (forward them). */
 enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p, size_t n,
                                          size_t *used);
+/* The same, one step at a time, for a proxy that re-frames the body: consumes framing
+ * bytes (chunk-size lines, extensions, CRLFs, trailers) and at most one run of body
+ * data, which is then the last *data of the *used bytes. A chunked body is thus
+ * decoded: the data runs, in order, are its content. */
+enum gwhttp_body_result gwhttp_body_next(struct gwhttp_body *b, const uint8_t *p, size_t n,
+                                         size_t *used, size_t *data);
 
 /* True if header i of r is named `name` (case-insensitive). */
 bool gwhttp_header_is(const char *head, const struct gwhttp_header *h, const char *name);

@@ -7,7 +7,8 @@
  * --upstream-dns: resolvers the gateway itself uses (default: /etc/resolv.conf).
  * --trust: trust store for upstream certificates on the credential path (default: the
  *          system store). --deny-addr: extra addresses of this host never to dial (the
- *          addresses of the gateway's own namespace are always added). */
+ *          addresses of the gateway's own namespace are always added, and followed live
+ *          as they change). */
 #include <getopt.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -80,7 +81,12 @@ int main(int argc, char **argv)
         log_error("gateway.start", "error=\"cannot open own network namespace\"");
         return 1;
     }
-    policy_host_addrs_scan();
+    /* The host's addresses are forbidden destinations: without following them live a
+     * newly added one would be reachable, so this is fatal. */
+    if (policy_host_addrs_watch() != 0) {
+        log_error("gateway.start", "error=\"cannot follow the host's addresses (rtnetlink)\"");
+        return 1;
+    }
     if (tls_ca_open(cadir, trust, &gw.ca, err, sizeof err) != 0) {
         log_error("gateway.start", "error=\"%s\"", err);
         return 1;

@@ -3,35 +3,9 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <ifaddrs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define HOST_ADDRS_MAX 64
-
-static uint32_t host_addrs[HOST_ADDRS_MAX];
-static size_t host_naddrs;
-
-void policy_host_addrs_add(uint32_t addr)
-{
-    for (size_t i = 0; i < host_naddrs; i++)
-        if (host_addrs[i] == addr)
-            return;
-    if (host_naddrs < HOST_ADDRS_MAX)
-        host_addrs[host_naddrs++] = addr;
-}
-
-void policy_host_addrs_scan(void)
-{
-    struct ifaddrs *ifs = NULL;
-    if (getifaddrs(&ifs) != 0)
-        return;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-            policy_host_addrs_add(ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr));
-    freeifaddrs(ifs);
-}
 
 static bool in_net(uint32_t a, uint32_t net, int bits)
 {
@@ -45,14 +19,12 @@ bool policy_addr_forbidden(uint32_t a)
         {0x00000000, 8},  {0x0a000000, 8},  {0x64400000, 10}, {0x7f000000, 8},
         {0xa9fe0000, 16}, {0xac100000, 12}, {0xc0000000, 24}, {0xc0a80000, 16},
         {0xc6120000, 15}, {0xe0000000, 4},  {0xf0000000, 4},
+        {0xa83f8110, 32}, /* 168.63.129.16: Azure's WireServer (DNS, DHCP, VM agent) */
     };
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
         if (in_net(a, special[i].net, special[i].bits))
             return true;
-    for (size_t i = 0; i < host_naddrs; i++)
-        if (host_addrs[i] == a)
-            return true;
-    return false;
+    return policy_host_addr_is_own(a);
 }
 
 int policy_name_normalise(const char *in, size_t len, char out[POLICY_NAME_MAX + 1])
@@ -108,14 +80,35 @@ static bool name_matches(const struct policy_rule *r, const char *name)
     return n > s + 1 && name[n - s - 1] == '.' && strcmp(name + n - s, r->name) == 0;
 }
 
+bool policy_name_internal(const char *name)
+{
+    /* Special-use and site-local zones (RFC 6761, 6762, 7686, 8375, 9476, and the
+     * de-facto .internal, .lan, .corp, .home, .localdomain): the public DNS has no
+     * answer for them, so a query can only leak data to whoever answers it. */
+    static const char *const zones[] = {"internal", "local", "localhost", "localdomain",
+                                        "home.arpa", "arpa", "lan", "corp", "home",
+                                        "intranet", "private", "invalid", "onion", "alt"};
+    if (!strchr(name, '.'))
+        return true; /* "metadata", "wpad", "localhost": search-list names */
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof zones / sizeof zones[0]; i++) {
+        size_t z = strlen(zones[i]);
+        if (n > z && name[n - z - 1] == '.' && strcmp(name + n - z, zones[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
 bool policy_name_may_resolve(const struct policy *p, const char *name)
 {
+    if (policy_name_internal(name))
+        return false;
     if (p->mode == POLICY_OPEN)
         return true;
     if (p->mode != POLICY_ALLOWLIST)
         return false;
     for (size_t i = 0; i < p->nrules; i++)
-        if (p->rules[i].kind == RULE_CIDR || name_matches(&p->rules[i], name))
+        if (name_matches(&p->rules[i], name))
             return true;
     return false;
 }

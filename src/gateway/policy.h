@@ -8,17 +8,24 @@
  *              IPv4 CIDRs ("203.0.113.0/24"), each optionally restricted to one port
  *              ("api.example.com:443", "203.0.113.0/24:80"),
  *   open       any public name and address.
- * CIDR rules never let the guest pick an address: they allow a name when the address
- * the gateway itself resolved for it lies in the CIDR.
+ * Only name rules (and `open`) make a name resolvable: a CIDR rule never does (it
+ * would turn the DNS server into a resolver for every name, a tunnel). A CIDR rule
+ * allows an address the gateway itself resolved for a name some name rule allows, on
+ * the CIDR rule's port; the guest never picks an address. A CIDR-only allowlist thus
+ * reaches nothing.
+ *
+ * Internal names (policy_name_internal: single labels, .internal, .local, .localhost,
+ * .home.arpa, ...) are never resolved, whatever the policy.
  *
  * Whatever the policy, policy_addr_forbidden() addresses are never returned in DNS
  * answers and never dialled: 0/8, 10/8, 100.64/10, 127/8, 169.254/16, 172.16/12,
- * 192.0.0/24, 192.168/16, 198.18/15, 224/4, 240/4 and the gateway host's own addresses
- * (policy_host_addrs_add). The gateway only handles IPv4 (AAAA answers are always empty,
+ * 192.0.0/24, 192.168/16, 198.18/15, 224/4, 240/4, the clouds' host-service addresses
+ * that are not in those (168.63.129.16) and the gateway host's own addresses, followed
+ * live (policy_host.c). The gateway only handles IPv4 (AAAA answers are always empty,
  * IPv6 is dropped at the tap), so IPv4-mapped and NAT64 forms cannot reach a dial.
  *
  * Names are compared after policy_name_normalise(): lower case, no trailing dot,
- * LDH labels (plus '_'), never an IP literal. Pure code, no I/O. */
+ * LDH labels (plus '_'), never an IP literal. Pure code, no I/O (but policy_host.c). */
 #ifndef SPACE_GW_POLICY_H
 #define SPACE_GW_POLICY_H
 
@@ -61,9 +68,12 @@ json_t *policy_to_json(const struct policy *p);
  * accepts, all-numeric last labels, anything with ':'). Returns 0 or -1. */
 int policy_name_normalise(const char *in, size_t len, char out[POLICY_NAME_MAX + 1]);
 
-/* True if `name` (normalised) may be resolved at all: open mode, a name rule matching,
- * or any CIDR rule (the answer is then filtered with policy_addr_allowed). */
+/* True if `name` (normalised) may be resolved at all: not internal, and open mode or
+ * a name rule matching (the answer is then filtered with policy_addr_allowed). */
 bool policy_name_may_resolve(const struct policy *p, const char *name);
+/* True for names that must never be resolved upstream: single labels and names in
+ * special-use or site-local zones (.internal, .local, .localhost, .home.arpa, ...). */
+bool policy_name_internal(const char *name);
 
 /* The final check before answering or dialling: may the sandbox reach `addr` (host
  * order), which the gateway resolved for `name`, on `port` (0: any port, for DNS
@@ -72,9 +82,18 @@ bool policy_addr_allowed(const struct policy *p, const char *name, uint32_t addr
 
 /* Always-forbidden destinations (see above). */
 bool policy_addr_forbidden(uint32_t addr);
-/* Adds an address of this host to the forbidden set (the set is process-wide). */
+
+/* policy_host.c: the gateway host's own addresses (a process-wide set).
+ * Adds an address that is always the host's (--deny-addr); kept across rescans. */
 void policy_host_addrs_add(uint32_t addr);
-/* Adds every IPv4 address of the current network namespace's interfaces. */
+/* Replaces the scanned part of the set with every IPv4 address of the current network
+ * namespace's interfaces. */
 void policy_host_addrs_scan(void);
+/* Scans, and subscribes to the namespace's address changes (rtnetlink): from then on
+ * every policy_host_addr_is_own() first drains the notifications and rescans if any
+ * arrived, so an address added to the host is forbidden from the next decision on.
+ * Returns 0, or -1 (the set is then scanned once only). */
+int policy_host_addrs_watch(void);
+bool policy_host_addr_is_own(uint32_t addr);
 
 #endif

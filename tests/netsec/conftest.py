@@ -16,7 +16,9 @@ import vmlab
 ALLOW = {"mode": "allowlist", "allow": ["allowed.test", "*.allowed.test", "api.test"]}
 OPEN = {"mode": "open"}
 CREDS = [{"host": "api.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN},
-         {"host": "badcert.allowed.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}]
+         {"host": "badcert.allowed.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN},
+         # An echoing upstream with a credential: what it reflects must be scrubbed.
+         {"host": "reflect.allowed.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}]
 
 _live = {}  # "lab" and "gateway_pid" while the lab runs
 

@@ -10,7 +10,19 @@ Serves, on TEST-NET addresses the test put on this namespace's interfaces:
     addresses; every request is answered with a JSON echo of what the server saw
     (address, SNI, Host, path, headers); `api.test` answers 401 without the expected
     bearer token; `/redirect?to=URL` answers 302;
-  * plain TCP listeners on other ports (22, 25, 8443) that record connections.
+  * plain TCP listeners on other ports (22, 25, 8443) that record connections;
+  * on the web servers: `/ws` answers a websocket upgrade with 101 and then echoes bytes
+    (the control that a real upgrade still works), TRACE echoes the request as
+    message/http, `/hdr` echoes the Authorization header in a response header (the
+    "echo endpoints" an injected secret must not come back through);
+  * a lenient legacy server on 203.0.113.40:80 (virtual hosts `legacy.allowed.test` and
+    `legacyblocked.test`) that frames bodies by Content-Length only (it ignores
+    Transfer-Encoding) and skips lines that are not a request line, as old servers do:
+    the upstream a chunked body can smuggle a request to;
+  * a fake Debian mirror, `deb.mirror.test` on 203.0.113.50:80: /debian/dists/bookworm/
+    Release (unsigned: the guest's source says [trusted=yes]) and main/binary-*/Packages
+    listing one probe package, so a real `apt-get update` in the VM works through the
+    gateway when the mirror is allowlisted.
 Every event is appended as one JSON line to EVENTS (argv[1]); the test reads it.
 """
 import json
@@ -46,10 +58,45 @@ ZONE = {
     "mixed.allowed.test": ["10.0.0.1", "203.0.113.10"],
     "echo.allowed.test": ["203.0.113.20"],
     "badcert.allowed.test": ["203.0.113.10"],
+    "reflect.allowed.test": ["203.0.113.20"],
+    "legacy.allowed.test": ["203.0.113.40"],
+    "legacyblocked.test": ["203.0.113.40"],
+    # Azure's WireServer (a public address that is a host service on every Azure VM).
+    "wire.allowed.test": ["168.63.129.16"],
+    # An address the lab adds to the gateway's namespace only after the gateway started.
+    "late.allowed.test": ["192.0.2.99"],
+    "deb.mirror.test": ["203.0.113.50"],
     # More A records than a 512-byte UDP answer holds (DNS over TCP carries them all).
     "many.allowed.test": ["203.0.113.%d" % i for i in range(100, 132)],
 }
 _rebind = [0]
+
+
+def mirror_files():
+    """The fake mirror's index files: path -> bytes."""
+    import hashlib
+    deb = b"!<arch>\n"
+    packages = ("Package: space-netsec-probe\nVersion: 1.0\nArchitecture: all\n"
+                "Maintainer: space netsec <netsec@example.invalid>\n"
+                "Filename: pool/main/s/space-netsec-probe_1.0_all.deb\nSize: %d\nSHA256: %s\n"
+                "Description: probe package of the netsec fake mirror\n\n"
+                % (len(deb), hashlib.sha256(deb).hexdigest())).encode()
+    dist = "/debian/dists/bookworm/"
+    files = {"/debian/pool/main/s/space-netsec-probe_1.0_all.deb": deb}
+    sums = ""
+    for arch in ("amd64", "arm64"):
+        files[dist + "main/binary-%s/Packages" % arch] = packages
+        sums += " %s %d main/binary-%s/Packages\n" % (hashlib.sha256(packages).hexdigest(),
+                                                       len(packages), arch)
+    # A date in the past and no Valid-Until: the guest's clock cannot make it invalid.
+    files[dist + "Release"] = ("Origin: space-netsec\nLabel: space-netsec\nSuite: stable\n"
+                               "Codename: bookworm\nDate: Sat, 01 Jan 2000 00:00:00 UTC\n"
+                               "Architectures: amd64 arm64\nComponents: main\nSHA256:\n"
+                               + sums).encode()
+    return files
+
+
+MIRROR = mirror_files()
 
 
 def event(kind, **kw):
@@ -134,6 +181,8 @@ class Web(BaseHTTPRequestHandler):
                 "headers": {k: v for k, v in self.headers.items()}, "body": body.decode("latin-1")}
         event("http", **seen)
         status = 200
+        if host.split(":")[0] == "deb.mirror.test":
+            return self._mirror()
         if host.split(":")[0] == "api.test":
             # The protected API never reflects the token back (a real one would not).
             ok = self.headers.get("Authorization") == "Bearer " + TOKEN
@@ -142,6 +191,10 @@ class Web(BaseHTTPRequestHandler):
             status = 200 if ok else 401
             seen = {"authorized": ok, "n_auth": n_auth, "path": self.path}
         extra = []
+        if self.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            return self._websocket()
+        if self.path.startswith("/hdr"):
+            extra.append(("X-Echo-Authorization", self.headers.get("Authorization", "")))
         if self.path.startswith("/redirect?to="):
             status = 302
             extra.append(("Location", self.path.split("=", 1)[1]))
@@ -156,7 +209,72 @@ class Web(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def _mirror(self):
+        out = MIRROR.get(self.path.split("?")[0])
+        self.send_response(200 if out is not None else 404)
+        out = out if out is not None else b"not found\n"
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    def _websocket(self):
+        """101, then echo every byte back until the client closes."""
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        event("ws", host=self.headers.get("Host", ""))
+        while True:
+            data = self.connection.recv(65536)
+            if not data:
+                break
+            event("ws_data", data=data.decode("latin-1"))
+            self.connection.sendall(data)
+        self.close_connection = True
+
+    def do_TRACE(self):
+        raw = (self.requestline + "\r\n" + "".join("%s: %s\r\n" % kv for kv in self.headers.items())
+               + "\r\n").encode("latin-1")
+        event("http", addr=self.server.server_address[0], host=self.headers.get("Host", ""),
+              method="TRACE", path=self.path, headers=dict(self.headers.items()))
+        self.send_response(200)
+        self.send_header("Content-Type", "message/http")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
     do_GET = do_POST = do_PUT = do_HEAD = _answer
+
+
+class Legacy(socketserver.StreamRequestHandler):
+    """HTTP/1.1 framed by Content-Length only; lines that are not a request line are
+    skipped. Logs each request it finds as kind "http" (addr 203.0.113.40)."""
+
+    def handle(self):
+        event("tcp", addr=self.server.server_address[0], port=self.server.server_address[1])
+        while True:
+            line = self.rfile.readline(65536)
+            if not line:
+                return
+            words = line.decode("latin-1").split()
+            if len(words) != 3 or not words[2].startswith("HTTP/"):
+                continue  # lenient: junk between requests is ignored
+            headers = {}
+            while True:
+                h = self.rfile.readline(65536).decode("latin-1").rstrip("\r\n")
+                if not h:
+                    break
+                k, _, v = h.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            body = self.rfile.read(int(headers.get("content-length", "0") or 0))
+            event("http", addr=self.server.server_address[0], port=80, host=headers.get("host", ""),
+                  method=words[0], path=words[1], headers=headers, body=body.decode("latin-1"),
+                  legacy=True)
+            out = json.dumps({"legacy": True, "path": words[1], "body": body.decode("latin-1")}).encode()
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
 
 
 class WebServer(ThreadingHTTPServer):
@@ -235,6 +353,8 @@ def main():
         serve(TLSWebServer((ip, 443), tls_contexts()))
         for port in (22, 25, 8443):
             serve(TCP((ip, port), Plain))
+    serve(TCP(("203.0.113.40", 80), Legacy))
+    serve(WebServer(("203.0.113.50", 80), Web))
     event("ready")
     threading.Event().wait()
 

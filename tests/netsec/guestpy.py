@@ -295,52 +295,67 @@ def resplit(data, size):
     return parts
 
 
-def cmd_tlsget(ip, port, sni, host, path, cafile, split="0", extra=""):
+def tls_exchange(ip, port, sni, cafile, parts, split=0, gap=0.0, silence_ends=False):
+    """TLS to ip:port with SNI (verified against cafile); sends each of parts (bytes)
+    after the handshake, waiting gap seconds between them; returns everything read
+    until the server closes (with silence_ends, also after 5 s of silence)."""
     ctx = ssl.create_default_context(cafile=cafile)
     ctx.set_alpn_protocols(["http/1.1"])
     inc, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
     obj = ctx.wrap_bio(inc, outb, server_hostname=sni)
-    res = {"ok": False}
-    try:
-        s = socket.create_connection((ip, int(port)), timeout=5)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        first = True
-        while True:
-            try:
-                obj.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                data = outb.read()
-                if data and first and int(split):
-                    for part in resplit(data, int(split)):
-                        s.sendall(part)
-                        time.sleep(0.002)
-                elif data:
-                    s.sendall(data)
-                first = False
-                r = s.recv(65536)
-                if not r:
-                    raise ConnectionError("closed during handshake")
-                inc.write(r)
-        s.sendall(outb.read())
-        req = "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s\r\n" % (
-            path, host, extra.replace("\\r\\n", "\r\n"))
-        obj.write(req.encode())
-        s.sendall(outb.read())
-        buf = b""
-        while True:
-            try:
-                buf += obj.read(65536)
-                continue
-            except ssl.SSLWantReadError:
-                pass
-            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                break
+    s = socket.create_connection((ip, int(port)), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    first = True
+    while True:
+        try:
+            obj.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            data = outb.read()
+            if data and first and split:
+                for part in resplit(data, split):
+                    s.sendall(part)
+                    time.sleep(0.002)
+            elif data:
+                s.sendall(data)
+            first = False
             r = s.recv(65536)
             if not r:
-                break
+                raise ConnectionError("closed during handshake")
             inc.write(r)
-        text = buf.decode("latin-1")
+    s.sendall(outb.read())
+    buf = b""
+    for i, part in enumerate(parts):
+        if i and gap:
+            time.sleep(gap)
+        obj.write(part)
+        s.sendall(outb.read())
+    while True:
+        try:
+            buf += obj.read(65536)
+            continue
+        except ssl.SSLWantReadError:
+            pass
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            break
+        try:
+            r = s.recv(65536)
+        except socket.timeout:
+            if not silence_ends:
+                raise
+            break
+        if not r:
+            break
+        inc.write(r)
+    return buf
+
+
+def cmd_tlsget(ip, port, sni, host, path, cafile, split="0", extra=""):
+    res = {"ok": False}
+    req = "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s\r\n" % (
+        path, host, extra.replace("\\r\\n", "\r\n"))
+    try:
+        text = tls_exchange(ip, port, sni, cafile, [req.encode()], int(split)).decode("latin-1")
         head, _, body = text.partition("\r\n\r\n")
         res = {"ok": True, "status": int(head.split(" ")[1]) if head else 0, "body": body,
                "head": head}
@@ -349,8 +364,58 @@ def cmd_tlsget(ip, port, sni, host, path, cafile, split="0", extra=""):
     out(res)
 
 
+def unescape(text):
+    return text.encode().decode("unicode_escape").encode("latin-1")
+
+
+def cmd_tlsraw(ip, port, sni, cafile, gap, *texts):
+    """Raw bytes (escaped like cmd_http's) over TLS, one part per text, gap seconds
+    apart; the whole reply."""
+    try:
+        reply = tls_exchange(ip, port, sni, cafile, [unescape(t) for t in texts], 0, float(gap), True)
+        out({"ok": True, "reply": reply.decode("latin-1")})
+    except (OSError, ssl.SSLError, ConnectionError) as e:
+        out({"ok": False, "error": "%s: %s" % (type(e).__name__, e)})
+
+
+def cmd_httpseq(ip, port, gap, *texts):
+    """Like cmd_http, with several parts sent gap seconds apart (the next request only
+    after the previous one was answered)."""
+    parts = [unescape(t) for t in texts]
+    res = {"connected": False, "reply": "", "reset": False, "closed": False}
+    try:
+        s = socket.create_connection((ip, int(port)), timeout=3)
+    except OSError as e:
+        res["error"] = str(e)
+        out(res)
+        return
+    res["connected"] = True
+    buf = b""
+    s.settimeout(float(gap))
+    try:
+        for part in parts:
+            s.sendall(part)
+            try:
+                while True:
+                    r = s.recv(65536)
+                    if not r:
+                        res["closed"] = True
+                        raise StopIteration
+                    buf += r
+            except socket.timeout:
+                pass
+    except StopIteration:
+        pass
+    except ConnectionResetError:
+        res["reset"] = True
+    except OSError as e:
+        res["error"] = str(e)
+    res["reply"] = buf.decode("latin-1")
+    out(res)
+
+
 def cmd_http(ip, port, text):
-    out(talk(ip, port, [text.encode().decode("unicode_escape").encode("latin-1")], 3.0))
+    out(talk(ip, port, [unescape(text)], 3.0))
 
 
 def cmd_hold(ip, port, host, secs):

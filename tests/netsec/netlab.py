@@ -5,7 +5,10 @@ nothing has a route off the machine.
 
     inet   (fake internet)  192.0.2.1/24 on veth; on lo: 192.0.2.53 (DNS, zone test.),
                             198.51.100.53 (canary public resolver), 203.0.113.10/.20/.30
-                            (web servers); nft counters per destination
+                            (web servers), 203.0.113.40 (Content-Length-only
+                            legacy server), 203.0.113.50 (fake Debian mirror),
+                            168.63.129.16 (stands for Azure's
+                            WireServer: nothing listens); nft counters per destination
     gw     (gateway)        192.0.2.2/24, default via 192.0.2.1; space-gateway runs here,
                             with canary listeners on 127.0.0.1 and 192.0.2.2 (80, 443)
 """
@@ -26,7 +29,8 @@ GW_UPLINK = "192.0.2.2"
 TOKEN = "s3cret-token-7f1c9b"
 # The interpreter running the tests (not a PATH lookup: version-manager shims are slow).
 PY = sys.executable
-COUNTED = ["192.0.2.53", "198.51.100.53", "203.0.113.10", "203.0.113.20", "203.0.113.30"]
+COUNTED = ["192.0.2.53", "198.51.100.53", "203.0.113.10", "203.0.113.20", "203.0.113.30",
+           "203.0.113.40", "203.0.113.50", "168.63.129.16"]
 
 
 def sh(*cmd, ns=None, check=True, input=None, timeout=30):
@@ -156,8 +160,15 @@ class Lab:
 
     def _spawn(self, ns, cmd, name):
         log = open(os.path.join(self.dir, name + ".log"), "w")
-        self.procs.append(subprocess.Popen(["ip", "netns", "exec", ns] + cmd, stdout=log,
-                                           stderr=subprocess.STDOUT))
+        p = subprocess.Popen(["ip", "netns", "exec", ns] + cmd, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def spawn_canary(self, *ips):
+        """More canary listeners (80, 443) in the gateway's namespace, e.g. on an
+        address added there while the gateway runs; the caller kills the process."""
+        return self._spawn(self.gwns, [PY, os.path.join(HERE, "guestpy.py"), "canary",
+                                       self.events_path] + list(ips), "canary-" + "-".join(ips))
 
     def _wait(self, cond, what, secs=30):
         end = time.time() + secs

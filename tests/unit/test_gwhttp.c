@@ -133,12 +133,42 @@ static void test_body_framing(void **state)
     assert_int_equal(gwhttp_body_feed(&b, NULL, 0, &used), GWHTTP_BODY_DONE);
 }
 
+/* gwhttp_body_next decodes: the data runs are the body's content, whatever the split;
+ * extensions, trailers and framing never appear in them. */
+static void test_body_decode(void **state)
+{
+    struct gwhttp_req r = {.content_length = -1, .chunked = true};
+    const char *chunked = "5;ext=\"GET / HTTP/1.1\"\r\nhello\r\nA\r\n0123456789\r\n0;x\r\n"
+                          "X-T: 1\r\n\r\nNEXT";
+    size_t n = strlen(chunked);
+    for (size_t step = 1; step <= n; step++) {
+        struct gwhttp_body b;
+        gwhttp_body_init(&b, &r);
+        char out[64];
+        size_t outlen = 0, off = 0;
+        enum gwhttp_body_result res = GWHTTP_BODY_MORE;
+        while (res == GWHTTP_BODY_MORE && off < n) {
+            size_t k = n - off < step ? n - off : step, used, data;
+            res = gwhttp_body_next(&b, (const uint8_t *)chunked + off, k, &used, &data);
+            assert_true(data <= used && used <= k);
+            assert_true(outlen + data < sizeof out);
+            memcpy(out + outlen, chunked + off + used - data, data);
+            outlen += data;
+            off += used;
+        }
+        assert_int_equal(res, GWHTTP_BODY_DONE);
+        assert_int_equal(off, n - 4);
+        assert_int_equal(outlen, 15);
+        assert_memory_equal(out, "hello0123456789", 15);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_heads), cmocka_unit_test(test_incomplete_and_too_large),
         cmocka_unit_test(test_forbidden), cmocka_unit_test(test_bad),
-        cmocka_unit_test(test_body_framing),
+        cmocka_unit_test(test_body_framing), cmocka_unit_test(test_body_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,16 @@
-/* test_policy: policy parsing, name normalisation, matching, forbidden addresses. */
+/* test_policy: policy parsing, name normalisation, matching, forbidden addresses,
+ * internal names, the host's addresses followed live. */
+#include <net/if.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "gateway/policy.h"
+#include "rtnl.h"
 
 static uint32_t ip(int a, int b, int c, int d)
 {
@@ -51,8 +56,9 @@ static void test_allowlist_matching(void **state)
                   "\"api.test:443\",\"203.0.113.0/24:80\"]}", &p);
     assert_true(policy_name_may_resolve(&p, "allowed.test"));
     assert_true(policy_name_may_resolve(&p, "a.b.wild.test"));
-    /* a CIDR rule lets any name resolve; the answer is then filtered by address */
-    assert_true(policy_name_may_resolve(&p, "evil.test"));
+    /* a CIDR rule never makes a name resolvable (that would be a DNS tunnel) */
+    assert_false(policy_name_may_resolve(&p, "evil.test"));
+    assert_false(policy_name_may_resolve(&p, "data.tunnel.evil.test"));
     uint32_t pub = ip(198, 51, 100, 7), net = ip(203, 0, 113, 9);
     assert_true(policy_addr_allowed(&p, "allowed.test", pub, 443));
     assert_true(policy_addr_allowed(&p, "x.wild.test", pub, 80));
@@ -99,6 +105,62 @@ static void test_forbidden_always(void **state)
     policy_free(&p);
 }
 
+static void test_cloud_and_internal(void **state)
+{
+    struct policy p;
+    parse_or_fail("{\"mode\":\"open\"}", &p);
+    /* Azure WireServer, Alibaba metadata (in 100.64/10), Oracle C@C (in 192.0.0/24) */
+    uint32_t cloud[] = {ip(168, 63, 129, 16), ip(100, 100, 100, 200), ip(192, 0, 0, 192),
+                        ip(169, 254, 169, 254), ip(169, 254, 170, 2)};
+    for (size_t i = 0; i < sizeof cloud / sizeof cloud[0]; i++)
+        assert_false(policy_addr_allowed(&p, "x.test", cloud[i], 80));
+    assert_true(policy_addr_allowed(&p, "x.test", ip(168, 63, 129, 17), 80));
+    const char *internal[] = {"metadata.google.internal", "db.internal", "printer.local",
+                              "x.localhost", "localhost", "metadata", "wpad", "router.home.arpa",
+                              "nas.lan", "a.corp", "1.0.0.127.in-addr.arpa", "x.onion",
+                              "x.invalid", "box.localdomain"};
+    for (size_t i = 0; i < sizeof internal / sizeof internal[0]; i++) {
+        assert_true(policy_name_internal(internal[i]));
+        assert_false(policy_name_may_resolve(&p, internal[i]));
+    }
+    const char *public[] = {"allowed.test", "internal.example.com", "local.example.com",
+                            "mylan.test", "xinternal"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_false(policy_name_internal(public[i]));
+        assert_true(policy_name_may_resolve(&p, public[i]));
+    }
+    assert_true(policy_name_internal(public[4])); /* single label */
+    policy_free(&p);
+    /* even an explicit rule does not make an internal name resolvable */
+    parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"metadata.google.internal\",\"*.local\"]}", &p);
+    assert_false(policy_name_may_resolve(&p, "metadata.google.internal"));
+    assert_false(policy_name_may_resolve(&p, "printer.local"));
+    policy_free(&p);
+}
+
+/* An address added to the host after the watch started is its own at once, and a
+ * removed one is no longer; --deny-addr style addresses survive rescans. */
+static void test_host_addrs_live(void **state)
+{
+    if (unshare(CLONE_NEWNET) != 0) {
+        printf("skipped: needs root for a private network namespace (unshare CLONE_NEWNET)\n");
+        skip();
+    }
+    struct rtnl r;
+    char err[256];
+    int lo = (int)if_nametoindex("lo");
+    assert_int_equal(rtnl_open(&r, err, sizeof err), 0);
+    assert_int_equal(rtnl_link_up(&r, lo, err, sizeof err), 0);
+    policy_host_addrs_add(ip(198, 51, 100, 201));
+    assert_int_equal(policy_host_addrs_watch(), 0);
+    uint32_t late = ip(203, 0, 113, 77);
+    assert_false(policy_addr_forbidden(late));
+    assert_int_equal(rtnl_addr_add(&r, lo, late, 32, err, sizeof err), 0);
+    assert_true(policy_addr_forbidden(late)); /* no event loop turn in between */
+    assert_true(policy_addr_forbidden(ip(198, 51, 100, 201)));
+    rtnl_close(&r);
+}
+
 static void test_none_mode(void **state)
 {
     struct policy p;
@@ -136,7 +198,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normalise), cmocka_unit_test(test_allowlist_matching),
         cmocka_unit_test(test_forbidden_always), cmocka_unit_test(test_none_mode),
-        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_cloud_and_internal),
+        cmocka_unit_test(test_host_addrs_live),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
