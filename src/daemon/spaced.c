@@ -26,6 +26,12 @@ int spaced_err_set(struct spaced_err *err, int status, const char *code, const c
     return -1;
 }
 
+int spaced_err_store(struct spaced_err *err, struct store *st, const char *what)
+{
+    return spaced_err_set(err, 503, "store_unavailable", "%s: the store failed: %s", what,
+                          store_errmsg(st));
+}
+
 int64_t spaced_now_ms(void)
 {
     struct timespec ts;

@@ -109,6 +109,10 @@ struct spaced_err {
 int spaced_err_set(struct spaced_err *err, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The store could not be read or written while doing `what`: 503 "store_unavailable"
+ * with the store's message (a client retries; nothing it sent was wrong). Returns -1. */
+int spaced_err_store(struct spaced_err *err, struct store *st, const char *what);
+
 /* Milliseconds since the Unix epoch (wall clock, what the store records). */
 int64_t spaced_now_ms(void);
 

@@ -11,6 +11,8 @@
 void routes_reply_err(struct spaced *sp, struct http_req *req, const struct spaced_err *err)
 {
     metrics_http_error(sp->metrics, err->status);
+    if (err->status == 503) /* a store or agent that is back soon: tell clients when to retry */
+        http_reply_add_header(req, "Retry-After", "1");
     http_reply_error(req, err->status, err->code, "%s", err->message);
 }
 

@@ -77,11 +77,11 @@ static void put_body(struct http_req *req, const char *data, size_t len, void *a
         rc = 0;
     }
     if (rc != 0)
-        spaced_err_set(&err, 500, "internal", "the store failed: %s", store_errmsg(sp->store));
+        spaced_err_store(&err, sp->store, "reading the quota");
     else if ((rc = quota_apply_json(body, &q, &err)) == 0) {
         q.updated_ms = spaced_now_ms();
         if ((rc = store_quota_put(sp->store, &q)) != 0)
-            spaced_err_set(&err, 500, "internal", "the store failed: %s", store_errmsg(sp->store));
+            spaced_err_store(&err, sp->store, "writing the quota");
     }
     json_decref(body);
     if (rc != 0) {

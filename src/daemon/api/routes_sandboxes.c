@@ -193,7 +193,8 @@ static void h_list(struct http_req *req, void *arg)
     if (rc != 0) {
         json_decref(ctx[0]);
         json_decref(ctx[1]);
-        routes_reply_error(sp, req, 500, "internal", "listing sandboxes failed: %s", store_errmsg(sp->store));
+        routes_reply_error(sp, req, 503, "store_unavailable", "listing sandboxes: the store failed: %s",
+                           store_errmsg(sp->store));
         return;
     }
     json_t *body = json_pack("{s:o, s:o}", "sandboxes", ctx[0], "next_cursor", more ? ctx[1] : json_null());

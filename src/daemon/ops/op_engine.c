@@ -367,7 +367,7 @@ static int store_failed(struct spaced *sp, struct spaced_err *err)
 {
     store_rollback(sp->store);
     log_error("store.error", "msg=%s", store_errmsg(sp->store));
-    return spaced_err_set(err, 500, "internal", "the store failed: %s", store_errmsg(sp->store));
+    return spaced_err_store(err, sp->store, "recording the operation");
 }
 
 /* A sandbox disk's virtual size: its template image's, in MiB rounded up (0 if unknown:

@@ -31,7 +31,7 @@ static int64_t cval(const struct store_quota_vals *v, size_t i)
 static int store_err(struct spaced *sp, struct spaced_err *err)
 {
     log_error("store.error", "msg=quota: %s", store_errmsg(sp->store));
-    return spaced_err_set(err, 500, "internal", "the store failed: %s", store_errmsg(sp->store));
+    return spaced_err_store(err, sp->store, "reading quotas");
 }
 
 int quota_limits(struct spaced *sp, const char *tenant, struct store_quota_vals *out,
