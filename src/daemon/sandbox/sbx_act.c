@@ -576,8 +576,10 @@ static void act_create(struct sbx *s)
     }
     op_progress(s->sp, s->op_id, 10, snap ? "restoring from the template snapshot"
                                          : "cold booting (template snapshot not built yet)");
-    if (vm_disk_overlay_create(s->sp->base, snap ? overlay : t.rootfs, snap ? "qcow2" : "raw",
-                               disk, on_create_disk, c) != 0) {
+    struct vm_disk_layer layers[VM_DISK_BACKING_MAX];
+    for (unsigned i = 0; i < chain.n; i++)
+        layers[i] = (struct vm_disk_layer){chain.path[i], chain.format[i]};
+    if (vm_disk_overlay_create(s->sp->base, layers, chain.n, disk, on_create_disk, c) != 0) {
         free(c);
         act_fail(s, SBX_FAILED, "host_io", "cannot start qemu-img for %s", disk);
     }
