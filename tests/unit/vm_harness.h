@@ -188,7 +188,7 @@ static int vmh_overlay(struct event_base *base, const char *backing, const char 
 {
     struct vmh_done d = { 0 };
     struct vm_disk_layer chain[2] = {{backing, fmt}, {vmh_guest.rootfs, "raw"}};
-    bool raw = strcmp(fmt, "raw") == 0;
+    int raw = strcmp(fmt, "raw") == 0;
     int r = vm_disk_overlay_create(base, raw ? &chain[0] : chain, raw ? 1 : 2, overlay,
                                    vmh_done_cb, &d);
     if (r)
