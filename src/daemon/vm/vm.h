@@ -24,6 +24,7 @@
  *                 connects, see agentc.h)
  *   console.log   guest serial console, bounded to cfg->console_max bytes (the oldest
  *                 half is dropped when full)
+ *   qemu.log      QEMU's own stderr, emptied past 1 MiB on disk (VM_QEMU_LOG_MAX)
  *   qemu.pid      QEMU's pid as seen from spaced's namespace
  *   vm.json       what vm_adopt needs: pid, start time, accel, config summary
  *
