@@ -1,6 +1,6 @@
 /* test_pool: the warm pool's retry policy, without VMs. A fill that fails (here: the
- * template overlay is not a qcow2 image, so qemu-img fails to make a clone's overlay on
- * it; or the caller's prepare refuses) is retried after 1 s, then 2 s, ... rather than never again
+ * clone's overlay lies in a directory that does not exist, so qemu-img fails to make it;
+ * or the caller's prepare refuses) is retried after 1 s, then 2 s, ... rather than never again
  * or in a busy loop. Only lower bounds on the waits are checked: a loaded machine may
  * retry later, never sooner. */
 #include <stdarg.h>
@@ -42,7 +42,7 @@ static int prepare(struct vm_config *cfg, void *arg)
         return -1;
     snprintf(id, sizeof id, "pool%u", calls);
     snprintf(run, sizeof run, "%s/%s", work, id);
-    snprintf(disk, sizeof disk, "%s/%s.qcow2", work, id);
+    snprintf(disk, sizeof disk, "%s/missing/%s.qcow2", work, id);
     mkdir(run, 0700);
     cfg->id = id;
     cfg->run_dir = run;
@@ -81,14 +81,15 @@ static void run_case(int refuse_prepare)
     calls = discards = 0;
     refuse = refuse_prepare;
     char bad[128];
-    snprintf(bad, sizeof bad, "%s/not-an-image.qcow2", work);
+    snprintf(bad, sizeof bad, "%s/rootfs.raw", work);
     FILE *f = fopen(bad, "w");
     assert_non_null(f);
-    fputs("not a qcow2 image\n", f);
+    fputs("a raw image\n", f);
     fclose(f);
     struct event_base *base = event_base_new();
     struct pool_config pc = {.snapshot_dir = work, .template_overlay = bad,
                              .base = {.vcpus = 1, .mem_mib = 128, .kernel = "/nonexistent",
+                                      .backing = {{bad, "raw"}}, .n_backing = 1,
                                       .net.tap_fd = -1},
                              .size = 1, .prepare = prepare, .discard = discard};
     struct pool *p = pool_new(base, &pc);

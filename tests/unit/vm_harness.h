@@ -187,7 +187,10 @@ static int vmh_overlay(struct event_base *base, const char *backing, const char 
                        const char *overlay)
 {
     struct vmh_done d = { 0 };
-    int r = vm_disk_overlay_create(base, backing, fmt, overlay, vmh_done_cb, &d);
+    struct vm_disk_layer chain[2] = {{backing, fmt}, {vmh_guest.rootfs, "raw"}};
+    int raw = strcmp(fmt, "raw") == 0;
+    int r = vm_disk_overlay_create(base, raw ? &chain[0] : chain, raw ? 1 : 2, overlay,
+                                   vmh_done_cb, &d);
     if (r)
         return r;
     vmh_run_until(base, &d.done, 30000);

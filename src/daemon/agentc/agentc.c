@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -54,6 +55,11 @@ struct agentc {
     unsigned nchans;
     int depth;                              /* nesting of our libevent callbacks */
     bool free_pending;                      /* agentc_free called inside a callback */
+    bool stalled;                           /* output hit AGENTC_OUTQ_MAX: nothing more is
+                                               queued; stall_ev ends the connection */
+    struct event *stall_ev;                 /* owned; fires from the loop */
+    double ping_tokens;                     /* PING budget (AGENTC_PING_RATE per second) */
+    double ping_at;                         /* when it was last refilled (s, monotonic) */
 };
 
 static void agentc_destroy(struct agentc *c);
@@ -72,11 +78,24 @@ static void drop_socket(struct agentc *c)
 
 /* ---- output ---- */
 
+static size_t outq(const struct agentc *c)
+{
+    return c->bev ? evbuffer_get_length(bufferevent_get_output(c->bev)) : 0;
+}
+
+/* Queues one frame toward the agent. Past AGENTC_OUTQ_MAX the agent is not reading:
+ * nothing more is queued and the connection ends from the loop (not here: callers still
+ * hold channel pointers that fail_conn would free). */
 static void send_frame(struct agentc *c, uint32_t channel, enum frame_type type,
                        enum frame_stream stream, const void *p, size_t n)
 {
-    if (!c->bev)
+    if (!c->bev || c->stalled)
         return;
+    if (outq(c) + FRAME_HEADER_SIZE + n > AGENTC_OUTQ_MAX) {
+        c->stalled = true;
+        event_active(c->stall_ev, EV_TIMEOUT, 0);
+        return;
+    }
     uint8_t hdr[FRAME_HEADER_SIZE];
     frame_encode_header(hdr, channel, type, stream, (uint32_t)n);
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -134,7 +153,10 @@ static void chan_pump(struct agentc_chan *ch)
     ch->pumping = true;
     for (;;) {
         size_t len;
-        while ((len = evbuffer_get_length(ch->inq)) > 0 && ch->in_credit > 0) {
+        /* IN data moves only while the socket's queue is short: the rest waits in the
+         * channel (bounded by its caller) until write_cb sees the queue drain. */
+        while ((len = evbuffer_get_length(ch->inq)) > 0 && ch->in_credit > 0 &&
+               outq(c) < AGENTC_OUTQ_SOFT && !c->stalled) {
             size_t n = len;
             if (n > ch->in_credit)
                 n = (size_t)ch->in_credit;
@@ -158,7 +180,7 @@ static void chan_pump(struct agentc_chan *ch)
         }
         break;
     }
-    if (c->bev && !ch->sent_close && ch->eof_queued && !ch->eof_sent &&
+    if (c->bev && !c->stalled && !ch->sent_close && ch->eof_queued && !ch->eof_sent &&
         evbuffer_get_length(ch->inq) == 0) {
         send_frame(c, ch->id, FRAME_EOF, FRAME_STREAM_IN, NULL, 0);
         ch->eof_sent = true;
@@ -342,6 +364,27 @@ static void on_chan_frame(struct agentc *c, const struct frame *f)
     }
 }
 
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Token bucket: AGENTC_PING_RATE per second, as many in a burst. */
+static bool ping_allowed(struct agentc *c)
+{
+    double now = mono_now();
+    c->ping_tokens += (now - c->ping_at) * AGENTC_PING_RATE;
+    if (c->ping_tokens > AGENTC_PING_RATE)
+        c->ping_tokens = AGENTC_PING_RATE;
+    c->ping_at = now;
+    if (c->ping_tokens < 1)
+        return false;
+    c->ping_tokens -= 1;
+    return true;
+}
+
 static void dispatch(struct agentc *c, const struct frame *f)
 {
     const char *why;
@@ -362,8 +405,15 @@ static void dispatch(struct agentc *c, const struct frame *f)
         return on_hello(c, f);
     if (!c->hello)
         return protocol_error(c, "%s before HELLO", frame_type_name(f->type));
-    if (f->type == FRAME_PING)
+    if (f->type == FRAME_PING) {
+        if (!ping_allowed(c)) {
+            char m[96];
+            snprintf(m, sizeof m, "the agent sent more than %u PINGs per second",
+                     AGENTC_PING_RATE);
+            return fail_conn(c, AGENTC_E_FLOOD, m);
+        }
         return send_frame(c, 0, FRAME_PONG, FRAME_STREAM_NONE, f->payload, f->len);
+    }
     if (f->type == FRAME_PONG)
         return;
     on_chan_frame(c, f);
@@ -407,6 +457,36 @@ static void read_cb(struct bufferevent *bev, void *arg)
         agentc_destroy(c);
 }
 
+/* The socket's queue drained below the low watermark: IN data held back by
+ * AGENTC_OUTQ_SOFT may move now. */
+static void write_cb(struct bufferevent *bev, void *arg)
+{
+    struct agentc *c = arg;
+    (void)bev;
+    c->depth++;
+    for (struct agentc_chan *ch = c->chans; ch && !c->closed && !c->free_pending; ch = ch->next)
+        if (evbuffer_get_length(ch->inq) || (ch->eof_queued && !ch->eof_sent))
+            chan_pump(ch);
+    c->depth--;
+    if (c->free_pending && c->depth == 0)
+        agentc_destroy(c);
+}
+
+static void on_stall(evutil_socket_t fd, short what, void *arg)
+{
+    struct agentc *c = arg;
+    (void)fd;
+    (void)what;
+    c->depth++;
+    char m[128];
+    snprintf(m, sizeof m, "the agent stopped reading: %u bytes were queued toward it",
+             AGENTC_OUTQ_MAX);
+    fail_conn(c, AGENTC_E_STALLED, m);
+    c->depth--;
+    if (c->free_pending && c->depth == 0)
+        agentc_destroy(c);
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct agentc *c = arg;
@@ -433,15 +513,24 @@ struct agentc *agentc_new(struct event_base *base, int fd, const struct agentc_c
     evutil_make_socket_nonblocking(fd);
     evutil_make_socket_closeonexec(fd);
     c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev) {
-        close(fd);
+    c->stall_ev = event_new(base, -1, 0, on_stall, c);
+    if (!c->bev || !c->stall_ev) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        else
+            close(fd);
+        if (c->stall_ev)
+            event_free(c->stall_ev);
         free(c);
         return NULL;
     }
     c->cbs = cbs;
     c->arg = arg;
     c->next_id = 1;
-    bufferevent_setcb(c->bev, read_cb, NULL, event_cb, c);
+    c->ping_tokens = AGENTC_PING_RATE;
+    c->ping_at = mono_now();
+    bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
+    bufferevent_setwatermark(c->bev, EV_WRITE, AGENTC_OUTQ_SOFT / 2, 0);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     json_t *h = json_pack("{s:i, s:i, s:s, s:[]}", "version", FRAME_VERSION, "min_version",
                           FRAME_MIN_VERSION, "software", AGENTC_SOFTWARE, "features");
@@ -459,6 +548,7 @@ static void agentc_destroy(struct agentc *c)
     while (c->chans)
         free_chan(c->chans);
     drop_socket(c);
+    event_free(c->stall_ev);
     json_decref(c->hello);
     free(c);
 }
@@ -592,6 +682,25 @@ void agentc_close(struct agentc_chan *ch)
         ch->sent_close = true;
     }
     evbuffer_drain(ch->inq, evbuffer_get_length(ch->inq));
+}
+
+size_t agentc_json_weight(const json_t *v)
+{
+    size_t n = 32, i;
+    const char *k;
+    json_t *x;
+    if (json_is_string(v))
+        return n + json_string_length(v);
+    if (json_is_array(v))
+        json_array_foreach(v, i, x) n += agentc_json_weight(x);
+    if (json_is_object(v))
+        json_object_foreach((json_t *)v, k, x) n += strlen(k) + agentc_json_weight(x);
+    return n;
+}
+
+size_t agentc_buffered(const struct agentc *c)
+{
+    return c->bev ? outq(c) + evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
 }
 
 uint32_t agentc_chan_id(const struct agentc_chan *ch)

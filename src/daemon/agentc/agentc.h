@@ -19,6 +19,16 @@
  * (IN) agentc_write() queues without limit and sends only as the agent grants credit:
  * callers bound their own queue with agentc_queued() and the on_drain callback.
  *
+ * Bounds toward a hostile agent (docs/security.md "A hostile guest and the host's
+ * resources"): queued IN bytes move to the socket only while less than AGENTC_OUTQ_SOFT
+ * is waiting there, so what the socket holds beyond that is control traffic (PONG,
+ * CREDIT, OPEN, CTRL, CLOSE); an agent that stops reading while that grows past
+ * AGENTC_OUTQ_MAX is cut off (on_closed(AGENTC_E_STALLED)), and one that sends more
+ * PINGs than AGENTC_PING_RATE per second (the agent never needs to) is cut off as a
+ * flood (AGENTC_E_FLOOD). Input is read 16 KiB at a time (libevent's default) and every
+ * complete frame is handled before the next read, so the input buffer holds at most one
+ * frame (64 KiB + header) plus one read.
+ *
  * Re-entrancy: any agentc function may be called from inside any callback, including
  * agentc_close() and agentc_free(). Single-threaded: all calls on the loop's thread.
  * The process must ignore SIGPIPE (spaced does): writing to an agent that hung up is
@@ -70,6 +80,12 @@ struct agentc_chan_ops {
 };
 
 #define AGENTC_MAX_CHANNELS 1024    /* channels per connection, tombstones included */
+#define AGENTC_OUTQ_SOFT (256u * 1024u)      /* IN data waits in its channel above this */
+#define AGENTC_OUTQ_MAX  (4u * 1024u * 1024u) /* bytes toward the agent: more = stalled */
+#define AGENTC_PING_RATE 64u                 /* PINGs answered per second (and burst) */
+/* on_closed codes for a hostile agent (host-local, like FRAME_E_DISCONNECTED) */
+#define AGENTC_E_STALLED "agent_stalled"     /* stopped reading: output over the bound */
+#define AGENTC_E_FLOOD   "agent_flood"       /* PINGs over the rate */
 
 /* agentc_open flags */
 #define AGENTC_MANUAL_CREDIT 0x1u   /* caller grants OUT/ERR credit with agentc_grant */
@@ -132,6 +148,16 @@ int agentc_grant(struct agentc_chan *ch, enum frame_stream stream, uint32_t byte
 /* Ends our use of the channel: sends CLOSE, no more callbacks for it, handle invalid at
  * once. For exec channels the process keeps running (detached; see op "attach"). */
 void agentc_close(struct agentc_chan *ch);
+
+/* Roughly the heap bytes a JSON value from the guest costs once kept: string and key
+ * bytes plus a fixed 32 per value. Callers that keep event contents beyond the callback
+ * (directory listings, watch events) bound their total with it, since a count of entries
+ * says nothing about their size. */
+size_t agentc_json_weight(const json_t *v);
+
+/* Bytes agentc holds for this connection: queued toward the agent plus received and not
+ * yet handled (not the channels' IN queues, which are the callers' to bound). */
+size_t agentc_buffered(const struct agentc *c);
 
 /* The channel id on the wire (for logs). */
 uint32_t agentc_chan_id(const struct agentc_chan *ch);

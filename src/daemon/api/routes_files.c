@@ -25,6 +25,7 @@
 #define FILES_UPLOAD_HIGH (1024u * 1024)   /* pause the HTTP body above this many queued */
 #define FILES_DOWNLOAD_HIGH (1024u * 1024) /* stop crediting the agent above this pending */
 #define FILES_LIST_MAX 100000              /* entries returned by one list */
+#define FILES_LIST_BYTES_MAX (32u << 20)   /* and their weight (agentc_json_weight) */
 
 enum fop_kind { FOP_RESULT, FOP_LIST, FOP_READ, FOP_WRITE };
 
@@ -49,7 +50,8 @@ struct fop {
     bool orphan;             /* ch was forgotten unclosed: wait for its on_close */
     int status;              /* success status for FOP_RESULT / FOP_WRITE */
     json_t *entries;         /* FOP_LIST: collected entries (owned) */
-    bool truncated;          /* FOP_LIST: more than FILES_LIST_MAX */
+    bool truncated;          /* FOP_LIST: more than FILES_LIST_MAX or _BYTES_MAX */
+    size_t list_bytes;       /* FOP_LIST: weight of entries */
     bool streaming;          /* FOP_READ: response head sent */
     int64_t remaining;       /* FOP_READ: bytes still owed to the client */
     uint32_t credit;         /* FOP_READ: OUT credit the agent holds */
@@ -167,12 +169,16 @@ static void fop_on_event(void *arg, json_t *ev)
         size_t i;
         json_t *e;
         json_array_foreach(arr, i, e) {
-            if (json_array_size(f->entries) >= FILES_LIST_MAX) {
+            size_t w = agentc_json_weight(e);
+            if (json_array_size(f->entries) >= FILES_LIST_MAX ||
+                f->list_bytes + w > FILES_LIST_BYTES_MAX) {
                 f->truncated = true;
                 break;
             }
-            if (json_is_object(e))
+            if (json_is_object(e)) {
                 json_array_append(f->entries, e);
+                f->list_bytes += w;
+            }
         }
     } else if (!strcmp(type, "result") && f->kind != FOP_READ) {
         json_t *o;

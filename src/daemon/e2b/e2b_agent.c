@@ -11,6 +11,7 @@
 #include "e2b_internal.h"
 
 #define LIST_MAX 100000 /* entries collected for one ListDir */
+#define LIST_BYTES_MAX (64u << 20) /* their weight (agentc_json_weight): more fails the call */
 
 struct pending {
     struct e2b_call *call;     /* NULL once the client went away */
@@ -18,6 +19,7 @@ struct pending {
     e2b_agent_done done;
     json_t *result;            /* last result/stat EVENT (owned) */
     json_t *entries;           /* list entries (owned) */
+    size_t entries_bytes;      /* their weight */
     struct e2b_err err;        /* first agent ERROR */
 };
 
@@ -104,8 +106,19 @@ static void on_event(void *arg, json_t *ev)
     const char *type = json_string_value(json_object_get(ev, "type"));
     if (strcmp(type, "entries") == 0) {
         json_t *list = json_object_get(ev, "entries");
-        if (json_is_array(list) && json_array_size(p->entries) < LIST_MAX)
+        size_t w = agentc_json_weight(list);
+        if (p->entries_bytes + w > LIST_BYTES_MAX) {
+            if (p->err.code == E2B_OK)
+                e2b_err_set(&p->err, E2B_RESOURCE_EXHAUSTED,
+                            "the listing is larger than %u MiB", LIST_BYTES_MAX >> 20);
+            json_array_clear(p->entries);
+            p->entries_bytes = LIST_BYTES_MAX; /* nothing more is kept */
+            return;
+        }
+        if (json_is_array(list) && json_array_size(p->entries) < LIST_MAX) {
             json_array_extend(p->entries, list);
+            p->entries_bytes += w;
+        }
         return;
     }
     if (strcmp(type, "result") == 0 || strcmp(type, "stat") == 0) {

@@ -15,6 +15,7 @@
 #include "e2b_util.h"
 
 #define WATCHER_EVENTS_MAX 10000 /* buffered events per polling watcher */
+#define WATCHER_BYTES_MAX (1u << 20) /* and their weight (agentc_json_weight) */
 #define WATCHERS_MAX 64          /* polling watchers per sandbox */
 
 /* Resolves `path` for the call's user into a new request {"op":op,"path":abs,"user"}.
@@ -312,6 +313,7 @@ struct e2b_watcher {
     char id[32];
     struct agentc_chan *ch;    /* NULL once the watch ended */
     json_t *events;            /* buffered FilesystemEvents (owned) */
+    size_t events_bytes;       /* their weight */
     struct e2b_call *creating; /* CreateWatcher waiting for "watching" */
     struct e2b_err err;
     struct e2b_watcher *next;
@@ -339,8 +341,13 @@ static void wt_event(void *arg, json_t *ev)
         e2b_call_reply(c, json_pack("{s:s}", "watcherId", w->id));
     } else if (strcmp(type, "fs") == 0 && json_array_size(w->events) < WATCHER_EVENTS_MAX) {
         json_t *fe = fs_event(ev);
-        if (fe)
+        size_t weight = fe ? agentc_json_weight(fe) : 0;
+        if (fe && w->events_bytes + weight <= WATCHER_BYTES_MAX) {
             json_array_append_new(w->events, fe);
+            w->events_bytes += weight;
+        } else {
+            json_decref(fe);
+        }
     }
 }
 
@@ -436,6 +443,7 @@ void e2b_fs_get_watcher_events(struct e2b_call *c)
     }
     json_t *events = w->events;
     w->events = json_array();
+    w->events_bytes = 0;
     e2b_call_reply(c, json_pack("{s:o}", "events", events));
 }
 

@@ -138,6 +138,8 @@ static void on_agent_hello(void *arg, json_t *hello)
     act_continue_after_agent(s);
 }
 
+#define SBX_AGENT_DROPS_MAX 8 /* agent connections lost per minute before the sandbox fails */
+
 static void on_agent_closed(void *arg, const char *code, const char *message)
 {
     struct sbx *s = arg;
@@ -148,8 +150,33 @@ static void on_agent_closed(void *arg, const char *code, const char *message)
     s->pending = NULL;
     agentc_free(s->agent);
     s->agent = NULL;
+    /* An agent cut off for flooding spaced or for not reading what spaced queued toward
+     * it (agentc.h) is hostile, not unlucky: no reconnect, the sandbox fails with the
+     * reason and its VM is killed (docs/security.md). */
+    char why[512];
+    snprintf(why, sizeof why, "%s", message);
+    bool hostile = strcmp(code, AGENTC_E_STALLED) == 0 || strcmp(code, AGENTC_E_FLOOD) == 0;
+    bool reconnect = s->vm && vm_state(s->vm) == VM_STATE_RUNNING && !s->expect_exit;
+    /* So is one that breaks its connection over and over (each break costs spaced a
+     * reconnect and a HELLO): more than SBX_AGENT_DROPS_MAX reconnects a minute. */
+    int64_t now = spaced_now_ms();
+    if (now - s->agent_drops_since > 60000 || now < s->agent_drops_since) {
+        s->agent_drops_since = now;
+        s->agent_drops = 0;
+    }
+    if (!hostile && reconnect && ++s->agent_drops > SBX_AGENT_DROPS_MAX) {
+        hostile = true;
+        code = AGENTC_E_FLOOD;
+        snprintf(why, sizeof why, "the agent connection broke more than %d times in a minute "
+                 "(last: %s)", SBX_AGENT_DROPS_MAX, message);
+    }
+    if (hostile) {
+        if (s->vm && vm_state(s->vm) < VM_STATE_STOPPING && s->state != SBX_DELETING)
+            act_fail(s, SBX_FAILED, code, "the guest agent was cut off (%s): %s", code, why);
+        return;
+    }
     /* A running VM whose agent dropped the stream gets one fresh connection. */
-    if (s->vm && vm_state(s->vm) == VM_STATE_RUNNING && !s->expect_exit)
+    if (reconnect)
         vm_agent_reconnect(s->vm);
 }
 
@@ -576,8 +603,10 @@ static void act_create(struct sbx *s)
     }
     op_progress(s->sp, s->op_id, 10, snap ? "restoring from the template snapshot"
                                          : "cold booting (template snapshot not built yet)");
-    if (vm_disk_overlay_create(s->sp->base, snap ? overlay : t.rootfs, snap ? "qcow2" : "raw",
-                               disk, on_create_disk, c) != 0) {
+    struct vm_disk_layer layers[VM_DISK_BACKING_MAX];
+    for (unsigned i = 0; i < chain.n; i++)
+        layers[i] = (struct vm_disk_layer){chain.path[i], chain.format[i]};
+    if (vm_disk_overlay_create(s->sp->base, layers, chain.n, disk, on_create_disk, c) != 0) {
         free(c);
         act_fail(s, SBX_FAILED, "host_io", "cannot start qemu-img for %s", disk);
     }

@@ -18,6 +18,8 @@ struct sbx {
     struct vm *vm;               /* QEMU, NULL when none (owned by vm.c until on_exit) */
     struct agentc *agent;        /* agent connection (owned), NULL when not connected */
     bool agent_ready;            /* HELLO received on `agent` */
+    unsigned agent_drops;        /* agent connections lost in the current window */
+    int64_t agent_drops_since;   /* start of that window (ms) */
     struct agentc_chan *pending; /* refresh/shutdown request in flight, or NULL */
     char op_id[STORE_ID_MAX];    /* op being carried out, "" when idle */
     enum op_kind op_kind;        /* its kind (valid when op_id[0]) */

@@ -23,7 +23,6 @@
 #include <jansson.h>
 #include <openssl/sha.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +44,6 @@
 #define BUILD_STEP_TIMEOUT_S 1800
 #define BUILD_OUTPUT_TAIL 2048
 
-extern char **environ;
 
 /* One build in flight; freed by build_free once the op is finished and the VM is gone. */
 struct tpl_build {
@@ -269,9 +267,13 @@ static void publish(struct tpl_build *b)
     op_progress(b->sp, b->op_id, 92, "flattening the disk image");
     char tmp[TPL_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s/rootfs.ext4.tmp", b->dir);
-    char *argv[] = {"qemu-img", "convert", "-q", "-O", "raw", b->overlay, tmp, NULL};
-    if (posix_spawnp(&b->convert_pid, "qemu-img", NULL, NULL, argv, environ) != 0) {
-        build_end(b, "host_io", "cannot run qemu-img: %s", strerror(errno));
+    /* The overlay was written by the build VM: read through a pinned chain, never
+     * probed (vm_disk.c). */
+    struct vm_disk_layer base = {b->base_rootfs, "raw"};
+    int rc = vm_disk_flatten_spawn(b->overlay, &base, 1, tmp, &b->convert_pid);
+    if (rc != VM_OK) {
+        build_end(b, "host_io", "cannot run qemu-img convert: %s",
+                  rc == VM_E_INVAL ? "the overlay's header is not a plain qcow2" : strerror(errno));
         return;
     }
     struct timeval tv = {0, 200000};
@@ -668,7 +670,8 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
         build_end(b, "host_io", "cannot create %s: %s", b->dir, strerror(errno));
         return -1;
     }
-    if (vm_disk_overlay_create(sp->base, b->base_rootfs, "raw", b->overlay, on_overlay, b) != 0) {
+    struct vm_disk_layer layer = {b->base_rootfs, "raw"};
+    if (vm_disk_overlay_create(sp->base, &layer, 1, b->overlay, on_overlay, b) != 0) {
         build_end(b, "host_io", "cannot start qemu-img");
         return -1;
     }

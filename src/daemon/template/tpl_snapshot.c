@@ -375,7 +375,8 @@ static void snap_build(struct tpl_snap *s)
     log_info("template.snapshot", "template=%s shape=%ux%u version=%s result=building%s", s->name,
              s->vcpus, s->mem_mib, s->fp, s->d.ready ? " ready_check=yes" : "");
     snap_path(s, "disk.qcow2", p, sizeof p);
-    if (vm_disk_overlay_create(s->sp->base, s->rootfs, "raw", p, on_overlay, s) != 0)
+    struct vm_disk_layer base = {s->rootfs, "raw"};
+    if (vm_disk_overlay_create(s->sp->base, &base, 1, p, on_overlay, s) != 0)
         snap_fail(s, "cannot start qemu-img");
 }
 

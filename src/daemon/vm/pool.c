@@ -387,8 +387,8 @@ static void refill(evutil_socket_t fd, short what, void *arg)
     e->next = p->entries;
     p->entries = e;
     p->filling = 1;
-    if (vm_disk_overlay_create(p->base, p->template_overlay, "qcow2", e->cfg.disk, on_overlay,
-                               e) != VM_OK) {
+    if (vm_disk_overlay_create(p->base, e->cfg.backing, e->cfg.n_backing, e->cfg.disk,
+                               on_overlay, e) != VM_OK) {
         p->filling = 0;
         entry_discard(p, e);
         backoff(p, "cannot start qemu-img");

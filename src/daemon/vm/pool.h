@@ -18,8 +18,8 @@
 struct pool;
 
 /* Fills cfg (pre-filled from pool_config.base) for a new pooled VM: id, run_dir
- * (created), disk path (not yet existing: the pool makes the overlay on
- * `template_overlay`), net, jail. The pool copies cfg right after the call, so the
+ * (created), disk path (not yet existing: the pool makes the overlay on the chain in
+ * pool_config.base.backing, `template_overlay` first), net, jail. The pool copies cfg right after the call, so the
  * strings only need to live that long; a tap fd in cfg->net becomes the pool's (closed
  * once QEMU has its copy, or when the VM is discarded). Return nonzero when no VM can be
  * made now (e.g. no capacity), with nothing left to discard: like any failed fill, the

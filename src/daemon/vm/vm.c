@@ -289,6 +289,7 @@ static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
     uint64_t now = mono_ms();
     uint64_t gap = vm->ping_tick_ms ? now - vm->ping_tick_ms : VM_PING_INTERVAL_MS;
     vm->ping_tick_ms = now;
+    vm_qemu_log_bound(vm);
     if (vm->ping_outstanding) {
         ping_check(vm, now, gap);
         return;

@@ -24,6 +24,7 @@
  *                 connects, see agentc.h)
  *   console.log   guest serial console, bounded to cfg->console_max bytes (the oldest
  *                 half is dropped when full)
+ *   qemu.log      QEMU's own stderr, emptied past 1 MiB on disk (VM_QEMU_LOG_MAX)
  *   qemu.pid      QEMU's pid as seen from spaced's namespace
  *   vm.json       what vm_adopt needs: pid, start time, accel, config summary
  *
@@ -179,15 +180,30 @@ struct vm_callbacks {
 
 /* ---- disks ---------------------------------------------------------------------------- */
 
-/* Creates `overlay` as a qcow2 whose backing file is `backing` (format "raw" or "qcow2",
- * recorded as an absolute path), by running `qemu-img create` watched by the loop.
- * Returns VM_OK (cb follows, with vm == NULL and qemu-img's message on failure) or an
- * error with no callback: VM_E_NOENT if backing is missing, VM_E_INVAL for a bad format.
- * The overlay takes the backing file's virtual size. Deleting a sandbox's disk is a plain
- * unlink of its overlay. */
-int vm_disk_overlay_create(struct event_base *base, const char *backing,
-                           const char *backing_format, const char *overlay,
-                           vm_done_cb cb, void *arg);
+/* Creates `overlay` as a qcow2 over `chain` (nearest layer first: e.g. a template's
+ * frozen overlay "qcow2", then its rootfs "raw"; the last layer is the only raw one), by
+ * running `qemu-img create` watched by the loop. No layer is opened: the overlay's
+ * virtual size is the raw image's file size, and the header records chain[0] by
+ * absolute path and format for humans (QEMU gets the chain node by node). Returns VM_OK
+ * (cb follows, with vm == NULL and qemu-img's message on failure) or an error with no
+ * callback: VM_E_NOENT if a layer is missing, VM_E_INVAL for a bad chain. Deleting a
+ * sandbox's disk is a plain unlink of its overlay. */
+int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *chain,
+                           unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg);
+
+/* The --image-opts argument for a qemu-img that must read `overlay` (a qcow2 a VM may
+ * have written) over `chain`: every node's driver and file named, every backing pinned,
+ * commas in paths doubled, so neither the overlay's probed format nor the backing name
+ * in its header is used. 0, or -1 if the chain is invalid or out[cap] too small. */
+int vm_disk_image_opts(const char *overlay, const struct vm_disk_layer *chain, unsigned n_chain,
+                       char *out, size_t cap);
+
+/* Starts `qemu-img convert` of overlay-over-chain into the raw image out_raw (pinned as
+ * vm_disk_image_opts says), after checking the overlay's header asks for no external
+ * data file (another name qemu-img would follow). *pid is the child to wait for.
+ * VM_OK, VM_E_INVAL (bad chain, unsafe or unreadable header) or VM_E_IO. */
+int vm_disk_flatten_spawn(const char *overlay, const struct vm_disk_layer *chain,
+                          unsigned n_chain, const char *out_raw, pid_t *pid);
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 

@@ -10,12 +10,15 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "log.h"
 
 #define CONSOLE_DEFAULT_MAX (1024 * 1024)
 
@@ -169,4 +172,18 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap)
 size_t vm_qemu_log_tail(const struct vm *vm, char *out, size_t cap)
 {
     return file_tail(vm->cfg.run_dir, "qemu.log", out, cap);
+}
+
+void vm_qemu_log_bound(const struct vm *vm)
+{
+    char p[4096];
+    struct stat st;
+    /* Allocated blocks, not st_size: a QEMU started by an older spaced may write at its
+     * own offset (no O_APPEND), leaving a sparse file whose size says nothing. */
+    if (vm_path(vm, "qemu.log", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
+        (uint64_t)st.st_blocks * 512 <= VM_QEMU_LOG_MAX)
+        return;
+    if (truncate(p, 0) == 0)
+        log_warn("vm.qemu_log", "id=%s msg=\"qemu.log passed %d bytes: emptied\"", vm->cfg.id,
+                 VM_QEMU_LOG_MAX);
 }

@@ -1,20 +1,36 @@
-/* vm_disk: qcow2 overlays made by `qemu-img create`, run as a child watched by the loop.
+/* vm_disk: qcow2 overlays made by `qemu-img create`, run as a child watched by the loop,
+ * and the argument QEMU's tools need to read an overlay without trusting it.
  *
  * The child's exit is observed through a pidfd, so creating an overlay never blocks
  * spaced (qemu-img itself takes a few ms). Its stderr goes to a pipe read once it has
- * exited, so a failure carries qemu-img's own message. */
+ * exited, so a failure carries qemu-img's own message.
+ *
+ * No host tool trusts an image header a VM could have written (docs/security.md): a
+ * qcow2 that a QEMU process held read-write (a template's frozen overlay, a build VM's
+ * overlay) could name any host file as its backing file, and a raw image the guest
+ * filled could carry a qcow2 header. So every qemu-img run here names the format of
+ * every file, never opens a backing file to learn a size (`create -u` with the size of
+ * the raw image at the bottom of the chain, which spaced wrote itself), and reads an
+ * overlay only through --image-opts naming each layer of the chain explicitly. */
 #include "vm.h"
 #include "vm_spawn.h"
 
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 /* One running qemu-img. Owned by itself: freed after the callback. */
 struct disk_job {
@@ -51,18 +67,45 @@ static void job_done(evutil_socket_t fd, short what, void *arg)
     free(j);
 }
 
-int vm_disk_overlay_create(struct event_base *base, const char *backing,
-                           const char *backing_format, const char *overlay,
-                           vm_done_cb cb, void *arg)
+static bool format_ok(const char *f)
 {
-    if (!backing || !overlay || !backing_format ||
-        (strcmp(backing_format, "raw") && strcmp(backing_format, "qcow2")))
+    return f && (strcmp(f, "raw") == 0 || strcmp(f, "qcow2") == 0);
+}
+
+/* Checks a chain (nearest layer first, a raw image last, every layer an existing file)
+ * and puts the raw image's size, the virtual size of every layer, in *size. */
+static int chain_check(const struct vm_disk_layer *chain, unsigned n, uint64_t *size)
+{
+    if (!chain || n == 0 || n > VM_DISK_BACKING_MAX)
         return VM_E_INVAL;
-    /* qemu-img resolves a relative backing name against the overlay's directory; the
-     * absolute path is what the caller meant. */
-    char abs[4096];
-    if (access(backing, R_OK) < 0 || !realpath(backing, abs))
+    for (unsigned i = 0; i < n; i++)
+        if (!chain[i].path || !format_ok(chain[i].format) ||
+            (strcmp(chain[i].format, "raw") == 0) != (i == n - 1))
+            return VM_E_INVAL;
+    for (unsigned i = 0; i < n; i++)
+        if (access(chain[i].path, R_OK) < 0)
+            return VM_E_NOENT;
+    struct stat st;
+    if (stat(chain[n - 1].path, &st) < 0 || !S_ISREG(st.st_mode))
         return VM_E_NOENT;
+    *size = (uint64_t)st.st_size;
+    return VM_OK;
+}
+
+int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *chain,
+                           unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg)
+{
+    uint64_t size = 0;
+    int rc = overlay ? chain_check(chain, n_chain, &size) : VM_E_INVAL;
+    if (rc != VM_OK)
+        return rc;
+    /* qemu-img resolves a relative backing name against the overlay's directory; the
+     * absolute path is what the caller meant. The name recorded in the header is for
+     * humans only: QEMU gets the chain node by node (vm.h). */
+    char abs[4096], sz[32];
+    if (!realpath(chain[0].path, abs))
+        return VM_E_NOENT;
+    snprintf(sz, sizeof sz, "%" PRIu64, size);
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0)
         return VM_E_IO;
@@ -73,8 +116,11 @@ int vm_disk_overlay_create(struct event_base *base, const char *backing,
         close(pfd[1]);
         return VM_E_IO;
     }
+    /* -u: do not open the backing file (it may be a qcow2 a VM wrote, whose own backing
+     * name would be followed); the size is given instead. */
     char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F",
-                           (char *)backing_format, "-b", abs, (char *)overlay, NULL };
+                           (char *)chain[0].format, "-b", abs, "-u", (char *)overlay, sz,
+                           NULL };
     pid_t pid = fork();
     if (pid == 0) {
         int nul = open("/dev/null", O_RDWR);
@@ -104,4 +150,79 @@ int vm_disk_overlay_create(struct event_base *base, const char *backing,
     j->arg = arg;
     event_add(j->ev, NULL);
     return VM_OK;
+}
+
+/* Appends s to out[*len..cap) with every ',' doubled (QEMU's option syntax). */
+static int opts_put(char *out, size_t cap, size_t *len, const char *s, bool escape)
+{
+    for (; *s; s++) {
+        size_t need = (escape && *s == ',') ? 2 : 1;
+        if (*len + need >= cap)
+            return -1;
+        out[(*len)++] = *s;
+        if (need == 2)
+            out[(*len)++] = ',';
+    }
+    out[*len] = '\0';
+    return 0;
+}
+
+int vm_disk_image_opts(const char *overlay, const struct vm_disk_layer *chain, unsigned n_chain,
+                       char *out, size_t cap)
+{
+    uint64_t size;
+    if (!overlay || cap == 0 || chain_check(chain, n_chain, &size) == VM_E_INVAL)
+        return -1;
+    size_t len = 0;
+    char prefix[8 * (VM_DISK_BACKING_MAX + 1) + 1] = "";
+    out[0] = '\0';
+    for (unsigned i = 0; i <= n_chain; i++) {
+        const char *fmt = i == 0 ? "qcow2" : chain[i - 1].format;
+        const char *path = i == 0 ? overlay : chain[i - 1].path;
+        if ((i && opts_put(out, cap, &len, ",", false)) ||
+            opts_put(out, cap, &len, prefix, false) ||
+            opts_put(out, cap, &len, "driver=", false) || opts_put(out, cap, &len, fmt, false) ||
+            opts_put(out, cap, &len, ",", false) || opts_put(out, cap, &len, prefix, false) ||
+            opts_put(out, cap, &len, "file.driver=file,", false) ||
+            opts_put(out, cap, &len, prefix, false) ||
+            opts_put(out, cap, &len, "file.filename=", false) ||
+            opts_put(out, cap, &len, path, true))
+            return -1;
+        strcat(prefix, "backing.");
+    }
+    return 0;
+}
+
+/* true if `path` is a qcow2 whose header asks for no external data file: with that
+ * feature (incompatible bit 2, QEMU 4.0+) the header names a file QEMU opens for the
+ * data, and --image-opts cannot pin it away. */
+static bool qcow2_header_safe(const char *path)
+{
+    uint8_t h[80];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t n = fd >= 0 ? pread(fd, h, sizeof h, 0) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n < 72 || memcmp(h, "QFI\xfb", 4) != 0)
+        return false;
+    uint32_t version = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 | (uint32_t)h[6] << 8 | h[7];
+    if (version == 2)
+        return true;
+    if (version != 3 || n < 80)
+        return false;
+    return (h[79] & 0x04) == 0; /* incompatible_features, big-endian u64 at 72 */
+}
+
+int vm_disk_flatten_spawn(const char *overlay, const struct vm_disk_layer *chain,
+                          unsigned n_chain, const char *out_raw, pid_t *pid)
+{
+    char opts[4 * 4096 + 512];
+    if (!out_raw || vm_disk_image_opts(overlay, chain, n_chain, opts, sizeof opts) < 0 ||
+        !qcow2_header_safe(overlay))
+        return VM_E_INVAL;
+    char *argv[] = {"qemu-img", "convert", "-q", "--image-opts", opts, "-O", "raw",
+                    (char *)out_raw, NULL};
+    int e = posix_spawnp(pid, "qemu-img", NULL, NULL, argv, environ);
+    errno = e;
+    return e == 0 ? VM_OK : VM_E_IO;
 }

@@ -122,6 +122,13 @@ void vm_console_close(struct vm *vm);
 /* Tail of run_dir/qemu.log (QEMU's own stderr) for start failure messages. */
 size_t vm_qemu_log_tail(const struct vm *vm, char *out, size_t cap);
 
+/* QEMU writes qemu.log itself (its stderr), and some of what it reports is caused by the
+ * guest: once the file holds more than VM_QEMU_LOG_MAX bytes on disk it is emptied
+ * (QEMU's descriptor is O_APPEND, so it goes on at the start). Called on every
+ * supervision tick (VM_PING_INTERVAL_MS). */
+#define VM_QEMU_LOG_MAX (1024 * 1024)
+void vm_qemu_log_bound(const struct vm *vm);
+
 /* Removes sockets, pidfile, adoption record, jail root and cgroup of a VM that is gone. */
 void vm_remove_runtime_files(struct vm *vm);
 /* (Re)arms the start / shutdown deadline (vm->kill_timer). */

@@ -121,7 +121,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
         goto out;
     s.fds[VM_FD_TAP] = vm->cfg.net.tap_fd;
     if (vm_path(vm, "qemu.log", p, sizeof(p)) < 0 ||
-        (s.log_fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        (s.log_fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600)) < 0) {
         snprintf(msg, cap, "open qemu.log: %s", strerror(errno));
         goto out;
     }
