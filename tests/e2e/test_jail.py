@@ -4,6 +4,7 @@ still run in the sandbox."""
 import glob
 import os
 import pwd
+import threading
 import time
 
 import pytest
@@ -115,3 +116,106 @@ def test_template_build_vm_is_jailed(fresh_spaced):
     assert "space-b-jailbuild" in cgroup_dir(pids[0])[1]
     op = sp.wait_op(r.json["operation"]["id"], timeout=900)
     assert op["state"] == "succeeded", (op, sp.log())
+
+
+class QemuWatch:
+    """Polls /proc (every 50 ms, in a thread) for the QEMUs of one spaced (their command
+    line names its data dir) and records, per process, what a jail must have changed:
+    uids, gids, network and IPC namespaces, cgroup. Also records every moment at which two
+    live QEMUs ran under one uid."""
+
+    def __init__(self, data_dir):
+        self.data_dir = data_dir
+        self.seen = {}        # pid -> dict
+        self.shared = []      # (uid, [names]) seen live at the same time
+        self.host = {ns: os.readlink("/proc/self/ns/" + ns) for ns in ("net", "ipc", "mnt", "pid")}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def _one(self, pid):
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+        if not argv or not os.path.basename(argv[0]).startswith(b"qemu-system") or \
+                not any(self.data_dir.encode() + b"/" in a for a in argv):
+            return None
+        name = argv[argv.index(b"-name") + 1].split(b",")[0].decode() if b"-name" in argv else "?"
+        with open("/proc/%d/status" % pid) as f:
+            st = {l.split(":")[0]: l.split()[1:] for l in f if l.startswith(("Uid:", "Gid:"))}
+        rec = {"name": name, "uids": [int(u) for u in st["Uid"]], "gids": [int(g) for g in st["Gid"]]}
+        for ns in ("net", "ipc", "mnt", "pid"):
+            rec[ns] = os.readlink("/proc/%d/ns/%s" % (pid, ns))
+        rec["cgroup"] = cgroup_dir(pid)[1]
+        return rec
+
+    def _run(self):
+        while not self._stop.is_set():
+            live = {}
+            for d in os.listdir("/proc"):
+                if not d.isdigit():
+                    continue
+                try:
+                    rec = self._one(int(d))
+                except (OSError, ValueError, IndexError, AssertionError, KeyError):
+                    continue  # gone meanwhile, or not yet past exec
+                if rec:
+                    self.seen.setdefault(int(d), rec)
+                    live.setdefault(rec["uids"][0], []).append(rec["name"])
+            self.shared += [(u, n) for u, n in live.items() if len(n) > 1]
+            time.sleep(0.05)
+
+    def names(self):
+        return sorted({r["name"] for r in self.seen.values()})
+
+    def check(self):
+        """Every QEMU seen: no uid or gid 0, not in the host's namespaces, in its own cgroup;
+        no uid shared by two live QEMUs."""
+        bad = []
+        for pid, r in self.seen.items():
+            why = []
+            if 0 in r["uids"] or 0 in r["gids"]:
+                why.append("runs as root: uids %s gids %s" % (r["uids"], r["gids"]))
+            for ns in ("net", "ipc", "mnt", "pid"):
+                if r[ns] == self.host[ns]:
+                    why.append("in the host's %s namespace" % ns)
+            if "space-" + r["name"] not in r["cgroup"]:
+                why.append("not in its cgroup (%s)" % r["cgroup"])
+            if why:
+                bad.append("%s (pid %d): %s" % (r["name"], pid, "; ".join(why)))
+        assert not bad, "unjailed QEMUs:\n" + "\n".join(bad)
+        assert not self.shared, "QEMUs sharing a uid: %s" % self.shared[:5]
+
+
+def test_every_qemu_is_jailed(fresh_spaced):
+    """Creates of a new shape (a template snapshot VM, cold), restores, pool fills and a
+    template build: every QEMU spaced starts is jailed, none runs as root, none in the
+    host's network or IPC namespace, no two live ones under one uid."""
+    why = jail_missing()
+    if why:
+        pytest.skip(why)
+    from test_pool import start_pool
+    sp = fresh_spaced()
+    sp.stop(cleanup=False)
+    sp.start(extra=("--pool", "1"))
+    with QemuWatch(sp.data_dir) as w:
+        # 320 MiB: a shape no other test uses, so its template snapshot VM boots here.
+        made, _ = start_pool(sp, 1, {"template": "base", "timeout": 0, "memory_mib": 320})
+        r = sp.request("POST", "/v1/templates",
+                       {"name": "jailwatch", "base": "base", "steps": [{"run": "true"}]})
+        assert r.status == 202, r
+        op = sp.wait_op(r.json["operation"]["id"], timeout=900)
+        assert op["state"] == "succeeded", (op, sp.log())
+    names = w.names()
+    print("QEMUs seen: %s" % names)
+    for prefix in ("t-base-", "b-jailwatch", "pool-", "sb"):
+        assert any(n.startswith(prefix) for n in names), (prefix, names)
+    w.check()
+    for sid in made:
+        assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202

@@ -107,11 +107,14 @@ struct vm_net {
 };
 
 /* Jail settings. With enabled=0 QEMU runs as spaced's user in spaced's namespaces (tests,
- * development); `-sandbox` seccomp is applied either way. */
+ * development; refused when vm_jail_policy_set said `required`); `-sandbox` seccomp is
+ * applied either way. */
 struct vm_jail {
     int enabled;               /* 1: namespaces + uid switch + cgroup */
-    uid_t uid;                 /* unprivileged uid QEMU runs as (never 0) */
-    gid_t gid;                 /* its gid */
+    uid_t uid;                 /* unprivileged uid QEMU runs as (never 0), or
+                                  VM_JAIL_UID_AUTO: one of the policy's range that no
+                                  other live VM has, gid = uid (vm_jail.c) */
+    gid_t gid;                 /* its gid (ignored with VM_JAIL_UID_AUTO) */
     const char *cgroup_parent; /* cgroup name (e.g. "space"); the sandbox's group is
                                   <parent>/space-<id> in cgroup v2 (/sys/fs/cgroup) or in
                                   each v1 hierarchy (cpu, memory, pids); NULL: no cgroup */
@@ -119,11 +122,35 @@ struct vm_jail {
     unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory, with the
                                   TCG translation cache: VM_TCG_TB_MIB); 0 = 384 */
     unsigned pids_max;         /* pids.max; 0 = default (64) */
-    /* Files QEMU sees: the kernel, initramfs, disk chain (overlay read-write, layers
+    /* Namespaces: mount, PID, network (empty: only a down `lo`; the tap arrives as a
+     * descriptor and keeps working across namespaces) and IPC.
+     * Files QEMU sees: the kernel, initramfs, disk chain (overlay read-write, layers
      * read-only) and RAM file, bind-mounted at their own paths; /usr and libraries
      * read-only; /dev/{null,zero,urandom,random} (+kvm). Not the run directory: its
-     * sockets are inherited as descriptors. The overlay and RAM file are chowned to uid. */
+     * sockets are inherited as descriptors. The overlay (and a template VM's RAM file)
+     * is chowned to uid while QEMU runs, back to root when it is gone. A clone's
+     * template RAM file is root-owned 0444 and bound read-only; QEMU opens it read-only
+     * through the policy's shim (vm_jail_policy). */
 };
+
+#define VM_JAIL_UID_AUTO ((uid_t)-1)
+
+/* Process-wide jail settings, set once before the first VM starts (spaced: from
+ * sbx_jail_resolve; tests: as they need). */
+struct vm_jail_policy {
+    int required;       /* 1: a VM with jail.enabled == 0 fails to start (VM_E_JAIL) */
+    uid_t uid_base;     /* VM_JAIL_UID_AUTO draws from [uid_base, uid_base + uid_count) */
+    unsigned uid_count; /* 0: no range (a VM asking for VM_JAIL_UID_AUTO fails) */
+    const char *shim;   /* space-qemu-shim.so: preloaded into clones' QEMU so the template
+                           RAM file is opened read-only (src/qemushim); a jailed clone
+                           fails to start without it. Copied. */
+};
+
+/* Installs p (replacing the previous policy; live VMs keep their uids). Returns 0, or -1
+ * with err[cap] for a range that is empty, too large (> VM_JAIL_UIDS_MAX), contains 0 or
+ * wraps past the last uid. */
+#define VM_JAIL_UIDS_MAX (1u << 20)
+int vm_jail_policy_set(const struct vm_jail_policy *p, char *err, size_t cap);
 
 /* One read-only layer under a sandbox's overlay. The chain is given explicitly (from the
  * store) and passed to QEMU node by node: the overlay's own header is writable by QEMU,
