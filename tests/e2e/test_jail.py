@@ -1,9 +1,12 @@
-"""End-to-end test of the QEMU jail (on by default as root): a sandbox's QEMU runs as an
-unprivileged uid, in its own PID and mount namespaces, in a cgroup with limits; commands
-still run in the sandbox."""
+"""End-to-end test of the QEMU jail (required unless --no-jail): every QEMU spaced starts
+(sandboxes, pool fills, template builds, template snapshot VMs) runs under a uid of its
+own from the jail range, in its own PID, mount, network and IPC namespaces, in a cgroup
+with limits; clones map the template memory read-only; commands still run in the
+sandbox."""
 import glob
+import hashlib
 import os
-import pwd
+import stat
 import threading
 import time
 
@@ -16,10 +19,6 @@ from test_sessions import run
 def jail_missing():
     if os.geteuid() != 0:
         return "the jail needs spaced to run as root"
-    try:
-        pwd.getpwnam("nobody")
-    except KeyError:
-        return "no `nobody` user to run jailed QEMUs as"
     if not os.access("/sys/fs/cgroup", os.W_OK):
         return "/sys/fs/cgroup is not writable"
     return vm_missing()
@@ -80,19 +79,23 @@ def test_jailed_sandbox(fresh_spaced):
     assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
 
 
-def _qemu_named(name):
-    """Pids of QEMUs whose -name is exactly `name` (they are renamed space-<id> in comm)."""
-    out = []
+def _qemus():
+    """(pid, argv) of every live QEMU on the host."""
     for d in glob.glob("/proc/[0-9]*"):
         try:
             with open(d + "/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"-name" in argv and argv.index(b"-name") + 1 < len(argv) and \
-                argv[argv.index(b"-name") + 1].split(b",")[0] == name.encode():
-            out.append(int(d[6:]))
-    return out
+        if argv and os.path.basename(argv[0]).startswith(b"qemu-system"):
+            yield int(d[6:]), argv
+
+
+def _qemu_named(name):
+    """Pids of QEMUs whose -name is exactly `name` (they are renamed space-<id> in comm)."""
+    return [pid for pid, argv in _qemus()
+            if b"-name" in argv and argv.index(b"-name") + 1 < len(argv) and
+            argv[argv.index(b"-name") + 1].split(b",")[0] == name.encode()]
 
 
 def test_template_build_vm_is_jailed(fresh_spaced):
@@ -111,7 +114,7 @@ def test_template_build_vm_is_jailed(fresh_spaced):
     assert len(pids) == 1, ("no build VM seen", sp.log())
     with open("/proc/%d/status" % pids[0]) as f:
         uids = [l.split()[1:] for l in f if l.startswith("Uid:")][0]
-    assert all(int(u) == pwd.getpwnam("nobody").pw_uid for u in uids), uids
+    assert len(set(uids)) == 1 and 2000000000 <= int(uids[0]) < 2000000000 + 65536, uids
     assert os.readlink("/proc/%d/ns/mnt" % pids[0]) != os.readlink("/proc/self/ns/mnt")
     assert "space-b-jailbuild" in cgroup_dir(pids[0])[1]
     op = sp.wait_op(r.json["operation"]["id"], timeout=900)
@@ -218,4 +221,73 @@ def test_every_qemu_is_jailed(fresh_spaced):
         assert any(n.startswith(prefix) for n in names), (prefix, names)
     w.check()
     for sid in made:
+        assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
+
+
+def _qemu_of(sid):
+    pids = [(pid, argv) for pid, argv in _qemus() if any(sid.encode() in a for a in argv)]
+    assert len(pids) == 1, (sid, pids)
+    return pids[0]
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def test_clone_maps_template_memory_read_only(fresh_spaced):
+    """A clone's QEMU holds the template RAM file open read-only (the shim), the file is
+    root-owned 0444 like the frozen template overlay, and its bytes do not change while
+    clones run and write their memory."""
+    why = jail_missing()
+    if why:
+        pytest.skip(why)
+    sp = fresh_spaced()
+    body = {"template": "base", "timeout": 0}
+    first = sp.create(body)
+    assert sp.wait_op(first["operation"]["id"])["state"] == "succeeded", sp.log()
+    deadline = time.monotonic() + 600
+    while sp.request("GET", "/v1/templates/base").json["template"]["snapshots"] < 1:
+        assert time.monotonic() < deadline, "no template snapshot; log:\n" + sp.log()
+        time.sleep(1)
+    sids = [first["sandbox"]["id"]]
+    mem = None
+    for i in range(2):
+        r = sp.create(body)
+        assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded", sp.log()
+        sid = r["sandbox"]["id"]
+        sids.append(sid)
+        pid, argv = _qemu_of(sid)
+        opt = [a for a in argv if a.startswith(b"memory-backend-file,")]
+        assert opt, ("not a restore from the template", argv)
+        path = opt[0].split(b"mem-path=")[1].split(b",")[0].decode()
+        assert b"share=off" in opt[0], opt
+        if mem is None:
+            mem = path
+            before = _sha256(mem)
+            st = os.stat(mem)
+            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o444), st
+            overlay = os.path.join(os.path.dirname(os.path.dirname(mem)), "disk.qcow2")
+            st = os.stat(overlay)
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o444), (overlay, st)
+        assert path == mem
+        fds = [fd for fd in os.listdir("/proc/%d/fd" % pid)
+               if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == mem]
+        assert fds, "the clone's QEMU holds no descriptor of %s" % mem
+        for fd in fds:
+            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+                flags = int([l.split()[1] for l in f if l.startswith("flags:")][0], 8)
+            assert flags & os.O_ACCMODE == os.O_RDONLY, ("template RAM open for writing", oct(flags))
+        with open("/proc/%d/maps" % pid) as f:
+            maps = [l.split() for l in f if l.rstrip().endswith(mem)]
+        assert maps and all(m[1][3] == "p" for m in maps), maps  # private copy-on-write
+        # The guest writes its memory (page cache of a 24 MB file, a process's heap).
+        _, res = run(sp, sid, {"cmd": "head -c 24000000 /dev/urandom > /tmp/fill && "
+                                      "md5sum /tmp/fill >/dev/null && echo wrote"})
+        assert res["stdout"] == b"wrote\n", res
+    assert _sha256(mem) == before, "the template RAM file changed while clones ran"
+    for sid in sids:
         assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202

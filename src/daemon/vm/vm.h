@@ -4,9 +4,9 @@
  * This module is the only code that starts QEMU. It builds the command line, speaks QMP
  * (qmp.h), owns the per-sandbox run directory (sockets, console log, pidfile, state),
  * supervises the process (death noticed through a pidfd, hangs through a QMP ping, see
- * VM_HANG_MS), and jails it (vm_spawn.h: unprivileged uid,
- * own mount + PID namespaces showing only the files it needs, seccomp `-sandbox`, a
- * cgroup with cpu/memory/pids limits).
+ * VM_HANG_MS), and jails it (vm_spawn.h, vm_jail.c: a uid of its own per VM, own mount,
+ * PID, network and IPC namespaces showing only the files it needs, a minimal
+ * environment, seccomp `-sandbox`, a cgroup with cpu/memory/pids limits).
  *
  * Threading: everything runs on the caller's `struct event_base`; no call blocks the loop
  * for more than a few syscalls (QEMU start, QMP, migration, `qemu-img` are all watched by
@@ -30,7 +30,8 @@
  * Snapshot directory (written by vm_template_snapshot / vm_suspend, read by vm_restore):
  *   state         QEMU migration stream (device state; plus all RAM for a suspend)
  *   mem           guest RAM file (template snapshots only; mapped private copy-on-write
- *                 by every clone, so it must never be written after the snapshot)
+ *                 by every clone, so it must never be written after the snapshot: it is
+ *                 root-owned 0444 from then on, and clones open it read-only)
  *   snapshot.json kind ("template" | "suspend"), mem_mib, vcpus, qemu version, sizes;
  *                 vm_restore refuses a snapshot whose shape differs from the config.
  *
@@ -266,7 +267,8 @@ int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 /* Template snapshot: only for a VM booted with cfg->mem_path (share=on RAM). Stops the
  * VM, migrates device state only (x-ignore-shared) to dir/state, links the RAM file as
  * dir/mem (same filesystem; or boot with mem_path = dir/mem), writes dir/snapshot.json,
- * then quits QEMU (the RAM file and the template's disk overlay are frozen from then on).
+ * then quits QEMU (the RAM file and the template's disk overlay are frozen from then on:
+ * once the process is gone, before cb reports success, both become root-owned 0444).
  * Call it after the agent reported ready, and close the agent connection first: a clone
  * must greet its own host, not inherit a session in the middle (the agent notices the
  * new connection after restore and answers its HELLO). */

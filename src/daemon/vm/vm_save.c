@@ -6,6 +6,9 @@
  *   vm_restore            new QEMU with -incoming defer -S (template: the RAM file mapped
  *                         share=off, i.e. private copy-on-write), load dir/state, cont
  *
+ * A template snapshot is sealed once the template's QEMU has exited (vm_save_seal): the
+ * RAM file and the frozen overlay become root-owned 0444, out of reach of every VM uid.
+ *
  * The migration stream goes through a descriptor passed over QMP (getfd), never a path
  * or a command: QEMU's -sandbox spawn=deny forbids exec: migration, and the jailed QEMU
  * cannot see the snapshot directory at all. */
