@@ -291,3 +291,41 @@ def test_clone_maps_template_memory_read_only(fresh_spaced):
     assert _sha256(mem) == before, "the template RAM file changed while clones ran"
     for sid in sids:
         assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
+
+
+def _uid(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return [int(u) for l in f if l.startswith("Uid:") for u in l.split()[1:]]
+
+
+def test_adopted_vm_keeps_its_uid(fresh_spaced):
+    """After kill -9 of spaced, the adopted QEMU keeps its uid, no new VM gets it, and
+    its overlay goes back to root once the VM is gone (suspended)."""
+    why = jail_missing()
+    if why:
+        pytest.skip(why)
+    from test_recovery import qemu_pid, settle
+    sp = fresh_spaced()
+    body = {"template": "base", "timeout": 0}
+    r = sp.create(body)
+    assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded", sp.log()
+    a = r["sandbox"]["id"]
+    pid = qemu_pid(sp, a)
+    uid = _uid(pid)
+    assert len(set(uid)) == 1 and uid[0] >= 2000000000, uid
+    disk = os.path.join(sp.data_dir, "sandboxes", a, "disk.qcow2")
+    assert os.stat(disk).st_uid == uid[0]  # its overlay is its uid's while it runs
+    sp.kill9()
+    sp.start()
+    settle(sp, a, "running")
+    assert qemu_pid(sp, a) == pid and _uid(pid) == uid
+    r = sp.create(body)
+    assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded", sp.log()
+    b = r["sandbox"]["id"]
+    assert _uid(qemu_pid(sp, b))[0] != uid[0]
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % a)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded", sp.log()
+    st = os.stat(disk)
+    assert (st.st_uid, st.st_gid) == (0, 0), "the suspended sandbox's overlay kept uid %d" % st.st_uid
+    for sid in (a, b):
+        assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
