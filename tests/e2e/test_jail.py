@@ -6,6 +6,7 @@ sandbox."""
 import glob
 import hashlib
 import os
+import re
 import stat
 import threading
 import time
@@ -209,7 +210,19 @@ def test_every_qemu_is_jailed(fresh_spaced):
     sp.start(extra=("--pool", "1"))
     with QemuWatch(sp.data_dir) as w:
         # 320 MiB: a shape no other test uses, so its template snapshot VM boots here.
-        made, _ = start_pool(sp, 1, {"template": "base", "timeout": 0, "memory_mib": 320})
+        shape = {"template": "base", "timeout": 0, "memory_mib": 320}
+        made, _ = start_pool(sp, 1, shape)
+        # A claim moves the pooled VM's overlay to the sandbox's disk.qcow2; once the VM
+        # is gone (suspended) that file is root's again.
+        r = sp.create(shape)
+        assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded", sp.log()
+        claimed = r["sandbox"]["id"]
+        made.append(claimed)
+        assert re.search(r"pool\.claim sandbox=%s " % claimed, open(sp.log_path).read()), sp.log()
+        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % claimed)
+        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded", sp.log()
+        st = os.stat(os.path.join(sp.data_dir, "sandboxes", claimed, "disk.qcow2"))
+        assert (st.st_uid, st.st_gid) == (0, 0), st
         r = sp.request("POST", "/v1/templates",
                        {"name": "jailwatch", "base": "base", "steps": [{"run": "true"}]})
         assert r.status == 202, r

@@ -286,6 +286,11 @@ void vm_kill(struct vm *vm);
  * closes sockets and frees the vm. No callback is called. */
 void vm_detach(struct vm *vm);
 
+/* The VM's overlay was renamed to `disk` (a pool claim; QEMU keeps its open file):
+ * records the new name, for adoption (vm.json) and for handing the file back to root
+ * when the VM is gone. Returns 0, or -1 when out of memory (the old name stays). */
+int vm_disk_renamed(struct vm *vm, const char *disk);
+
 /* Opens a new agent connection (e.g. after agentc lost its stream); on_agent follows. */
 int vm_agent_reconnect(struct vm *vm);
 

@@ -13,7 +13,8 @@
  *
  * Files: the overlay (and a template VM's RAM file) is chowned to the VM's uid at start
  * and back to root when the VM is gone (only while still owned by that uid: a file
- * renamed or replaced meanwhile is left alone). Template files, once frozen
+ * replaced meanwhile is left alone; a rename is told with vm_disk_renamed). Template
+ * files, once frozen
  * (vm_jail_freeze), are root-owned 0444 for good. */
 #include "vm_internal.h"
 
@@ -170,6 +171,17 @@ void vm_jail_release(struct vm *vm)
     disown(vm->cfg.mem_path, vm->cfg.jail.uid);
     set_held(vm->cfg.jail.uid, 0);
     vm->uid_held = 0;
+}
+
+int vm_disk_renamed(struct vm *vm, const char *disk)
+{
+    char *d = strdup(disk);
+    if (!d)
+        return -1;
+    free((char *)vm->cfg.disk);
+    vm->cfg.disk = d;
+    vm_write_record(vm);
+    return 0;
 }
 
 int vm_jail_freeze(const char *path)
