@@ -155,8 +155,8 @@ static int jail_prepare(struct vm *vm, struct vm_spawn *s, char *root, size_t ro
 
 /* The shim a start needs: a clone (template RAM mapped private) that is jailed must have
  * it (without, QEMU's read-write open fails on the read-only file: refuse first, with a
- * clear message); an unjailed one (development) uses it when configured. NULL with *need
- * = 0 when none is needed; -1 when missing. */
+ * clear message); an unjailed one (development) uses it when configured. Returns 0 with
+ * *shim (NULL: none needed or, unjailed, none configured), or -1 with msg. */
 static int shim_for(const struct vm *vm, const char *mem_path, int mem_share,
                     const char **shim, char *msg, size_t cap)
 {
