@@ -53,7 +53,10 @@ DAEMON_LIB  := $(call lib,src/daemon)
 GATEWAY_LIB := $(call lib,src/gateway)
 CLI_LIB     := $(call lib,src/cli)
 
-PROGRAMS := $(B)/spaced $(B)/space-gateway $(B)/space
+# space-qemu-shim.so sits next to spaced, which preloads it into clones' QEMU
+# (src/qemushim/qemushim.c).
+QEMU_SHIM := $(B)/space-qemu-shim.so
+PROGRAMS := $(B)/spaced $(B)/space-gateway $(B)/space $(QEMU_SHIM)
 AGENT    := build/guest/space-agent
 
 .PHONY: all programs agent guest run test unit unit-pg fuzz e2e netsec e2b bench install clean deps kernel templates
@@ -74,6 +77,11 @@ $(B)/space-gateway: $(call objs,src/gateway/main.c $(GATEWAY_LIB) $(COMMON_SRC))
 
 $(B)/space: $(call objs,src/cli/main.c $(CLI_LIB) $(COMMON_SRC))
 	$(CC) $(LDSAN) -o $@ $^ $(LIBS_CLI)
+
+# Loaded into Debian's QEMU: no sanitizer runtime, no _FORTIFY_SOURCE (its inline open
+# wrappers would collide with the functions the shim defines).
+$(QEMU_SHIM): src/qemushim/qemushim.c
+	$(CC) $(CSTD) $(WARN) -O2 -g -fPIC -shared -U_FORTIFY_SOURCE -o $@ $<
 
 # The guest agent is PID 1 inside the VM: always static, never sanitized (no ASan
 # runtime exists in the guest), built in its own object tree.

@@ -53,9 +53,11 @@ static void usage(FILE *f)
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
             "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
-            "  --jail / --no-jail   run sandbox QEMUs as nobody in own namespaces and cgroup\n"
-            "                       (default: on when root and a `nobody` user exist;\n"
-            "                       --jail insists, failing to start otherwise)\n"
+            "  --no-jail            DEVELOPMENT ONLY: run QEMU unjailed as spaced's user (by\n"
+            "                       default every QEMU is jailed: own uid, namespaces and\n"
+            "                       cgroup; spaced refuses to start when the jail cannot work)\n"
+            "  --jail-uids BASE:COUNT  uids (= gids) jailed QEMUs run as, one per VM\n"
+            "                       (default 2000000000:65536)\n"
             "  --rate RPS           API requests per second per API key, or per address for\n"
             "                       requests without a valid key (default 200; 0 = no limit)\n"
             "  --burst N            requests allowed at once above the rate (default 1000)\n"
@@ -97,6 +99,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"guest-dir", required_argument, NULL, 'g'}, {"accel", required_argument, NULL, 'a'},
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
+        {"jail-uids", required_argument, NULL, 'U'},
         {"rate", required_argument, NULL, 'r'},   {"burst", required_argument, NULL, 'b'},
         {"store", required_argument, NULL, 's'},  {"role", required_argument, NULL, 'R'},
         {"node-id", required_argument, NULL, 'N'}, {"advertise", required_argument, NULL, 'A'},
@@ -121,7 +124,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
-    o->jail = -1; /* auto: jailed when root and `nobody` exist (sbx_jail.c) */
+    o->jail = 1; /* required unless --no-jail (sbx_jail.c) */
     o->rate = 200;
     o->burst = 1000;
     o->conns_per_client = UINT_MAX; /* unset: decided by the role below */
@@ -156,6 +159,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         case 'q': o->qemu = optarg; break;
         case 'j': o->jail = 1; break;
         case 'J': o->jail = 0; break;
+        case 'U': o->jail_uids = optarg; break;
         case 'a':
             if (strcmp(optarg, "auto") == 0)
                 o->accel = VM_ACCEL_AUTO;

@@ -65,10 +65,9 @@ struct spaced_opts {
     int accel;             /* enum vm_accel (vm.h) */
     unsigned pool;         /* warm pool size per template (0 disables) */
     const char *qemu;      /* QEMU binary override (SPACE_QEMU), NULL = from PATH */
-    int jail;              /* 1: run QEMU jailed, 0: not, -1: decide from the host
-                              (sandbox/sbx_jail.h: on when root and the jail works) */
-    unsigned jail_uid;     /* uid/gid jailed QEMUs run as (sbx_jail_resolve fills them) */
-    unsigned jail_gid;
+    int jail;              /* 1: run QEMU jailed (default; required), 0: --no-jail
+                              (development only), see sandbox/sbx_jail.h */
+    const char *jail_uids; /* --jail-uids BASE:COUNT, NULL = the default range */
     double rate;           /* API requests per second per client (api/routes_ratelimit.c);
                               0 disables rate limiting */
     double burst;          /* requests a client may make at once above the rate */

@@ -1,24 +1,34 @@
-/* sbx_jail: whether and how spaced jails sandbox QEMUs (vm.h struct vm_jail).
+/* sbx_jail: how spaced jails every QEMU it starts (vm.h struct vm_jail and
+ * struct vm_jail_policy).
  *
- * The default (opt.jail == -1) decides from the host: on when spaced runs as root, the
- * `nobody` user exists and /sys/fs/cgroup is writable. `--jail` insists (spaced refuses
- * to start when it cannot work), `--no-jail` turns it off. A jailed QEMU runs as nobody,
- * in its own mount and PID namespaces, in the cgroup space/space-<vm id> with cpu.max =
- * vcpus CPUs, memory.max = memory + QEMU overhead and a pids limit. Sandbox VMs, pooled
- * VMs and template *build* VMs (which run a tenant's steps) are jailed. Template
- * snapshot VMs are not: their RAM file becomes the copy-on-write base every clone maps,
- * so it must stay owned by root, out of reach of the uid the clones run as. */
+ * The jail is required: sandbox VMs, pooled VMs, template build VMs (a tenant's steps)
+ * and template snapshot VMs (a template's start command) are all jailed, and a VM
+ * started without a jail fails (VM_E_JAIL) instead of running as root. When the jail
+ * cannot work (spaced not root, /sys/fs/cgroup not writable, the uid range taken by a
+ * host user, the QEMU shim missing) spaced refuses to start and says why. `--no-jail` is
+ * the development escape: QEMU then runs unjailed as spaced's user, logged as a warning
+ * at start and for every VM. `--jail` is accepted and means the default.
+ *
+ * A jailed QEMU runs under its own uid and gid from `--jail-uids BASE:COUNT` (default
+ * 2000000000:65536, a range no Debian user or group has; spaced refuses a range that
+ * holds an entry of the host's user or group database), in its own mount, PID, network
+ * (empty) and IPC namespaces, in the cgroup space/space-<vm id> with cpu.max = vcpus
+ * CPUs, memory.max = memory + QEMU overhead and a pids limit. Clones map the template's
+ * RAM file, root-owned 0444 and bound read-only, through space-qemu-shim.so (next to the
+ * spaced binary, or SPACE_QEMU_SHIM), which makes QEMU open it read-only. The role
+ * `control` starts no VMs and needs none of this. */
 #ifndef SPACE_SBX_JAIL_H
 #define SPACE_SBX_JAIL_H
 
 struct spaced;
 struct vm_config;
 
-/* Settles sp->opt.jail (-1 = decide from the host) and the uid/gid; logs the outcome.
- * Returns -1 with a message on stderr when --jail was asked for and cannot work. */
+/* Settles sp->opt.jail, installs the VM jail policy and logs the outcome. Returns -1 with
+ * a message on stderr when the jail is wanted and cannot work. */
 int sbx_jail_resolve(struct spaced *sp);
 
-/* Fills cfg->jail for a sandbox VM from cfg->vcpus (set those first); no-op when off. */
+/* Fills cfg->jail for a VM from cfg->vcpus (set those first): a uid of its own from the
+ * range; no-op with --no-jail. */
 void sbx_jail_fill(const struct spaced *sp, struct vm_config *cfg);
 
 #endif

@@ -184,7 +184,7 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
     char from[SBXP_PATH_MAX], why[SBXP_PATH_MAX + 200] = "";
     snprintf(from, sizeof from, "%s/pool/%s.qcow2", sp->opt.data_dir, vm_id(vm));
     /* QEMU keeps its open file: the move only changes the name the sandbox knows. */
-    if (rename(from, disk) != 0)
+    if (rename(from, disk) != 0 || vm_disk_renamed(vm, disk) != 0)
         snprintf(why, sizeof why, "cannot move %s: %s", from, strerror(errno));
     /* The NIC: the pooled VM's namespace becomes the sandbox's and the gateway gets its
      * policy now, synchronously, before the create can report the sandbox running. */

@@ -36,6 +36,7 @@
 #include "daemon/agentc/agentc.h"
 #include "daemon/net/net.h"
 #include "daemon/sandbox/sbx.h"
+#include "daemon/sandbox/sbx_jail.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "tpl_internal.h"
@@ -301,6 +302,10 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     cfg.n_backing = 1;
     cfg.run_dir = s->run_dir;
     cfg.mem_path = ram;
+    /* The template's start command may be a tenant's (built templates): the snapshot VM
+     * is jailed like any other. Its RAM file and overlay are its uid's while it runs and
+     * become root-owned 0444 once the snapshot is taken (vm_template_snapshot). */
+    sbx_jail_fill(s->sp, &cfg);
     int verr = 0;
     char msgbuf[256] = "";
     s->vm = vm_boot(s->sp->base, &cfg, &snap_vm_cbs, s, &verr, msgbuf, sizeof msgbuf);

@@ -120,6 +120,7 @@ void vm_remove_runtime_files(struct vm *vm)
         rmdir(p);
     if (vm->cfg.jail.enabled && vm->cfg.jail.cgroup_parent)
         vm_cgroup_remove(CGROUP_ROOT, vm->cfg.jail.cgroup_parent, vm->cfg.id);
+    vm_jail_release(vm);
 }
 
 /* The process is gone: report, clean up, free. */
@@ -167,7 +168,8 @@ static void finish(struct vm *vm, int status)
         if (vm->cbs.on_ready)
             vm->cbs.on_ready(vm, err, msg, vm->arg);
     } else if (vm->op == VM_OP_SAVE) {
-        vm_op_done(vm, reason == VM_EXIT_SAVED ? VM_OK : VM_E_EXITED, msg);
+        int err = reason == VM_EXIT_SAVED ? vm_save_seal(vm, msg, sizeof msg) : VM_E_EXITED;
+        vm_op_done(vm, err, msg);
     } else if (vm->op == VM_OP_SHUTDOWN) {
         vm_op_done(vm, VM_OK, NULL);
     } else if (vm->op != VM_OP_NONE) {

@@ -4,9 +4,9 @@
  * This module is the only code that starts QEMU. It builds the command line, speaks QMP
  * (qmp.h), owns the per-sandbox run directory (sockets, console log, pidfile, state),
  * supervises the process (death noticed through a pidfd, hangs through a QMP ping, see
- * VM_HANG_MS), and jails it (vm_spawn.h: unprivileged uid,
- * own mount + PID namespaces showing only the files it needs, seccomp `-sandbox`, a
- * cgroup with cpu/memory/pids limits).
+ * VM_HANG_MS), and jails it (vm_spawn.h, vm_jail.c: a uid of its own per VM, own mount,
+ * PID, network and IPC namespaces showing only the files it needs, a minimal
+ * environment, seccomp `-sandbox`, a cgroup with cpu/memory/pids limits).
  *
  * Threading: everything runs on the caller's `struct event_base`; no call blocks the loop
  * for more than a few syscalls (QEMU start, QMP, migration, `qemu-img` are all watched by
@@ -31,7 +31,8 @@
  * Snapshot directory (written by vm_template_snapshot / vm_suspend, read by vm_restore):
  *   state         QEMU migration stream (device state; plus all RAM for a suspend)
  *   mem           guest RAM file (template snapshots only; mapped private copy-on-write
- *                 by every clone, so it must never be written after the snapshot)
+ *                 by every clone, so it must never be written after the snapshot: it is
+ *                 root-owned 0444 from then on, and clones open it read-only)
  *   snapshot.json kind ("template" | "suspend"), mem_mib, vcpus, qemu version, sizes;
  *                 vm_restore refuses a snapshot whose shape differs from the config.
  *
@@ -108,11 +109,14 @@ struct vm_net {
 };
 
 /* Jail settings. With enabled=0 QEMU runs as spaced's user in spaced's namespaces (tests,
- * development); `-sandbox` seccomp is applied either way. */
+ * development; refused when vm_jail_policy_set said `required`); `-sandbox` seccomp is
+ * applied either way. */
 struct vm_jail {
     int enabled;               /* 1: namespaces + uid switch + cgroup */
-    uid_t uid;                 /* unprivileged uid QEMU runs as (never 0) */
-    gid_t gid;                 /* its gid */
+    uid_t uid;                 /* unprivileged uid QEMU runs as (never 0), or
+                                  VM_JAIL_UID_AUTO: one of the policy's range that no
+                                  other live VM has, gid = uid (vm_jail.c) */
+    gid_t gid;                 /* its gid (ignored with VM_JAIL_UID_AUTO) */
     const char *cgroup_parent; /* cgroup name (e.g. "space"); the sandbox's group is
                                   <parent>/space-<id> in cgroup v2 (/sys/fs/cgroup) or in
                                   each v1 hierarchy (cpu, memory, pids); NULL: no cgroup */
@@ -120,11 +124,35 @@ struct vm_jail {
     unsigned mem_overhead_mib; /* memory.max = mem_mib + this (QEMU's own memory, with the
                                   TCG translation cache: VM_TCG_TB_MIB); 0 = 384 */
     unsigned pids_max;         /* pids.max; 0 = default (64) */
-    /* Files QEMU sees: the kernel, initramfs, disk chain (overlay read-write, layers
+    /* Namespaces: mount, PID, network (empty: only a down `lo`; the tap arrives as a
+     * descriptor and keeps working across namespaces) and IPC.
+     * Files QEMU sees: the kernel, initramfs, disk chain (overlay read-write, layers
      * read-only) and RAM file, bind-mounted at their own paths; /usr and libraries
      * read-only; /dev/{null,zero,urandom,random} (+kvm). Not the run directory: its
-     * sockets are inherited as descriptors. The overlay and RAM file are chowned to uid. */
+     * sockets are inherited as descriptors. The overlay (and a template VM's RAM file)
+     * is chowned to uid while QEMU runs, back to root when it is gone. A clone's
+     * template RAM file is root-owned 0444 and bound read-only; QEMU opens it read-only
+     * through the policy's shim (vm_jail_policy). */
 };
+
+#define VM_JAIL_UID_AUTO ((uid_t)-1)
+
+/* Process-wide jail settings, set once before the first VM starts (spaced: from
+ * sbx_jail_resolve; tests: as they need). */
+struct vm_jail_policy {
+    int required;       /* 1: a VM with jail.enabled == 0 fails to start (VM_E_JAIL) */
+    uid_t uid_base;     /* VM_JAIL_UID_AUTO draws from [uid_base, uid_base + uid_count) */
+    unsigned uid_count; /* 0: no range (a VM asking for VM_JAIL_UID_AUTO fails) */
+    const char *shim;   /* space-qemu-shim.so: preloaded into clones' QEMU so the template
+                           RAM file is opened read-only (src/qemushim); a jailed clone
+                           fails to start without it. Copied. */
+};
+
+/* Installs p (replacing the previous policy; live VMs keep their uids). Returns 0, or -1
+ * with err[cap] for a range that is empty, too large (> VM_JAIL_UIDS_MAX), contains 0 or
+ * wraps past the last uid. */
+#define VM_JAIL_UIDS_MAX (1u << 20)
+int vm_jail_policy_set(const struct vm_jail_policy *p, char *err, size_t cap);
 
 /* One read-only layer under a sandbox's overlay. The chain is given explicitly (from the
  * store) and passed to QEMU node by node: the overlay's own header is writable by QEMU,
@@ -255,7 +283,8 @@ int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 /* Template snapshot: only for a VM booted with cfg->mem_path (share=on RAM). Stops the
  * VM, migrates device state only (x-ignore-shared) to dir/state, links the RAM file as
  * dir/mem (same filesystem; or boot with mem_path = dir/mem), writes dir/snapshot.json,
- * then quits QEMU (the RAM file and the template's disk overlay are frozen from then on).
+ * then quits QEMU (the RAM file and the template's disk overlay are frozen from then on:
+ * once the process is gone, before cb reports success, both become root-owned 0444).
  * Call it after the agent reported ready, and close the agent connection first: a clone
  * must greet its own host, not inherit a session in the middle (the agent notices the
  * new connection after restore and answers its HELLO). */
@@ -272,6 +301,11 @@ void vm_kill(struct vm *vm);
 /* Forgets the VM without touching QEMU (spaced shutting down, to be adopted later):
  * closes sockets and frees the vm. No callback is called. */
 void vm_detach(struct vm *vm);
+
+/* The VM's overlay was renamed to `disk` (a pool claim; QEMU keeps its open file):
+ * records the new name, for adoption (vm.json) and for handing the file back to root
+ * when the VM is gone. Returns 0, or -1 when out of memory (the old name stays). */
+int vm_disk_renamed(struct vm *vm, const char *disk);
 
 /* Opens a new agent connection (e.g. after agentc lost its stream); on_agent follows. */
 int vm_agent_reconnect(struct vm *vm);

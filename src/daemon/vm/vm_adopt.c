@@ -57,11 +57,15 @@ struct vm *vm_adopt(struct event_base *base, const char *run_dir,
     const char *id = json_string_value(json_object_get(j, "id"));
     const char *accel = json_string_value(json_object_get(j, "accel"));
     const char *cg = json_string_value(json_object_get(j, "cgroup_parent"));
+    json_int_t uid = json_integer_value(json_object_get(j, "uid"));
     struct vm_config cfg = { .id = id, .run_dir = run_dir, .vcpus = 1, .mem_mib = 64,
                              .kernel = "-", .net.tap_fd = -1,
+                             .disk = json_string_value(json_object_get(j, "disk")),
                              .accel = accel && !strcmp(accel, "kvm") ? VM_ACCEL_KVM : VM_ACCEL_TCG,
                              .jail = { .enabled = json_integer_value(json_object_get(j, "jail")) != 0,
                                        .cgroup_parent = cg } };
+    if (uid > 0 && uid < (json_int_t)VM_JAIL_UID_AUTO)
+        cfg.jail.uid = cfg.jail.gid = (uid_t)uid; /* held again below: no other VM gets it */
     struct vm *vm = NULL;
     if (pid <= 1 || !vm_id_valid(id) || start <= 0) {
         *err = VM_E_INVAL;
@@ -88,6 +92,7 @@ struct vm *vm_adopt(struct event_base *base, const char *run_dir,
     vm->starttime = (unsigned long long)start;
     vm->adopting = 1;
     vm->op = VM_OP_START;
+    vm_jail_uid_hold(vm);
     if (vm_attach_process(vm, msg, msg_cap) < 0) {
         *err = VM_E_IO;
         /* attach may have opened the pidfd / events: free through the normal path */

@@ -30,6 +30,7 @@ struct vm {
     pid_t pid;
     unsigned long long starttime; /* /proc/<pid>/stat field 22 */
     int is_child;             /* spawned by this spaced (waitpid possible) */
+    int uid_held;             /* cfg.jail.uid is held in the allocator (vm_jail.c) */
     int pidfd;                /* -1 if none */
     struct event *pid_ev;     /* owned: pidfd readable = process gone */
     struct qmp *qmp;          /* owned */
@@ -100,6 +101,10 @@ void vm_adopt_ready(struct vm *vm);
 
 /* Restore side: called when QMP is ready during a restore start. */
 void vm_restore_begin(struct vm *vm);
+/* Save side: the saving QEMU is gone; a template snapshot's RAM file and disk overlay
+ * become root-owned 0444 (no VM uid can write them from now on). Returns VM_OK, or
+ * VM_E_IO with msg[cap]. */
+int vm_save_seal(struct vm *vm, char *msg, size_t cap);
 /* Save/restore side: a MIGRATION event (status string). */
 void vm_save_on_migration(struct vm *vm, const char *status);
 
@@ -137,6 +142,15 @@ void vm_arm_kill_timer(struct vm *vm, unsigned ms);
 int vm_connect_unix(const char *path);
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
+
+/* vm_jail.c: the policy in force; VM_JAIL_UID_AUTO resolved into vm->cfg.jail.uid/gid
+ * (0, or -1 with msg); an adopted VM's uid held; the VM is gone: its files back to
+ * root, its uid free; a template file made root-owned 0444 (0 or -1, errno). */
+const struct vm_jail_policy *vm_jail_policy_get(void);
+int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap);
+void vm_jail_uid_hold(struct vm *vm);
+void vm_jail_release(struct vm *vm);
+int vm_jail_freeze(const char *path);
 
 /* Writes run_dir/vm.json (adoption record). */
 int vm_write_record(struct vm *vm);

@@ -6,6 +6,9 @@
  *   vm_restore            new QEMU with -incoming defer -S (template: the RAM file mapped
  *                         share=off, i.e. private copy-on-write), load dir/state, cont
  *
+ * A template snapshot is sealed once the template's QEMU has exited (vm_save_seal): the
+ * RAM file and the frozen overlay become root-owned 0444, out of reach of every VM uid.
+ *
  * The migration stream goes through a descriptor passed over QMP (getfd), never a path
  * or a command: QEMU's -sandbox spawn=deny forbids exec: migration, and the jailed QEMU
  * cannot see the snapshot directory at all. */
@@ -96,10 +99,6 @@ static void save_complete(struct vm *vm)
             return;
         }
     }
-    if (vm->save_template) {
-        /* From now on every clone maps this file privately: nobody may write it. */
-        chmod(mem, 0600);
-    }
     if (write_meta(vm, vm->save_dir, vm->save_template, (long long)st.st_size) < 0) {
         save_fail(vm, VM_E_IO, "cannot write snapshot.json");
         return;
@@ -108,6 +107,22 @@ static void save_complete(struct vm *vm)
     /* The op completes when the process is gone (finish()), so "host resources
      * released" is true when the caller hears success. */
     qmp_command(vm->qmp, "quit", NULL, -1, 0, NULL, NULL);
+}
+
+int vm_save_seal(struct vm *vm, char *msg, size_t cap)
+{
+    char mem[4096];
+    if (!vm->save_template)
+        return VM_OK;
+    /* From now on every clone maps the RAM file privately and backs onto the overlay:
+     * nobody may write either. Done only now that the template's QEMU, which held them
+     * open for writing under its uid, is gone. */
+    if (snap_path(vm->save_dir, "mem", mem, sizeof(mem)) < 0 || vm_jail_freeze(mem) < 0 ||
+        (vm->cfg.disk && vm_jail_freeze(vm->cfg.disk) < 0)) {
+        snprintf(msg, cap, "cannot make the template snapshot read-only: %s", strerror(errno));
+        return VM_E_IO;
+    }
+    return VM_OK;
 }
 
 static void on_migrate_reply(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)

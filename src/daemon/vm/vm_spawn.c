@@ -20,19 +20,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Reports "<what>: <strerror>" to the parent and exits the child. */
-static void child_fail(int errfd, const char *what)
+/* First byte of a child's error report: the jail (VM_E_JAIL) or the start itself. */
+#define FAIL_JAIL 'J'
+#define FAIL_START 'S'
+
+/* Reports "<kind><what>: <strerror>" to the parent and exits the child. */
+static void child_fail_kind(int errfd, char kind, const char *what)
 {
     char buf[256];
     int e = errno;
-    size_t n = 0, w = strlen(what);
+    size_t n = 1, w = strlen(what);
+    buf[0] = kind;
     const char *es = strerrordesc_np(e); /* static string: safe after fork */
     if (!es)
         es = "unknown error";
     if (w > 180)
         w = 180;
-    memcpy(buf, what, w);
-    n = w;
+    memcpy(buf + n, what, w);
+    n += w;
     buf[n++] = ':';
     buf[n++] = ' ';
     size_t el = strlen(es);
@@ -45,6 +50,8 @@ static void child_fail(int errfd, const char *what)
     }
     _exit(127);
 }
+
+static void child_fail(int errfd, const char *what) { child_fail_kind(errfd, FAIL_START, what); }
 
 /* Builds root+path into out without allocating. */
 static int join(char *out, size_t cap, const char *root, const char *path)
@@ -110,6 +117,8 @@ static int mirror_top(const char *root, const char *top)
     return bind_into(root, top, 0);
 }
 
+static void jail_fail(int errfd, const char *what) { child_fail_kind(errfd, FAIL_JAIL, what); }
+
 static void jail_child(const struct vm_spawn *s, int errfd)
 {
     const char *root = s->jail_root;
@@ -119,39 +128,39 @@ static void jail_child(const struct vm_spawn *s, int errfd)
 
     for (int i = 0; i < 3; i++)
         if (s->cgroup_fds[i] >= 0 && write(s->cgroup_fds[i], "0", 1) != 1)
-            child_fail(errfd, "join cgroup");
+            jail_fail(errfd, "join cgroup");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-        child_fail(errfd, "make mounts private");
+        jail_fail(errfd, "make mounts private");
     if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") < 0)
-        child_fail(errfd, "mount jail root");
+        jail_fail(errfd, "mount jail root");
     for (size_t i = 0; i < sizeof(tops) / sizeof(tops[0]); i++)
         if (mirror_top(root, tops[i]) < 0)
-            child_fail(errfd, tops[i]);
+            jail_fail(errfd, tops[i]);
     if (access("/etc/ld.so.cache", R_OK) == 0 && bind_into(root, "/etc/ld.so.cache", 0) < 0)
-        child_fail(errfd, "/etc/ld.so.cache");
+        jail_fail(errfd, "/etc/ld.so.cache");
     if (join(p, sizeof(p), root, "/dev") < 0 || mkdir(p, 0755) < 0 ||
         mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") < 0)
-        child_fail(errfd, "mount jail /dev");
+        jail_fail(errfd, "mount jail /dev");
     for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++)
         if (bind_into(root, devs[i], 1) < 0)
-            child_fail(errfd, devs[i]);
+            jail_fail(errfd, devs[i]);
     if (s->need_kvm && bind_into(root, "/dev/kvm", 1) < 0)
-        child_fail(errfd, "/dev/kvm");
+        jail_fail(errfd, "/dev/kvm");
     if (join(p, sizeof(p), root, "/proc") < 0 || mkdir(p, 0555) < 0 ||
         mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-        child_fail(errfd, "mount jail /proc");
+        jail_fail(errfd, "mount jail /proc");
     for (unsigned i = 0; i < s->n_paths; i++)
         if (bind_into(root, s->paths[i].path, s->paths[i].writable) < 0)
-            child_fail(errfd, s->paths[i].path);
+            jail_fail(errfd, s->paths[i].path);
     if (join(p, sizeof(p), root, "/.old") < 0 || mkdir(p, 0700) < 0 ||
         syscall(SYS_pivot_root, root, p) < 0 || chdir("/") < 0 ||
         umount2("/.old", MNT_DETACH) < 0 || rmdir("/.old") < 0)
-        child_fail(errfd, "pivot_root into jail");
+        jail_fail(errfd, "pivot_root into jail");
     if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
-        child_fail(errfd, "remount jail root read-only");
+        jail_fail(errfd, "remount jail root read-only");
     if (setgroups(0, NULL) < 0 || setresgid(s->jail->gid, s->jail->gid, s->jail->gid) < 0 ||
         setresuid(s->jail->uid, s->jail->uid, s->jail->uid) < 0)
-        child_fail(errfd, "drop privileges");
+        jail_fail(errfd, "drop privileges");
 }
 
 /* Installs s->fds at their fixed numbers. Sources are first moved above VM_FD_COUNT so
@@ -187,9 +196,10 @@ int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
     }
     unsigned long flags = SIGCHLD;
     if (s->jail && s->jail->enabled)
-        flags |= CLONE_NEWNS | CLONE_NEWPID;
-    /* Raw clone: like fork, but the child is born in its own mount and PID namespaces
-     * (QEMU is PID 1 there and sees no other process). */
+        flags |= CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC;
+    /* Raw clone: like fork, but the child is born in its own mount, PID, network and IPC
+     * namespaces (QEMU is PID 1 there, sees no other process, no host network: the tap
+     * descriptor it inherits stays attached to its device in the sandbox's namespace). */
     pid_t c = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (c < 0) {
         snprintf(err, cap, "clone: %s", strerror(errno));
@@ -215,9 +225,9 @@ int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
         if (s->jail && s->jail->enabled) {
             jail_child(s, efd);
             if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                child_fail(efd, "no_new_privs");
+                jail_fail(efd, "no_new_privs");
         }
-        execvp(s->argv[0], s->argv);
+        execvpe(s->argv[0], s->argv, s->envp);
         child_fail(efd, s->argv[0]);
     }
     close(pfd[1]);
@@ -229,9 +239,11 @@ int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
     close(pfd[0]);
     if (n > 0) {
         buf[n] = 0;
-        snprintf(err, cap, "QEMU start failed: %s", buf);
+        int jail = buf[0] == FAIL_JAIL;
+        snprintf(err, cap, "%s: %s", jail ? "QEMU jail setup failed" : "QEMU start failed",
+                 n > 1 ? buf + 1 : "?");
         waitpid(c, NULL, 0);
-        return -1;
+        return jail ? -2 : -1;
     }
     *pid = c;
     return 0;

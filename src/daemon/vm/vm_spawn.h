@@ -1,8 +1,12 @@
 /* vm_spawn: starts the QEMU process, jailed or not.
  *
  * The parent prepares everything that needs spaced's privileges and view (argv, the
- * descriptors QEMU inherits, the cgroup); the child only rearranges descriptors, builds
- * its private root (when jailed) and execs. Errors in the child travel back over a
+ * environment, the descriptors QEMU inherits, the cgroup); the child only rearranges
+ * descriptors, builds its private root (when jailed) and execs. A jailed child is born
+ * in new mount, PID, network (empty: a down `lo`, no route, so no host loopback service,
+ * metadata address or abstract unix socket is reachable) and IPC namespaces, pivots into
+ * a root that shows only the files it is given, and drops to the jail's uid/gid with no
+ * supplementary groups and no_new_privs. Errors in the child travel back over a
  * close-on-exec pipe, so a failed start is a synchronous error with a message, never a
  * silently missing process. The wait is bounded by the child's setup (a few ms). */
 #ifndef SPACE_VM_SPAWN_H
@@ -22,7 +26,9 @@ struct vm_spawn_path {
 };
 
 struct vm_spawn {
-    char *const *argv;            /* argv[0] is looked up in PATH */
+    char *const *argv;            /* argv[0] is looked up in spaced's PATH */
+    char *const *envp;            /* QEMU's whole environment (nothing of spaced's: it may
+                                     hold secrets such as SPACE_NODE_TOKEN) */
     int fds[VM_FD_COUNT];         /* fds[VM_FD_QMP..VM_FD_TAP]: descriptor to install at
                                      that number in QEMU, or -1 (entries 0..2 unused) */
     int log_fd;                   /* QEMU's stdout/stderr (run_dir/qemu.log) */
@@ -35,7 +41,8 @@ struct vm_spawn {
 };
 
 /* Forks and execs QEMU. Returns 0 with *pid set, or -1 with err[cap] (nothing left
- * running). Descriptors in s stay owned by the caller. */
+ * running), -2 when it was the jail that could not be set up (namespaces, mounts, uid
+ * switch, cgroup join). Descriptors in s stay owned by the caller. */
 int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap);
 
 /* pidfd for pid (Linux >= 5.3), or -1. */

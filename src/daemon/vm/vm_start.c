@@ -66,8 +66,14 @@ static int listen_unix(const struct vm *vm, const char *name, char *msg, size_t 
     return fd;
 }
 
-/* The files the jailed QEMU must see, and their ownership for the unprivileged uid. */
-static int jail_paths(struct vm *vm, struct vm_spawn *s, const char *mem_path)
+/* The files the jailed QEMU must see, and their ownership for its uid. mem_path with
+ * mem_share is a template VM's own RAM file (written through share=on: its uid's);
+ * without, it is a template's frozen RAM file that a clone maps copy-on-write: root-owned
+ * 0444 (made so again here: files of an older spaced may still be owned by a jail uid)
+ * and bound read-only, so the kernel refuses any write-open whatever QEMU does; the shim
+ * makes QEMU 7.2, which asks for O_RDWR even with share=off, ask for O_RDONLY. */
+static int jail_paths(struct vm *vm, struct vm_spawn *s, const char *mem_path, int mem_share,
+                      const char *shim)
 {
     const struct vm_config *c = &vm->cfg;
     s->n_paths = 0;
@@ -82,15 +88,95 @@ static int jail_paths(struct vm *vm, struct vm_spawn *s, const char *mem_path)
     for (unsigned i = 0; i < c->n_backing; i++)
         s->paths[s->n_paths++] = (struct vm_spawn_path){ c->backing[i].path, 0 };
     if (mem_path) {
-        /* QEMU 7.2 opens a file RAM backend read-write even for share=off (8.2's
-         * readonly=on,rom=off is the fix), so clones get a writable bind of the template
-         * RAM file too. Residual risk: a QEMU taken over by its guest could write() that
-         * file and so alter the memory other clones of the template start from. */
-        s->paths[s->n_paths++] = (struct vm_spawn_path){ mem_path, 1 };
-        if (chown(mem_path, c->jail.uid, c->jail.gid) < 0)
+        s->paths[s->n_paths++] = (struct vm_spawn_path){ mem_path, mem_share };
+        if (mem_share ? chown(mem_path, c->jail.uid, c->jail.gid) < 0 : vm_jail_freeze(mem_path) < 0)
             return -1;
     }
+    if (shim)
+        s->paths[s->n_paths++] = (struct vm_spawn_path){ shim, 0 };
     return 0;
+}
+
+/* QEMU's environment: PATH, and for a clone the shim and the one path it opens read-only.
+ * Strings live in env (caller's storage). */
+struct qemu_env {
+    char path[4096], preload[4200], ro[4200];
+    char *envp[4];
+};
+
+static void qemu_env_build(struct qemu_env *e, const char *shim, const char *ro_path)
+{
+    const char *path = getenv("PATH");
+    size_t n = 0;
+    snprintf(e->path, sizeof e->path, "PATH=%s",
+             path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    e->envp[n++] = e->path;
+    if (shim) {
+        snprintf(e->preload, sizeof e->preload, "LD_PRELOAD=%s", shim);
+        snprintf(e->ro, sizeof e->ro, "SPACE_QEMU_RO_PATH=%s", ro_path);
+        e->envp[n++] = e->preload;
+        e->envp[n++] = e->ro;
+    }
+    e->envp[n] = NULL;
+}
+
+/* The jailed parts of a start: uid, file list and ownership, cgroup. 0 or -1 with msg. */
+static int jail_prepare(struct vm *vm, struct vm_spawn *s, char *root, size_t root_cap,
+                        const char *mem_path, int mem_share, const char *shim, char *msg,
+                        size_t cap)
+{
+    struct vm_jail *j = &vm->cfg.jail;
+    if (vm_jail_uid_acquire(vm, msg, cap) < 0)
+        return -1;
+    if (j->uid == 0) {
+        snprintf(msg, cap, "jail uid must not be 0");
+        return -1;
+    }
+    if (vm_path(vm, "root", root, root_cap) < 0 || (mkdir(root, 0700) < 0 && errno != EEXIST)) {
+        snprintf(msg, cap, "jail root: %s", strerror(errno));
+        return -1;
+    }
+    s->jail_root = root;
+    if (jail_paths(vm, s, mem_path, mem_share, shim) < 0) {
+        snprintf(msg, cap, "file ownership for the jail: %s", strerror(errno));
+        return -1;
+    }
+    if (!j->cgroup_parent)
+        return 0;
+    struct vm_cgroup_limits lim = {
+        .cpu_percent = j->cpu_percent,
+        .mem_bytes = ((unsigned long long)vm->cfg.mem_mib +
+                      (j->mem_overhead_mib ? j->mem_overhead_mib : 384)) << 20,
+        .pids_max = j->pids_max ? j->pids_max : 64,
+    };
+    return vm_cgroup_create(CGROUP_ROOT, j->cgroup_parent, vm->cfg.id, &lim, s->cgroup_fds,
+                            msg, cap);
+}
+
+/* The shim a start needs: a clone (template RAM mapped private) that is jailed must have
+ * it (without, QEMU's read-write open fails on the read-only file: refuse first, with a
+ * clear message); an unjailed one (development) uses it when configured. Returns 0 with
+ * *shim (NULL: none needed or, unjailed, none configured), or -1 with msg. */
+static int shim_for(const struct vm *vm, const char *mem_path, int mem_share,
+                    const char **shim, char *msg, size_t cap)
+{
+    const char *p = vm_jail_policy_get()->shim;
+    *shim = NULL;
+    if (!mem_path || mem_share)
+        return 0;
+    if (p && access(p, R_OK) == 0) {
+        *shim = p;
+        return 0;
+    }
+    if (!vm->cfg.jail.enabled)
+        return 0;
+    snprintf(msg, cap, "a clone needs the QEMU shim that opens the template memory read-only: %s",
+             p ? strerror(errno) : "none configured");
+    if (p) {
+        size_t l = strlen(msg);
+        snprintf(msg + l, cap - l, " (%s)", p);
+    }
+    return -1;
 }
 
 int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int incoming,
@@ -125,37 +211,28 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
         snprintf(msg, cap, "open qemu.log: %s", strerror(errno));
         goto out;
     }
-    if (vm->cfg.jail.enabled) {
-        *err = VM_E_JAIL;
-        if (vm->cfg.jail.uid == 0) {
-            snprintf(msg, cap, "jail uid must not be 0");
-            goto out;
-        }
-        if (vm_path(vm, "root", root, sizeof(root)) < 0 || (mkdir(root, 0700) < 0 && errno != EEXIST)) {
-            snprintf(msg, cap, "jail root: %s", strerror(errno));
-            goto out;
-        }
-        s.jail_root = root;
-        if (jail_paths(vm, &s, mem_path) < 0) {
-            snprintf(msg, cap, "chown for jail: %s", strerror(errno));
-            goto out;
-        }
-        if (vm->cfg.jail.cgroup_parent) {
-            struct vm_cgroup_limits lim = {
-                .cpu_percent = vm->cfg.jail.cpu_percent,
-                .mem_bytes = ((unsigned long long)vm->cfg.mem_mib +
-                              (vm->cfg.jail.mem_overhead_mib ? vm->cfg.jail.mem_overhead_mib : 384)) << 20,
-                .pids_max = vm->cfg.jail.pids_max ? vm->cfg.jail.pids_max : 64,
-            };
-            if (vm_cgroup_create(CGROUP_ROOT, vm->cfg.jail.cgroup_parent, vm->cfg.id, &lim,
-                                 s.cgroup_fds, msg, cap) < 0)
-                goto out;
-        }
-        *err = VM_E_START;
+    const char *shim = NULL;
+    struct qemu_env env;
+    *err = VM_E_JAIL;
+    if (!vm->cfg.jail.enabled && vm_jail_policy_get()->required) {
+        snprintf(msg, cap, "QEMU must run jailed (unjailed QEMUs need spaced --no-jail)");
+        goto out;
     }
-    if (vm_spawn(&s, &vm->pid, msg, cap) < 0) {
-        if (vm->cfg.jail.enabled && vm->cfg.jail.cgroup_parent)
-            vm_cgroup_remove(CGROUP_ROOT, vm->cfg.jail.cgroup_parent, vm->cfg.id);
+    if (shim_for(vm, mem_path, mem_share, &shim, msg, cap) < 0)
+        goto out;
+    if (vm->cfg.jail.enabled &&
+        jail_prepare(vm, &s, root, sizeof root, mem_path, mem_share, shim, msg, cap) < 0)
+        goto out;
+    if (!vm->cfg.jail.enabled)
+        log_warn("vm.unjailed", "id=%s msg=\"QEMU runs unjailed as spaced's user with spaced's "
+                 "view of the host (development only)\"", vm->cfg.id);
+    qemu_env_build(&env, shim, mem_path);
+    s.envp = env.envp;
+    *err = VM_E_START;
+    int sr = vm_spawn(&s, &vm->pid, msg, cap);
+    if (sr < 0) {
+        if (sr == -2)
+            *err = VM_E_JAIL;
         goto out;
     }
     vm->is_child = 1;
@@ -169,9 +246,10 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     vm->op = VM_OP_START;
     vm_arm_kill_timer(vm, VM_START_TIMEOUT_MS);
     char q[200];
-    log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d",
+    log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d uid=%u",
              vm->cfg.id, (int)vm->pid, vm_accel_name(vm->accel), vm->cfg.vcpus,
-             vm->cfg.mem_mib, log_quote(vm->snap_dir, q, sizeof(q)), vm->cfg.jail.enabled);
+             vm->cfg.mem_mib, log_quote(vm->snap_dir, q, sizeof(q)), vm->cfg.jail.enabled,
+             vm->cfg.jail.enabled ? (unsigned)vm->cfg.jail.uid : 0);
     rc = 0;
 out:
     for (int i = VM_FD_QMP; i < VM_FD_TAP; i++)
@@ -191,10 +269,14 @@ out:
 int vm_write_record(struct vm *vm)
 {
     char p[4096], pid[32];
-    json_t *j = json_pack("{s:i, s:I, s:s, s:s, s:i, s:s?}", "pid", (int)vm->pid, "starttime",
-                          (json_int_t)vm->starttime, "id", vm->cfg.id, "accel",
+    /* uid and disk: an adopted VM keeps holding its uid, and its overlay goes back to
+     * root when it is gone (vm_jail.c). */
+    json_t *j = json_pack("{s:i, s:I, s:s, s:s, s:i, s:s?, s:I, s:s?}", "pid", (int)vm->pid,
+                          "starttime", (json_int_t)vm->starttime, "id", vm->cfg.id, "accel",
                           vm_accel_name(vm->accel), "jail", vm->cfg.jail.enabled,
-                          "cgroup_parent", vm->cfg.jail.cgroup_parent);
+                          "cgroup_parent", vm->cfg.jail.cgroup_parent, "uid",
+                          (json_int_t)(vm->cfg.jail.enabled ? vm->cfg.jail.uid : 0), "disk",
+                          vm->cfg.disk);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     int r = -1;

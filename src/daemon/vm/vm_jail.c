@@ -1,0 +1,190 @@
+/* vm_jail: the process-wide jail policy (vm.h struct vm_jail_policy), the per-VM uid
+ * allocator, and the ownership of the files a jailed QEMU touches.
+ *
+ * uids: each jailed VM asking for VM_JAIL_UID_AUTO gets its own uid (gid = uid) from the
+ * policy's range, so two QEMUs never share one: a QEMU taken over by its guest cannot
+ * signal, ptrace or open the files of another (they are not in its mount namespace
+ * either; the uid is the second wall). A uid is held from the start until the process
+ * is gone (finish, vm_kill_sync, a failed start); an adopted VM holds the uid its record
+ * names (vm.json). Allocation goes round-robin from where the last one stopped, so a uid
+ * is reused as late as possible, and skips any uid a live process on the host runs as
+ * (/proc/<pid>/status), which covers VMs of an earlier spaced not yet adopted and
+ * another spaced sharing the range.
+ *
+ * Files: the overlay (and a template VM's RAM file) is chowned to the VM's uid at start
+ * and back to root when the VM is gone (only while still owned by that uid: a file
+ * replaced meanwhile is left alone; a rename is told with vm_disk_renamed). Template
+ * files, once frozen
+ * (vm_jail_freeze), are root-owned 0444 for good. */
+#include "vm_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct vm_jail_policy policy;
+static char *policy_shim;
+static uint8_t *held;     /* bit per uid of the range: held by a VM of this process */
+static unsigned cursor;   /* next offset to try */
+
+int vm_jail_policy_set(const struct vm_jail_policy *p, char *err, size_t cap)
+{
+    unsigned long long end = (unsigned long long)p->uid_base + p->uid_count;
+    if (p->uid_count > VM_JAIL_UIDS_MAX || (p->uid_count && p->uid_base == 0) ||
+        end > (unsigned long long)(uid_t)-1) {
+        snprintf(err, cap, "jail uid range %u:%u must be 1..%u uids above 0 and below %u",
+                 (unsigned)p->uid_base, p->uid_count, VM_JAIL_UIDS_MAX, (unsigned)(uid_t)-1);
+        return -1;
+    }
+    uint8_t *h = p->uid_count ? calloc((p->uid_count + 7) / 8, 1) : NULL;
+    char *shim = p->shim ? strdup(p->shim) : NULL;
+    if ((p->uid_count && !h) || (p->shim && !shim)) {
+        free(h);
+        free(shim);
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    free(held);
+    free(policy_shim);
+    held = h;
+    policy_shim = shim;
+    policy = *p;
+    policy.shim = policy_shim;
+    cursor = 0;
+    return 0;
+}
+
+const struct vm_jail_policy *vm_jail_policy_get(void) { return &policy; }
+
+static int in_range(uid_t u)
+{
+    return policy.uid_count && u >= policy.uid_base && u - policy.uid_base < policy.uid_count;
+}
+
+static void set_held(uid_t u, int on)
+{
+    if (!in_range(u))
+        return;
+    unsigned o = u - policy.uid_base;
+    if (on)
+        held[o / 8] |= (uint8_t)(1u << (o % 8));
+    else
+        held[o / 8] &= (uint8_t)~(1u << (o % 8));
+}
+
+/* Marks in busy[] every uid of the range that a live process runs as (any of real,
+ * effective, saved, filesystem uid). */
+static void scan_processes(uint8_t *busy)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char p[300], buf[2048];
+        snprintf(p, sizeof p, "/proc/%s/status", de->d_name);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        char *u = strstr(buf, "\nUid:");
+        unsigned v[4];
+        if (!u || sscanf(u + 5, "%u %u %u %u", &v[0], &v[1], &v[2], &v[3]) != 4)
+            continue;
+        for (int i = 0; i < 4; i++)
+            if (in_range((uid_t)v[i])) {
+                unsigned o = v[i] - policy.uid_base;
+                busy[o / 8] |= (uint8_t)(1u << (o % 8));
+            }
+    }
+    if (d)
+        closedir(d);
+}
+
+int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap)
+{
+    struct vm_jail *j = &vm->cfg.jail;
+    if (j->uid != VM_JAIL_UID_AUTO)
+        return 0;
+    if (!policy.uid_count) {
+        snprintf(msg, cap, "no jail uid range configured");
+        return -1;
+    }
+    size_t bytes = (policy.uid_count + 7) / 8;
+    uint8_t *busy = malloc(bytes);
+    if (!busy) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
+    memcpy(busy, held, bytes);
+    scan_processes(busy);
+    for (unsigned i = 0; i < policy.uid_count; i++) {
+        unsigned o = (cursor + i) % policy.uid_count;
+        if (busy[o / 8] & (1u << (o % 8)))
+            continue;
+        free(busy);
+        cursor = (o + 1) % policy.uid_count;
+        j->uid = j->gid = policy.uid_base + o;
+        set_held(j->uid, 1);
+        vm->uid_held = 1;
+        return 0;
+    }
+    free(busy);
+    snprintf(msg, cap, "all %u jail uids from %u are in use", policy.uid_count,
+             (unsigned)policy.uid_base);
+    return -1;
+}
+
+void vm_jail_uid_hold(struct vm *vm)
+{
+    if (!vm->cfg.jail.enabled || vm->cfg.jail.uid == 0 || vm->cfg.jail.uid == VM_JAIL_UID_AUTO)
+        return;
+    set_held(vm->cfg.jail.uid, 1);
+    vm->uid_held = 1;
+}
+
+/* chown path back to root if the VM's uid still owns it. */
+static void disown(const char *path, uid_t uid)
+{
+    struct stat st;
+    if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
+        chown(path, 0, 0) < 0) {
+        /* left as it is: the next start chowns it again, and the uid is not reused soon */
+    }
+}
+
+void vm_jail_release(struct vm *vm)
+{
+    if (!vm->uid_held)
+        return;
+    disown(vm->cfg.disk, vm->cfg.jail.uid);
+    disown(vm->cfg.mem_path, vm->cfg.jail.uid);
+    set_held(vm->cfg.jail.uid, 0);
+    vm->uid_held = 0;
+}
+
+int vm_disk_renamed(struct vm *vm, const char *disk)
+{
+    char *d = strdup(disk);
+    if (!d)
+        return -1;
+    free((char *)vm->cfg.disk);
+    vm->cfg.disk = d;
+    vm_write_record(vm);
+    return 0;
+}
+
+int vm_jail_freeze(const char *path)
+{
+    return chown(path, 0, 0) < 0 || chmod(path, 0444) < 0 ? -1 : 0;
+}
