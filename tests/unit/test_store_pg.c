@@ -113,6 +113,16 @@ static void test_crash_loses_nothing_acknowledged(void **state)
     check_crash_loses_nothing_acknowledged(state);
 }
 
+/* Waits for the n forked children; each must have exited 0. */
+static void wait_children(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+}
+
 /* Replicas starting together: each migration applied exactly once, all opens succeed. */
 static void test_concurrent_open_migrates_once(void **state)
 {
@@ -134,11 +144,7 @@ static void test_concurrent_open_migrates_once(void **state)
             _exit(0);
         }
     }
-    for (int i = 0; i < N; i++) {
-        int status;
-        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
-        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
+    wait_children(pids, N);
     struct store *st = checks_open(); /* a further open applies nothing either */
     store_close(st);
     char sql[320];
@@ -180,11 +186,7 @@ static void test_quota_lock_serialises_replicas(void **state)
             _exit(0);
         }
     }
-    for (int i = 0; i < N; i++) {
-        int status;
-        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
-        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
+    wait_children(pids, N);
     struct store *st = checks_open();
     struct store_quota_vals u;
     assert_int_equal(store_quota_usage(st, "T", &u), 0);
