@@ -126,7 +126,8 @@ build/fuzz/%: tests/fuzz/%.c build/fuzz/libfuzzlib.a
 	$(CLANG) $(CSTD) $(WARN) -O1 -g $(INC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LIBS_DAEMON) -lutil
 FUZZ_SECONDS ?= 15
 
-unit: $(UNIT_BINS)
+# The VM tests start jailed clones, which need the shim beside the test binaries' build.
+unit: $(UNIT_BINS) $(QEMU_SHIM)
 	@fail=""; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail="$$fail $$(basename $$t)"; done; \
 	  if [ -n "$$fail" ]; then echo "unit: FAILED:$$fail"; exit 1; fi
 

@@ -666,6 +666,16 @@ static void test_adopt_after_sigkill(void **state)
     assert_int_equal(o.reason, VM_EXIT_KILLED);
 }
 
+/* After test_jail_isolation, also when it failed half way: the VMs of the tests after
+ * it run unjailed, which the policy it set would refuse. */
+static int jail_policy_reset(void **state)
+{
+    (void)state;
+    struct vm_jail_policy none = { 0 };
+    char err[256];
+    return vm_jail_policy_set(&none, err, sizeof(err));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -676,7 +686,7 @@ int main(void)
         cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_adopt_after_sigkill),
         cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_jail_isolation),
+        cmocka_unit_test_teardown(test_jail_isolation, jail_policy_reset),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_shutdown),
     };
