@@ -38,7 +38,7 @@
 #include <event2/bufferevent.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/http/http_parse.h"
+#include "http_parse.h"
 #include "daemon/sandbox/sbx.h"
 #include "e2b.h"
 #include "e2b_internal.h"
