@@ -6,11 +6,6 @@
 #include <string.h>
 #include <strings.h>
 
-static bool is_tchar(unsigned char c)
-{
-    return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
 static enum gwhttp_result fail(struct gwhttp_req *r, enum gwhttp_result res, const char *why)
 {
     r->why = why;
@@ -70,9 +65,8 @@ static enum gwhttp_result parse_request_line(const char *b, size_t len, struct g
     const char *sp1 = memchr(b, ' ', len);
     if (!sp1 || sp1 == b)
         return fail(r, GWHTTP_BAD, "request_line");
-    for (const char *c = b; c < sp1; c++)
-        if (!is_tchar((unsigned char)*c))
-            return fail(r, GWHTTP_BAD, "method");
+    if (!http_is_token(b, (size_t)(sp1 - b)))
+        return fail(r, GWHTTP_BAD, "method");
     size_t mlen = (size_t)(sp1 - b);
     if (mlen == 7 && memcmp(b, "CONNECT", 7) == 0)
         return fail(r, GWHTTP_FORBIDDEN, "connect");
@@ -147,9 +141,8 @@ enum gwhttp_result gwhttp_parse_head(const char *b, size_t n, struct gwhttp_req 
             const char *colon = memchr(s, ':', len);
             if (!colon || colon == s)
                 return fail(r, GWHTTP_BAD, "header");
-            for (const char *c = s; c < colon; c++)
-                if (!is_tchar((unsigned char)*c))
-                    return fail(r, GWHTTP_BAD, "header_name");
+            if (!http_is_token(s, (size_t)(colon - s)))
+                return fail(r, GWHTTP_BAD, "header_name");
             if (r->nheaders == GWHTTP_HEADERS_MAX)
                 return fail(r, GWHTTP_TOO_LARGE, "too_many_headers");
             struct gwhttp_header *h = &r->headers[r->nheaders++];
@@ -201,16 +194,14 @@ enum gwhttp_result gwhttp_parse_head(const char *b, size_t n, struct gwhttp_req 
     return GWHTTP_OK;
 }
 
-enum { B_DONE, B_FIXED, B_SIZE, B_EXT, B_SIZE_LF, B_DATA, B_DATA_CR, B_DATA_LF, B_TRAILER,
-       B_TRAILER_LF };
-
-#define LINE_MAX_LEN 4096
+enum { B_DONE, B_FIXED, B_CHUNKED };
 
 void gwhttp_body_init(struct gwhttp_body *b, const struct gwhttp_req *r)
 {
     memset(b, 0, sizeof *b);
     if (r->chunked) {
-        b->state = B_SIZE;
+        b->state = B_CHUNKED;
+        http_chunked_init(&b->chunked);
     } else if (r->content_length > 0) {
         b->state = B_FIXED;
         b->left = (uint64_t)r->content_length;
@@ -219,96 +210,30 @@ void gwhttp_body_init(struct gwhttp_body *b, const struct gwhttp_req *r)
     }
 }
 
-static int hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 enum gwhttp_body_result gwhttp_body_next(struct gwhttp_body *b, const uint8_t *p, size_t n,
                                          size_t *used, size_t *data)
 {
-    size_t i = 0;
-    *data = 0;
-    while (b->state != B_DONE && i < n) {
-        if (b->state == B_FIXED || b->state == B_DATA) {
-            size_t k = n - i < b->left ? n - i : (size_t)b->left;
-            i += k;
-            b->left -= k;
-            if (b->left == 0)
-                b->state = b->state == B_FIXED ? B_DONE : B_DATA_CR;
-            *data = k; /* one run of data ends the call: it is the tail of what was used */
-            break;
-        }
-        uint8_t c = p[i++];
-        if (++b->line_len > LINE_MAX_LEN)
-            goto bad;
-        switch (b->state) {
-        case B_SIZE: {
-            int h = hexval(c);
-            if (h >= 0) {
-                if (b->left >> 56)
-                    goto bad;
-                b->left = b->left << 4 | (uint64_t)h;
-                b->saw_digit = true;
-            } else if (c == ';' && b->saw_digit) {
-                b->state = B_EXT;
-            } else if (c == '\r' && b->saw_digit) {
-                b->state = B_SIZE_LF;
-            } else {
-                goto bad;
-            }
-            break;
-        }
-        case B_EXT:
-            if (c == '\r')
-                b->state = B_SIZE_LF;
-            else if (c < 0x20 && c != '\t')
-                goto bad;
-            break;
-        case B_SIZE_LF:
-            if (c != '\n')
-                goto bad;
-            b->line_len = 0;
-            b->saw_digit = false;
-            b->state = b->left ? B_DATA : B_TRAILER;
-            break;
-        case B_DATA_CR:
-            if (c != '\r')
-                goto bad;
-            b->state = B_DATA_LF;
-            break;
-        case B_DATA_LF:
-            if (c != '\n')
-                goto bad;
-            b->line_len = 0;
-            b->state = B_SIZE;
-            break;
-        case B_TRAILER:
-            /* trailer lines until an empty one; line_len counts this line's bytes */
-            if (c == '\r') {
-                b->state = B_TRAILER_LF;
-            } else if (c == '\n' || (c < 0x20 && c != '\t')) {
-                goto bad;
-            }
-            break;
-        case B_TRAILER_LF:
-            if (c != '\n')
-                goto bad;
-            b->state = b->line_len == 2 ? B_DONE : B_TRAILER;
-            b->line_len = 0;
-            break;
-        default:
-            goto bad;
-        }
+    *used = *data = 0;
+    if (b->state == B_FIXED && n) {
+        size_t k = n < b->left ? n : (size_t)b->left;
+        b->left -= k;
+        if (b->left == 0)
+            b->state = B_DONE;
+        *used = *data = k;
+    } else if (b->state == B_CHUNKED && n) {
+        /* The shared decoder reports at most one data span per call and returns right
+         * after it, so the span is the tail of what it consumed, as promised above. */
+        size_t off, len;
+        struct http_parse_error err;
+        enum http_parse_result r =
+            http_chunked_decode(&b->chunked, (const char *)p, n, used, &off, &len, &err);
+        *data = len;
+        if (r == HTTP_PARSE_ERROR)
+            return GWHTTP_BODY_BAD;
+        if (r == HTTP_PARSE_OK)
+            b->state = B_DONE;
     }
-    *used = i;
     return b->state == B_DONE ? GWHTTP_BODY_DONE : GWHTTP_BODY_MORE;
-bad:
-    *used = i;
-    return GWHTTP_BODY_BAD;
 }
 
 enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p, size_t n,

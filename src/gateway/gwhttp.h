@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http_parse.h"
 #include "policy.h"
 
 #define GWHTTP_HEAD_MAX 16384
@@ -49,12 +50,14 @@ struct gwhttp_req {
 
 enum gwhttp_result gwhttp_parse_head(const char *buf, size_t n, struct gwhttp_req *r);
 
-/* Body framing: feed bytes, learn how many belong to the current request's body. */
+/* Body framing: feed bytes, learn how many belong to the current request's body. A
+ * chunked body is decoded by the project's one chunked decoder (http_chunked_decode in
+ * src/common/http_parse.c: strict hex sizes of at most 16 digits, CRLF everywhere, no
+ * control byte in extensions or trailers, trailers bounded to 8 KiB). */
 struct gwhttp_body {
-    int state;          /* internal */
-    uint64_t left;      /* bytes of data left in the current chunk / body */
-    unsigned line_len;  /* bytes of the current framing line (bounded) */
-    bool saw_digit;     /* chunk-size line has at least one hex digit */
+    int state;                   /* internal: done, fixed length, chunked */
+    uint64_t left;               /* Content-Length bytes left */
+    struct http_chunked chunked; /* chunked decoder state */
 };
 
 enum gwhttp_body_result { GWHTTP_BODY_MORE, GWHTTP_BODY_DONE, GWHTTP_BODY_BAD };
