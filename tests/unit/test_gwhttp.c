@@ -83,6 +83,11 @@ static void test_bad(void **state)
         "GET http://u@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
         "GET a.test HTTP/1.1\r\nHost: a.test\r\n\r\n",
         "GET /\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        /* the shared parser's rules (the gateway's own parser took these) */
+        "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x01b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x7f\r\n\r\n",
+        "POST / HTTP/1.0\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1000000000000000\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         enum gwhttp_result res = parse(cases[i], &r);
