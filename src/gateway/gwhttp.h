@@ -1,6 +1,9 @@
-/* gwhttp: strict HTTP/1.x request-head parser and body framer for the gateway's
- * port-80 proxy and its TLS-terminating (credential injection) path. Pure code.
+/* gwhttp: the gateway's HTTP/1.x request checks and body framer for its port-80 proxy
+ * and its TLS-terminating (credential injection) path. Pure code.
  *
+ * Parsing is the project's one strict HTTP/1 parser (src/common/http_parse.h: heads by
+ * http_head_parse, chunked bodies by http_chunked_decode), the same code spaced's
+ * server runs; this module adds the gateway's own rules as checks on its result.
  * Every request on a connection goes through gwhttp_parse_head; its body is then
  * delimited with gwhttp_body_* so the next head is found exactly where the upstream
  * server will find it (no request smuggling). Refused outright: obsolete line folding,
