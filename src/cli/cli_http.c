@@ -1,6 +1,8 @@
 /* cli_http.c: blocking HTTP/1.1 client for the CLI; see cli_http.h. */
 #include "cli_http.h"
 
+#include "http_parse.h"
+
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -8,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -172,133 +173,93 @@ static long find(struct cli_conn *c, const char *pat, size_t limit)
     }
 }
 
+/* The CLI's limits for a response head (c->head holds it with its NUL). */
+static const struct http_parse_limits resp_limits = {
+    .max_header_bytes = CLI_HEAD_MAX - 1, .max_target_bytes = CLI_HEAD_MAX, .max_headers = 100};
+
 const char *cli_http_header(const struct cli_conn *c, const char *name, char *out, size_t cap)
 {
-    size_t nl = strlen(name);
-    const char *p = strstr(c->head, "\r\n");
-    while (p && p[2] && p[2] != '\r') {
-        p += 2;
-        const char *e = strstr(p, "\r\n");
-        if (!e)
-            return NULL;
-        if ((size_t)(e - p) > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
-            const char *v = p + nl + 1;
-            while (*v == ' ' || *v == '\t')
-                v++;
-            size_t vl = (size_t)(e - v);
-            while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-                vl--;
-            if (vl >= cap)
-                vl = cap - 1;
-            memcpy(out, v, vl);
-            out[vl] = '\0';
-            return out;
-        }
-        p = e;
-    }
-    return NULL;
+    /* c->head passed http_resp_parse in cli_http_read_head; parse it again rather than
+     * keep an allocation in the connection. */
+    struct http_head h;
+    struct http_parse_error perr;
+    if (cap == 0 || http_resp_parse(c->head, strlen(c->head), &resp_limits, &h, &perr) != HTTP_PARSE_OK)
+        return NULL;
+    const char *v = http_head_field(&h, name);
+    if (v)
+        snprintf(out, cap, "%s", v);
+    http_head_free(&h);
+    return v ? out : NULL;
 }
 
 int cli_http_read_head(struct cli_conn *c, char *err, size_t errlen)
 {
+    struct http_head h;
     for (;;) {
         long end = find(c, "\r\n\r\n", sizeof c->buf);
         if (end < 0 || (size_t)end + 4 >= sizeof c->head) {
             snprintf(err, errlen, "connection closed or bad response from the server");
             return -1;
         }
-        memcpy(c->head, c->buf + c->off, (size_t)end + 4);
-        c->head[end + 4] = '\0';
-        consume(c, (size_t)end + 4);
-        if (sscanf(c->head, "HTTP/1.%*[01] %3d", &c->status) != 1 || c->status < 100 ||
-            c->status > 599) {
-            snprintf(err, errlen, "not an HTTP/1.x response");
+        size_t n = (size_t)end + 4;
+        struct http_parse_error perr;
+        if (http_resp_parse(c->buf + c->off, n, &resp_limits, &h, &perr) != HTTP_PARSE_OK) {
+            snprintf(err, errlen, "bad response from the server: %s", perr.message);
             return -1;
         }
+        memcpy(c->head, c->buf + c->off, n);
+        c->head[n] = '\0';
+        consume(c, n);
+        c->status = h.status;
         if (c->status >= 200)
             break;
+        http_head_free(&h);
     }
-    char v[64];
-    c->chunked = cli_http_header(c, "Transfer-Encoding", v, sizeof v) &&
-                 strcasecmp(v, "chunked") == 0;
-    c->left = 0;
+    c->chunked = h.chunked;
     c->until_close = false;
     c->body_done = false;
-    if (c->status == 204 || c->status == 304) {
+    c->left = 0;
+    http_chunked_init(&c->chunk);
+    if (c->status == 204 || c->status == 304)
         c->body_done = true;
-    } else if (c->chunked) {
-        c->left = -1; /* before the first size line */
-    } else if (cli_http_header(c, "Content-Length", v, sizeof v)) {
-        char *e;
-        errno = 0;
-        long long n = strtoll(v, &e, 10);
-        if (*e || errno || n < 0) {
-            snprintf(err, errlen, "bad Content-Length from the server");
-            return -1;
-        }
-        c->left = n;
-        c->body_done = n == 0;
-    } else {
+    else if (h.until_close)
         c->until_close = true;
-    }
+    else if (!h.chunked)
+        c->left = h.content_length;
+    c->body_done |= !c->chunked && !c->until_close && c->left == 0;
+    http_head_free(&h);
     return 0;
 }
 
-/* Reads the next chunk-size line; sets c->left (0 = last chunk, trailers consumed). */
-static int next_chunk(struct cli_conn *c)
+/* Reads decoded bytes of a chunked body through the shared decoder. The decoder is
+ * given at most cap bytes, so the data span it reports always fits in out. */
+static ssize_t read_chunked(struct cli_conn *c, char *out, size_t cap)
 {
-    long eol = find(c, "\r\n", 4096);
-    if (eol <= 0)
-        return -1;
-    const char *p = c->buf + c->off;
-    uint64_t n = 0;
-    long i = 0;
-    for (; i < eol && i < 16; i++) {
-        char ch = p[i];
-        int d = ch >= '0' && ch <= '9' ? ch - '0'
-              : (ch | 0x20) >= 'a' && (ch | 0x20) <= 'f' ? (ch | 0x20) - 'a' + 10 : -1;
-        if (d < 0)
-            break;
-        n = n * 16 + (uint64_t)d;
+    for (;;) {
+        if (c->len == 0 && fill(c) <= 0)
+            return -1;
+        size_t consumed, off, n;
+        struct http_parse_error perr;
+        enum http_parse_result r = http_chunked_decode(&c->chunk, c->buf + c->off,
+                                                       c->len < cap ? c->len : cap, &consumed,
+                                                       &off, &n, &perr);
+        if (r == HTTP_PARSE_ERROR)
+            return -1;
+        memcpy(out, c->buf + c->off + off, n);
+        consume(c, consumed);
+        if (r == HTTP_PARSE_OK)
+            c->body_done = true;
+        if (n || c->body_done)
+            return (ssize_t)n;
     }
-    if (i == 0 || (i < eol && p[i] != ';') || n > (1ULL << 62))
-        return -1;
-    consume(c, (size_t)eol + 2);
-    c->left = (int64_t)n;
-    if (n == 0) {
-        /* Trailers up to the blank line. */
-        for (;;) {
-            long t = find(c, "\r\n", 8192);
-            if (t < 0)
-                return -1;
-            consume(c, (size_t)t + 2);
-            if (t == 0)
-                break;
-        }
-        c->body_done = true;
-    }
-    return 0;
 }
 
 ssize_t cli_http_read_body(struct cli_conn *c, char *out, size_t cap)
 {
     if (c->body_done || cap == 0)
         return 0;
-    if (c->chunked && c->left <= 0) {
-        if (c->left == 0) {
-            /* CRLF closing the previous chunk. */
-            while (c->len < 2)
-                if (fill(c) <= 0)
-                    return -1;
-            if (c->buf[c->off] != '\r' || c->buf[c->off + 1] != '\n')
-                return -1;
-            consume(c, 2);
-        }
-        if (next_chunk(c) < 0)
-            return -1;
-        if (c->body_done)
-            return 0;
-    }
+    if (c->chunked)
+        return read_chunked(c, out, cap);
     if (c->len == 0) {
         ssize_t n = fill(c);
         if (n == 0 && c->until_close) {
@@ -315,7 +276,7 @@ ssize_t cli_http_read_body(struct cli_conn *c, char *out, size_t cap)
     consume(c, take);
     if (!c->until_close) {
         c->left -= (int64_t)take;
-        if (!c->chunked && c->left == 0)
+        if (c->left == 0)
             c->body_done = true;
     }
     return (ssize_t)take;

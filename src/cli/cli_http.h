@@ -3,8 +3,10 @@
  * chunked), then reads the response head and lets the caller pull the decoded body in
  * pieces, so downloads and event streams never need to fit in memory.
  *
- * Everything read from the server is length-checked: the head is bounded, chunk sizes
- * are parsed strictly and the body never exceeds what its framing declares. */
+ * Everything read from the server is length-checked and parsed by the project's one
+ * HTTP/1 parser (src/common/http_parse.h): the response head by http_resp_parse
+ * (bounded, strict status line and framing), a chunked body by http_chunked_decode, and
+ * the body never exceeds what its framing declares. */
 #ifndef SPACE_CLI_HTTP_H
 #define SPACE_CLI_HTTP_H
 
@@ -12,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "http_parse.h"
 
 #define CLI_HEAD_MAX 16384
 
@@ -31,7 +35,8 @@ struct cli_conn {
     int status;
     char head[CLI_HEAD_MAX]; /* response head text, NUL-terminated */
     bool chunked;            /* Transfer-Encoding: chunked */
-    int64_t left;            /* Content-Length bytes left, or chunk bytes left */
+    int64_t left;            /* Content-Length bytes left */
+    struct http_chunked chunk; /* chunked body decoder */
     bool until_close;        /* no framing: body ends at EOF */
     bool body_done;          /* the body has been read to its end */
     bool interruptible;      /* a signal interrupting a read makes it fail with EINTR

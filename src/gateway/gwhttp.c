@@ -6,11 +6,6 @@
 #include <string.h>
 #include <strings.h>
 
-static bool is_tchar(unsigned char c)
-{
-    return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
 static enum gwhttp_result fail(struct gwhttp_req *r, enum gwhttp_result res, const char *why)
 {
     r->why = why;
@@ -64,38 +59,24 @@ static bool list_has(const char *v, size_t len, const char *token)
     return false;
 }
 
-static enum gwhttp_result parse_request_line(const char *b, size_t len, struct gwhttp_req *r,
-                                             char *abs_host, uint16_t *abs_port)
+/* The gateway's rules for the request line the shared parser accepted: CONNECT and the
+ * HTTP/2 preface are refused, the target must be origin-, absolute-(http://) or
+ * *-form; an absolute-form authority is returned in abs_host/abs_port. */
+static enum gwhttp_result check_target(const struct http_head *h, struct gwhttp_req *r,
+                                       char *abs_host, uint16_t *abs_port)
 {
-    const char *sp1 = memchr(b, ' ', len);
-    if (!sp1 || sp1 == b)
-        return fail(r, GWHTTP_BAD, "request_line");
-    for (const char *c = b; c < sp1; c++)
-        if (!is_tchar((unsigned char)*c))
-            return fail(r, GWHTTP_BAD, "method");
-    size_t mlen = (size_t)(sp1 - b);
-    if (mlen == 7 && memcmp(b, "CONNECT", 7) == 0)
+    if (strcmp(h->method, "CONNECT") == 0)
         return fail(r, GWHTTP_FORBIDDEN, "connect");
-    if (mlen == 3 && memcmp(b, "PRI", 3) == 0)
+    if (strcmp(h->method, "PRI") == 0)
         return fail(r, GWHTTP_FORBIDDEN, "h2_preface");
-    const char *target = sp1 + 1;
-    const char *sp2 = memchr(target, ' ', len - mlen - 1);
-    if (!sp2 || sp2 == target)
-        return fail(r, GWHTTP_BAD, "request_line");
-    size_t tlen = (size_t)(sp2 - target), vlen = len - (size_t)(sp2 + 1 - b);
-    if (vlen != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) != 0 && memcmp(sp2 + 1, "HTTP/1.0", 8) != 0))
-        return fail(r, GWHTTP_BAD, "version");
-    for (size_t i = 0; i < tlen; i++)
-        if ((unsigned char)target[i] <= 0x20 || (unsigned char)target[i] >= 0x7f)
-            return fail(r, GWHTTP_BAD, "target");
+    const char *target = h->target;
+    size_t tlen = strlen(target);
     abs_host[0] = '\0';
-    if (target[0] == '/' || (tlen == 1 && target[0] == '*'))
+    if (target[0] == '/' || strcmp(target, "*") == 0)
         return GWHTTP_OK;
     if (tlen > 7 && strncasecmp(target, "http://", 7) == 0) {
         const char *auth = target + 7;
-        size_t alen = strcspn(auth, "/?# ");
-        if (alen > (size_t)(sp2 - auth))
-            alen = (size_t)(sp2 - auth);
+        size_t alen = strcspn(auth, "/?#");
         if (memchr(auth, '@', alen))
             return fail(r, GWHTTP_BAD, "userinfo");
         if (parse_authority(auth, alen, abs_host, abs_port) != 0)
@@ -105,6 +86,51 @@ static enum gwhttp_result parse_request_line(const char *b, size_t len, struct g
     return fail(r, GWHTTP_BAD, "target_form");
 }
 
+/* The gateway's rules for the fields: exactly one Host that parses as host[:port],
+ * Content-Length of at most 15 digits, Upgrade only to websocket (never h2c), no
+ * HTTP2-Settings; records each field line's place in the original bytes. */
+static enum gwhttp_result check_fields(const char *b, const struct http_head *h,
+                                       struct gwhttp_req *r)
+{
+    bool upgrade = false;
+    int hosts = 0;
+    for (unsigned i = 0; i < h->nfields; i++) {
+        const struct http_field *f = &h->fields[i];
+        /* h->buf is a byte-for-byte copy of b: offsets carry over. */
+        struct gwhttp_header *gh = &r->headers[r->nheaders++];
+        gh->off = (size_t)(f->name - h->buf);
+        gh->name_len = strlen(f->name);
+        gh->len = (size_t)((const char *)memmem(b + gh->off, r->head_len - gh->off, "\r\n", 2) -
+                           (b + gh->off)) + 2;
+        size_t vlen = strlen(f->value);
+        if (strcasecmp(f->name, "Host") == 0) {
+            if (++hosts > 1 || parse_authority(f->value, vlen, r->host, &r->port) != 0)
+                return fail(r, GWHTTP_BAD, "host");
+        } else if (strcasecmp(f->name, "Content-Length") == 0) {
+            if (vlen > 15)
+                return fail(r, GWHTTP_BAD, "content_length");
+        } else if (strcasecmp(f->name, "Upgrade") == 0) {
+            if (list_has(f->value, vlen, "h2c"))
+                return fail(r, GWHTTP_FORBIDDEN, "h2c");
+            if (upgrade || strcasecmp(f->value, "websocket") != 0)
+                return fail(r, GWHTTP_FORBIDDEN, "upgrade");
+            upgrade = true;
+        } else if (strcasecmp(f->name, "HTTP2-Settings") == 0) {
+            return fail(r, GWHTTP_FORBIDDEN, "h2c");
+        }
+    }
+    if (hosts != 1)
+        return fail(r, GWHTTP_BAD, "host");
+    r->websocket = upgrade;
+    return GWHTTP_OK;
+}
+
+/* Limits for the shared parser: the head bound is the gateway's; the target is bounded
+ * only by the head. */
+static const struct http_parse_limits gw_limits = {
+    .max_header_bytes = GWHTTP_HEAD_MAX, .max_target_bytes = GWHTTP_HEAD_MAX,
+    .max_headers = GWHTTP_HEADERS_MAX};
+
 enum gwhttp_result gwhttp_parse_head(const char *b, size_t n, struct gwhttp_req *r)
 {
     memset(r, 0, sizeof *r);
@@ -112,105 +138,45 @@ enum gwhttp_result gwhttp_parse_head(const char *b, size_t n, struct gwhttp_req 
     if (n >= 3 && memcmp(b, "PRI", 3) == 0)
         return fail(r, GWHTTP_FORBIDDEN, "h2_preface");
     /* Find the end of the head first; until then nothing is decided. */
-    size_t end = 0;
-    for (size_t i = 0; i + 3 < n && i + 4 <= GWHTTP_HEAD_MAX; i++)
-        if (b[i] == '\r' && b[i + 1] == '\n' && b[i + 2] == '\r' && b[i + 3] == '\n') {
-            end = i + 4;
-            break;
-        }
-    if (!end)
-        return n >= GWHTTP_HEAD_MAX ? fail(r, GWHTTP_TOO_LARGE, "head_too_large") : GWHTTP_NEED_MORE;
+    size_t scan = 0, end = 0;
+    struct http_parse_error err;
+    enum http_parse_result pr = http_head_find_end(b, n, &gw_limits, &scan, &end, &err);
+    if (pr == HTTP_PARSE_INCOMPLETE)
+        return GWHTTP_NEED_MORE;
+    if (pr == HTTP_PARSE_ERROR)
+        return fail(r, GWHTTP_TOO_LARGE, "head_too_large");
     r->head_len = end;
+    /* The shared strict parser: CRLF only (no bare CR/LF), no obs-fold, token names,
+     * no control bytes in values, HTTP/1.0 or 1.1, one Content-Length of digits, TE
+     * exactly "chunked" and never with Content-Length or in HTTP/1.0, one Host. */
+    struct http_head h;
+    if (http_head_parse(b, end, &gw_limits, &h, &err) != HTTP_PARSE_OK)
+        return fail(r, err.status == 431 || err.status == 414 || err.status == 413
+                           ? GWHTTP_TOO_LARGE : GWHTTP_BAD, err.message);
     char abs_host[POLICY_NAME_MAX + 1];
     uint16_t abs_port = 0;
-    int hosts = 0, cls = 0, tes = 0;
-    bool upgrade = false;
-    size_t off = 0;
-    for (size_t line = 0;; line++) {
-        const char *eol = memchr(b + off, '\n', end - off);
-        if (!eol || eol == b + off || eol[-1] != '\r')
-            return fail(r, GWHTTP_BAD, "bare_lf");
-        size_t len = (size_t)(eol - 1 - (b + off));
-        const char *s = b + off;
-        for (size_t i = 0; i < len; i++)
-            if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
-                return fail(r, GWHTTP_BAD, "control_char");
-        if (line == 0) {
-            enum gwhttp_result e = parse_request_line(s, len, r, abs_host, &abs_port);
-            if (e != GWHTTP_OK)
-                return e;
-        } else if (len == 0) {
-            break;
-        } else {
-            if (s[0] == ' ' || s[0] == '\t')
-                return fail(r, GWHTTP_BAD, "obs_fold");
-            const char *colon = memchr(s, ':', len);
-            if (!colon || colon == s)
-                return fail(r, GWHTTP_BAD, "header");
-            for (const char *c = s; c < colon; c++)
-                if (!is_tchar((unsigned char)*c))
-                    return fail(r, GWHTTP_BAD, "header_name");
-            if (r->nheaders == GWHTTP_HEADERS_MAX)
-                return fail(r, GWHTTP_TOO_LARGE, "too_many_headers");
-            struct gwhttp_header *h = &r->headers[r->nheaders++];
-            h->off = off;
-            h->len = len + 2;
-            h->name_len = (size_t)(colon - s);
-            const char *v = colon + 1;
-            size_t vlen = len - h->name_len - 1;
-            while (vlen && (*v == ' ' || *v == '\t'))
-                v++, vlen--;
-            while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-                vlen--;
-            if (gwhttp_header_is(b, h, "Host")) {
-                if (++hosts > 1 || parse_authority(v, vlen, r->host, &r->port) != 0)
-                    return fail(r, GWHTTP_BAD, "host");
-            } else if (gwhttp_header_is(b, h, "Content-Length")) {
-                if (++cls > 1 || vlen == 0 || vlen > 15)
-                    return fail(r, GWHTTP_BAD, "content_length");
-                int64_t cl = 0;
-                for (size_t i = 0; i < vlen; i++) {
-                    if (!isdigit((unsigned char)v[i]))
-                        return fail(r, GWHTTP_BAD, "content_length");
-                    cl = cl * 10 + (v[i] - '0');
-                }
-                r->content_length = cl;
-            } else if (gwhttp_header_is(b, h, "Transfer-Encoding")) {
-                if (++tes > 1 || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
-                    return fail(r, GWHTTP_BAD, "transfer_encoding");
-                r->chunked = true;
-            } else if (gwhttp_header_is(b, h, "Upgrade")) {
-                if (list_has(v, vlen, "h2c"))
-                    return fail(r, GWHTTP_FORBIDDEN, "h2c");
-                if (upgrade || vlen != 9 || strncasecmp(v, "websocket", 9) != 0)
-                    return fail(r, GWHTTP_FORBIDDEN, "upgrade");
-                upgrade = true;
-            } else if (gwhttp_header_is(b, h, "HTTP2-Settings")) {
-                return fail(r, GWHTTP_FORBIDDEN, "h2c");
-            }
-        }
-        off = (size_t)(eol + 1 - b);
+    enum gwhttp_result res = check_target(&h, r, abs_host, &abs_port);
+    if (res == GWHTTP_OK)
+        res = check_fields(b, &h, r);
+    if (res == GWHTTP_OK && abs_host[0] && (strcmp(abs_host, r->host) != 0 || abs_port != r->port))
+        res = fail(r, GWHTTP_FORBIDDEN, "absolute_uri_host");
+    if (res == GWHTTP_OK) {
+        r->chunked = h.chunked;
+        if (!h.chunked && http_head_field(&h, "Content-Length"))
+            r->content_length = h.content_length;
     }
-    if (hosts != 1)
-        return fail(r, GWHTTP_BAD, "host");
-    if (cls && tes)
-        return fail(r, GWHTTP_BAD, "cl_and_te");
-    if (abs_host[0] && (strcmp(abs_host, r->host) != 0 || abs_port != r->port))
-        return fail(r, GWHTTP_FORBIDDEN, "absolute_uri_host");
-    r->websocket = upgrade;
-    return GWHTTP_OK;
+    http_head_free(&h);
+    return res;
 }
 
-enum { B_DONE, B_FIXED, B_SIZE, B_EXT, B_SIZE_LF, B_DATA, B_DATA_CR, B_DATA_LF, B_TRAILER,
-       B_TRAILER_LF };
-
-#define LINE_MAX_LEN 4096
+enum { B_DONE, B_FIXED, B_CHUNKED };
 
 void gwhttp_body_init(struct gwhttp_body *b, const struct gwhttp_req *r)
 {
     memset(b, 0, sizeof *b);
     if (r->chunked) {
-        b->state = B_SIZE;
+        b->state = B_CHUNKED;
+        http_chunked_init(&b->chunked);
     } else if (r->content_length > 0) {
         b->state = B_FIXED;
         b->left = (uint64_t)r->content_length;
@@ -219,96 +185,30 @@ void gwhttp_body_init(struct gwhttp_body *b, const struct gwhttp_req *r)
     }
 }
 
-static int hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 enum gwhttp_body_result gwhttp_body_next(struct gwhttp_body *b, const uint8_t *p, size_t n,
                                          size_t *used, size_t *data)
 {
-    size_t i = 0;
-    *data = 0;
-    while (b->state != B_DONE && i < n) {
-        if (b->state == B_FIXED || b->state == B_DATA) {
-            size_t k = n - i < b->left ? n - i : (size_t)b->left;
-            i += k;
-            b->left -= k;
-            if (b->left == 0)
-                b->state = b->state == B_FIXED ? B_DONE : B_DATA_CR;
-            *data = k; /* one run of data ends the call: it is the tail of what was used */
-            break;
-        }
-        uint8_t c = p[i++];
-        if (++b->line_len > LINE_MAX_LEN)
-            goto bad;
-        switch (b->state) {
-        case B_SIZE: {
-            int h = hexval(c);
-            if (h >= 0) {
-                if (b->left >> 56)
-                    goto bad;
-                b->left = b->left << 4 | (uint64_t)h;
-                b->saw_digit = true;
-            } else if (c == ';' && b->saw_digit) {
-                b->state = B_EXT;
-            } else if (c == '\r' && b->saw_digit) {
-                b->state = B_SIZE_LF;
-            } else {
-                goto bad;
-            }
-            break;
-        }
-        case B_EXT:
-            if (c == '\r')
-                b->state = B_SIZE_LF;
-            else if (c < 0x20 && c != '\t')
-                goto bad;
-            break;
-        case B_SIZE_LF:
-            if (c != '\n')
-                goto bad;
-            b->line_len = 0;
-            b->saw_digit = false;
-            b->state = b->left ? B_DATA : B_TRAILER;
-            break;
-        case B_DATA_CR:
-            if (c != '\r')
-                goto bad;
-            b->state = B_DATA_LF;
-            break;
-        case B_DATA_LF:
-            if (c != '\n')
-                goto bad;
-            b->line_len = 0;
-            b->state = B_SIZE;
-            break;
-        case B_TRAILER:
-            /* trailer lines until an empty one; line_len counts this line's bytes */
-            if (c == '\r') {
-                b->state = B_TRAILER_LF;
-            } else if (c == '\n' || (c < 0x20 && c != '\t')) {
-                goto bad;
-            }
-            break;
-        case B_TRAILER_LF:
-            if (c != '\n')
-                goto bad;
-            b->state = b->line_len == 2 ? B_DONE : B_TRAILER;
-            b->line_len = 0;
-            break;
-        default:
-            goto bad;
-        }
+    *used = *data = 0;
+    if (b->state == B_FIXED && n) {
+        size_t k = n < b->left ? n : (size_t)b->left;
+        b->left -= k;
+        if (b->left == 0)
+            b->state = B_DONE;
+        *used = *data = k;
+    } else if (b->state == B_CHUNKED && n) {
+        /* The shared decoder reports at most one data span per call and returns right
+         * after it, so the span is the tail of what it consumed, as promised above. */
+        size_t off, len;
+        struct http_parse_error err;
+        enum http_parse_result r =
+            http_chunked_decode(&b->chunked, (const char *)p, n, used, &off, &len, &err);
+        *data = len;
+        if (r == HTTP_PARSE_ERROR)
+            return GWHTTP_BODY_BAD;
+        if (r == HTTP_PARSE_OK)
+            b->state = B_DONE;
     }
-    *used = i;
     return b->state == B_DONE ? GWHTTP_BODY_DONE : GWHTTP_BODY_MORE;
-bad:
-    *used = i;
-    return GWHTTP_BODY_BAD;
 }
 
 enum gwhttp_body_result gwhttp_body_feed(struct gwhttp_body *b, const uint8_t *p, size_t n,

@@ -1,6 +1,9 @@
-/* gwhttp: strict HTTP/1.x request-head parser and body framer for the gateway's
- * port-80 proxy and its TLS-terminating (credential injection) path. Pure code.
+/* gwhttp: the gateway's HTTP/1.x request checks and body framer for its port-80 proxy
+ * and its TLS-terminating (credential injection) path. Pure code.
  *
+ * Parsing is the project's one strict HTTP/1 parser (src/common/http_parse.h: heads by
+ * http_head_parse, chunked bodies by http_chunked_decode), the same code spaced's
+ * server runs; this module adds the gateway's own rules as checks on its result.
  * Every request on a connection goes through gwhttp_parse_head; its body is then
  * delimited with gwhttp_body_* so the next head is found exactly where the upstream
  * server will find it (no request smuggling). Refused outright: obsolete line folding,
@@ -16,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http_parse.h"
 #include "policy.h"
 
 #define GWHTTP_HEAD_MAX 16384
@@ -49,12 +53,14 @@ struct gwhttp_req {
 
 enum gwhttp_result gwhttp_parse_head(const char *buf, size_t n, struct gwhttp_req *r);
 
-/* Body framing: feed bytes, learn how many belong to the current request's body. */
+/* Body framing: feed bytes, learn how many belong to the current request's body. A
+ * chunked body is decoded by the project's one chunked decoder (http_chunked_decode in
+ * src/common/http_parse.c: strict hex sizes of at most 16 digits, CRLF everywhere, no
+ * control byte in extensions or trailers, trailers bounded to 8 KiB). */
 struct gwhttp_body {
-    int state;          /* internal */
-    uint64_t left;      /* bytes of data left in the current chunk / body */
-    unsigned line_len;  /* bytes of the current framing line (bounded) */
-    bool saw_digit;     /* chunk-size line has at least one hex digit */
+    int state;                   /* internal: done, fixed length, chunked */
+    uint64_t left;               /* Content-Length bytes left */
+    struct http_chunked chunked; /* chunked decoder state */
 };
 
 enum gwhttp_body_result { GWHTTP_BODY_MORE, GWHTTP_BODY_DONE, GWHTTP_BODY_BAD };

@@ -1,5 +1,6 @@
-/* Fuzzes the bytes a client sends to the HTTP server, without sockets: the head
- * terminator search (fed in pieces, as trickled bytes arrive), the head parser, target
+/* Fuzzes the one HTTP/1 parser (src/common/http_parse.c) without sockets: the head
+ * terminator search (fed in pieces, as trickled bytes arrive), the request-head parser
+ * (spaced, gateway), the response-head parser (CLI) over the same head, target
  * decoding, and the chunked decoder over whatever follows the head. The chunked decoder
  * must give the same payload and verdict whatever the split of its input, which is the
  * property that keeps the server's framing independent of TCP segmentation.
@@ -8,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/http/http_parse.h"
+#include "http_parse.h"
 
 static const struct http_parse_limits lim = {
     .max_header_bytes = 4096, .max_target_bytes = 1024, .max_headers = 32};
@@ -78,6 +79,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct http_head h;
         if (http_head_parse(in, head_len, &lim, &h, &err) == HTTP_PARSE_OK) {
             check_head(&h);
+            http_head_free(&h);
+        } else if (err.status < 400 || !err.code || !err.message) {
+            abort();
+        }
+        if (http_resp_parse(in, head_len, &lim, &h, &err) == HTTP_PARSE_OK) {
+            if (h.status < 100 || h.status > 599 || !h.reason || h.method ||
+                h.chunked + h.until_close + (h.content_length >= 0) != 1)
+                abort();
             http_head_free(&h);
         } else if (err.status < 400 || !err.code || !err.message) {
             abort();

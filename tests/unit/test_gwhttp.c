@@ -83,6 +83,11 @@ static void test_bad(void **state)
         "GET http://u@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
         "GET a.test HTTP/1.1\r\nHost: a.test\r\n\r\n",
         "GET /\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        /* the shared parser's rules (the gateway's own parser took these) */
+        "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x01b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x7f\r\n\r\n",
+        "POST / HTTP/1.0\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1000000000000000\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         enum gwhttp_result res = parse(cases[i], &r);
@@ -122,8 +127,11 @@ static void test_body_framing(void **state)
     }
     assert_int_equal(res, GWHTTP_BODY_DONE);
     assert_int_equal(total, strlen(chunked) - 4);
+    /* the shared decoder's rules: also more than 16 size digits, DEL in an extension or
+     * a trailer (the gateway's own decoder took these) */
     const char *bad[] = {"x\r\n", "5\r\nhelloXX", "\r\n", "5\n", "ffffffffffffffffff\r\n",
-                         "0\r\nX\n"};
+                         "0\r\nX\n", "00000000000000005\r\nhello\r\n0\r\n\r\n",
+                         "5;a\x7f\r\nhello\r\n0\r\n\r\n", "0\r\nX: \x7f\r\n\r\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gwhttp_body_init(&b, &r);
         assert_int_equal(feed_all(&b, bad[i], &used), GWHTTP_BODY_BAD);

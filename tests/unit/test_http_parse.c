@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/http/http_parse.h"
+#include "http_parse.h"
 #include "daemon/http/sse.h"
 
 static const struct http_parse_limits lim = {
@@ -248,6 +248,10 @@ static void test_chunked(void **state)
         {"\r\n", 400},
         {"0\r\nX: y\ny\r\n\r\n", 400},
         {"1;a\nb\r\nx\r\n", 400},
+        {"0\r\nX: a\x01b\r\n\r\n", 400},  /* control byte in a trailer */
+        {"0\r\nX: a\x7f\r\n\r\n", 400},
+        {"1;a\x7f\r\nx\r\n0\r\n\r\n", 400},
+        {"00000000000000001\r\nx\r\n", 413},  /* 17 digits */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int got = chunked_run(bad[i].in, strlen(bad[i].in), 1, out, &outlen, &rest);
@@ -264,6 +268,57 @@ static void test_chunked(void **state)
     strcat(huge, "\r\n");
     assert_int_equal(chunked_run(huge, strlen(huge), 4096, out, &outlen, &rest), 431);
     free(huge);
+}
+
+/* Response heads: status line, framing, the same field rules as requests. */
+static void test_resp_parse(void **state)
+{
+    (void)state;
+    struct http_head h;
+    struct http_parse_error err;
+    const char *ok = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A:  v \r\n\r\n";
+    assert_int_equal(http_resp_parse(ok, strlen(ok), &lim, &h, &err), HTTP_PARSE_OK);
+    assert_int_equal(h.status, 200);
+    assert_string_equal(h.reason, "OK");
+    assert_int_equal(h.content_length, 5);
+    assert_false(h.chunked || h.until_close);
+    assert_string_equal(http_head_field(&h, "x-a"), "v");
+    assert_null(http_head_field(&h, "Host"));
+    assert_null(h.method);
+    http_head_free(&h);
+    const char *chunked = "HTTP/1.1 404\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_int_equal(http_resp_parse(chunked, strlen(chunked), &lim, &h, &err), HTTP_PARSE_OK);
+    assert_int_equal(h.status, 404);
+    assert_string_equal(h.reason, "");
+    assert_true(h.chunked);
+    assert_int_equal(h.content_length, -1);
+    http_head_free(&h);
+    const char *eof = "HTTP/1.0 101 Switching Protocols\r\n\r\n";
+    assert_int_equal(http_resp_parse(eof, strlen(eof), &lim, &h, &err), HTTP_PARSE_OK);
+    assert_true(h.until_close);
+    assert_int_equal(h.version_minor, 0);
+    http_head_free(&h);
+    static const char *const bad[] = {
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n folded\r\n\r\n",
+        "HTTP/1.1 200 OK\nX: y\r\n\r\n",
+        "HTTP/1.1 2000 OK\r\n\r\n",
+        "HTTP/1.1 20 OK\r\n\r\n",
+        "HTTP/1.1 099 OK\r\n\r\n",
+        "HTTP/1.1 600 OK\r\n\r\n",
+        "HTTP/2.0 200 OK\r\n\r\n",
+        "HTTP/1.1  200 OK\r\n\r\n",
+        "HTTP/1.1 200 O\x01K\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (http_resp_parse(bad[i], strlen(bad[i]), &lim, &h, &err) != HTTP_PARSE_ERROR ||
+            err.status != (i == 2 ? 501 : 400))
+            fail_msg("bad response %zu accepted", i);
 }
 
 static void test_sse_format(void **state)
@@ -293,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_parse_valid),  cmocka_unit_test(test_parse_rejects),
         cmocka_unit_test(test_parse_limits), cmocka_unit_test(test_pct_decode),
         cmocka_unit_test(test_chunked),      cmocka_unit_test(test_sse_format),
+        cmocka_unit_test(test_resp_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,5 @@
 /* routes_sandboxes.c: /v1/sandboxes — create, list, get, delete, lifecycle verbs and
  * timeout. Every mutation goes through the ops engine (op.h) and answers 202. */
-#include <ctype.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include "daemon/auth/auth.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
+#include "http_parse.h"
 #include "routes.h"
 
 #define LIST_LIMIT_DEFAULT 100
@@ -80,36 +80,6 @@ static void h_create(struct http_req *req, void *arg)
 
 /* ---- list --------------------------------------------------------------------------- */
 
-static int hexval(int c)
-{
-    return isdigit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-}
-
-/* Percent-decodes src[0..n) into out[cap] ('+' is a space). -1 if malformed/too long. */
-static int pct_decode(const char *src, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int c = (unsigned char)src[i];
-        if (c == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int h = hexval((unsigned char)src[i + 1]), l = hexval((unsigned char)src[i + 2]);
-            if (h < 0 || l < 0)
-                return -1;
-            c = h * 16 + l;
-            i += 2;
-        } else if (c == '+') {
-            c = ' ';
-        }
-        if (c == 0 || o + 1 >= cap)
-            return -1;
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
 /* Collects metadata.<key>=<value> query parameters into a JSON object (NULL if none);
  * -1 on a malformed parameter. */
 static int metadata_filter(struct http_req *req, json_t **out)
@@ -122,10 +92,14 @@ static int metadata_filter(struct http_req *req, json_t **out)
     while (*q) {
         size_t n = strcspn(q, "&");
         const char *eq = memchr(q, '=', n);
-        char key[128], val[SBX_META_VALUE_MAX + 1];
-        if (eq && pct_decode(q, (size_t)(eq - q), key, sizeof key) == 0 &&
-            strncmp(key, "metadata.", 9) == 0) {
-            if (key[9] == '\0' || pct_decode(eq + 1, n - (size_t)(eq - q) - 1, val, sizeof val) < 0) {
+        /* A key that does not decode is not a metadata filter; a metadata value that
+         * does not decode, holds %00 or is too long is an error. */
+        char *key = eq ? http_pct_decode(q, (size_t)(eq - q), true) : NULL;
+        if (key && strlen(key) < 128 && strncmp(key, "metadata.", 9) == 0) {
+            char *val = http_pct_decode(eq + 1, n - (size_t)(eq - q) - 1, true);
+            if (key[9] == '\0' || !val || strlen(val) > SBX_META_VALUE_MAX) {
+                free(val);
+                free(key);
                 json_decref(*out);
                 *out = NULL;
                 return -1;
@@ -133,7 +107,9 @@ static int metadata_filter(struct http_req *req, json_t **out)
             if (!*out)
                 *out = json_object();
             json_object_set_new(*out, key + 9, json_string(val));
+            free(val);
         }
+        free(key);
         q += n;
         if (*q == '&')
             q++;

@@ -56,7 +56,7 @@
 #include <netinet/in.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/http/http_parse.h"
+#include "http_parse.h"
 #include "daemon/http/ratelimit.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"

@@ -10,7 +10,9 @@
  * (re-chunked if the client sent it chunked), and the response body is granted to the
  * guest only as our client accepts it. Response framing is Content-Length, chunked
  * (decoded here, re-framed by our server) or end-of-connection. Response heads are
- * bounded (PROXY_HEAD_MAX). A response cut short (the guest's server closes or resets
+ * bounded (PROXY_HEAD_MAX) and parsed by the shared strict parser (http_resp_parse:
+ * ambiguous framing from the guest's server is a 502, as it is a 400 from a client). A
+ * response cut short (the guest's server closes or resets
  * before the declared length or the last chunk, or sends a malformed chunk) aborts our
  * client's connection (http_reply_abort), so the client sees an error rather than a
  * complete-looking response.
@@ -38,7 +40,7 @@
 #include <event2/bufferevent.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/http/http_parse.h"
+#include "http_parse.h"
 #include "daemon/sandbox/sbx.h"
 #include "e2b.h"
 #include "e2b_internal.h"
@@ -139,51 +141,22 @@ static bool response_skip(const char *name)
 
 static void pxy_upgraded(struct bufferevent *bev, void *arg);
 
-/* Parses the response head in p->head[0..head_end) (head_end: where "\r\n\r\n"
- * starts) and starts our reply. Returns 1 if it was an interim 1xx head to skip, 0
- * when the reply started, 2 when the connection is being upgraded, -1 if malformed. */
-static int start_reply(struct pxy *p, size_t head_end)
+/* Starts our reply from the guest server's parsed response head. Returns as
+ * start_reply does. */
+static int start_reply_head(struct pxy *p, const struct http_head *h)
 {
-    p->head[head_end + 2] = '\0'; /* keep the last field's CRLF: every line ends in one */
-    char *line = p->head, *next = strstr(line, "\r\n");
-    int status = 0;
-    if (!next || sscanf(line, "HTTP/1.%*1[01] %3d", &status) != 1 || status < 100 ||
-        status > 599 || (status == 101 && !p->upgrade))
+    int status = h->status;
+    if (status == 101 && !p->upgrade)
         return -1;
     if (status < 200 && status != 101)
         return 1;
-    const char *ctype = NULL, *upgrade = NULL;
-    long long clen = -1;
-    bool chunked = false;
-    for (line = next + 2; *line; line = next + 2) {
-        next = strstr(line, "\r\n");
-        if (!next)
-            break;
-        *next = '\0';
-        char *colon = strchr(line, ':');
-        if (!colon)
-            return -1;
-        *colon = '\0';
-        char *v = colon + 1;
-        while (*v == ' ' || *v == '\t')
-            v++;
-        if (strcasecmp(line, "Upgrade") == 0) {
-            upgrade = v;
-        } else if (strcasecmp(line, "Content-Type") == 0) {
-            ctype = v;
-        } else if (strcasecmp(line, "Content-Length") == 0) {
-            char *end;
-            clen = strtoll(v, &end, 10);
-            if (end == v || *end || clen < 0)
-                return -1;
-        } else if (strcasecmp(line, "Transfer-Encoding") == 0) {
-            chunked = strcasecmp(v, "chunked") == 0;
-            if (!chunked)
-                return -1; /* other codings cannot be re-framed */
-        } else if (!response_skip(line)) {
-            http_reply_add_header(p->req, line, v);
-        }
-    }
+    const char *ctype = http_head_field(h, "Content-Type");
+    const char *upgrade = http_head_field(h, "Upgrade");
+    long long clen = h->chunked || h->until_close ? -1 : h->content_length;
+    bool chunked = h->chunked;
+    for (unsigned i = 0; i < h->nfields; i++)
+        if (!response_skip(h->fields[i].name))
+            http_reply_add_header(p->req, h->fields[i].name, h->fields[i].value);
     if (status == 101) {
         if (ctype)
             http_reply_add_header(p->req, "Content-Type", ctype);
@@ -195,8 +168,6 @@ static int start_reply(struct pxy *p, size_t head_end)
         return 2;
     }
     bool bodiless = http_req_is_head(p->req) || status == 204 || status == 304;
-    if (chunked && clen >= 0)
-        return -1; /* ambiguous framing: refuse, as our own server does */
     p->mode = bodiless ? BODY_LENGTH : chunked ? BODY_CHUNKED : clen >= 0 ? BODY_LENGTH : BODY_EOF;
     p->left = bodiless ? 0 : clen >= 0 ? (uint64_t)clen : 0;
     /* A HEAD answer keeps the server's framing headers (our server sends no body). */
@@ -204,6 +175,26 @@ static int start_reply(struct pxy *p, size_t head_end)
         return -1;
     p->started = true;
     return 0;
+}
+
+/* Parses the response head in p->head[0..head_end) (head_end: where "\r\n\r\n"
+ * starts) with the shared strict parser (so a guest server's ambiguous framing, such as
+ * CL+TE, two Content-Lengths, a coding other than chunked, obs-fold or bare LF, is
+ * refused as our own server refuses it) and starts our reply. Returns 1 if it was an
+ * interim 1xx head to skip, 0 when the reply started, 2 when the connection is being
+ * upgraded, -1 if malformed. */
+static int start_reply(struct pxy *p, size_t head_end)
+{
+    static const struct http_parse_limits lim = {.max_header_bytes = PROXY_HEAD_MAX,
+                                                 .max_target_bytes = PROXY_HEAD_MAX,
+                                                 .max_headers = PROXY_HEAD_MAX};
+    struct http_head h;
+    struct http_parse_error err;
+    if (http_resp_parse(p->head, head_end + 4, &lim, &h, &err) != HTTP_PARSE_OK)
+        return -1;
+    int r = start_reply_head(p, &h);
+    http_head_free(&h);
+    return r;
 }
 
 static void pxy_drain(struct http_req *req, void *arg)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "e2b_pbjson.h"
+#include "http_parse.h"
 
 char *e2b_path_resolve(const char *path, const char *home, struct e2b_err *err)
 {
@@ -71,17 +72,6 @@ char *e2b_path_resolve(const char *path, const char *home, struct e2b_err *err)
     return out;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 char *e2b_pct_decode(const char *s, size_t n, bool plus_space, size_t *outlen)
 {
     char *out = malloc(n + 1);
@@ -91,7 +81,8 @@ char *e2b_pct_decode(const char *s, size_t n, bool plus_space, size_t *outlen)
     for (size_t i = 0; i < n; i++) {
         int h, l;
         if (s[i] == '%' && i + 2 < n &&
-            (h = hexval(s[i + 1])) >= 0 && (l = hexval(s[i + 2])) >= 0) {
+            (h = http_hexval((unsigned char)s[i + 1])) >= 0 &&
+            (l = http_hexval((unsigned char)s[i + 2])) >= 0) {
             out[o++] = (char)(h << 4 | l);
             i += 2;
         } else if (s[i] == '+' && plus_space) {

@@ -1,4 +1,5 @@
-/* http_parse.c: strict request-head parser and chunked decoder; see http_parse.h. */
+/* http_parse.c: strict HTTP/1 head parser, chunked decoder and percent-decoder; see
+ * http_parse.h. */
 #include "http_parse.h"
 
 #include <stdlib.h>
@@ -43,7 +44,7 @@ static bool is_tchar(unsigned char c)
     return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
-static bool is_token(const char *s, size_t n)
+bool http_is_token(const char *s, size_t n)
 {
     if (n == 0)
         return false;
@@ -139,7 +140,7 @@ static enum http_parse_result parse_request_line(char *line, const struct http_p
     *sp1 = '\0';
     *sp2 = '\0';
     size_t mlen = (size_t)(sp1 - line);
-    if (!is_token(line, mlen) || mlen > 32)
+    if (!http_is_token(line, mlen) || mlen > 32)
         return BAD("invalid method");
     size_t tlen = (size_t)(sp2 - target);
     if (tlen > lim->max_target_bytes)
@@ -164,6 +165,29 @@ static enum http_parse_result parse_request_line(char *line, const struct http_p
     return HTTP_PARSE_OK;
 }
 
+/* Validates the status line "HTTP/1.x SP 3DIGIT [SP reason]" in place. */
+static enum http_parse_result parse_status_line(char *line, struct http_head *h,
+                                                struct http_parse_error *err)
+{
+    if (strncmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') ||
+        line[8] != ' ')
+        return BAD("malformed status line");
+    const char *code = line + 9;
+    if (code[0] < '1' || code[0] > '5' || code[1] < '0' || code[1] > '9' || code[2] < '0' ||
+        code[2] > '9' || (code[3] != ' ' && code[3] != '\0'))
+        return BAD("malformed status code");
+    const char *reason = code[3] ? code + 4 : code + 3;
+    for (const char *p = reason; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return BAD("invalid byte in reason phrase");
+    }
+    h->status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
+    h->reason = reason;
+    h->version_minor = line[7] - '0';
+    return HTTP_PARSE_OK;
+}
+
 /* Splits "name: value" in place and validates it. */
 static enum http_parse_result parse_field(char *line, struct http_field *f,
                                           struct http_parse_error *err)
@@ -173,7 +197,7 @@ static enum http_parse_result parse_field(char *line, struct http_field *f,
     char *colon = strchr(line, ':');
     if (!colon)
         return BAD("header line without ':'");
-    if (!is_token(line, (size_t)(colon - line)))
+    if (!http_is_token(line, (size_t)(colon - line)))
         return BAD("invalid header name");
     *colon = '\0';
     char *v = colon + 1;
@@ -217,7 +241,7 @@ static enum http_parse_result check_framing(struct http_head *h, struct http_par
         } else if (strcasecmp(f->name, "Connection") == 0) {
             close |= list_has(f->value, "close");
             keep |= list_has(f->value, "keep-alive");
-        } else if (strcasecmp(f->name, "Expect") == 0) {
+        } else if (!h->status && strcasecmp(f->name, "Expect") == 0) {
             if (strcasecmp(f->value, "100-continue") != 0)
                 return fail(err, 417, "expectation_failed", "unsupported Expect");
             h->expect_continue = true;
@@ -226,34 +250,38 @@ static enum http_parse_result check_framing(struct http_head *h, struct http_par
     if (nte && ncl)
         return BAD("both Content-Length and Transfer-Encoding");
     if (nte && h->version_minor == 0)
-        return BAD("Transfer-Encoding in an HTTP/1.0 request");
-    if (h->version_minor == 1 && nhost == 0)
+        return BAD("Transfer-Encoding in an HTTP/1.0 message");
+    if (!h->status && h->version_minor == 1 && nhost == 0)
         return BAD("missing Host header");
     if (nte) {
         h->chunked = true;
+        h->content_length = -1;
+    } else if (h->status && !ncl) {
+        h->until_close = true;
         h->content_length = -1;
     }
     h->keep_alive = h->version_minor == 1 ? !close : (keep && !close);
     return HTTP_PARSE_OK;
 }
 
-enum http_parse_result http_head_parse(const char *data, size_t head_len,
-                                       const struct http_parse_limits *lim,
-                                       struct http_head *out, struct http_parse_error *err)
+/* Parses a request head (response false) or a response head (response true). */
+static enum http_parse_result parse_head(const char *data, size_t head_len,
+                                         const struct http_parse_limits *lim, bool response,
+                                         struct http_head *out, struct http_parse_error *err)
 {
     memset(out, 0, sizeof *out);
     if (head_len < 4 || head_len > lim->max_header_bytes ||
         memcmp(data + head_len - 4, "\r\n\r\n", 4) != 0)
-        return BAD("incomplete request head");
+        return BAD("incomplete message head");
     if (memchr(data, '\0', head_len))
-        return BAD("NUL byte in request head");
+        return BAD("NUL byte in message head");
     /* Every CR must start CRLF and every LF must end one; anything else is the bare CR
      * or LF that differently-lenient parsers split differently. */
     for (size_t i = 0; i < head_len; i++) {
         if (data[i] == '\r' && (i + 1 >= head_len || data[i + 1] != '\n'))
-            return BAD("bare CR in request head");
+            return BAD("bare CR in message head");
         if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
-            return BAD("bare LF in request head");
+            return BAD("bare LF in message head");
     }
     struct http_head h = {0};
     h.buf = malloc(head_len + 1);
@@ -278,7 +306,8 @@ enum http_parse_result http_head_parse(const char *data, size_t head_len,
     char *p = h.buf;
     char *eol = strstr(p, "\r\n");
     *eol = '\0';
-    enum http_parse_result r = parse_request_line(p, lim, &h, err);
+    enum http_parse_result r =
+        response ? parse_status_line(p, &h, err) : parse_request_line(p, lim, &h, err);
     p = eol + 2;
     while (r == HTTP_PARSE_OK && *p != '\r') {
         eol = strstr(p, "\r\n");
@@ -298,7 +327,29 @@ enum http_parse_result http_head_parse(const char *data, size_t head_len,
     return HTTP_PARSE_OK;
 }
 
-static int hexval(unsigned char c)
+enum http_parse_result http_head_parse(const char *data, size_t head_len,
+                                       const struct http_parse_limits *lim,
+                                       struct http_head *out, struct http_parse_error *err)
+{
+    return parse_head(data, head_len, lim, false, out, err);
+}
+
+enum http_parse_result http_resp_parse(const char *data, size_t head_len,
+                                       const struct http_parse_limits *lim,
+                                       struct http_head *out, struct http_parse_error *err)
+{
+    return parse_head(data, head_len, lim, true, out, err);
+}
+
+const char *http_head_field(const struct http_head *h, const char *name)
+{
+    for (unsigned i = 0; i < h->nfields; i++)
+        if (strcasecmp(h->fields[i].name, name) == 0)
+            return h->fields[i].value;
+    return NULL;
+}
+
+int http_hexval(unsigned char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -318,8 +369,8 @@ char *http_pct_decode(const char *src, size_t len, bool plus_space)
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)src[i];
         if (c == '%') {
-            int hi = i + 2 < len ? hexval((unsigned char)src[i + 1]) : -1;
-            int lo = i + 2 < len ? hexval((unsigned char)src[i + 2]) : -1;
+            int hi = i + 2 < len ? http_hexval((unsigned char)src[i + 1]) : -1;
+            int lo = i + 2 < len ? http_hexval((unsigned char)src[i + 2]) : -1;
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
                 free(out);
                 return NULL;
@@ -353,10 +404,10 @@ enum http_parse_result http_chunked_decode(struct http_chunked *d, const char *i
         unsigned char c = (unsigned char)in[i];
         switch (d->state) {
         case CH_SIZE:
-            if (hexval(c) >= 0) {
+            if (http_hexval(c) >= 0) {
                 if (++d->digits > CHUNK_DIGITS_MAX)
                     goto too_big;
-                d->remaining = d->remaining * 16 + (uint64_t)hexval(c);
+                d->remaining = d->remaining * 16 + (uint64_t)http_hexval(c);
                 if (d->remaining > CHUNK_SIZE_MAX)
                     goto too_big;
             } else if (d->digits == 0) {
@@ -433,7 +484,8 @@ enum http_parse_result http_chunked_decode(struct http_chunked *d, const char *i
         case CH_TRAILER:
             if (c == '\r') {
                 d->state = CH_TRAILER_LF;
-            } else if (c == '\n' || c == '\0') {
+            } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+                /* the field-value rule: no bare LF, NUL or other control byte */
                 *consumed = i;
                 return BAD("invalid byte in trailer");
             } else {
