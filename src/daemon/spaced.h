@@ -48,6 +48,7 @@ struct tpl_registry;
 struct metrics;
 struct sbx_pools;
 struct cluster;
+struct e2b;
 
 /* Command-line options and the environment variables spaced reads (main.c fills them
  * once at start; strings point into argv, environ or literals). No module calls getenv:
@@ -102,6 +103,8 @@ struct spaced {
     struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
     struct router *router;     /* HTTP routes (http/router.h) */
     struct cluster *cluster;   /* multi-node role state (cluster/cluster.h), NULL for all */
+    struct e2b *e2b;           /* E2B API and sandbox-port pipes (e2b/e2b.h), NULL when the
+                                  role runs no sandboxes */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
 };
 
