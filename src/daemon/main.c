@@ -71,7 +71,24 @@ static void usage(FILE *f)
             "                       per-tenant limits for tenants whose own quota (PUT\n"
             "                       /v1/tenants/{tenant}/quota) does not set them\n"
             "                       (default 0 = unlimited)\n"
-            "  --help\n");
+            "  --help\n"
+            "environment (each read once at start; empty = unset):\n"
+            "  SPACE_STORE_URL      default of --store\n"
+            "  SPACE_NODE_TOKEN     secret shared by control and nodes (docs/multinode.md)\n"
+            "  SPACE_QEMU           default of --qemu\n"
+            "  SPACE_QEMU_SHIM      space-qemu-shim.so (default: beside spaced)\n"
+            "  SPACE_GATEWAY        space-gateway binary (default: beside spaced)\n"
+            "  SPACE_GATEWAY_ARGS   extra space-gateway arguments, separated by spaces\n"
+            "                       (e.g. \"--upstream-dns ADDR --trust FILE\")\n"
+            "  SPACE_E2B_DOMAIN     the sandbox domain E2B getHost() names (docs/e2b.md)\n"
+            "  SPACE_E2B_PORT_LISTEN ADDR:PORT  E2B sandbox-port listener (default: none)\n");
+}
+
+/* An environment variable, NULL when unset or empty. */
+static const char *env_opt(const char *name)
+{
+    const char *v = getenv(name);
+    return v && v[0] ? v : NULL;
 }
 
 /* getopt values of the --quota-* options: QUOTA_OPT + the field's index in
@@ -117,9 +134,12 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     };
     o->listen = "127.0.0.1:7070";
     o->data_dir = "/var/lib/space";
-    o->store_url = getenv("SPACE_STORE_URL");
-    if (o->store_url && !o->store_url[0])
-        o->store_url = NULL;
+    o->store_url = env_opt("SPACE_STORE_URL");
+    o->gateway = env_opt("SPACE_GATEWAY");
+    o->gateway_args = env_opt("SPACE_GATEWAY_ARGS");
+    o->qemu_shim = env_opt("SPACE_QEMU_SHIM");
+    o->e2b_domain = env_opt("SPACE_E2B_DOMAIN");
+    o->e2b_port_listen = env_opt("SPACE_E2B_PORT_LISTEN");
     o->node_token = getenv("SPACE_NODE_TOKEN");
     o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
     o->accel = VM_ACCEL_AUTO;

@@ -48,8 +48,11 @@ struct tpl_registry;
 struct metrics;
 struct sbx_pools;
 struct cluster;
+struct e2b;
 
-/* Command-line options (main.c fills them; strings point into argv or literals). */
+/* Command-line options and the environment variables spaced reads (main.c fills them
+ * once at start; strings point into argv, environ or literals). No module calls getenv:
+ * what a module needs from the environment is here, documented in main.c's usage. */
 struct spaced_opts {
     const char *listen;    /* "ADDR:PORT", default 127.0.0.1:7070 */
     const char *data_dir;  /* store, admin.key, per-sandbox dirs; default /var/lib/space */
@@ -78,6 +81,14 @@ struct spaced_opts {
                               connections idle both ways this long are closed (600; 0 = never) */
     struct store_quota_vals quota; /* --quota-*: per-tenant limits where a tenant's own
                               quota says "default" (quota/quota.h); 0 = unlimited */
+    /* From the environment only (an empty value counts as unset): */
+    const char *gateway;   /* SPACE_GATEWAY: space-gateway binary; NULL = beside spaced */
+    const char *gateway_args; /* SPACE_GATEWAY_ARGS: extra gateway arguments, split on
+                              spaces (net/net_spaced.c); NULL = none */
+    const char *qemu_shim; /* SPACE_QEMU_SHIM: space-qemu-shim.so; NULL = beside spaced */
+    const char *e2b_domain; /* SPACE_E2B_DOMAIN: the domain E2B getHost() names; NULL = none */
+    const char *e2b_port_listen; /* SPACE_E2B_PORT_LISTEN: ADDR:PORT of the E2B sandbox-port
+                              listener (e2b/e2b_portlisten.c); NULL = no listener */
 };
 
 struct spaced {
@@ -92,6 +103,8 @@ struct spaced {
     struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
     struct router *router;     /* HTTP routes (http/router.h) */
     struct cluster *cluster;   /* multi-node role state (cluster/cluster.h), NULL for all */
+    struct e2b *e2b;           /* E2B API and sandbox-port pipes (e2b/e2b.h), NULL when the
+                                  role runs no sandboxes */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
 };
 

@@ -77,7 +77,7 @@ static void h_port(struct http_req *req, void *arg)
     }
     struct agentc *a = routes_require_agent(req, x);
     if (a)
-        e2b_port_forward(req, a, port, target, true);
+        e2b_port_forward(sp->e2b, req, a, port, target, true);
     free(target);
 }
 

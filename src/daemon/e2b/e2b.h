@@ -10,10 +10,14 @@
  *     agent protocol. A router hook takes these requests first, choosing the sandbox by
  *     the E2b-Sandbox-Id header, a Host of "49983-<id>.<domain>", or the access token.
  *
- * Environment: SPACE_E2B_DOMAIN (optional) is returned as the sandboxes' `domain`, which
- * the SDK uses to build getHost(port) = "<port>-<id>.<domain>". SPACE_E2B_PORT_LISTEN
- * (optional, "127.0.0.1:7071") starts the sandbox-port listener, which carries getHost
- * connections as byte pipes (WebSocket included); point SPACE_E2B_DOMAIN at it. */
+ * Environment (read by main.c into sp->opt): SPACE_E2B_DOMAIN (optional) is returned as
+ * the sandboxes' `domain`, which the SDK uses to build getHost(port) =
+ * "<port>-<id>.<domain>". SPACE_E2B_PORT_LISTEN (optional, "127.0.0.1:7071") starts the
+ * sandbox-port listener, which carries getHost connections as byte pipes (WebSocket
+ * included); point SPACE_E2B_DOMAIN at it.
+ *
+ * State: one `struct e2b` per spaced, sp->e2b (NULL when not registered: a role that
+ * runs no sandboxes). */
 #ifndef SPACE_E2B_H
 #define SPACE_E2B_H
 
@@ -22,8 +26,10 @@
 struct router;
 struct spaced;
 
-/* Registers the control-plane routes and the envd hook on `r`. Called once by main.c
- * after the core modules are up; the E2B state lives until the process exits. */
+/* Registers the control-plane routes and the envd hook on `r` and sets sp->e2b. Called
+ * once by main.c after the core modules are up; the E2B state lives until the process
+ * exits (static storage: at shutdown the sandboxes' agent connections, which its
+ * processes and pipes hold channels of, are already gone, so it is not freed). */
 void e2b_register(struct router *r, struct spaced *sp);
 
 /* Forwards `req` to 127.0.0.1:<port> inside the sandbox whose agent is `a`, over one
@@ -35,7 +41,10 @@ void e2b_register(struct router *r, struct spaced *sp);
  * port_unreachable); else E2B's REST error shape. Used by getHost and by /v1/sandboxes/{id}/ports/{port}/... */
 struct http_req;
 struct agentc;
-void e2b_port_forward(struct http_req *req, struct agentc *a, unsigned port, const char *target,
-                      bool api);
+struct e2b;
+/* e: sp->e2b, whose pipe set takes an upgraded connection (NULL: upgrades fail with the
+ * connection closed). */
+void e2b_port_forward(struct e2b *e, struct http_req *req, struct agentc *a, unsigned port,
+                      const char *target, bool api);
 
 #endif

@@ -819,21 +819,21 @@ static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum 
 
 void e2b_register(struct router *r, struct spaced *sp)
 {
-    static struct e2b e;
+    static struct e2b e; /* see e2b.h: not freed at shutdown */
     e.sp = sp;
-    const char *domain = getenv("SPACE_E2B_DOMAIN");
-    snprintf(e.domain, sizeof e.domain, "%s", domain ? domain : "");
+    sp->e2b = &e;
+    snprintf(e.domain, sizeof e.domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
     ctx_create = (struct body_ctx){&e, create};
     ctx_timeout = (struct body_ctx){&e, timeout_route};
     ctx_refresh = (struct body_ctx){&e, refresh_route};
     ctx_pause = (struct body_ctx){&e, pause_route};
     ctx_connect = (struct body_ctx){&e, connect_route};
     ctx_resume = (struct body_ctx){&e, resume_route};
-    e2b_pipe_set_idle(sp->opt.proxy_idle_s);
-    const char *listen = getenv("SPACE_E2B_PORT_LISTEN");
+    e.pipes.idle_s = sp->opt.proxy_idle_s;
+    const char *listen = sp->opt.e2b_port_listen;
     char err[200], q[256];
     /* Without it getHost still works on our own port, minus protocol upgrades. */
-    if (listen && *listen && e2b_port_listen(&e, listen, err, sizeof err) < 0)
+    if (listen && e2b_port_listen(&e, listen, err, sizeof err) < 0)
         log_error("e2b.port_listen", "error=%s", log_quote(err, q, sizeof q));
     router_add_hook(r, e2b_envd_hook, &e);
     router_add(r, "POST", "/sandboxes", h_body, &ctx_create);

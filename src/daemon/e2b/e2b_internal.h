@@ -33,12 +33,25 @@ struct evconnlistener;
 struct e2b_proc;
 struct e2b_watcher;
 
+/* Every pipe of one e2b context (e2b_portlisten.c): the listener's connections and the
+ * ones adopted after an upgrade on spaced's own port. */
+struct pl_conn;
+struct rl_table;
+struct e2b_pipes {
+    unsigned n;              /* open pipes, at most PL_MAX_CONNS */
+    struct pl_conn *all;     /* every one of them (list) */
+    struct rl_table *rl;     /* new listener connections per address; NULL: --rate 0 */
+    unsigned idle_s;         /* --proxy-idle-timeout; 0 = none */
+};
+
+/* The E2B module's state: one per spaced, reached as sp->e2b (e2b_register). */
 struct e2b {
     struct spaced *sp;
     char domain[256];        /* returned as `domain` in Sandbox objects; "" -> null */
     char port_listen[128];   /* SPACE_E2B_PORT_LISTEN address, "" when not listening */
     struct evconnlistener *listener; /* its listener (owned; lives as long as spaced) */
     struct e2b_box *boxes;   /* envd state per sandbox (list) */
+    struct e2b_pipes pipes;  /* sandbox-port pipes (e2b_portlisten.c) */
 };
 
 struct e2b_box {
@@ -172,13 +185,10 @@ int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
  * listener's connection limit; NULL when over it or out of memory (nothing taken). */
 struct pl_conn;
 struct bufferevent;
-/* Idle timeout of every pipe, adopted or the listener's (--proxy-idle-timeout; 0 = none;
- * default 600 s): e2b_register sets it. */
-void e2b_pipe_set_idle(unsigned seconds);
 struct agentc_chan;
 struct agentc_chan_ops;
-struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, void *owned,
-                               uint32_t owed);
+struct pl_conn *e2b_pipe_adopt(struct e2b *e, struct bufferevent *bev, struct agentc_chan *ch,
+                               void *owned, uint32_t owed);
 extern const struct agentc_chan_ops e2b_pipe_chan_ops;
 
 /* For a signed /files URL that names no sandbox: the running sandbox whose token the

@@ -81,12 +81,12 @@ enum pl_up {
 };
 
 struct pl_conn {
-    struct e2b *e;             /* NULL for adopted pipes (only routing uses it) */
+    struct e2b *e;             /* the context whose pipe set (e->pipes) holds us */
     struct bufferevent *bev;   /* the client (owned, owns the socket) */
     struct agentc_chan *ch;    /* the guest connection, NULL before routing / after */
     void *owned;               /* e2b_pipe_adopt's forwarding context, freed with us */
     struct event *timer;       /* head deadline, then idle deadline once piping (owned) */
-    struct pl_conn *next, *prev; /* pl_all: every connection */
+    struct pl_conn *next, *prev; /* e->pipes.all: every connection */
     char addr[48];             /* the client's address; "" for adopted pipes */
     bool piping;               /* routed: bytes flow */
     bool client_eof;           /* client sent FIN (EOF IN sent or queued) */
@@ -106,19 +106,13 @@ struct pl_conn {
     size_t status_len;
 };
 
-static unsigned pl_conns;
-static struct pl_conn *pl_all;
-static struct rl_table *pl_rl; /* new connections per address; NULL: --rate 0 */
-static unsigned pl_idle_s = 600; /* --proxy-idle-timeout; 0 = none */
-
-void e2b_pipe_set_idle(unsigned seconds) { pl_idle_s = seconds; }
-
 static void pl_free(struct pl_conn *c)
 {
+    struct e2b_pipes *set = &c->e->pipes;
     if (c->prev)
         c->prev->next = c->next;
-    else if (pl_all == c)
-        pl_all = c->next;
+    else if (set->all == c)
+        set->all = c->next;
     if (c->next)
         c->next->prev = c->prev;
     if (c->ch)
@@ -126,7 +120,7 @@ static void pl_free(struct pl_conn *c)
     if (c->timer)
         event_free(c->timer);
     bufferevent_free(c->bev);
-    pl_conns--;
+    set->n--;
     free(c->owned);
     free(c);
 }
@@ -224,8 +218,8 @@ static ssize_t pl_chunked_span(struct pl_conn *c, const char *buf, size_t len, b
 /* A byte moved on a piped connection: its idle deadline starts again. */
 static void pl_touch(struct pl_conn *c)
 {
-    if (c->timer && c->piping && pl_idle_s) {
-        struct timeval tv = {.tv_sec = pl_idle_s};
+    if (c->timer && c->piping && c->e->pipes.idle_s) {
+        struct timeval tv = {.tv_sec = c->e->pipes.idle_s};
         evtimer_add(c->timer, &tv);
     }
 }
@@ -574,7 +568,7 @@ static void sockaddr_ip(const struct sockaddr *sa, char *out, size_t cap)
 static bool pl_admit(struct e2b *e, evutil_socket_t fd, const char *addr)
 {
     unsigned cap = e->sp->opt.conns_per_client, n = 0;
-    for (struct pl_conn *o = pl_all; o && cap; o = o->next)
+    for (struct pl_conn *o = e->pipes.all; o && cap; o = o->next)
         n += strcmp(o->addr, addr) == 0;
     if (cap && n >= cap) {
         pl_refuse(fd, 1, addr, "too many open connections");
@@ -584,7 +578,8 @@ static bool pl_admit(struct e2b *e, evutil_socket_t fd, const char *addr)
     snprintf(key, sizeof key, "ip:%s", addr);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t wait_ms = pl_rl ? rl_take(pl_rl, key, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) : 0;
+    struct rl_table *rl = e->pipes.rl;
+    int64_t wait_ms = rl ? rl_take(rl, key, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) : 0;
     if (wait_ms > 0) {
         pl_refuse(fd, (wait_ms + 999) / 1000, addr, "too many new connections");
         return false;
@@ -592,13 +587,20 @@ static bool pl_admit(struct e2b *e, evutil_socket_t fd, const char *addr)
     return true;
 }
 
-static void pl_link(struct pl_conn *c)
+/* A new pipe of e's set (NULL when the set is full or out of memory). */
+static struct pl_conn *pl_new(struct e2b *e)
 {
-    pl_conns++;
-    c->next = pl_all;
-    if (pl_all)
-        pl_all->prev = c;
-    pl_all = c;
+    struct e2b_pipes *set = &e->pipes;
+    struct pl_conn *c = set->n < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    if (!c)
+        return NULL;
+    c->e = e;
+    set->n++;
+    c->next = set->all;
+    if (set->all)
+        set->all->prev = c;
+    set->all = c;
+    return c;
 }
 
 static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -610,16 +612,16 @@ static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     sockaddr_ip(sa, addr, sizeof addr);
     if (!pl_admit(e, fd, addr))
         return;
-    struct pl_conn *c = pl_conns < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
-    struct bufferevent *bev = c ? bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    if (!bev) {
-        evutil_closesocket(fd);
-        free(c);
+    struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    struct pl_conn *c = bev ? pl_new(e) : NULL;
+    if (!c) {
+        if (bev)
+            bufferevent_free(bev);
+        else
+            evutil_closesocket(fd);
         return;
     }
-    pl_link(c);
     snprintf(c->addr, sizeof c->addr, "%s", addr);
-    c->e = e;
     c->bev = bev;
     c->timer = evtimer_new(base, pl_timeout, c);
     if (!c->timer)
@@ -629,13 +631,12 @@ static void pl_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     pl_watch(c);
 }
 
-struct pl_conn *e2b_pipe_adopt(struct bufferevent *bev, struct agentc_chan *ch, void *owned,
-                               uint32_t owed)
+struct pl_conn *e2b_pipe_adopt(struct e2b *e, struct bufferevent *bev, struct agentc_chan *ch,
+                               void *owned, uint32_t owed)
 {
-    struct pl_conn *c = pl_conns < PL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    struct pl_conn *c = e ? pl_new(e) : NULL;
     if (!c)
         return NULL;
-    pl_link(c);
     c->bev = bev;
     c->ch = ch;
     c->timer = evtimer_new(bufferevent_get_base(bev), pl_timeout, c);
@@ -669,7 +670,7 @@ int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen)
         return -1;
     }
     struct rl_config rc = {.rate = e->sp->opt.rate, .burst = e->sp->opt.burst};
-    if (e->sp->opt.rate > 0 && !pl_rl && !(pl_rl = rl_new(&rc))) {
+    if (e->sp->opt.rate > 0 && !e->pipes.rl && !(e->pipes.rl = rl_new(&rc))) {
         evconnlistener_free(l);
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -56,6 +56,7 @@ enum pxy_body {
 };
 
 struct pxy {
+    struct e2b *e;            /* its pipe set takes the connection after an upgrade */
     struct http_req *req;     /* NULL once our reply finished or the client went away */
     struct agentc_chan *ch;   /* NULL once closed */
     unsigned port;
@@ -372,7 +373,7 @@ static void pxy_upgraded(struct bufferevent *bev, void *arg)
     struct pl_conn *pipe = NULL;
     if (bev) {
         evbuffer_add_buffer(bufferevent_get_output(bev), p->early);
-        pipe = e2b_pipe_adopt(bev, p->ch, p, p->owed);
+        pipe = e2b_pipe_adopt(p->e, bev, p->ch, p, p->owed);
         if (!pipe)
             bufferevent_free(bev);
     }
@@ -488,13 +489,15 @@ void e2b_port_proxy(struct e2b *e, struct http_req *req, const char *id, unsigne
         e2b_reply_rest_error(req, 502, "sandbox %s is not running", id);
         return;
     }
-    e2b_port_forward(req, a, port, http_req_target(req), false);
+    e2b_port_forward(e, req, a, port, http_req_target(req), false);
 }
 
-void e2b_port_forward(struct http_req *req, struct agentc *a, unsigned port, const char *target,
-                      bool api)
+void e2b_port_forward(struct e2b *e, struct http_req *req, struct agentc *a, unsigned port,
+                      const char *target, bool api)
 {
     struct pxy *p = calloc(1, sizeof *p);
+    if (p)
+        p->e = e;
     char why[128] = "out of memory";
     if (!p || !(p->head = malloc(PROXY_HEAD_MAX + 1)) ||
         !(p->ch = agentc_open_tcp(a, NULL, port, &pxy_ops, p, AGENTC_MANUAL_CREDIT, why,

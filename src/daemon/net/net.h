@@ -155,8 +155,9 @@ void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), voi
 bool net_gateway_up(struct net *n);
 
 /* The process's network module for spaced, created on first use from sp->opt
- * (data_dir; the gateway binary next to spaced's own or $SPACE_GATEWAY, started if
- * present, with the extra arguments in $SPACE_GATEWAY_ARGS, space-separated); records
+ * (data_dir; the gateway binary next to spaced's own or sp->opt.gateway from
+ * $SPACE_GATEWAY, started if present, with the extra arguments in sp->opt.gateway_args
+ * from $SPACE_GATEWAY_ARGS, space-separated; main.c reads both); records
  * of sandboxes the table does not know are swept then, so call it after the table is
  * loaded (routes_network_register does). Lives until
  * exit: spaced has no slot for it and no shutdown hook for route modules; an exit

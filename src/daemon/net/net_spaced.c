@@ -16,11 +16,15 @@
 #include "daemon/sandbox/sbx.h"
 #include "log.h"
 
+#define NET_GATEWAY_ARGS_MAX 32 /* words of SPACE_GATEWAY_ARGS passed on; more are dropped */
+
 static struct {
     struct spaced *sp;
     struct net *net;
     struct net_tenants *tenants; /* NULL when net is */
     bool tried; /* set up once; a failure is logged once and not retried */
+    char *args_copy;                               /* SPACE_GATEWAY_ARGS, split in place */
+    const char *args[NET_GATEWAY_ARGS_MAX + 1];
 } net_proc;
 
 static bool sandbox_known(const char *id, void *arg)
@@ -33,30 +37,29 @@ static void at_exit(void)
     net_exit(net_proc.net);
 }
 
-/* Extra gateway arguments from $SPACE_GATEWAY_ARGS, split on spaces (e.g. "--upstream-dns
- * 192.0.2.53 --trust /etc/space/upstream.pem"): deployments and tests name the gateway's
- * resolvers and trust store without a spaced option per gateway flag. Owned by net_proc. */
-static const char *const *gateway_args(void)
+/* Extra gateway arguments from $SPACE_GATEWAY_ARGS (sp->opt.gateway_args), split on
+ * spaces (e.g. "--upstream-dns 192.0.2.53 --trust /etc/space/upstream.pem"): deployments
+ * and tests name the gateway's resolvers and trust store without a spaced option per
+ * gateway flag. The words live in net_proc (the gateway is restarted with them). */
+static const char *const *gateway_args(const struct spaced *sp)
 {
-    static char *copy;
-    static const char *argv[33];
-    const char *env = getenv("SPACE_GATEWAY_ARGS");
-    if (!env || !*env || !(copy = strdup(env)))
+    const char *env = sp->opt.gateway_args;
+    if (!env || !(net_proc.args_copy = strdup(env)))
         return NULL;
     size_t n = 0;
     char *save = NULL;
-    for (char *t = strtok_r(copy, " ", &save); t && n < 32; t = strtok_r(NULL, " ", &save))
-        argv[n++] = t;
-    argv[n] = NULL;
-    return argv;
+    for (char *t = strtok_r(net_proc.args_copy, " ", &save); t && n < NET_GATEWAY_ARGS_MAX;
+         t = strtok_r(NULL, " ", &save))
+        net_proc.args[n++] = t;
+    net_proc.args[n] = NULL;
+    return net_proc.args;
 }
 
-/* space-gateway beside spaced's own binary ($SPACE_GATEWAY overrides). */
-static const char *gateway_path(char *buf, size_t cap)
+/* space-gateway beside spaced's own binary ($SPACE_GATEWAY, sp->opt.gateway, overrides). */
+static const char *gateway_path(const struct spaced *sp, char *buf, size_t cap)
 {
-    const char *env = getenv("SPACE_GATEWAY");
-    if (env && *env)
-        return env;
+    if (sp->opt.gateway)
+        return sp->opt.gateway;
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0)
@@ -82,9 +85,9 @@ struct net *net_get(struct spaced *sp)
     struct net_opts o = {
         .data_dir = sp->opt.data_dir,
         .pool = NET_POOL_DEFAULT,
-        .gateway_bin = gateway_path(gw, sizeof gw),
+        .gateway_bin = gateway_path(sp, gw, sizeof gw),
         .gateway_ctl = ctl,
-        .gateway_args = gateway_args(),
+        .gateway_args = gateway_args(sp),
     };
     if (!o.gateway_bin)
         log_warn("net.no_gateway", "msg=\"space-gateway not found beside spaced; sandboxes with a "

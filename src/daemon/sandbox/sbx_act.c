@@ -23,13 +23,13 @@
 #include "daemon/net/net.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/vm.h"
+#include "daemon/vm/vm_greet.h"
 #include "log.h"
 #include "sbx_internal.h"
 #include "sbx_jail.h"
 #include "sbx_pool.h"
 
 #define SBX_AGENT_TIMEOUT_S 120   /* boot/restore until the agent's HELLO */
-#define SBX_HELLO_RETRY_S 5       /* restore: greet again on a fresh connection after */
 #define SBX_SHUTDOWN_TIMEOUT_MS 10000
 #define SBX_PATH_MAX 600
 
@@ -91,8 +91,8 @@ static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
     s->cold_fallback = false;
     if (s->timer)
         event_del(s->timer);
-    if (s->hello_retry)
-        event_del(s->hello_retry);
+    if (s->greet)
+        vmg_stop(s->greet);
     if (op[0])
         op_finish(s->sp, op, ok, code, msg);
 }
@@ -132,8 +132,8 @@ static void on_agent_hello(void *arg, json_t *hello)
     struct sbx *s = arg;
     (void)hello;
     s->agent_ready = true;
-    if (s->hello_retry)
-        event_del(s->hello_retry);
+    if (s->greet)
+        vmg_answered(s->greet);
     log_info("sandbox.agent", "sandbox=%s event=ready", s->rec.id);
     act_continue_after_agent(s);
 }
@@ -274,24 +274,24 @@ static void on_vm_ready(struct vm *vm, int err, const char *msg, void *arg)
     (void)msg; /* the failure is reported by on_exit, which always follows */
 }
 
-/* A HELLO sent to a just-restored guest can be lost: the guest driver drops what arrives
- * while the agent is still closing the port of the snapshot's last connection (the pool
- * meets the same, pool.c). A restored agent answers in well under a second, so no answer
- * within SBX_HELLO_RETRY_S means a fresh connection and a new HELLO, until the action's
- * own deadline (SBX_AGENT_TIMEOUT_S). A cold boot is not retried: its agent is simply
- * not up yet. */
-static void on_hello_retry(evutil_socket_t fd, short what, void *arg)
+/* A HELLO sent to a just-restored guest can be lost (vm_greet.h): while an action waits
+ * for a restored agent, a connection not answered within VMG_RETRY_MS is replaced by a
+ * fresh one with a new HELLO, until the action's own deadline (SBX_AGENT_TIMEOUT_S,
+ * s->timer: so no attempt limit and no deadline here, and a refused reconnect is left to
+ * that deadline). A cold boot is not retried: its agent is simply not up yet. */
+static void on_hello_retry(void *arg, struct vm *vm)
 {
     struct sbx *s = arg;
-    if (s->agent_ready || !s->op_id[0] || !s->vm || vm_state(s->vm) != VM_STATE_RUNNING)
-        return;
+    (void)vm;
     log_warn("sandbox.agent", "sandbox=%s event=hello_retry msg=\"no HELLO from the restored "
-             "agent within %d s: reconnecting\"", s->rec.id, SBX_HELLO_RETRY_S);
+             "agent within %d s: reconnecting\"", s->rec.id, VMG_RETRY_MS / 1000);
     s->pending = NULL;
     agentc_free(s->agent);
-    s->agent = NULL;
-    vm_agent_reconnect(s->vm); /* on_vm_agent: new connection, HELLO, timer re-armed */
+    s->agent = NULL; /* then on_vm_agent: new connection, HELLO, vmg_sent */
 }
+
+static const struct vmg_ops sbx_greet_ops = {on_hello_retry, NULL};
+static const struct vmg_params sbx_greet = {VMG_RETRY_MS, 0, 0};
 
 static void on_vm_agent(struct vm *vm, int fd, void *arg)
 {
@@ -302,11 +302,12 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
     s->pending = NULL;
     s->agent = agentc_new(s->sp->base, fd, &sbx_agent_cbs, s);
     if (s->restored && s->op_id[0]) {
-        if (!s->hello_retry)
-            s->hello_retry = evtimer_new(s->sp->base, on_hello_retry, s);
-        struct timeval tv = {SBX_HELLO_RETRY_S, 0};
-        if (s->hello_retry)
-            event_add(s->hello_retry, &tv);
+        if (!s->greet)
+            s->greet = vmg_new(s->sp->base, &sbx_greet_ops, s);
+        if (s->greet && !vmg_active(s->greet))
+            vmg_begin(s->greet, vm, &sbx_greet);
+        if (s->greet)
+            vmg_sent(s->greet);
     }
 }
 
@@ -337,6 +338,8 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
     struct sbx *s = arg;
     (void)vm;
     s->vm = NULL;
+    if (s->greet)
+        vmg_stop(s->greet); /* it holds the VM, which is freed after this */
     agentc_free(s->agent);
     s->agent = NULL;
     s->agent_ready = false;

@@ -9,6 +9,7 @@ struct vm;
 struct agentc;
 struct agentc_chan;
 struct event;
+struct vmg;
 
 struct sbx {
     struct spaced *sp;
@@ -28,7 +29,8 @@ struct sbx {
     bool restored;               /* started from a snapshot (template or suspend) */
     bool cold_fallback;          /* create: snapshot restore failed, now cold booting */
     struct event *timer;         /* agent-hello deadline of the current action (owned) */
-    struct event *hello_retry;   /* restored VM: greet again on a fresh connection (owned) */
+    struct vmg *greet;           /* restored VM: greet again on a fresh connection (owned,
+                                    made on first use) */
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
     struct sbx *next;            /* table list */

@@ -72,14 +72,13 @@ static const char *range_taken(uid_t base, unsigned count, char *buf, size_t cap
     return hit;
 }
 
-/* SPACE_QEMU_SHIM, else space-qemu-shim.so beside the spaced binary. */
-static const char *shim_path(void)
+/* SPACE_QEMU_SHIM (sp->opt.qemu_shim), else space-qemu-shim.so beside the spaced binary
+ * (written to p[cap]). */
+static const char *shim_path(const struct spaced *sp, char *p, size_t cap)
 {
-    static char p[PATH_MAX];
-    const char *env = getenv("SPACE_QEMU_SHIM");
-    if (env && env[0])
-        return env;
-    ssize_t n = readlink("/proc/self/exe", p, sizeof p - sizeof SBX_JAIL_SHIM - 1);
+    if (sp->opt.qemu_shim)
+        return sp->opt.qemu_shim;
+    ssize_t n = readlink("/proc/self/exe", p, cap - sizeof SBX_JAIL_SHIM - 1);
     if (n <= 0)
         return NULL;
     p[n] = 0;
@@ -92,8 +91,8 @@ static const char *shim_path(void)
 
 int sbx_jail_resolve(struct spaced *sp)
 {
-    char err[300], who[300];
-    struct vm_jail_policy pol = {.required = 1, .shim = shim_path()};
+    char err[300], who[300], shim[PATH_MAX]; /* the policy copies the shim's path */
+    struct vm_jail_policy pol = {.required = 1, .shim = shim_path(sp, shim, sizeof shim)};
     if (!cluster_runs_sandboxes(sp)) {
         sp->opt.jail = 0;
         log_info("jail", "state=off why=\"this role starts no VMs\"");

@@ -10,6 +10,7 @@
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/vm/vm.h"
+#include "daemon/vm/vm_greet.h"
 #include "log.h"
 #include "sbx_internal.h"
 
@@ -26,8 +27,7 @@ static void sbx_free(struct sbx *s)
     agentc_free(s->agent);
     if (s->timer)
         event_free(s->timer);
-    if (s->hello_retry)
-        event_free(s->hello_retry);
+    vmg_free(s->greet);
     store_sbx_clear(&s->rec);
     free(s);
 }

@@ -36,6 +36,7 @@
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx_jail.h"
 #include "daemon/vm/vm.h"
+#include "daemon/vm/vm_greet.h"
 #include "log.h"
 #include "tpl_internal.h"
 
@@ -67,7 +68,8 @@ struct tpl_build {
     bool steps_done;                 /* every step and the probe passed */
     struct vm *vm;
     struct agentc *agent;
-    struct event *timer;             /* deadlines, and polling of qemu-img convert */
+    struct event *timer;             /* step deadlines, and polling of qemu-img convert */
+    struct vmg *greet;               /* boot until the agent's HELLO, BUILD_BOOT_TIMEOUT_S */
     pid_t convert_pid;
     int64_t started_ms;
     char out[BUILD_OUTPUT_TAIL + 1]; /* tail of the current request's output */
@@ -89,6 +91,7 @@ static void build_free(struct tpl_build *b)
     agentc_free(b->agent);
     if (b->timer)
         event_free(b->timer);
+    vmg_free(b->greet);
     json_decref(b->spec);
     json_decref(b->base_meta);
     tpl_defaults_clear(&b->cur);
@@ -125,6 +128,8 @@ static void build_end(struct tpl_build *b, const char *code, const char *fmt, ..
     b->finished = true;
     if (b->timer)
         event_del(b->timer);
+    if (b->greet)
+        vmg_stop(b->greet);
     tpl_probe_free(b->probe);
     b->probe = NULL;
     char msg[BUILD_OUTPUT_TAIL + 512] = "";
@@ -514,7 +519,7 @@ static void on_agent_ready(void *arg, json_t *hello)
 {
     struct tpl_build *b = arg;
     (void)hello;
-    event_del(b->timer);
+    vmg_answered(b->greet);
     run_step(b);
 }
 
@@ -541,7 +546,8 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
     tpl_probe_free(b->probe);
     b->probe = NULL;
     agentc_free(b->agent);
-    b->agent = agentc_new(b->sp->base, fd, &build_agent_cbs, b);
+    b->agent = agentc_new(b->sp->base, fd, &build_agent_cbs, b); /* sends the HELLO */
+    vmg_sent(b->greet);
 }
 
 static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *msg,
@@ -551,6 +557,7 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
     (void)vm;
     (void)tail;
     b->vm = NULL;
+    vmg_stop(b->greet);
     tpl_probe_free(b->probe);
     b->probe = NULL;
     agentc_free(b->agent);
@@ -575,6 +582,18 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     build_end(arg, "timeout", "the template build did not make progress in time");
 }
+
+static void on_boot_deadline(void *arg, struct vm *vm, int err, const char *msg)
+{
+    (void)vm;
+    (void)err;
+    (void)msg;
+    on_deadline(-1, EV_TIMEOUT, arg);
+}
+
+/* A cold boot: no HELLO retry (its agent is simply not up yet), one deadline. */
+static const struct vmg_ops build_greet_ops = {NULL, on_boot_deadline};
+static const struct vmg_params build_greet = {0, 0, BUILD_BOOT_TIMEOUT_S * 1000};
 
 static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
 {
@@ -605,14 +624,12 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     sbx_jail_fill(b->sp, &cfg);
     int verr = 0;
     char m[256] = "";
-    b->vm = vm_boot(b->sp->base, &cfg, &build_vm_cbs, b, &verr, m, sizeof m);
+    b->vm = vmg_start(b->greet, &cfg, NULL, 0, &build_greet, &build_vm_cbs, b, &verr, m, sizeof m);
     if (!b->vm) {
         build_end(b, "vm_failed", "cannot start the build VM: %s", m[0] ? m : vm_error_code(verr));
         return;
     }
     op_progress(b->sp, b->op_id, 5, "booting the build VM");
-    struct timeval tv = {BUILD_BOOT_TIMEOUT_S, 0};
-    event_add(b->timer, &tv);
 }
 
 int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
@@ -664,9 +681,10 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
     b->cur.start = start ? strdup(start) : NULL;
     b->cur.ready = ready ? strdup(ready) : NULL;
     b->timer = evtimer_new(sp->base, on_deadline, b);
+    b->greet = vmg_new(sp->base, &build_greet_ops, b);
     /* A failed earlier build of this name (same tenant) left files: start clean. */
     spaced_rm_rf(b->dir);
-    if (!b->timer || spaced_mkdir_p(b->dir) != 0 || spaced_mkdir_p(b->run_dir) != 0) {
+    if (!b->timer || !b->greet || spaced_mkdir_p(b->dir) != 0 || spaced_mkdir_p(b->run_dir) != 0) {
         build_end(b, "host_io", "cannot create %s: %s", b->dir, strerror(errno));
         return -1;
     }

@@ -38,6 +38,7 @@
 #include "daemon/sandbox/sbx.h"
 #include "daemon/sandbox/sbx_jail.h"
 #include "daemon/vm/vm.h"
+#include "daemon/vm/vm_greet.h"
 #include "log.h"
 #include "tpl_internal.h"
 
@@ -65,7 +66,7 @@ struct tpl_snap {
     struct tpl_probe *probe;    /* start + ready check in flight */
     struct vm *vm;              /* template VM while building */
     struct agentc *agent;       /* its agent connection */
-    struct event *timer;        /* boot timeout */
+    struct vmg *greet;          /* boot until the agent's HELLO, TPL_SNAP_BOOT_TIMEOUT_S */
     struct tpl_snap *next;
 };
 
@@ -141,7 +142,8 @@ static void snap_fail(struct tpl_snap *s, const char *why)
         vm_kill(s->vm);
     agentc_free(s->agent);
     s->agent = NULL;
-    event_del(s->timer);
+    if (s->greet)
+        vmg_stop(s->greet);
     tpl_defaults_clear(&s->d);
 }
 
@@ -201,7 +203,7 @@ static void on_agent_ready(void *arg, json_t *hello)
 {
     struct tpl_snap *s = arg;
     (void)hello;
-    event_del(s->timer);
+    vmg_answered(s->greet);
     if (!s->d.start && !s->d.ready) {
         take_snapshot(s);
         return;
@@ -237,7 +239,8 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
     tpl_probe_free(s->probe);
     s->probe = NULL;
     agentc_free(s->agent);
-    s->agent = agentc_new(s->sp->base, fd, &snap_agent_cbs, s);
+    s->agent = agentc_new(s->sp->base, fd, &snap_agent_cbs, s); /* sends the HELLO */
+    vmg_sent(s->greet);
 }
 
 static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *msg,
@@ -247,6 +250,7 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
     (void)vm;
     (void)tail;
     s->vm = NULL;
+    vmg_stop(s->greet);
     tpl_probe_free(s->probe);
     s->probe = NULL;
     agentc_free(s->agent);
@@ -257,12 +261,17 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
 
 static const struct vm_callbacks snap_vm_cbs = {on_vm_ready, on_vm_agent, on_vm_exit};
 
-static void on_boot_timeout(evutil_socket_t fd, short what, void *arg)
+static void on_boot_timeout(void *arg, struct vm *vm, int err, const char *msg)
 {
-    (void)fd;
-    (void)what;
+    (void)vm;
+    (void)err;
+    (void)msg;
     snap_fail(arg, "template VM did not report ready in time");
 }
+
+/* A cold boot: no HELLO retry (its agent is simply not up yet), one deadline. */
+static const struct vmg_ops snap_greet_ops = {NULL, on_boot_timeout};
+static const struct vmg_params snap_greet = {0, 0, TPL_SNAP_BOOT_TIMEOUT_S * 1000};
 
 static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
 {
@@ -275,6 +284,10 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     struct vm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     struct spaced_err e;
+    if (!s->greet) {
+        snap_fail(s, "out of memory");
+        return;
+    }
     if (tpl_vm_base(s->sp, &cfg, &e) < 0) {
         snap_fail(s, e.message);
         return;
@@ -308,15 +321,14 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     sbx_jail_fill(s->sp, &cfg);
     int verr = 0;
     char msgbuf[256] = "";
-    s->vm = vm_boot(s->sp->base, &cfg, &snap_vm_cbs, s, &verr, msgbuf, sizeof msgbuf);
+    s->vm = vmg_start(s->greet, &cfg, NULL, 0, &snap_greet, &snap_vm_cbs, s, &verr, msgbuf,
+                      sizeof msgbuf);
     if (lease.tap_fd >= 0)
         close(lease.tap_fd); /* QEMU holds its own copy from the spawn */
     if (!s->vm) {
         snap_fail(s, msgbuf[0] ? msgbuf : vm_error_code(verr));
         return;
     }
-    struct timeval tv = {TPL_SNAP_BOOT_TIMEOUT_S, 0};
-    event_add(s->timer, &tv);
 }
 
 /* True if process `pid`'s command line names `needle`. */
@@ -417,7 +429,7 @@ bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, u
         snprintf(s->rootfs, sizeof s->rootfs, "%s", t->rootfs);
         snprintf(s->tpl_dir, sizeof s->tpl_dir, "%s", t->dir);
         snprintf(s->run_dir, sizeof s->run_dir, "%s/run/%s", sp->opt.data_dir, s->vm_id);
-        s->timer = evtimer_new(sp->base, on_boot_timeout, s);
+        s->greet = vmg_new(sp->base, &snap_greet_ops, s);
         s->next = r->snaps;
         r->snaps = s;
         char ready[TPL_PATH_MAX + 16];
@@ -463,8 +475,7 @@ static void snap_free(struct tpl_snap *s)
     }
     snap_release_nic(s);
     agentc_free(s->agent);
-    if (s->timer)
-        event_free(s->timer);
+    vmg_free(s->greet);
     json_decref(s->inputs);
     tpl_defaults_clear(&s->d);
     free(s);

@@ -15,6 +15,7 @@
 #include "b64.h"
 #include "frame.h"
 #include "log.h"
+#include "vm_greet.h"
 #include "vm_internal.h"
 
 #include <errno.h>
@@ -44,8 +45,7 @@ struct pool_entry {
     int orphan;           /* pool freed while qemu-img ran: on_overlay cleans up */
     int agent_fd;         /* warm-up connection to the agent, handed over at claim */
     struct event *agent_ev; /* owned: reads the agent's HELLO during warm-up */
-    struct event *warm_timer; /* owned: per-attempt deadline of the warm-up handshake */
-    unsigned warm_attempts;
+    struct vmg *greet;    /* owned: the warm-up's HELLO, retried on a fresh connection */
     int warm_greeted;     /* the agent answered this connection's HELLO */
     unsigned warm_open;   /* warm-up channels (bit per WARM_CH_*) not yet closed */
     uint8_t in[1024];     /* warm-up input not yet parsed */
@@ -104,9 +104,8 @@ static void entry_discard(struct pool *p, struct pool_entry *e)
     entry_unlink(p, e);
     entry_tap_close(e);
     entry_agent_close(e);
-    if (e->warm_timer)
-        event_free(e->warm_timer);
-    e->warm_timer = NULL;
+    vmg_free(e->greet);
+    e->greet = NULL;
     if (e->cfg.disk)
         unlink(e->cfg.disk);
     if (p->discard)
@@ -262,25 +261,33 @@ static void on_entry_agent_input(evutil_socket_t fd, short what, void *arg)
     /* Warm-up done: stop reading, so whatever comes next is the claimer's. */
     event_free(e->agent_ev);
     e->agent_ev = NULL;
-    evtimer_del(e->warm_timer);
+    vmg_answered(e->greet);
     if (vm_pause(e->vm, on_entry_paused, e) != VM_OK)
         vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: cannot pause a warmed-up VM");
 }
 
-/* A HELLO can be lost: if it reaches the guest while the agent is still closing the
- * port of the template's last connection, the guest driver discards it. No answer within
- * WARM_ATTEMPT_MS: reconnect and greet again (a fresh connection, so no late answer to
- * the old HELLO can reach the claimer); give up after WARM_ATTEMPTS. */
-#define WARM_ATTEMPT_MS 5000
+/* A HELLO can be lost (vm_greet.h): no answer (HELLO and warm-up done) within
+ * VMG_RETRY_MS means a fresh connection and a new greeting (a fresh connection, so no
+ * late answer to the old HELLO can reach the claimer); give up after WARM_ATTEMPTS. */
 #define WARM_ATTEMPTS 12
 
-static void on_warm_timeout(evutil_socket_t fd, short what, void *arg)
+static void on_warm_retry(void *arg, struct vm *vm)
+{
+    (void)vm;
+    entry_agent_close(arg);
+}
+
+static void on_warm_fail(void *arg, struct vm *vm, int err, const char *msg)
 {
     struct pool_entry *e = arg;
+    (void)err;
+    (void)msg;
     entry_agent_close(e);
-    if (++e->warm_attempts >= WARM_ATTEMPTS || vm_agent_reconnect(e->vm) != VM_OK)
-        vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: agent never answered HELLO");
+    vm_kill_reason(vm, VM_EXIT_CRASHED, "pool: agent never answered HELLO");
 }
+
+static const struct vmg_ops warm_greet_ops = {on_warm_retry, on_warm_fail};
+static const struct vmg_params warm_greet = {VMG_RETRY_MS, WARM_ATTEMPTS, 0};
 
 static void on_entry_agent(struct vm *vm, int fd, void *arg)
 {
@@ -296,16 +303,12 @@ static void on_entry_agent(struct vm *vm, int fd, void *arg)
                         sizeof(hello) - 1);
     memcpy(msg + FRAME_HEADER_SIZE, hello, sizeof(hello) - 1);
     e->agent_ev = event_new(e->p->base, fd, EV_READ | EV_PERSIST, on_entry_agent_input, e);
-    if (!e->warm_timer)
-        e->warm_timer = evtimer_new(e->p->base, on_warm_timeout, e);
-    if (!e->agent_ev || !e->warm_timer ||
-        write(fd, msg, FRAME_HEADER_SIZE + sizeof(hello) - 1) < 0) {
+    if (!e->agent_ev || write(fd, msg, FRAME_HEADER_SIZE + sizeof(hello) - 1) < 0) {
         vm_kill_reason(vm, VM_EXIT_CRASHED, "pool: cannot greet the agent");
         return;
     }
-    struct timeval tv = { WARM_ATTEMPT_MS / 1000, (WARM_ATTEMPT_MS % 1000) * 1000 };
     event_add(e->agent_ev, NULL);
-    evtimer_add(e->warm_timer, &tv);
+    vmg_sent(e->greet);
 }
 
 static void on_entry_exit(struct vm *vm, enum vm_exit_reason r, const char *msg,
@@ -340,9 +343,13 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     }
     char m[600];
     int verr = err;
-    if (!err && !p->freeing)
-        e->vm = vm_restore(p->base, &e->cfg, p->snapshot_dir, 0, &entry_cbs, e, &verr, m,
-                           sizeof(m));
+    if (!err && !p->freeing && !(e->greet = vmg_new(p->base, &warm_greet_ops, e))) {
+        verr = VM_E_IO;
+        snprintf(m, sizeof(m), "out of memory");
+    } else if (!err && !p->freeing) {
+        e->vm = vmg_start(e->greet, &e->cfg, p->snapshot_dir, 0, &warm_greet, &entry_cbs, e,
+                          &verr, m, sizeof(m));
+    }
     entry_tap_close(e); /* QEMU holds its own copy from the spawn */
     if (!e->vm) {
         char q[700];
@@ -452,8 +459,7 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
     pick->agent_fd = -1;
     entry_unlink(p, pick);
     entry_agent_close(pick);
-    if (pick->warm_timer)
-        event_free(pick->warm_timer);
+    vmg_free(pick->greet);
     vm_config_free(&pick->cfg);
     free(pick);
     vm->cbs = *cbs;

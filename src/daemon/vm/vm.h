@@ -36,6 +36,12 @@
  *   snapshot.json kind ("template" | "suspend"), mem_mib, vcpus, qemu version, sizes;
  *                 vm_restore refuses a snapshot whose shape differs from the config.
  *
+ * Files and prefixes of src/daemon/vm/ (one prefix per header): vm_ (this header, and the
+ * internal vm_cgroup.h, vm_cmdline.h, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
+ * (accel.h: the KVM probe), pool_ (pool.h: the warm pool), vmg_ (vm_greet.h: boot or
+ * restore and wait for the agent's HELLO, with the lost-HELLO retry). Errors travel as
+ * enum vm_error plus a message in the caller's msg[msg_cap] (or a callback's msg).
+ *
  * Disk consistency for templates: the guest page cache inside a template snapshot must
  * match the disk it was taken on. The template VM therefore boots on its own overlay,
  * which is frozen by the snapshot and becomes the backing file of every clone's overlay:
