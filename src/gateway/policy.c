@@ -115,7 +115,10 @@ bool policy_name_may_resolve(const struct policy *p, const char *name)
 
 bool policy_addr_allowed(const struct policy *p, const char *name, uint32_t addr, uint16_t port)
 {
-    if (policy_addr_forbidden(addr))
+    /* Only for a name that may resolve at all: never for an internal name (even under
+     * `open`), and a CIDR rule narrows the addresses of names a name rule allows, it
+     * allows no name by itself. */
+    if (policy_addr_forbidden(addr) || !policy_name_may_resolve(p, name))
         return false;
     if (p->mode == POLICY_OPEN)
         return true;

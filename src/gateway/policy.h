@@ -77,7 +77,8 @@ bool policy_name_internal(const char *name);
 
 /* The final check before answering or dialling: may the sandbox reach `addr` (host
  * order), which the gateway resolved for `name`, on `port` (0: any port, for DNS
- * answers)? Forbidden addresses are always refused. */
+ * answers)? Forbidden addresses are always refused, and so is every address for a name
+ * that may not resolve (policy_name_may_resolve). */
 bool policy_addr_allowed(const struct policy *p, const char *name, uint32_t addr, uint16_t port);
 
 /* Always-forbidden destinations (see above). */

@@ -68,9 +68,11 @@ static void test_allowlist_matching(void **state)
     assert_true(policy_addr_allowed(&p, "api.test", pub, 443));
     assert_false(policy_addr_allowed(&p, "api.test", pub, 80));
     assert_true(policy_addr_allowed(&p, "api.test", pub, 0));
-    assert_true(policy_addr_allowed(&p, "evil.test", net, 80));
-    assert_false(policy_addr_allowed(&p, "evil.test", net, 443));
+    /* ...nor allows any address for a name no name rule allows, even inside the CIDR */
+    assert_false(policy_addr_allowed(&p, "evil.test", net, 80));
     assert_false(policy_addr_allowed(&p, "evil.test", pub, 80));
+    /* for an allowed name it narrows nothing and adds its own port's addresses */
+    assert_true(policy_addr_allowed(&p, "allowed.test", net, 80));
     json_t *back = policy_to_json(&p);
     char *s = json_dumps(back, JSON_COMPACT);
     assert_string_equal(s, "{\"mode\":\"allowlist\",\"allow\":[\"allowed.test\",\"*.wild.test\","
@@ -99,7 +101,7 @@ static void test_forbidden_always(void **state)
     assert_false(policy_addr_allowed(&p, "x.test", ip(198, 51, 100, 200), 443));
     policy_free(&p);
     /* an explicit CIDR never re-opens a forbidden range */
-    parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"0.0.0.0/0\",\"10.0.0.0/8\"]}", &p);
+    parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"x.test\",\"0.0.0.0/0\",\"10.0.0.0/8\"]}", &p);
     assert_false(policy_addr_allowed(&p, "x.test", ip(10, 1, 1, 1), 80));
     assert_true(policy_addr_allowed(&p, "x.test", ip(8, 8, 8, 8), 80));
     policy_free(&p);
@@ -122,6 +124,9 @@ static void test_cloud_and_internal(void **state)
     for (size_t i = 0; i < sizeof internal / sizeof internal[0]; i++) {
         assert_true(policy_name_internal(internal[i]));
         assert_false(policy_name_may_resolve(&p, internal[i]));
+        /* nor is any address allowed for it (found by fuzz_dns_policy: `open` allowed
+         * every public address for a single-label name it would not resolve) */
+        assert_false(policy_addr_allowed(&p, internal[i], ip(203, 0, 113, 10), 443));
     }
     const char *public[] = {"allowed.test", "internal.example.com", "local.example.com",
                             "mylan.test", "xinternal"};
@@ -135,6 +140,11 @@ static void test_cloud_and_internal(void **state)
     parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"metadata.google.internal\",\"*.local\"]}", &p);
     assert_false(policy_name_may_resolve(&p, "metadata.google.internal"));
     assert_false(policy_name_may_resolve(&p, "printer.local"));
+    policy_free(&p);
+    /* a CIDR rule allows no name by itself: only addresses of names a name rule allows */
+    parse_or_fail("{\"mode\":\"allowlist\",\"allow\":[\"203.0.113.0/24\",\"a.test\"]}", &p);
+    assert_false(policy_addr_allowed(&p, "other.test", ip(203, 0, 113, 10), 443));
+    assert_true(policy_addr_allowed(&p, "a.test", ip(203, 0, 113, 10), 443));
     policy_free(&p);
 }
 
