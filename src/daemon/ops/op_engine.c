@@ -3,7 +3,6 @@
  * recovering them after a crash, and the periodic tick. Knows no sandbox or template:
  * see op.h for the contract. */
 #include <event2/event.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,6 @@
 /* sbx_internal.h: the sandbox object, shared by the files of the sandbox module only
- * (sbx_table.c keeps the table and the record, sbx_act.c drives the VM). */
+ * (sbx_table.c keeps the table and the record, sbx_act.c drives the VM, sbx_submit.c
+ * and sbx_exec.c are the sandbox side of the op engine). */
 #ifndef SPACE_SBX_INTERNAL_H
 #define SPACE_SBX_INTERNAL_H
 
