@@ -319,6 +319,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: out of memory\n");
         return 1;
     }
+    /* The engine (op.h) knows no module: each registers what carries out its ops. */
+    if (sbx_ops_register(&sp) < 0) {
+        fprintf(stderr, "spaced: cannot register the sandbox operations\n");
+        return 1;
+    }
+    tpl_ops_register(&sp);
+    op_set_owner(sp.ops, cluster_owns_op);
     if (cluster_runs_sandboxes(&sp) && sbx_table_load(&sp) != 0) {
         fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
         return 1;

@@ -29,7 +29,8 @@
  *     if (!auth_require(sp, req, &who)) return;          401 already sent (auth.h)
  *     struct sbx *s = sbx_find(sp, who.tenant, id);      NULL -> reply 404 (sbx.h)
  *     struct agentc *a = routes_require_agent(req, s);   NULL -> 409/503 already sent
- * and reports lifecycle changes through op_submit() (op.h), never by touching the VM. */
+ * and reports lifecycle changes through sbx_submit() (sbx.h, an op of the engine op.h),
+ * never by touching the VM. */
 #ifndef SPACE_SPACED_H
 #define SPACE_SPACED_H
 
@@ -96,7 +97,7 @@ struct spaced {
     struct spaced_opts opt;    /* as given on the command line */
     struct store *store;       /* durable state (store.h) */
     struct auth *auth;         /* API keys and signed tokens (auth.h) */
-    struct op_engine *ops;     /* operations + reconciler (op.h) */
+    struct op_engine *ops;     /* operations engine (op.h) */
     struct sbx_table *sbx;     /* live sandboxes by id (sbx.h) */
     struct tpl_registry *tpl;  /* templates found under guest_dir and in the store */
     struct metrics *metrics;   /* Prometheus counters (metrics.h) */

@@ -51,7 +51,7 @@ static void create_body(struct http_req *req, const char *data, size_t len, void
     char hash[65];
     hex_sha256(data, len, hash);
     struct store_op op;
-    int rc = op_submit_create(sp, who.tenant, &spec, idem, hash, &op, &err);
+    int rc = sbx_submit_create(sp, who.tenant, &spec, idem, hash, &op, &err);
     sbx_spec_clear(&spec);
     if (rc < 0) {
         routes_reply_err(sp, req, &err);
@@ -211,7 +211,7 @@ static void submit_verb(struct spaced *sp, struct http_req *req, const struct au
 {
     struct store_op op;
     struct spaced_err err;
-    if (op_submit(sp, who->tenant, kind, id, &op, &err) < 0) {
+    if (sbx_submit(sp, who->tenant, kind, id, &op, &err) < 0) {
         routes_reply_err(sp, req, &err);
         return;
     }

@@ -65,7 +65,7 @@ static void build_body(struct http_req *req, const char *data, size_t len, void 
     struct store_op op;
     char *spec = rc == 0 ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (rc == 0)
-        rc = op_submit_template(sp, who.tenant, json_string_value(json_object_get(o, "name")), spec,
+        rc = tpl_submit_build(sp, who.tenant, json_string_value(json_object_get(o, "name")), spec,
                                 &op, &err);
     free(spec);
     json_decref(o);

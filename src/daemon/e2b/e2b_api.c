@@ -206,7 +206,7 @@ static void wait_done(struct wait *w, const struct store_op *op)
         /* E2B has no failed sandboxes: a create that failed leaves nothing behind. */
         struct store_op del;
         struct spaced_err derr;
-        if (op_submit(w->e->sp, w->tenant, OP_DELETE, w->sandbox, &del, &derr) == 0)
+        if (sbx_submit(w->e->sp, w->tenant, OP_DELETE, w->sandbox, &del, &derr) == 0)
             store_op_clear(&del);
     }
     if (strcmp(op->state, "succeeded") != 0) {
@@ -273,7 +273,7 @@ static void submit_and_wait(struct e2b *e, struct http_req *req, const char *ten
 {
     struct store_op op;
     struct spaced_err err;
-    if (op_submit(e->sp, tenant, kind, id, &op, &err) < 0) {
+    if (sbx_submit(e->sp, tenant, kind, id, &op, &err) < 0) {
         reply_spaced_err(req, &err);
         return;
     }
@@ -393,7 +393,7 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
     for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
         snprintf(hash + 2 * i, 3, "%02x", md[i]);
     struct store_op op;
-    rc = op_submit_create(e->sp, who->tenant, &spec, NULL, hash, &op, &err);
+    rc = sbx_submit_create(e->sp, who->tenant, &spec, NULL, hash, &op, &err);
     sbx_spec_clear(&spec);
     if (rc < 0 && strcmp(err.code, "quota_exceeded") == 0) {
         /* E2B's answer to "too many concurrent sandboxes": the SDKs raise RateLimitError.

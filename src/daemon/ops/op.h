@@ -1,22 +1,33 @@
-/* op: lifecycle operations and the reconciler.
+/* op: the operation engine, a leaf module (it includes only the store, metrics, spaced.h).
  *
- * Every mutation of a sandbox (and every template build) is an operation. Submitting one
- * writes, in ONE store transaction, the sandbox's new desired state and the operation row
- * (state "pending") before anything is acted on ("intent first"); the API then answers
- * 202 {"operation": {...}} with a Location header. The engine runs the operations of one
- * sandbox strictly in submission order (one at a time per sandbox, any number of
- * sandboxes in parallel), moving each op pending -> running -> succeeded | failed |
- * canceled and persisting every change.
+ * Every mutation of a sandbox (and every template build) is an operation: a row in the
+ * store moving pending -> running -> succeeded | failed | canceled, every change persisted,
+ * terminal states never changing again. The engine knows nothing of sandboxes or
+ * templates; the modules that carry ops out register an executor per kind (the Redis
+ * ae.h model: this header is the contract, the modules plug into it).
  *
- * Recovery: on startup op_engine_recover() walks the store: VMs still alive are adopted,
- * dead ones marked failed (or restarted when their desired state says so), and every
- * non-terminal op is resumed from its recorded intent (create/delete/... are idempotent
- * steps) or failed with code "interrupted" and a message saying why. A reconciler pass
- * (on triggers and every RECONCILE_PERIOD_MS) closes any remaining gap between desired
- * and actual state and fires sandbox timeouts.
+ * Submitting (op_enqueue): "intent first". The caller's entity rows (a sandbox's new
+ * desired state, a template row) and the op row are written in ONE store transaction by
+ * the caller's write_intent callback, before anything is acted on; the API then answers
+ * 202 {"operation": {...}}. Idempotency-Key: op_idem_replay finds the original op of the
+ * same tenant + key (422 "idempotency_mismatch" when the body differs); op_enqueue records
+ * key and body hash on the new op.
  *
- * States: pending -> running -> succeeded | failed; pending -> canceled (superseded by a
- * delete of the same sandbox). Terminal states never change again. */
+ * Running: ops of one target (a sandbox id, a template name) run strictly in submission
+ * order, one at a time; any number of targets run in parallel. An op starts only when it
+ * is the oldest open op of its target and its executor's busy(target) says no. The engine
+ * marks it running and calls the executor's run(); whoever carries it out ends it with
+ * op_finish (now or later, from the loop) and may report op_progress in between.
+ *
+ * Recovery (op_engine_recover, once at startup): the on_recover hooks run first (the
+ * sandbox module adopts the VMs that survived); then every non-terminal op row this
+ * daemon owns (the owner predicate, default: all) is queued again. An op that was
+ * running is resumed by its executor (its steps are idempotent) unless the executor's
+ * resumable() says no, or no executor is registered: then it fails with code
+ * "interrupted" and a message saying why.
+ *
+ * Tick: every OP_TICK_MS the on_tick hooks run (the sandbox module fires timeouts and its
+ * reconciler from one), then the queue is pumped. op_reconcile_soon asks for a pump soon. */
 #ifndef SPACE_OP_H
 #define SPACE_OP_H
 
@@ -26,11 +37,10 @@
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 
-struct sbx_spec;
 struct op_watch;
 typedef struct json_t json_t;
 
-#define OP_RECONCILE_PERIOD_MS 5000
+#define OP_TICK_MS 1000
 #define OP_WAIT_MAX_S 60 /* longest ?wait= accepted by GET /v1/operations/{id} */
 
 enum op_kind {
@@ -55,40 +65,86 @@ const char *op_state_name(enum op_state s);      /* "pending", ... */
 int op_state_parse(const char *s);               /* -1 if unknown */
 bool op_state_terminal(enum op_state s);
 
-/* Engine lifetime (main.c). */
+/* ---- engine lifetime and registration (main.c, then each module's *_ops_register) ---- */
+
 struct op_engine *op_engine_new(struct spaced *sp);
-/* Startup recovery, see above. Call once after the sandbox table is loaded. */
-void op_engine_recover(struct spaced *sp);
 void op_engine_free(struct op_engine *e);
 
-/* Creates a sandbox: validates spec against templates/limits, writes the sandbox row
- * (desired running, state creating) + a create op, schedules it. idem_key (may be NULL)
- * and body_hash (hex SHA-256 of the request body) implement Idempotency-Key: the same
- * tenant + key returns the original op (return 1, nothing new written) when the body hash
- * matches, and fails with 422 "idempotency_mismatch" when it does not.
- * Returns 0 (new) or 1 (replay) with *out filled (out->target = sandbox id), -1 + err. */
-int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spec *spec,
-                     const char *idem_key, const char *body_hash, struct store_op *out,
-                     struct spaced_err *err);
+/* What carries out the ops of one kind. Every callback gets the registration's arg. */
+struct op_executor {
+    /* Carries out op (already persisted as running); must end it with op_finish, now
+     * or later. Required. */
+    void (*run)(struct spaced *sp, const struct store_op *op, void *arg);
+    /* True while target cannot start a new op (an action of its own is still in
+     * progress): the engine leaves the op pending and asks again on the next pump.
+     * NULL = never busy. */
+    bool (*busy)(struct spaced *sp, const char *target, void *arg);
+    /* Recovery: whether an op found open after a restart can be carried out again. If
+     * false the engine fails it with "interrupted"; the executor cleans up its own rows
+     * here. NULL = always resumable. */
+    bool (*resumable)(struct spaced *sp, const struct store_op *op, void *arg);
+};
 
-/* Any other verb on an existing sandbox of `tenant`. Checks the transition against the
- * sandbox's desired state (409 "invalid_state" naming the current state if illegal,
- * 404 "not_found" for unknown or other tenants' sandboxes), records intent, schedules.
- * A delete cancels the sandbox's still-pending ops. Returns 0 with *out filled. */
-int op_submit(struct spaced *sp, const char *tenant, enum op_kind kind,
-              const char *sandbox_id, struct store_op *out, struct spaced_err *err);
+/* Registers ex (kept by pointer) for kind; a later registration replaces it. An op of a
+ * kind with no executor fails: "internal" when run, "interrupted" on recovery. */
+void op_register(struct op_engine *e, enum op_kind kind, const struct op_executor *ex, void *arg);
 
-/* Template build op (target = template name), run by the template module: writes the
- * templates row (state "building", spec_json) and the op in one transaction. 409 if a
- * build of that name is already running. */
-int op_submit_template(struct spaced *sp, const char *tenant, const char *name,
-                       const char *spec_json, struct store_op *out, struct spaced_err *err);
+typedef void (*op_hook_fn)(struct spaced *sp, void *arg);
+#define OP_HOOKS_MAX 4
+/* on_recover: run once by op_engine_recover before any op is resumed. on_tick: run
+ * every OP_TICK_MS before the pump. Return 0, or -1 when OP_HOOKS_MAX are taken. */
+int op_on_recover(struct op_engine *e, op_hook_fn fn, void *arg);
+int op_on_tick(struct op_engine *e, op_hook_fn fn, void *arg);
+
+/* Which open ops this daemon resumes after a restart (a cluster node owns only its own
+ * sandboxes'). NULL (the default) = all. */
+typedef bool (*op_owner_fn)(struct spaced *sp, const struct store_op *op);
+void op_set_owner(struct op_engine *e, op_owner_fn owns);
+
+/* Startup recovery, see above. Call once after the modules registered and loaded. */
+void op_engine_recover(struct spaced *sp);
+
+/* ---- submitting --------------------------------------------------------------------- */
+
+/* Idempotency-Key (may be NULL or empty: returns 0). Returns 1 with *out = the original
+ * op of tenant + idem_key when its body hash equals body_hash (a replay: nothing new is
+ * written); 0 when the key is new; -1 + err: 400 "invalid_request" for a key longer than
+ * the store holds, 422 "idempotency_mismatch" when the key was used with another body,
+ * 503 when the store fails. */
+int op_idem_replay(struct spaced *sp, const char *tenant, const char *idem_key,
+                   const char *body_hash, struct store_op *out, struct spaced_err *err);
+
+/* Writes the caller's entity rows inside the op's transaction (op is the new row, not
+ * yet written). Returns 0, or -1 with err filled (err->status 0: a store failure). */
+typedef int (*op_intent_fn)(struct spaced *sp, const struct store_op *op, void *arg,
+                            struct spaced_err *err);
+
+struct op_intent {
+    op_intent_fn write;   /* may be NULL: only the op row is written */
+    void *arg;
+    const char *idem_key;  /* recorded on the op (check with op_idem_replay first) */
+    const char *body_hash;
+    bool supersede;        /* cancel target's pending ops in the same transaction
+                              ("superseded by <kind> operation <id>"), e.g. a delete */
+};
+
+/* Records a new op of `kind` on `target` for `tenant`: begins a store transaction,
+ * calls in->write, writes the op row, commits (anything failing rolls all back), then
+ * queues the op. Returns 0 with *out filled (pending), or -1 + err (503
+ * "store_unavailable" for store failures). */
+int op_enqueue(struct spaced *sp, const char *tenant, enum op_kind kind, const char *target,
+               const struct op_intent *in, struct store_op *out, struct spaced_err *err);
+
+/* True while target has an op that is not terminal yet (pending or running). */
+bool op_target_open(struct spaced *sp, const char *target);
+
+/* ---- carrying out and following ----------------------------------------------------- */
 
 /* Progress of a running op (template builds, long creates): persisted and broadcast. */
 void op_progress(struct spaced *sp, const char *op_id, int percent, const char *detail);
 
-/* Finishes a running op (called by whoever carried it out: sandbox or template module).
- * code/msg are NULL on success. */
+/* Finishes a running op (called by its executor). code/msg are NULL on success; code
+ * "canceled" makes the op canceled rather than failed. No effect on a terminal op. */
 void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code,
                const char *msg);
 
@@ -105,7 +161,8 @@ void op_unwatch(struct spaced *sp, struct op_watch *w);
  * New reference. */
 json_t *op_to_json(const struct store_op *op);
 
-/* Asks for a reconciler pass soon (from the loop). */
+/* Asks for a pass over the queue soon (from the loop): an executor's target became idle.
+ * (The name predates the split: the reconciler itself is the sandbox module's tick.) */
 void op_reconcile_soon(struct spaced *sp);
 
 #endif

@@ -1,32 +1,25 @@
 /* op_engine.c: recording operations (intent first), running them one at a time per
- * sandbox, following them (watches), recovering them after a crash, and the periodic
- * reconciler (timeouts, stuck states). */
+ * target through the executors registered per kind, following them (watches),
+ * recovering them after a crash, and the periodic tick. Knows no sandbox or template:
+ * see op.h for the contract. */
 #include <event2/event.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "daemon/cluster/cluster.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/quota/quota.h"
-#include "daemon/sandbox/sbx.h"
-#include "daemon/template/tpl.h"
 #include "log.h"
 #include "op.h"
 
 _Static_assert(OP_KIND_COUNT <= METRICS_OP_KINDS && OP_STATE_COUNT <= METRICS_OP_STATES,
                "metrics counters must have room for every operation kind and state");
 
-#define OP_TICK_MS 1000
-
 /* An operation that is not terminal yet, in submission order. */
 struct op_open {
     char id[STORE_ID_MAX];
     char target[STORE_ID_MAX];
     enum op_kind kind;
-    bool running;      /* handed to the sandbox (or template) module */
+    bool running;      /* handed to its executor */
     int64_t created_ms;
     struct op_open *next;
 };
@@ -41,14 +34,25 @@ struct op_watch {
     struct op_watch *next;
 };
 
+struct op_hook {
+    op_hook_fn fn;
+    void *arg;
+};
+
 struct op_engine {
     struct spaced *sp;
     struct op_open *open;       /* owned list */
     struct op_watch *watches;   /* owned list */
     int dispatching;            /* >0 while watch callbacks run */
-    struct event *pump_ev;      /* deferred pump + reconcile */
+    struct event *pump_ev;      /* deferred pump */
     struct event *tick;         /* periodic backstop */
-    int64_t last_reconcile_ms;
+    struct {
+        const struct op_executor *ex;
+        void *arg;
+    } exec[OP_KIND_COUNT];
+    struct op_hook recover_hooks[OP_HOOKS_MAX], tick_hooks[OP_HOOKS_MAX];
+    unsigned nrecover, ntick;
+    op_owner_fn owns;
 };
 
 static void op_pump(struct spaced *sp);
@@ -172,14 +176,6 @@ static void open_remove(struct op_engine *e, const char *id)
         }
 }
 
-static bool open_has_target(struct op_engine *e, const char *target)
-{
-    for (struct op_open *o = e->open; o; o = o->next)
-        if (strcmp(o->target, target) == 0)
-            return true;
-    return false;
-}
-
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
 static void on_pump(evutil_socket_t fd, short what, void *arg);
@@ -221,6 +217,36 @@ void op_engine_free(struct op_engine *e)
         event_free(e->tick);
     free(e);
 }
+
+void op_register(struct op_engine *e, enum op_kind kind, const struct op_executor *ex, void *arg)
+{
+    if ((unsigned)kind >= OP_KIND_COUNT)
+        return;
+    e->exec[kind].ex = ex;
+    e->exec[kind].arg = arg;
+}
+
+static int hook_add(struct op_hook *hooks, unsigned *n, op_hook_fn fn, void *arg)
+{
+    if (*n >= OP_HOOKS_MAX)
+        return -1;
+    hooks[*n].fn = fn;
+    hooks[*n].arg = arg;
+    (*n)++;
+    return 0;
+}
+
+int op_on_recover(struct op_engine *e, op_hook_fn fn, void *arg)
+{
+    return hook_add(e->recover_hooks, &e->nrecover, fn, arg);
+}
+
+int op_on_tick(struct op_engine *e, op_hook_fn fn, void *arg)
+{
+    return hook_add(e->tick_hooks, &e->ntick, fn, arg);
+}
+
+void op_set_owner(struct op_engine *e, op_owner_fn owns) { e->owns = owns; }
 
 void op_reconcile_soon(struct spaced *sp)
 {
@@ -286,12 +312,13 @@ void op_progress(struct spaced *sp, const char *op_id, int percent, const char *
     store_op_clear(&op);
 }
 
-/* Marks the op running and hands it to the module that carries it out. */
+/* Marks the op running and hands it to the executor of its kind. */
 static void op_begin(struct spaced *sp, struct op_open *o)
 {
+    struct op_engine *e = sp->ops;
     struct store_op op;
     if (store_op_get(sp->store, o->id, &op) != 0) {
-        open_remove(sp->ops, o->id);
+        open_remove(e, o->id);
         return;
     }
     o->running = true;
@@ -300,27 +327,21 @@ static void op_begin(struct spaced *sp, struct op_open *o)
         op.started_ms = spaced_now_ms();
     op_save(sp, &op);
     op_log(&op);
-    store_op_clear(&op);
-    if (o->kind == OP_TEMPLATE_BUILD) {
-        tpl_build_start(sp, o->id, o->target);
-        return;
-    }
-    if (o->kind >= OP_KIND_COUNT) {
+    if (o->kind >= OP_KIND_COUNT || !e->exec[o->kind].ex)
         op_finish(sp, o->id, false, "internal", "unknown operation kind");
-        return;
-    }
-    struct sbx *s = sbx_find(sp, NULL, o->target);
-    if (!s) {
-        if (o->kind == OP_DELETE)
-            op_finish(sp, o->id, true, NULL, NULL);
-        else
-            op_finish(sp, o->id, false, "not_found", "the sandbox no longer exists");
-        return;
-    }
-    sbx_act(sp, s, o->kind, o->id);
+    else
+        e->exec[o->kind].ex->run(sp, &op, e->exec[o->kind].arg);
+    store_op_clear(&op);
 }
 
-/* Starts every op whose sandbox is idle and which is the oldest open op of its target.
+static bool target_busy(struct op_engine *e, const struct op_open *o)
+{
+    if (o->kind >= OP_KIND_COUNT || !e->exec[o->kind].ex || !e->exec[o->kind].ex->busy)
+        return false;
+    return e->exec[o->kind].ex->busy(e->sp, o->target, e->exec[o->kind].arg);
+}
+
+/* Starts every op whose target is idle and which is the oldest open op of its target.
  * Restarts the scan after each start: starting may finish ops synchronously. */
 static void op_pump(struct spaced *sp)
 {
@@ -334,12 +355,8 @@ static void op_pump(struct spaced *sp)
             for (struct op_open *p = e->open; p != o; p = p->next)
                 if (strcmp(p->target, o->target) == 0)
                     first = false;
-            if (!first)
-                continue;
-            struct sbx *s = o->kind == OP_TEMPLATE_BUILD ? NULL : sbx_find(sp, NULL, o->target);
-            if (s && sbx_busy(s))
-                continue;
-            pick = o;
+            if (first && !target_busy(e, o))
+                pick = o;
         }
         if (!pick)
             return;
@@ -370,93 +387,34 @@ static int store_failed(struct spaced *sp, struct spaced_err *err)
     return spaced_err_store(err, sp->store, "recording the operation");
 }
 
-/* A sandbox disk's virtual size: its template image's, in MiB rounded up (0 if unknown:
- * the create then fails later, when the disk is made). */
-static unsigned disk_mib(const char *image)
-{
-    struct stat stt;
-    if (stat(image, &stt) != 0 || stt.st_size <= 0)
-        return 0;
-    return (unsigned)(((uint64_t)stt.st_size + (1u << 20) - 1) >> 20);
-}
-
-int op_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spec *spec,
-                     const char *idem_key, const char *body_hash, struct store_op *out,
-                     struct spaced_err *err)
+int op_idem_replay(struct spaced *sp, const char *tenant, const char *idem_key,
+                   const char *body_hash, struct store_op *out, struct spaced_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (idem_key && idem_key[0]) {
-        if (strlen(idem_key) >= sizeof out->idem_key)
-            return spaced_err_set(err, 400, "invalid_request",
-                                  "Idempotency-Key is longer than %zu bytes", sizeof out->idem_key - 1);
-        int rc = store_op_by_idem(sp->store, tenant, idem_key, out);
-        if (rc == 0) {
-            if (strcmp(out->body_hash, body_hash) != 0) {
-                store_op_clear(out);
-                return spaced_err_set(err, 422, "idempotency_mismatch",
-                                      "Idempotency-Key \"%.64s\" was already used with a different body",
-                                      idem_key);
-            }
-            return 1;
-        }
-        if (rc != STORE_NOTFOUND)
-            return store_failed(sp, err);
-    }
-    struct tpl_info t;
-    if (tpl_lookup(sp, tenant, spec->template_name, &t, err) < 0)
-        return -1;
-    struct store_sbx rec;
-    memset(&rec, 0, sizeof rec);
-    if (spaced_random_id(rec.id, "sb", 16) < 0)
-        return spaced_err_set(err, 500, "internal", "random source failed");
-    if (new_op(out, tenant, OP_CREATE, rec.id, err) < 0)
-        return -1;
-    snprintf(out->idem_key, sizeof out->idem_key, "%s", idem_key ? idem_key : "");
-    snprintf(out->body_hash, sizeof out->body_hash, "%s", body_hash ? body_hash : "");
-    snprintf(rec.tenant, sizeof rec.tenant, "%s", tenant);
-    snprintf(rec.template_name, sizeof rec.template_name, "%s", spec->template_name);
-    rec.vcpus = spec->vcpus;
-    rec.memory_mib = spec->memory_mib;
-    rec.env_json = spec->env_json;
-    rec.metadata_json = spec->metadata_json;
-    rec.network_json = spec->network_json;
-    rec.private_ports = spec->private_ports;
-    rec.timeout_s = spec->timeout_s;
-    rec.deadline_ms = spec->timeout_s ? out->created_ms + spec->timeout_s * 1000 : 0;
-    snprintf(rec.on_timeout, sizeof rec.on_timeout, "%s", spec->on_timeout);
-    snprintf(rec.desired, sizeof rec.desired, "%s", sbx_state_name(SBX_RUNNING));
-    snprintf(rec.state, sizeof rec.state, "%s", sbx_state_name(SBX_CREATING));
-    snprintf(rec.run_dir, sizeof rec.run_dir, "%s/run/%s", sp->opt.data_dir, rec.id);
-    snprintf(rec.node, sizeof rec.node, "%s", cluster_node_id(sp));
-    rec.created_ms = rec.updated_ms = out->created_ms;
-    rec.disk_mib = disk_mib(t.rootfs);
-    /* The quota check and the sandbox row share one transaction: see quota.h. */
-    struct store_quota_vals want = {.sandboxes = 1, .vcpus = rec.vcpus,
-                                    .memory_mib = rec.memory_mib, .disk_mib = rec.disk_mib};
-    if (store_begin(sp->store) != 0)
+    if (!idem_key || !idem_key[0])
+        return 0;
+    if (strlen(idem_key) >= sizeof out->idem_key)
+        return spaced_err_set(err, 400, "invalid_request",
+                              "Idempotency-Key is longer than %zu bytes", sizeof out->idem_key - 1);
+    int rc = store_op_by_idem(sp->store, tenant, idem_key, out);
+    if (rc == STORE_NOTFOUND)
+        return 0;
+    if (rc != 0)
         return store_failed(sp, err);
-    if (quota_check(sp, tenant, &want, err) != 0) {
-        store_rollback(sp->store);
-        return -1;
+    if (strcmp(out->body_hash, body_hash ? body_hash : "") != 0) {
+        store_op_clear(out);
+        return spaced_err_set(err, 422, "idempotency_mismatch",
+                              "Idempotency-Key \"%.64s\" was already used with a different body",
+                              idem_key);
     }
-    if (store_sbx_put(sp->store, &rec) != 0 || store_op_put(sp->store, out) != 0 ||
-        store_commit(sp->store) != 0)
-        return store_failed(sp, err);
-    /* rec's JSON strings belong to spec; the table copies them. */
-    if (!sbx_table_add(sp, &rec) || !open_add(sp->ops, out))
-        return spaced_err_set(err, 500, "internal", "out of memory");
-    log_info("sandbox.state", "sandbox=%s tenant=%s from=none to=creating desired=running template=%s",
-             rec.id, tenant, rec.template_name);
-    op_log(out);
-    op_reconcile_soon(sp);
-    return 0;
+    return 1;
 }
 
-/* Cancels the still-pending ops of a sandbox (inside the caller's transaction). */
-static int cancel_pending(struct spaced *sp, const char *target, const char *by)
+/* Cancels the still-pending ops of a target (inside the caller's transaction). */
+static int cancel_pending(struct spaced *sp, const struct store_op *by)
 {
     for (struct op_open *o = sp->ops->open; o; o = o->next) {
-        if (o->running || strcmp(o->target, target) != 0)
+        if (o->running || strcmp(o->target, by->target) != 0)
             continue;
         struct store_op op;
         if (store_op_get(sp->store, o->id, &op) != 0)
@@ -465,7 +423,7 @@ static int cancel_pending(struct spaced *sp, const char *target, const char *by)
         snprintf(op.error_code, sizeof op.error_code, "canceled");
         free(op.error_message);
         char msg[128];
-        snprintf(msg, sizeof msg, "superseded by delete operation %s", by);
+        snprintf(msg, sizeof msg, "superseded by %s operation %s", by->kind, by->id);
         op.error_message = strdup(msg);
         op.finished_ms = spaced_now_ms();
         int rc = store_op_put(sp->store, &op);
@@ -495,69 +453,32 @@ static void cancel_pending_done(struct spaced *sp, const char *target)
     }
 }
 
-int op_submit(struct spaced *sp, const char *tenant, enum op_kind kind, const char *sandbox_id,
-              struct store_op *out, struct spaced_err *err)
+int op_enqueue(struct spaced *sp, const char *tenant, enum op_kind kind, const char *target,
+               const struct op_intent *in, struct store_op *out, struct spaced_err *err)
 {
-    memset(out, 0, sizeof *out);
-    struct sbx *s = sbx_find(sp, tenant, sandbox_id);
-    if (!s)
-        return spaced_err_set(err, 404, "not_found", "sandbox %.64s not found", sandbox_id);
-    enum sbx_state target;
-    struct spaced_err terr;
-    if (sbx_transition(sbx_desired(s), sbx_state(s), kind, &target, &terr) < 0)
-        return spaced_err_set(err, terr.status, terr.code, "sandbox %s: %s", sandbox_id, terr.message);
-    if (new_op(out, tenant, kind, sandbox_id, err) < 0)
+    if (new_op(out, tenant, kind, target, err) < 0)
         return -1;
-    enum sbx_state old_desired = sbx_desired(s);
-    sbx_set_desired(s, target);
-    struct store_sbx rec = *sbx_record(s);
-    rec.updated_ms = out->created_ms;
-    if (store_begin(sp->store) != 0 ||
-        (kind == OP_DELETE && cancel_pending(sp, sandbox_id, out->id) != 0) ||
-        store_sbx_put(sp->store, &rec) != 0 || store_op_put(sp->store, out) != 0 ||
-        store_commit(sp->store) != 0) {
-        sbx_set_desired(s, old_desired);
-        return store_failed(sp, err);
-    }
-    if (kind == OP_DELETE)
-        cancel_pending_done(sp, sandbox_id);
-    if (!open_add(sp->ops, out))
-        return spaced_err_set(err, 500, "internal", "out of memory");
-    op_log(out);
-    op_reconcile_soon(sp);
-    return 0;
-}
-
-int op_submit_template(struct spaced *sp, const char *tenant, const char *name,
-                       const char *spec_json, struct store_op *out, struct spaced_err *err)
-{
-    if (open_has_target(sp->ops, name))
-        return spaced_err_set(err, 409, "conflict", "template %s is already being built", name);
-    if (new_op(out, tenant, OP_TEMPLATE_BUILD, name, err) < 0)
-        return -1;
-    struct store_tpl t = {.created_ms = out->created_ms, .updated_ms = out->created_ms};
-    snprintf(t.name, sizeof t.name, "%s", name);
-    snprintf(t.tenant, sizeof t.tenant, "%s", tenant);
-    snprintf(t.state, sizeof t.state, "building");
-    snprintf(t.dir, sizeof t.dir, "%s/templates/%s", sp->opt.data_dir, name);
-    t.spec_json = (char *)spec_json;
-    /* A rebuild of the tenant's own failed template reuses its row: nothing new. */
-    struct store_tpl old;
-    bool fresh = true;
-    if (store_tpl_get(sp->store, name, &old) == 0) {
-        fresh = strcmp(old.tenant, tenant) != 0 || strcmp(old.state, "deleted") == 0;
-        store_tpl_clear(&old);
-    }
-    struct store_quota_vals want = {.templates = fresh ? 1 : 0};
+    snprintf(out->idem_key, sizeof out->idem_key, "%s", in && in->idem_key ? in->idem_key : "");
+    snprintf(out->body_hash, sizeof out->body_hash, "%s", in && in->body_hash ? in->body_hash : "");
     if (store_begin(sp->store) != 0)
         return store_failed(sp, err);
-    if (quota_check(sp, tenant, &want, err) != 0) {
-        store_rollback(sp->store);
-        return -1;
+    if (in && in->write) {
+        struct spaced_err werr = {0};
+        if (in->write(sp, out, in->arg, &werr) != 0) {
+            if (werr.status == 0)
+                return store_failed(sp, err);
+            store_rollback(sp->store);
+            if (err)
+                *err = werr;
+            return -1;
+        }
     }
-    if (store_tpl_put(sp->store, &t) != 0 || store_op_put(sp->store, out) != 0 ||
+    bool supersede = in && in->supersede;
+    if ((supersede && cancel_pending(sp, out) != 0) || store_op_put(sp->store, out) != 0 ||
         store_commit(sp->store) != 0)
         return store_failed(sp, err);
+    if (supersede)
+        cancel_pending_done(sp, target);
     if (!open_add(sp->ops, out))
         return spaced_err_set(err, 500, "internal", "out of memory");
     op_log(out);
@@ -565,15 +486,21 @@ int op_submit_template(struct spaced *sp, const char *tenant, const char *name,
     return 0;
 }
 
-/* ---- recovery and the reconciler ---------------------------------------------------- */
+bool op_target_open(struct spaced *sp, const char *target)
+{
+    for (struct op_open *o = sp->ops->open; o; o = o->next)
+        if (strcmp(o->target, target) == 0)
+            return true;
+    return false;
+}
 
-static void recover_sbx(struct sbx *s, void *arg) { sbx_recover(arg, s); }
+/* ---- recovery and the tick ---------------------------------------------------------- */
 
 static int recover_op(const struct store_op *op, void *arg)
 {
     struct spaced *sp = arg;
-    if (!cluster_owns_op(sp, op))
-        return 0; /* another node daemon's (--role=node) */
+    if (sp->ops->owns && !sp->ops->owns(sp, op))
+        return 0; /* e.g. another node daemon's (--role=node) */
     struct op_open *o = open_add(sp->ops, op);
     if (!o)
         return 1;
@@ -582,53 +509,37 @@ static int recover_op(const struct store_op *op, void *arg)
     return 0;
 }
 
+/* Whether the executor of an open op found at startup can carry it out again. */
+static bool recoverable(struct spaced *sp, const struct op_open *o)
+{
+    struct op_engine *e = sp->ops;
+    if (o->kind >= OP_KIND_COUNT || !e->exec[o->kind].ex)
+        return false;
+    if (!e->exec[o->kind].ex->resumable)
+        return true;
+    struct store_op op;
+    if (store_op_get(sp->store, o->id, &op) != 0)
+        return false;
+    bool ok = e->exec[o->kind].ex->resumable(sp, &op, e->exec[o->kind].arg);
+    store_op_clear(&op);
+    return ok;
+}
+
 void op_engine_recover(struct spaced *sp)
 {
-    sbx_each(sp, recover_sbx, sp);
+    struct op_engine *e = sp->ops;
+    for (unsigned i = 0; i < e->nrecover; i++)
+        e->recover_hooks[i].fn(sp, e->recover_hooks[i].arg);
     if (store_op_each_open(sp->store, recover_op, sp) != 0)
         log_error("store.error", "msg=recovering operations: %s", store_errmsg(sp->store));
-    /* Template builds cannot be resumed half-way: their build VM died with spaced. */
-    struct op_open *o = sp->ops->open, *next;
+    struct op_open *o = e->open, *next;
     for (; o; o = next) {
         next = o->next;
-        if (o->kind == OP_TEMPLATE_BUILD || o->kind >= OP_KIND_COUNT) {
-            if (o->kind == OP_TEMPLATE_BUILD)
-                tpl_build_interrupted(sp, o->target);
+        if (!recoverable(sp, o))
             op_finish(sp, o->id, false, "interrupted",
                       "spaced restarted while this operation was running; submit it again");
-        }
     }
     op_reconcile_soon(sp);
-}
-
-/* Fires expired timeouts: a suspend or delete op on the owner's behalf. */
-static void check_timeout(struct sbx *s, void *arg)
-{
-    struct spaced *sp = arg;
-    const struct store_sbx *r = sbx_record(s);
-    if (!r->deadline_ms || r->deadline_ms > spaced_now_ms() || sbx_busy(s) ||
-        open_has_target(sp->ops, r->id))
-        return;
-    enum sbx_state st = sbx_state(s);
-    if (st != SBX_RUNNING && st != SBX_PAUSED)
-        return;
-    enum op_kind kind = strcmp(r->on_timeout, "delete") == 0 ? OP_DELETE : OP_SUSPEND;
-    struct store_op op;
-    struct spaced_err err;
-    char id[STORE_ID_MAX], tenant[STORE_ID_MAX];
-    snprintf(id, sizeof id, "%s", r->id);
-    snprintf(tenant, sizeof tenant, "%s", r->tenant);
-    log_info("sandbox.timeout", "sandbox=%s action=%s", id, op_kind_name(kind));
-    if (op_submit(sp, tenant, kind, id, &op, &err) < 0)
-        log_warn("sandbox.timeout", "sandbox=%s action=%s error=%s", id, op_kind_name(kind), err.code);
-    store_op_clear(&op);
-}
-
-static void reconcile_sbx(struct sbx *s, void *arg)
-{
-    struct spaced *sp = arg;
-    if (!sbx_busy(s) && !open_has_target(sp->ops, sbx_id(s)))
-        sbx_reconcile(sp, s);
 }
 
 static void on_pump(evutil_socket_t fd, short what, void *arg)
@@ -642,13 +553,10 @@ static void on_pump(evutil_socket_t fd, short what, void *arg)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct spaced *sp = arg;
+    struct op_engine *e = sp->ops;
     (void)fd;
     (void)what;
-    sbx_each(sp, check_timeout, sp);
-    int64_t now = spaced_now_ms();
-    if (now - sp->ops->last_reconcile_ms >= OP_RECONCILE_PERIOD_MS) {
-        sp->ops->last_reconcile_ms = now;
-        sbx_each(sp, reconcile_sbx, sp);
-    }
+    for (unsigned i = 0; i < e->ntick; i++)
+        e->tick_hooks[i].fn(sp, e->tick_hooks[i].arg);
     op_pump(sp);
 }

@@ -1,6 +1,13 @@
 /* sbx: sandboxes — the state machine, the live table, and the actions that move a
  * sandbox's VM between states (driven only by the ops engine, op.h).
  *
+ * With the engine (sbx_submit.c, sbx_exec.c): sandbox verbs are submitted here
+ * (sbx_submit_create, sbx_submit), which write the sandbox row in the op's transaction.
+ * sbx_ops_register (main.c, once) registers with the engine: the executor of every
+ * sandbox kind (create ... wake: run = sbx_act, busy = sbx_busy), an on_recover hook
+ * (sbx_recover for every sandbox: adopt the VMs that survived, before ops resume) and an
+ * on_tick hook (sandbox timeouts; sbx_reconcile every SBX_RECONCILE_PERIOD_MS).
+ *
  * States (names are what the API and the store show):
  *   creating   create op accepted, disk/VM being prepared
  *   starting   start/wake from stopped: cold boot on the kept disk
@@ -92,7 +99,7 @@ struct sbx_spec {
 
 /* Parses and validates a create body (len bytes, not NUL-terminated). Unknown fields,
  * wrong types and out-of-range values fail with 400 and a message naming the field.
- * Does not check that the template exists (op_submit_create does). */
+ * Does not check that the template exists (sbx_submit_create does). */
 int sbx_spec_parse(const char *body, size_t len, struct sbx_spec *out, struct spaced_err *err);
 void sbx_spec_clear(struct sbx_spec *s);
 
@@ -164,27 +171,28 @@ json_t *sbx_record_to_json(const struct store_sbx *r);
 int sbx_traffic_token(const struct sbx *s, char *out, size_t cap);
 bool sbx_traffic_allowed(const struct sbx *s, const char *presented);
 
-/* ---- used by the ops engine only ------------------------------------------------------ */
+/* ---- operations (sbx_submit.c, sbx_exec.c) -------------------------------------------- */
 
-/* Adds a sandbox created by op_submit_create (record copied) to the table. */
-struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec);
-/* Sets desired state in memory (the engine persists it in its transaction). */
-void sbx_set_desired(struct sbx *s, enum sbx_state desired);
+#define SBX_RECONCILE_PERIOD_MS 5000
 
-/* Carries out one op on the sandbox asynchronously, then calls op_finish(). The sandbox
- * moves through the transitional state and persists each state change. */
-void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op_id);
+/* Creates a sandbox: validates spec against templates/limits (404 unknown template, 403
+ * quota_exceeded), writes the sandbox row (desired running, state creating) + a create op
+ * in one transaction, schedules it. idem_key (may be NULL) and body_hash (hex SHA-256 of
+ * the request body) implement Idempotency-Key (op_idem_replay: 1 = replay, nothing new
+ * written; 422 "idempotency_mismatch").
+ * Returns 0 (new) or 1 (replay) with *out filled (out->target = sandbox id), -1 + err. */
+int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spec *spec,
+                      const char *idem_key, const char *body_hash, struct store_op *out,
+                      struct spaced_err *err);
 
-/* Startup: adopts the sandbox's VM if it is still alive, else records what happened.
- * Called by op_engine_recover for each live sandbox before ops are resumed. */
-void sbx_recover(struct spaced *sp, struct sbx *s);
+/* Any other verb on an existing sandbox of `tenant`. Checks the transition against the
+ * sandbox's desired state (409 "invalid_state" naming the current state if illegal,
+ * 404 "not_found" for unknown or other tenants' sandboxes), records intent, schedules.
+ * A delete cancels the sandbox's still-pending ops. Returns 0 with *out filled. */
+int sbx_submit(struct spaced *sp, const char *tenant, enum op_kind kind,
+               const char *sandbox_id, struct store_op *out, struct spaced_err *err);
 
-/* Reconciler backstop for an idle sandbox with no open op: makes the recorded state
- * agree with the VM (vanished VM -> failed, stuck transitional state -> what the VM is,
- * lost agent connection -> reconnect) and the desired state agree with the state. */
-void sbx_reconcile(struct spaced *sp, struct sbx *s);
-
-/* True while an action is in progress on the sandbox (the engine queues behind it). */
-bool sbx_busy(const struct sbx *s);
+/* Registers the sandbox executor and hooks with sp->ops (see the top). 0 or -1. */
+int sbx_ops_register(struct spaced *sp);
 
 #endif

@@ -1,5 +1,6 @@
 /* sbx_internal.h: the sandbox object, shared by the files of the sandbox module only
- * (sbx_table.c keeps the table and the record, sbx_act.c drives the VM). */
+ * (sbx_table.c keeps the table and the record, sbx_act.c drives the VM, sbx_submit.c
+ * and sbx_exec.c are the sandbox side of the op engine). */
 #ifndef SPACE_SBX_INTERNAL_H
 #define SPACE_SBX_INTERNAL_H
 
@@ -43,7 +44,31 @@ struct sbx_table {
         void *arg;
     } listeners[SBX_LISTENERS_MAX];
     unsigned nlisteners;
+    int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
 };
+
+/* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
+
+/* Adds a sandbox created by sbx_submit_create (record copied) to the table. */
+struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec);
+/* Sets desired state in memory (sbx_submit persists it in the op's transaction). */
+void sbx_set_desired(struct sbx *s, enum sbx_state desired);
+
+/* Carries out one op on the sandbox asynchronously, then calls op_finish(). The sandbox
+ * moves through the transitional state and persists each state change. */
+void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op_id);
+
+/* Startup: adopts the sandbox's VM if it is still alive, else records what happened.
+ * Called (on_recover hook) for each live sandbox before ops are resumed. */
+void sbx_recover(struct spaced *sp, struct sbx *s);
+
+/* Reconciler backstop for an idle sandbox with no open op: makes the recorded state
+ * agree with the VM (vanished VM -> failed, stuck transitional state -> what the VM is,
+ * lost agent connection -> reconnect) and the desired state agree with the state. */
+void sbx_reconcile(struct spaced *sp, struct sbx *s);
+
+/* True while an action is in progress on the sandbox (the engine queues behind it). */
+bool sbx_busy(const struct sbx *s);
 
 /* Moves the sandbox to `state` (failure text for SBX_FAILED, else NULL), persists the
  * record, logs one line, tells listeners. */

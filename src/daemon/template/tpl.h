@@ -88,6 +88,17 @@ void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const ch
 
 /* ---- builds, listing, deletion ------------------------------------------------------- */
 
+/* Template builds are operations of the engine (op.h, target = template name).
+ * tpl_submit_build (tpl_submit.c): writes the templates row (state "building", spec_json,
+ * a new name checked against the tenant's quota: 403 quota_exceeded) and the op in one
+ * transaction; 409 "conflict" if a build of that name is already open. 0 + *out, or -1.
+ * tpl_ops_register (main.c, once): registers the template_build executor: run =
+ * tpl_build_start; on recovery a build is never resumed (tpl_build_interrupted marks the
+ * row failed and the engine fails the op with "interrupted"). */
+int tpl_submit_build(struct spaced *sp, const char *tenant, const char *name,
+                     const char *spec_json, struct store_op *out, struct spaced_err *err);
+void tpl_ops_register(struct spaced *sp);
+
 /* Template builds (tpl_build.c). start: carries out template_build op `op_id` for the
  * store row `name` (spec validated by tpl_spec_check), finishing the op itself.
  * interrupted: marks a build cut by a restart as failed. */

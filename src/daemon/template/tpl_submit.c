@@ -1,0 +1,62 @@
+/* tpl_submit.c: template builds as operations of the engine (op.h): submitting one
+ * (the templates row and the op in one transaction) and the template_build executor. */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/ops/op.h"
+#include "daemon/quota/quota.h"
+#include "tpl_internal.h"
+
+/* The templates row (state "building"); a new name counts against the quota. */
+static int write_building(struct spaced *sp, const struct store_op *op, void *arg,
+                          struct spaced_err *err)
+{
+    const char *spec_json = arg;
+    struct store_tpl t = {.created_ms = op->created_ms, .updated_ms = op->created_ms};
+    snprintf(t.name, sizeof t.name, "%s", op->target);
+    snprintf(t.tenant, sizeof t.tenant, "%s", op->tenant);
+    snprintf(t.state, sizeof t.state, "building");
+    snprintf(t.dir, sizeof t.dir, "%s/templates/%s", sp->opt.data_dir, op->target);
+    t.spec_json = (char *)spec_json;
+    /* A rebuild of the tenant's own failed template reuses its row: nothing new. */
+    struct store_tpl old;
+    bool fresh = true;
+    if (store_tpl_get(sp->store, op->target, &old) == 0) {
+        fresh = strcmp(old.tenant, op->tenant) != 0 || strcmp(old.state, "deleted") == 0;
+        store_tpl_clear(&old);
+    }
+    struct store_quota_vals want = {.templates = fresh ? 1 : 0};
+    if (quota_check(sp, op->tenant, &want, err) != 0)
+        return -1;
+    return store_tpl_put(sp->store, &t) == 0 ? 0 : -1;
+}
+
+int tpl_submit_build(struct spaced *sp, const char *tenant, const char *name,
+                     const char *spec_json, struct store_op *out, struct spaced_err *err)
+{
+    if (op_target_open(sp, name))
+        return spaced_err_set(err, 409, "conflict", "template %s is already being built", name);
+    struct op_intent in = {.write = write_building, .arg = (void *)spec_json};
+    return op_enqueue(sp, tenant, OP_TEMPLATE_BUILD, name, &in, out, err);
+}
+
+static void exec_run(struct spaced *sp, const struct store_op *op, void *arg)
+{
+    (void)arg;
+    tpl_build_start(sp, op->id, op->target);
+}
+
+/* A build cannot be resumed half-way: its build VM died with spaced. */
+static bool exec_resumable(struct spaced *sp, const struct store_op *op, void *arg)
+{
+    (void)arg;
+    tpl_build_interrupted(sp, op->target);
+    return false;
+}
+
+static const struct op_executor tpl_executor = {.run = exec_run, .resumable = exec_resumable};
+
+void tpl_ops_register(struct spaced *sp)
+{
+    op_register(sp->ops, OP_TEMPLATE_BUILD, &tpl_executor, NULL);
+}
