@@ -79,7 +79,9 @@ def hostile(down, mode, opens, child):
                 opens.feed(data)
         if opens.newest is None:
             return
-        down.sendall(HDR.pack(4, opens.newest, CREDIT, STREAM_IN, 0) + struct.pack("<I", 64 << 20))
+        # The window may reach 64 MiB (frame.h FRAME_MAX_CREDIT) counting the initial one.
+        grant = (64 << 20) - 256 * 1024
+        down.sendall(HDR.pack(4, opens.newest, CREDIT, STREAM_IN, 0) + struct.pack("<I", grant))
         while child.poll() is None:
             time.sleep(0.1)
         return

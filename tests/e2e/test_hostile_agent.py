@@ -152,5 +152,7 @@ def test_agent_that_stops_reading_holds_no_upload(lab):
     out, rc = session_output(sp, bystander, "echo during")
     assert (out, rc) == (b"during\n", 0)
     t.join(STALL_S)
+    if peak - base >= RSS_GROWTH_MAX:
+        print("\n".join(l for l in sp.log().splitlines() if "agent" in l or "files" in l or "PUT" in l)[-3000:], file=sys.stderr)
     assert peak - base < RSS_GROWTH_MAX, (peak - base, len(sent))
     assert len(sent) < UPLOAD_MIB, "spaced took the whole upload for an agent that reads nothing"
