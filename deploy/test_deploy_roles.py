@@ -72,6 +72,15 @@ def call(base, key, method, path, body=None):
         pytest.fail(f"{method} {path}: {e.code} {e.read()[:500]!r}")
 
 
+def log_excerpt(f):
+    """A daemon log's first lines (a start-up refusal is said there) and its last lines
+    without sanitizer leak traces (a daemon that exited early ends with only those)."""
+    lines = f.read_text(errors="replace").splitlines()
+    tail = [l for l in lines if not l.lstrip().startswith("#") and "leak of" not in l
+            and "allocated from" not in l and l.strip()]
+    return "\n".join(lines[:15] + ["..."] + tail[-25:])
+
+
 def wait_for(what, fn, timeout=300, logs=None):
     """fn() until truthy; on timeout fails with the daemons' logs (a directory)."""
     end = time.monotonic() + timeout
@@ -83,8 +92,8 @@ def wait_for(what, fn, timeout=300, logs=None):
         except OSError:
             pass
         if time.monotonic() > end:
-            tails = "".join("\n--- %s ---\n%s" % (f.name, f.read_text(errors="replace")[-4000:])
-                            for f in sorted(logs.glob("*.log"))) if logs else ""
+            tails = "".join("\n--- %s ---\n%s" % (f.name, log_excerpt(f)) for f in sorted(logs.glob("*.log"))) \
+                if logs else ""
             pytest.fail(f"timed out waiting for {what}{tails}")
         time.sleep(0.2)
 
