@@ -236,6 +236,18 @@ def test_private_ports_option_is_checked(setup):
         assert r.status == 400 and "ports must be" in r.json["error"]["message"], (bad, r)
 
 
+def send_and_read_all(addr, head):
+    """Sends one raw request head on a new connection; returns every byte until close."""
+    with socket.create_connection(addr, timeout=60) as c:
+        c.sendall(head.encode())
+        data = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                return data
+            data += d
+
+
 def _strip(body, sid):
     return body.replace(sid.encode(), b"<id>")
 
@@ -264,16 +276,9 @@ def test_private_ports_need_the_traffic_token(setup):
             [("Host", "x"), ("E2b-Sandbox-Id", box), ("E2b-Sandbox-Port", str(PORT))]
         if tok:
             h.append((TOKEN, tok))
-        with socket.create_connection(addr, timeout=60) as c:
-            head = "GET /e HTTP/1.1\r\n" + "".join("%s: %s\r\n" % kv for kv in h) + \
-                "Connection: close\r\n\r\n"
-            c.sendall(head.encode())
-            data = b""
-            while True:
-                d = c.recv(65536)
-                if not d:
-                    break
-                data += d
+        head = "GET /e HTTP/1.1\r\n" + "".join("%s: %s\r\n" % kv for kv in h) + \
+            "Connection: close\r\n\r\n"
+        data = send_and_read_all(addr, head)
         status = int(data.split(b" ", 2)[1])
         return status, _strip(data.split(b"\r\n\r\n", 1)[1], box)
 
@@ -309,14 +314,7 @@ def test_pipe_rewrites_tight_fields(setup):
     head = ("GET /tight HTTP/1.1\r\nHost:%d-%s.example.test\r\n" % (PORT, sid) +
             "".join("X-T%d:v\r\n" % i for i in range(90)) + "X-API-Key:" + s.admin_key +
             "\r\nConnection:close\r\n\r\n")
-    with socket.create_connection((lh, int(lp)), timeout=60) as c:
-        c.sendall(head.encode())
-        data = b""
-        while True:
-            d = c.recv(65536)
-            if not d:
-                break
-            data += d
+    data = send_and_read_all((lh, int(lp)), head)
     assert data.startswith(b"HTTP/1.1 200"), data
     got = assert_nothing_leaked(s, sid, ["/tight"], [s.admin_key[len("space_"):]])
     assert "X-T89: v" in got, got
