@@ -228,6 +228,20 @@ static void check_operations(void **state)
     ids[0] = '\0';
     assert_int_equal(store_op_list(st, "A", "sb1", 1, op_ids, ids), 0);
     assert_string_equal(ids, "op3,");
+
+    /* Ops of one millisecond keep submission order (seq), whatever their random ids. */
+    fill_op(&o, "opz", "C", "pending", "", 60);
+    o.seq = 1;
+    assert_int_equal(store_op_put(st, &o), 0);
+    fill_op(&o, "opa", "C", "pending", "", 60);
+    o.seq = 2;
+    assert_int_equal(store_op_put(st, &o), 0);
+    ids[0] = '\0';
+    assert_int_equal(store_op_each_open(st, op_ids, ids), 0);
+    assert_string_equal(ids, "op2,op5,opz,opa,");
+    ids[0] = '\0';
+    assert_int_equal(store_op_list(st, "C", NULL, 10, op_ids, ids), 0);
+    assert_string_equal(ids, "opa,opz,");
     store_close(st);
 }
 

@@ -53,6 +53,7 @@ struct op_engine {
     struct op_hook recover_hooks[OP_HOOKS_MAX], tick_hooks[OP_HOOKS_MAX];
     unsigned nrecover, ntick;
     op_owner_fn owns;
+    int64_t seq;                /* last store_op.seq handed out */
 };
 
 static void op_pump(struct spaced *sp);
@@ -366,8 +367,8 @@ static void op_pump(struct spaced *sp)
 
 /* ---- submitting --------------------------------------------------------------------- */
 
-static int new_op(struct store_op *op, const char *tenant, enum op_kind kind, const char *target,
-                  struct spaced_err *err)
+static int new_op(struct op_engine *e, struct store_op *op, const char *tenant, enum op_kind kind,
+                  const char *target, struct spaced_err *err)
 {
     memset(op, 0, sizeof *op);
     if (spaced_random_id(op->id, "op", 16) < 0)
@@ -377,6 +378,7 @@ static int new_op(struct store_op *op, const char *tenant, enum op_kind kind, co
     snprintf(op->target, sizeof op->target, "%s", target);
     snprintf(op->state, sizeof op->state, "%s", op_state_name(OP_PENDING));
     op->created_ms = spaced_now_ms();
+    op->seq = ++e->seq; /* ties of created_ms keep submission order after a restart */
     return 0;
 }
 
@@ -456,7 +458,7 @@ static void cancel_pending_done(struct spaced *sp, const char *target)
 int op_enqueue(struct spaced *sp, const char *tenant, enum op_kind kind, const char *target,
                const struct op_intent *in, struct store_op *out, struct spaced_err *err)
 {
-    if (new_op(out, tenant, kind, target, err) < 0)
+    if (new_op(sp->ops, out, tenant, kind, target, err) < 0)
         return -1;
     snprintf(out->idem_key, sizeof out->idem_key, "%s", in && in->idem_key ? in->idem_key : "");
     snprintf(out->body_hash, sizeof out->body_hash, "%s", in && in->body_hash ? in->body_hash : "");

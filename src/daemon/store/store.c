@@ -65,6 +65,9 @@ static const char *const store_migrations[] = {
     " max_vcpus BIGINT NOT NULL, max_memory_mib BIGINT NOT NULL, max_disk_mib BIGINT NOT NULL,"
     " max_templates BIGINT NOT NULL, max_snapshots BIGINT NOT NULL, updated_ms BIGINT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS templates_tenant ON templates(tenant, state);",
+    /* 5: operations submitted within one millisecond keep their order across a restart
+     * (a target's stop and delete must not swap): seq breaks created_ms ties. */
+    "ALTER TABLE operations ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;",
 };
 
 #define SQL_CAP 2048
@@ -405,7 +408,7 @@ int store_op_each_open(struct store *st, int (*fn)(const struct store_op *, void
 {
     struct store_op o;
     return rec_select(st, &store_tbl_operations,
-                      "WHERE state IN ('pending','running') ORDER BY created_ms, id", NULL, 0, &o,
+                      "WHERE state IN ('pending','running') ORDER BY created_ms, seq, id", NULL, 0, &o,
                       (int (*)(const void *, void *))fn, arg);
 }
 
@@ -416,7 +419,7 @@ int store_op_list(struct store *st, const char *tenant, const char *target, unsi
     struct store_arg a[] = {STORE_ARG_S(tenant), STORE_ARG_S(target), STORE_ARG_S(target),
                             STORE_ARG_I(limit)};
     return rec_select(st, &store_tbl_operations,
-                      "WHERE tenant=? AND (? IS NULL OR target=?) ORDER BY created_ms DESC, id DESC LIMIT ?",
+                      "WHERE tenant=? AND (? IS NULL OR target=?) ORDER BY created_ms DESC, seq DESC, id DESC LIMIT ?",
                       a, 4, &o, (int (*)(const void *, void *))fn, arg);
 }
 

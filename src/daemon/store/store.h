@@ -176,6 +176,7 @@ struct store_op {
     int64_t created_ms;
     int64_t started_ms;         /* 0 until running */
     int64_t finished_ms;        /* 0 until terminal */
+    int64_t seq;                /* submission order among ops of one created_ms (op_engine) */
 };
 
 void store_op_clear(struct store_op *o);
@@ -184,7 +185,7 @@ int store_op_put(struct store *st, const struct store_op *o);      /* insert or 
 int store_op_get(struct store *st, const char *id, struct store_op *out);
 /* Same tenant + idempotency key -> that op (STORE_NOTFOUND if none). */
 int store_op_by_idem(struct store *st, const char *tenant, const char *key, struct store_op *out);
-/* Every op not terminal (pending/running), ordered by creation then id. */
+/* Every op not terminal (pending/running), in submission order (created_ms, seq, id). */
 int store_op_each_open(struct store *st, int (*fn)(const struct store_op *, void *), void *arg);
 /* Ops of one tenant, newest first (at most limit). */
 int store_op_list(struct store *st, const char *tenant, const char *target, unsigned limit,

@@ -78,6 +78,7 @@ static const struct store_col op_cols[] = {
     COL("created_ms", STORE_COL_I64, struct store_op, created_ms, true),
     COL("started_ms", STORE_COL_I64, struct store_op, started_ms, false),
     COL("finished_ms", STORE_COL_I64, struct store_op, finished_ms, false),
+    COL("seq", STORE_COL_I64, struct store_op, seq, true),
 };
 const struct store_table store_tbl_operations = TABLE("operations", "id", true, struct store_op, op_cols, op_clear_v);
 
