@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
-"""Folder-level include graph of src/, and a ratchet against include cycles.
+"""Folder-level include graph of src/, and a check that it has no cycle.
 
 A folder depends on another when one of its files includes a header of the other
 (`#include "daemon/vm/vm.h"`, or a bare `"log.h"` found beside the includer or in
 src/common, the two -I directories the Makefile gives). Folders that include each other
 through any chain form a cycle: none of them can be read, built or tested alone.
 
-The goal is a graph without cycles (issue "A one-way daemon core"). Until the knot that
-exists today is undone, `scripts/include-cycles.allow` lists the folder edges that are
-part of a cycle now; the check fails when a cycle contains any edge not listed there, so
-no new cycle can appear, and it fails too on listed edges that are no longer in a cycle,
-so the list only shrinks (a stale entry would let that edge close a cycle again unseen).
+The graph has no cycle (issue "A one-way daemon core"; docs/architecture.md section 8
+draws the layers), and the check keeps it so: it fails on any folder edge that is part
+of a cycle and names it. A module that needs something from a folder above it gets it
+registered by main.c (a callback or predicate) instead of including that folder.
 
 Usage:
-  scripts/check-includes.py            check (exit 1 on a new cycle edge or a stale entry)
+  scripts/check-includes.py            check (exit 1 on any cycle edge)
   scripts/check-includes.py --graph    print every folder edge with its include count
   scripts/check-includes.py --cycles   print the current cycle edges (the allow file format)
 """
@@ -24,7 +23,6 @@ from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
-ALLOW = os.path.join(ROOT, "scripts", "include-cycles.allow")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -121,18 +119,6 @@ def cycle_edges(e):
     return sorted((a, b) for (a, b) in e if comp_of[a] is not None and comp_of[a] == comp_of[b])
 
 
-def read_allow():
-    allowed = set()
-    if os.path.exists(ALLOW):
-        with open(ALLOW, encoding="utf-8") as fh:
-            for line in fh:
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    a, _, b = line.partition("->")
-                    allowed.add((a.strip(), b.strip()))
-    return allowed
-
-
 def main(argv):
     e = edges()
     if "--graph" in argv:
@@ -144,19 +130,13 @@ def main(argv):
         for a, b in cyc:
             print(f"{a} -> {b}")
         return 0
-    allowed = read_allow()
-    new = [x for x in cyc if x not in allowed]
-    gone = sorted(x for x in allowed if x not in cyc)
     folders = sorted({n for x in cyc for n in x})
-    print(f"check-includes: {len(cyc)} folder edges in cycles among {len(folders)} folders "
-          f"({len(allowed)} allowed while the knot is undone)")
-    for a, b in gone:
-        print(f"check-includes: {a} -> {b} is no longer in a cycle: remove it from "
-              f"{os.path.relpath(ALLOW, ROOT)}")
-    for a, b in new:
-        print(f"check-includes: NEW include cycle edge {a} -> {b}: a file in src/{a} "
+    print(f"check-includes: {len(e)} folder edges, {len(cyc)} in cycles"
+          + (f" among {', '.join(folders)}" if folders else ""))
+    for a, b in cyc:
+        print(f"check-includes: include cycle edge {a} -> {b}: a file in src/{a} "
               f"includes src/{b}, which (through other folders) includes src/{a}")
-    return 1 if new or gone else 0
+    return 1 if cyc else 0
 
 
 if __name__ == "__main__":

@@ -18,10 +18,11 @@
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/e2b/e2b.h"
+#include "daemon/jail/jail.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/net/net.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
-#include "daemon/sandbox/sbx_jail.h"
 #include "daemon/sandbox/sbx_pool.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
@@ -144,7 +145,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
-    o->jail = 1; /* required unless --no-jail (sbx_jail.c) */
+    o->jail = 1; /* required unless --no-jail (jail/jail.c) */
     o->rate = 200;
     o->burst = 1000;
     o->conns_per_client = UINT_MAX; /* unset: decided by the role below */
@@ -288,7 +289,7 @@ int main(int argc, char **argv)
     else
         log_warn("guest.missing", "guest_dir=%s msg=\"sandboxes cannot start until `make guest` built it\"",
                  sp.opt.guest_dir);
-    if (sbx_jail_resolve(&sp) < 0)
+    if (jail_resolve(&sp, cluster_runs_sandboxes(&sp)) < 0)
         return 2;
     char cerr[320];
     if (cluster_check_opts(&sp, cerr, sizeof cerr) < 0) {
@@ -326,6 +327,12 @@ int main(int argc, char **argv)
     }
     tpl_ops_register(&sp);
     op_set_owner(sp.ops, cluster_owns_op);
+    /* Nor do the lower modules know the ones above them (docs/architecture.md, section
+     * 8): the sandbox table learns from cluster/ which rows are this node's, net/ asks the
+     * table which sandboxes are alive, template/ asks it what their disks stand on. */
+    sbx_set_owner(&sp, cluster_owns_sbx, cluster_node_id(&sp));
+    net_set_known(sbx_known, &sp);
+    tpl_set_users(&sp, sbx_template_users);
     if (cluster_runs_sandboxes(&sp) && sbx_table_load(&sp) != 0) {
         fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
         return 1;

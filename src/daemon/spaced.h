@@ -70,7 +70,7 @@ struct spaced_opts {
     unsigned pool;         /* warm pool size per template (0 disables) */
     const char *qemu;      /* QEMU binary override (SPACE_QEMU), NULL = from PATH */
     int jail;              /* 1: run QEMU jailed (default; required), 0: --no-jail
-                              (development only), see sandbox/sbx_jail.h */
+                              (development only), see jail/jail.h */
     const char *jail_uids; /* --jail-uids BASE:COUNT, NULL = the default range */
     double rate;           /* API requests per second per client (api/routes_ratelimit.c);
                               0 disables rate limiting */

@@ -1,8 +1,9 @@
 /* Unit tests for the template registry without VMs: build-spec validation (every field
  * and hostile input), name ownership across tenants (free, taken, own failed build,
- * deleted, built-ins), tenant-scoped lookup and listing, and the pin of a built-in image
- * surviving a rebuild by rename. A real SQLite store and a fake guest dir in a temporary
- * directory. */
+ * deleted, built-ins), tenant-scoped lookup and listing, the pin of a built-in image
+ * surviving a rebuild by rename, and what the sandboxes use (tpl_set_users: a template in
+ * use cannot be deleted, a layer in use is not swept). A real SQLite store and a fake
+ * guest dir in a temporary directory; a fake sandbox module. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +19,6 @@
 #include <jansson.h>
 
 #include "b64.h"
-#include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
 #include "tpl_fixture.h"
@@ -26,6 +26,22 @@
 static char root[64];
 static char guest[128], data[128];
 static struct spaced sp;
+
+/* The fake sandbox module's sandboxes (tpl_set_users): a template and at most one layer. */
+static struct {
+    const char *tpl;
+    char layer[320];
+} users[2];
+static unsigned nusers;
+
+static void fake_users(struct spaced *s, tpl_use_fn use, void *arg)
+{
+    (void)s;
+    for (unsigned i = 0; i < nusers; i++) {
+        const char *layers[1] = {users[i].layer};
+        use(users[i].tpl, layers, users[i].layer[0] ? 1 : 0, arg);
+    }
+}
 
 static void write_file(const char *path, const char *text)
 {
@@ -52,16 +68,16 @@ static int setup(void **state)
     sp.store = store_open(db, err, sizeof err);
     if (!sp.store || !sp.base)
         return -1;
-    sp.sbx = sbx_table_new(&sp); /* empty: no sandbox uses anything */
-    sp.tpl = tpl_registry_new(&sp);
-    return sp.sbx && sp.tpl ? 0 : -1;
+    if (!(sp.tpl = tpl_registry_new(&sp)))
+        return -1;
+    tpl_set_users(&sp, fake_users); /* no sandbox until a test adds one */
+    return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
     tpl_registry_free(sp.tpl);
-    sbx_table_free(sp.sbx);
     store_close(sp.store);
     event_base_free(sp.base);
     char cmd[128];
@@ -293,6 +309,50 @@ static void test_builtin_pin_survives_rebuild(void **state)
     assert_string_equal(buf, "image two");
 }
 
+/* The template module asks the sandbox module what its sandboxes use: a template one
+ * names cannot be deleted, and the sweep keeps a pinned image a disk chain names until
+ * the sandbox is gone (tpl_user_gone schedules it). */
+static void test_sandbox_users(void **state)
+{
+    (void)state;
+    add_row("used", "ta", "ready");
+    users[0].tpl = "used";
+    users[0].layer[0] = '\0'; /* a create that has not written its chain yet */
+    nusers = 1;
+    json_t *out = NULL;
+    struct spaced_err err;
+    assert_int_equal(tpl_delete(&sp, "ta", "used", &out, &err), -1);
+    assert_string_equal(err.code, "template_in_use");
+    assert_non_null(strstr(err.message, "1 sandbox"));
+    assert_null(out);
+
+    /* Old pins (not current, no version names them): one a chain names is kept, one
+     * nothing names is swept. */
+    char dir[256], old[300], unused[300];
+    snprintf(dir, sizeof dir, "%s/images", data);
+    mkdir(dir, 0700);
+    snprintf(old, sizeof old, "%s/base-3333333333333333.ext4", dir);
+    snprintf(unused, sizeof unused, "%s/base-4444444444444444.ext4", dir);
+    write_file(old, "old image");
+    write_file(unused, "older image");
+    users[0].tpl = "base";
+    snprintf(users[0].layer, sizeof users[0].layer, "%s", old);
+    tpl_user_gone(&sp); /* some other sandbox went */
+    event_base_loop(sp.base, EVLOOP_NONBLOCK); /* the sweep: a timer due now */
+    assert_int_equal(access(unused, F_OK), -1);
+    assert_int_equal(access(old, F_OK), 0);
+
+    nusers = 0; /* its last user is deleted */
+    tpl_user_gone(&sp);
+    event_base_loop(sp.base, EVLOOP_NONBLOCK);
+    assert_int_equal(access(old, F_OK), -1);
+    struct tpl_info t;
+    assert_int_equal(tpl_lookup(&sp, "ta", "base", &t, &err), 0);
+    assert_int_equal(access(t.rootfs, F_OK), 0); /* the current pin stays */
+    assert_int_equal(tpl_delete(&sp, "ta", "used", &out, &err), 0);
+    json_decref(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_copy_sizes),
         cmocka_unit_test(test_names_across_tenants),
         cmocka_unit_test(test_builtin_pin_survives_rebuild),
+        cmocka_unit_test(test_sandbox_users),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -28,6 +28,10 @@
  * purpose zeroes its heartbeat. Requests for a sandbox on a node that is not live get
  * 503 node_down from the control daemon (its sandboxes are not moved).
  *
+ * Layering: cluster/ sits above sandbox/ (it asks the sandbox table whether an op's
+ * target is loaded here). The modules below know no role: main.c hands them this
+ * module's answers (jail_resolve, sbx_set_owner). Prefix cluster_.
+ *
  * Ownership: spaced owns `struct cluster` (sp->cluster), created by cluster_start and
  * freed by cluster_free. Everything runs on the event loop thread. */
 #ifndef SPACE_CLUSTER_H
@@ -66,12 +70,13 @@ int cluster_start(struct spaced *sp, char *err, size_t cap);
 void cluster_free(struct spaced *sp);
 
 /* Whether this process runs sandboxes (roles all and node): only then does main.c
- * load sandboxes, recover operations and fill warm pools. */
+ * jail QEMUs, load sandboxes, recover operations and fill warm pools. */
 bool cluster_runs_sandboxes(const struct spaced *sp);
-/* The node id to stamp on sandboxes this process creates ("" for role all). */
+/* The node id to stamp on sandboxes this process creates ("" for role all; main.c gives
+ * it to sbx_set_owner). */
 const char *cluster_node_id(const struct spaced *sp);
 /* Whether this process loads and reconciles the sandbox row rec (role all: every row;
- * node: rows naming it; control: none). */
+ * node: rows naming it; control: none). An sbx_owner_fn (main.c: sbx_set_owner). */
 bool cluster_owns_sbx(const struct spaced *sp, const struct store_sbx *rec);
 /* Whether this process recovers the open operation op at start: role all: every one;
  * node: operations on sandboxes it loaded (never template builds: another node may be

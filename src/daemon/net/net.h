@@ -28,7 +28,10 @@
  * other way the NIC stays and the gateway refuses everything.
  *
  * All calls run on the event loop thread (they switch that thread's namespace briefly
- * and talk to the gateway synchronously over a local socket, a few ms at most). */
+ * and talk to the gateway synchronously over a local socket, a few ms at most).
+ *
+ * Layering: below sandbox/ and template/, which claim and release namespaces by id; net/
+ * knows neither (which ids are alive is registered: net_set_known). Prefix net_. */
 #ifndef SPACE_NET_H
 #define SPACE_NET_H
 
@@ -163,5 +166,11 @@ bool net_gateway_up(struct net *n);
  * exit: spaced has no slot for it and no shutdown hook for route modules; an exit
  * handler calls net_exit. NULL (logged) if it cannot be set up, e.g. without root. */
 struct net *net_get(struct spaced *sp);
+
+/* Which sandbox ids are alive, for the sweep net_get makes: main.c registers the sandbox
+ * table's answer (net/ knows no sandbox table: sandbox/ sits above it and includes it).
+ * Call before the first net_get; until then (and in programs that never call it) no
+ * record is swept. */
+void net_set_known(bool (*known)(const char *sandbox, void *arg), void *arg);
 
 #endif

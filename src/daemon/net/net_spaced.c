@@ -1,5 +1,5 @@
-/* net_spaced.c: the one network module of a spaced process (net_get, net.h) and its
- * tenant credential rules (net_tenants_get, net_tenant.h).
+/* net_spaced.c: the one network module of a spaced process (net_get, net_set_known,
+ * net.h) and its tenant credential rules (net_tenants_get, net_tenant.h).
  *
  * Static storage, like the session and file route contexts: struct spaced has no slot
  * for it and main.c no shutdown hook for route modules, so the module stays reachable
@@ -13,7 +13,6 @@
 
 #include "daemon/net/net.h"
 #include "daemon/net/net_tenant.h"
-#include "daemon/sandbox/sbx.h"
 #include "log.h"
 
 #define NET_GATEWAY_ARGS_MAX 32 /* words of SPACE_GATEWAY_ARGS passed on; more are dropped */
@@ -25,11 +24,14 @@ static struct {
     bool tried; /* set up once; a failure is logged once and not retried */
     char *args_copy;                               /* SPACE_GATEWAY_ARGS, split in place */
     const char *args[NET_GATEWAY_ARGS_MAX + 1];
+    bool (*known)(const char *sandbox, void *arg); /* net_set_known; NULL: no sweep */
+    void *known_arg;
 } net_proc;
 
-static bool sandbox_known(const char *id, void *arg)
+void net_set_known(bool (*known)(const char *sandbox, void *arg), void *arg)
 {
-    return sbx_find(arg, NULL, id) != NULL;
+    net_proc.known = known;
+    net_proc.known_arg = arg;
 }
 
 static void at_exit(void)
@@ -100,7 +102,8 @@ struct net *net_get(struct spaced *sp)
     if (!net_proc.net)
         log_error("net.unavailable", "error=\"%s\"", err);
     else {
-        net_sweep(net_proc.net, sandbox_known, sp);
+        if (net_proc.known)
+            net_sweep(net_proc.net, net_proc.known, net_proc.known_arg);
         atexit(at_exit);
     }
     return net_proc.net;

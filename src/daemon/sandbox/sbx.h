@@ -28,6 +28,16 @@
  *   failed:    start, wake, delete
  *   deleted:   nothing (404)
  *
+ * Files: sbx_table.c (table, record, state changes), sbx_act.c (the VM actions),
+ * sbx_submit.c / sbx_exec.c (the op engine's side), sbx_chain.c (the disk chain file,
+ * backing.json, and what it tells the template module), sbx_pool.c (warm pools),
+ * sbx_spec.c, sbx_state.c, sbx_traffic.c. Prefix sbx_.
+ *
+ * Layering: below cluster/ and above template/, net/, jail/, vm/. It knows no role
+ * (main.c calls sbx_set_owner with cluster/'s answers) and tells the modules below what
+ * they must know of sandboxes through callbacks main.c registers (sbx_known for net/,
+ * sbx_template_users for template/) or calls (tpl_user_gone when a sandbox is deleted).
+ *
  * Ownership: struct sbx objects belong to the table (sp->sbx); a pointer from sbx_find
  * is valid until the next return to the event loop. Keep the id, not the pointer,
  * across callbacks. */
@@ -41,6 +51,7 @@
 #include "daemon/ops/op.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "daemon/template/tpl.h"
 
 struct sbx;
 struct agentc;
@@ -114,7 +125,14 @@ int sbx_transition(enum sbx_state desired, enum sbx_state current, enum op_kind 
 /* ---- the live table ------------------------------------------------------------------ */
 
 struct sbx_table *sbx_table_new(struct spaced *sp);
-/* Loads every non-deleted sandbox from the store (startup). */
+/* Which sandboxes are this process's, set by main.c from cluster/ (the sandbox module
+ * knows no role: cluster/ sits above it and includes it). owns: whether to load and
+ * reconcile a stored row (NULL: every row); node_id: the node stamped on the sandboxes
+ * this process creates (NULL: "", a single host). Call before sbx_table_load; the
+ * string must live as long as the table. */
+typedef bool (*sbx_owner_fn)(const struct spaced *sp, const struct store_sbx *rec);
+void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id);
+/* Loads every non-deleted sandbox this process owns from the store (startup). */
 int sbx_table_load(struct spaced *sp);
 /* Detaches (never kills) every VM, so a restarted spaced adopts them; frees the table. */
 void sbx_table_free(struct sbx_table *t);
@@ -135,6 +153,15 @@ const struct store_sbx *sbx_record(const struct sbx *s);
  * Owned by the sandbox; do not keep it across loop iterations (it is replaced after
  * pause/suspend/restore and freed when the VM goes away). */
 struct agentc *sbx_agent(struct sbx *s);
+
+/* Whether sandbox `id` is in the table and not deleted (any tenant); arg = sp. The
+ * known() of net_set_known (main.c registers it: net/ knows no sandbox table). */
+bool sbx_known(const char *id, void *sp);
+
+/* The sandboxes' use of templates (sbx_chain.c), the tpl_users_fn main.c registers with
+ * tpl_set_users: use() once per sandbox that is not deleted, with its template and the
+ * layers of its disk chain. The template module never reads sandbox files. */
+void sbx_template_users(struct spaced *sp, tpl_use_fn use, void *arg);
 
 /* Calls fn for every sandbox in the table (any tenant). fn must not delete sandboxes. */
 void sbx_each(struct spaced *sp, void (*fn)(struct sbx *s, void *arg), void *arg);

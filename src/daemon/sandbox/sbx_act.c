@@ -20,65 +20,23 @@
 #include <unistd.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/jail/jail.h"
 #include "daemon/net/net.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/vm.h"
 #include "daemon/vm/vm_greet.h"
 #include "log.h"
 #include "sbx_internal.h"
-#include "sbx_jail.h"
 #include "sbx_pool.h"
 
 #define SBX_AGENT_TIMEOUT_S 120   /* boot/restore until the agent's HELLO */
 #define SBX_SHUTDOWN_TIMEOUT_MS 10000
-#define SBX_PATH_MAX 600
 
 static void act_continue_after_agent(struct sbx *s);
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
 static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
-
-/* The read-only layers under a sandbox's overlay, nearest first, kept beside the disk in
- * backing.json: vm.h takes the chain explicitly and never trusts the overlay's header. */
-struct disk_chain {
-    unsigned n;
-    char path[VM_DISK_BACKING_MAX][SBX_PATH_MAX];
-    char format[VM_DISK_BACKING_MAX][8];
-};
-
-static int chain_save(struct sbx *s, const struct disk_chain *c)
-{
-    json_t *arr = json_array();
-    for (unsigned i = 0; i < c->n; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:s}", "path", c->path[i], "format", c->format[i]));
-    char p[SBX_PATH_MAX];
-    sbx_path(s, "backing.json", p, sizeof p);
-    int rc = json_dump_file(arr, p, JSON_COMPACT);
-    json_decref(arr);
-    return rc;
-}
-
-static int chain_load(struct sbx *s, struct disk_chain *c)
-{
-    char p[SBX_PATH_MAX];
-    sbx_path(s, "backing.json", p, sizeof p);
-    json_t *arr = json_load_file(p, 0, NULL);
-    memset(c, 0, sizeof *c);
-    size_t i;
-    json_t *l;
-    json_array_foreach(arr, i, l) {
-        const char *path = json_string_value(json_object_get(l, "path"));
-        const char *fmt = json_string_value(json_object_get(l, "format"));
-        if (i >= VM_DISK_BACKING_MAX || !path || !fmt)
-            break;
-        snprintf(c->path[i], sizeof c->path[i], "%s", path);
-        snprintf(c->format[i], sizeof c->format[i], "%s", fmt);
-        c->n = (unsigned)i + 1;
-    }
-    json_decref(arr);
-    return c->n ? 0 : -1;
-}
 
 /* ---- finishing ---------------------------------------------------------------------- */
 
@@ -453,8 +411,8 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     }
     char disk[SBX_PATH_MAX];
     sbx_path(s, "disk.qcow2", disk, sizeof disk);
-    struct disk_chain chain;
-    if (chain_load(s, &chain) < 0) {
+    struct sbx_chain chain;
+    if (sbx_chain_load(s, &chain) < 0) {
         act_fail(s, SBX_FAILED, "disk_missing", "the sandbox's disk chain (backing.json) is unreadable");
         return;
     }
@@ -470,7 +428,7 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     cfg.id = s->rec.id;
     cfg.vcpus = s->rec.vcpus;
     cfg.mem_mib = s->rec.memory_mib;
-    sbx_jail_fill(s->sp, &cfg);
+    jail_fill(s->sp, &cfg);
     cfg.disk = disk;
     cfg.run_dir = s->rec.run_dir;
     /* The NIC: a tap inside the sandbox's own namespace (net.h); none for policy none. */
@@ -580,14 +538,14 @@ static void act_create(struct sbx *s)
                              sizeof c->snap, overlay, sizeof overlay);
     if (!snap)
         c->snap[0] = '\0';
-    struct disk_chain chain = {.n = 0};
+    struct sbx_chain chain = {.n = 0};
     if (snap) {
         snprintf(chain.path[chain.n], sizeof chain.path[0], "%s", overlay);
         snprintf(chain.format[chain.n++], sizeof chain.format[0], "qcow2");
     }
     snprintf(chain.path[chain.n], sizeof chain.path[0], "%s", t.rootfs);
     snprintf(chain.format[chain.n++], sizeof chain.format[0], "raw");
-    if (chain_save(s, &chain) < 0) {
+    if (sbx_chain_save(s, &chain) < 0) {
         free(c);
         act_fail(s, SBX_FAILED, "host_io", "cannot write %s/backing.json", dir);
         return;

@@ -4,7 +4,10 @@
 #ifndef SPACE_SBX_INTERNAL_H
 #define SPACE_SBX_INTERNAL_H
 
+#include "daemon/vm/vm.h"
 #include "sbx.h"
+
+#define SBX_PATH_MAX 600 /* a path under the sandbox's directory */
 
 struct vm;
 struct agentc;
@@ -44,6 +47,8 @@ struct sbx_table {
         void *arg;
     } listeners[SBX_LISTENERS_MAX];
     unsigned nlisteners;
+    sbx_owner_fn owns;           /* sbx_set_owner: NULL = every row */
+    const char *node_id;         /* stamped on new rows, never NULL ("" = single host) */
     int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
 };
 
@@ -80,5 +85,18 @@ void sbx_table_remove(struct spaced *sp, struct sbx *s);
 
 /* Paths under the data dir for this sandbox (out[cap]). */
 void sbx_path(const struct sbx *s, const char *leaf, char *out, size_t cap);
+
+/* The read-only layers under a sandbox's overlay, nearest first, kept beside the disk in
+ * backing.json (sbx_chain.c): vm.h takes the chain explicitly and never trusts the
+ * overlay's header. The file is the sandbox module's own; the template module learns
+ * which layers are in use through sbx_template_users (sbx.h). save: 0 or -1; load: 0,
+ * or -1 when the file is missing or names no layer. */
+struct sbx_chain {
+    unsigned n;
+    char path[VM_DISK_BACKING_MAX][SBX_PATH_MAX];
+    char format[VM_DISK_BACKING_MAX][8];
+};
+int sbx_chain_save(const struct sbx *s, const struct sbx_chain *c);
+int sbx_chain_load(const struct sbx *s, struct sbx_chain *c);
 
 #endif

@@ -8,13 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/jail/jail.h"
 #include "daemon/net/net.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/pool.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "sbx_internal.h"
-#include "sbx_jail.h"
 #include "sbx_pool.h"
 
 #define SBXP_PATH_MAX 600
@@ -142,7 +142,7 @@ static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec
     pc.base.backing[1].path = rootfs;
     pc.base.backing[1].format = "raw";
     pc.base.n_backing = 2;
-    sbx_jail_fill(ps->sp, &pc.base);
+    jail_fill(ps->sp, &pc.base);
     pc.snapshot_dir = snap_dir;
     pc.template_overlay = overlay;
     pc.size = ps->sp->opt.pool;

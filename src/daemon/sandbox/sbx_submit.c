@@ -4,7 +4,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/cluster/cluster.h"
 #include "daemon/quota/quota.h"
 #include "daemon/template/tpl.h"
 #include "log.h"
@@ -62,7 +61,7 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
     snprintf(rec.desired, sizeof rec.desired, "%s", sbx_state_name(SBX_RUNNING));
     snprintf(rec.state, sizeof rec.state, "%s", sbx_state_name(SBX_CREATING));
     snprintf(rec.run_dir, sizeof rec.run_dir, "%s/run/%s", sp->opt.data_dir, rec.id);
-    snprintf(rec.node, sizeof rec.node, "%s", cluster_node_id(sp));
+    snprintf(rec.node, sizeof rec.node, "%s", sp->sbx->node_id);
     rec.disk_mib = disk_mib(t.rootfs);
     struct op_intent in = {.write = write_new_sandbox, .arg = &rec, .idem_key = idem_key,
                            .body_hash = body_hash};

@@ -8,7 +8,6 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/auth/auth.h"
-#include "daemon/cluster/cluster.h"
 #include "daemon/vm/vm.h"
 #include "daemon/vm/vm_greet.h"
 #include "log.h"
@@ -17,7 +16,16 @@
 struct sbx_table *sbx_table_new(struct spaced *sp)
 {
     (void)sp;
-    return calloc(1, sizeof(struct sbx_table));
+    struct sbx_table *t = calloc(1, sizeof *t);
+    if (t)
+        t->node_id = "";
+    return t;
+}
+
+void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id)
+{
+    sp->sbx->owns = owns;
+    sp->sbx->node_id = node_id ? node_id : "";
 }
 
 static void sbx_free(struct sbx *s)
@@ -67,9 +75,10 @@ struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec)
 
 static int load_one(const struct store_sbx *rec, void *arg)
 {
-    if (!cluster_owns_sbx(arg, rec))
+    struct spaced *sp = arg;
+    if (sp->sbx->owns && !sp->sbx->owns(sp, rec))
         return 0; /* another node daemon's (--role=node) */
-    return sbx_table_add(arg, rec) ? 0 : 1;
+    return sbx_table_add(sp, rec) ? 0 : 1;
 }
 
 int sbx_table_load(struct spaced *sp)
@@ -96,6 +105,8 @@ struct sbx *sbx_find(struct spaced *sp, const char *tenant, const char *id)
             return s->state == SBX_DELETED || (tenant && strcmp(s->rec.tenant, tenant) != 0) ? NULL : s;
     return NULL;
 }
+
+bool sbx_known(const char *id, void *sp) { return sbx_find(sp, NULL, id) != NULL; }
 
 const char *sbx_id(const struct sbx *s) { return s->rec.id; }
 const char *sbx_tenant(const struct sbx *s) { return s->rec.tenant; }
@@ -159,6 +170,9 @@ void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
               "sandbox=%s tenant=%s from=%s to=%s desired=%s%s%s", s->rec.id, s->rec.tenant,
               sbx_state_name(old), sbx_state_name(state), sbx_state_name(s->desired),
               failure ? " failure=" : "", failure ? log_quote(failure, why, sizeof why) : "");
+    /* A deleted sandbox may have been the last user of an old snapshot version. */
+    if (state == SBX_DELETED && old != state)
+        tpl_user_gone(s->sp);
     struct sbx_table *t = s->sp->sbx;
     for (unsigned i = 0; i < t->nlisteners && old != state; i++)
         t->listeners[i].fn(s->sp, s, old, state, t->listeners[i].arg);

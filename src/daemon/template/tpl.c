@@ -14,22 +14,10 @@
 #include <unistd.h>
 
 #include "daemon/agentc/agentc.h"
-#include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "tpl_internal.h"
-
-/* A deleted sandbox may have been the last user of an old snapshot version. */
-static void on_sbx_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum sbx_state now,
-                         void *arg)
-{
-    (void)s;
-    (void)old;
-    (void)arg;
-    if (now == SBX_DELETED)
-        tpl_snapshots_gc_soon(sp, NULL);
-}
 
 struct tpl_registry *tpl_registry_new(struct spaced *sp)
 {
@@ -39,12 +27,19 @@ struct tpl_registry *tpl_registry_new(struct spaced *sp)
     snprintf(r->kernel, sizeof r->kernel, "%s/vmlinux", sp->opt.guest_dir);
     snprintf(r->initramfs, sizeof r->initramfs, "%s/initramfs.cpio", sp->opt.guest_dir);
     tpl_kill_stale_vms(sp->opt.data_dir);
-    if (sp->sbx && sbx_listen(sp, on_sbx_state, NULL) < 0)
-        log_warn("template.gc", "msg=\"no state listener slot: old snapshot versions are swept "
-                                "only when a new one is made\"");
     tpl_snapshots_gc_soon(sp, r); /* first loop turn: the sandbox table is loaded by then */
     return r;
 }
+
+void tpl_set_users(struct spaced *sp, tpl_users_fn users) { sp->tpl->users = users; }
+
+void tpl_users_each(struct spaced *sp, tpl_use_fn use, void *arg)
+{
+    if (sp->tpl && sp->tpl->users)
+        sp->tpl->users(sp, use, arg);
+}
+
+void tpl_user_gone(struct spaced *sp) { tpl_snapshots_gc_soon(sp, NULL); }
 
 void tpl_registry_free(struct tpl_registry *r)
 {
@@ -355,10 +350,13 @@ struct use_ctx {
     unsigned n;
 };
 
-static void count_user(struct sbx *s, void *arg)
+static void count_user(const char *template_name, const char *const *layers, unsigned n,
+                       void *arg)
 {
     struct use_ctx *u = arg;
-    if (sbx_state(s) != SBX_DELETED && strcmp(sbx_record(s)->template_name, u->name) == 0)
+    (void)layers;
+    (void)n;
+    if (strcmp(template_name, u->name) == 0)
         u->n++;
 }
 
@@ -381,7 +379,7 @@ int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t *
         rc = spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
     else if (strcmp(row.state, "building") == 0)
         rc = spaced_err_set(err, 409, "conflict", "template %s is being built; wait for the build", name);
-    else if ((sbx_each(sp, count_user, &use), use.n > 0))
+    else if ((tpl_users_each(sp, count_user, &use), use.n > 0))
         rc = spaced_err_set(err, 409, "template_in_use",
                             "%u sandbox(es) were created from template %s (in any state but "
                             "deleted); delete them first: their disks are backed by its image",

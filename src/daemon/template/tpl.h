@@ -17,9 +17,13 @@
  * from (kernel, initramfs, rootfs, template.json, shape), kept in
  * <data-dir>/templates/<name>/snapshots/<v>x<m>[-net]-<fp16>/ {disk.qcow2, snap/, ready,
  * version.json}. When the guest or the template changes, the next create gets a new
- * version; an old one is removed only once no sandbox's disk chain (backing.json, in any
- * state but deleted) names it. A built-in's image is used through a hard link in
- * <data-dir>/images/ (tpl_pin.c), so rebuilding it never changes existing disks. */
+ * version; an old one is removed only once no sandbox's disk chain (in any state but
+ * deleted) names it. A built-in's image is used through a hard link in
+ * <data-dir>/images/ (tpl_pin.c), so rebuilding it never changes existing disks.
+ *
+ * The template module knows no sandbox (sandbox/ sits above it and includes it): what
+ * the sandboxes use is asked of the tpl_users_fn main.c registers (sbx_template_users),
+ * and the sandbox module says when one is gone (tpl_user_gone). Prefix tpl_. */
 #ifndef SPACE_TPL_H
 #define SPACE_TPL_H
 
@@ -49,6 +53,21 @@ bool tpl_name_valid(const char *name);
 
 struct tpl_registry *tpl_registry_new(struct spaced *sp);
 void tpl_registry_free(struct tpl_registry *r);
+
+/* ---- what sandboxes use ------------------------------------------------------------ */
+
+/* A tpl_users_fn calls use(template_name, layers, n, use_arg) once for every sandbox that
+ * is not deleted, with the read-only layers under its disk (paths, nearest first; n = 0
+ * while it has none yet). The sweep keeps every snapshot version and pinned image a
+ * layer lies in, and a template any sandbox names cannot be deleted. tpl_set_users: the
+ * provider (main.c: sbx_template_users); none set = no sandboxes (tests). */
+typedef void (*tpl_use_fn)(const char *template_name, const char *const *layers, unsigned n,
+                           void *use_arg);
+typedef void (*tpl_users_fn)(struct spaced *sp, tpl_use_fn use, void *use_arg);
+void tpl_set_users(struct spaced *sp, tpl_users_fn users);
+/* A sandbox is gone (deleted): it may have been the last user of an old snapshot version,
+ * so the sweep runs soon (from the loop). */
+void tpl_user_gone(struct spaced *sp);
 
 /* Template `name` if it exists, its rootfs is present and `tenant` may use it (built-ins:
  * everyone; built ones: their tenant; tenant NULL: internal, any): 0 and *out filled.

@@ -33,8 +33,8 @@
 
 #include "b64.h"
 #include "daemon/agentc/agentc.h"
+#include "daemon/jail/jail.h"
 #include "daemon/ops/op.h"
-#include "daemon/sandbox/sbx_jail.h"
 #include "daemon/vm/vm.h"
 #include "daemon/vm/vm_greet.h"
 #include "log.h"
@@ -621,7 +621,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     cfg.n_backing = 1;
     cfg.run_dir = b->run_dir;
     /* The steps are the tenant's code: the build VM is jailed like a sandbox's. */
-    sbx_jail_fill(b->sp, &cfg);
+    jail_fill(b->sp, &cfg);
     int verr = 0;
     char m[256] = "";
     b->vm = vmg_start(b->greet, &cfg, NULL, 0, &build_greet, &build_vm_cbs, b, &verr, m, sizeof m);

@@ -18,7 +18,11 @@ struct tpl_registry {
     struct tpl_snap *snaps;       /* list, owned */
     struct tpl_build *builds;     /* builds in flight, owned */
     struct event *gc;             /* deferred snapshot-version sweep (owned) */
+    tpl_users_fn users;           /* tpl_set_users, NULL = no sandboxes */
 };
+
+/* Calls r->users (see tpl_users_fn), if one is registered. */
+void tpl_users_each(struct spaced *sp, tpl_use_fn use, void *arg);
 
 void tpl_snapshots_free(struct tpl_registry *r);
 /* Kills template VMs an earlier spaced on data_dir left running (called once at start,

@@ -15,8 +15,8 @@
  *   snap/         vm.h snapshot (state, mem = the RAM file clones map copy-on-write)
  *   version.json  the fingerprint's inputs, for humans
  *   ready         present once the snapshot is complete
- * Clones of a version name it in their disk chain (sandboxes/<id>/backing.json) for
- * their whole life (running, paused, suspended, stopped, failed), so the sweep removes
+ * Clones of a version name it in their disk chain (the sandbox module reports the
+ * chains: tpl_users_fn, tpl.h) for their whole life (running, paused, suspended, stopped, failed), so the sweep removes
  * a version only when it is not current, not being built, and no live sandbox's chain
  * names it. Directories in the layout of earlier spaced versions
  * (<data>/templates/<name>/<v>x<m>[-net]/) are swept by the same rule. */
@@ -34,9 +34,8 @@
 #include <unistd.h>
 
 #include "daemon/agentc/agentc.h"
+#include "daemon/jail/jail.h"
 #include "daemon/net/net.h"
-#include "daemon/sandbox/sbx.h"
-#include "daemon/sandbox/sbx_jail.h"
 #include "daemon/vm/vm.h"
 #include "daemon/vm/vm_greet.h"
 #include "log.h"
@@ -318,7 +317,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     /* The template's start command may be a tenant's (built templates): the snapshot VM
      * is jailed like any other. Its RAM file and overlay are its uid's while it runs and
      * become root-owned 0444 once the snapshot is taken (vm_template_snapshot). */
-    sbx_jail_fill(s->sp, &cfg);
+    jail_fill(s->sp, &cfg);
     int verr = 0;
     char msgbuf[256] = "";
     s->vm = vmg_start(s->greet, &cfg, NULL, 0, &snap_greet, &snap_vm_cbs, s, &verr, msgbuf,
@@ -505,28 +504,13 @@ void tpl_snapshots_free(struct tpl_registry *r)
 
 /* ---- which versions are in use ----------------------------------------------------- */
 
-struct refs {
-    struct spaced *sp;
-    json_t *paths; /* array of disk-chain paths of live sandboxes */
-};
-
-static void collect_chain(struct sbx *s, void *arg)
+/* Adds a live sandbox's disk-chain layers (tpl_use_fn) to the array arg. */
+static void collect_chain(const char *template_name, const char *const *layers, unsigned n,
+                          void *arg)
 {
-    struct refs *r = arg;
-    if (sbx_state(s) == SBX_DELETED)
-        return;
-    /* sandboxes/<id>/backing.json (sbx_act.c): the layers under the sandbox's overlay. */
-    char p[TPL_PATH_MAX + 128];
-    snprintf(p, sizeof p, "%s/sandboxes/%s/backing.json", r->sp->opt.data_dir, sbx_id(s));
-    json_t *chain = json_load_file(p, 0, NULL);
-    size_t i;
-    json_t *l;
-    json_array_foreach(chain, i, l) {
-        json_t *path = json_object_get(l, "path");
-        if (json_is_string(path))
-            json_array_append(r->paths, path);
-    }
-    json_decref(chain);
+    (void)template_name;
+    for (unsigned i = 0; i < n; i++)
+        json_array_append_new(arg, json_string(layers[i]));
 }
 
 static unsigned users_of(const json_t *paths, const char *dir)
@@ -541,11 +525,12 @@ static unsigned users_of(const json_t *paths, const char *dir)
     return n;
 }
 
+/* The layer paths of every live sandbox's disk chain, as the sandbox module reports them. */
 static json_t *live_chains(struct spaced *sp)
 {
-    struct refs r = {sp, json_array()};
-    sbx_each(sp, collect_chain, &r);
-    return r.paths;
+    json_t *paths = json_array();
+    tpl_users_each(sp, collect_chain, paths);
+    return paths;
 }
 
 /* The registry entry for version directory `dir`, or NULL. */

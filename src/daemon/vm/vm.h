@@ -144,7 +144,7 @@ struct vm_jail {
 #define VM_JAIL_UID_AUTO ((uid_t)-1)
 
 /* Process-wide jail settings, set once before the first VM starts (spaced: from
- * sbx_jail_resolve; tests: as they need). */
+ * jail_resolve (jail/jail.h); tests: as they need). */
 struct vm_jail_policy {
     int required;       /* 1: a VM with jail.enabled == 0 fails to start (VM_E_JAIL) */
     uid_t uid_base;     /* VM_JAIL_UID_AUTO draws from [uid_base, uid_base + uid_count) */

@@ -1,5 +1,5 @@
-/* sbx_jail.c: jail settings for every spaced VM (sbx_jail.h). */
-#include "sbx_jail.h"
+/* jail.c: jail settings for every spaced VM (jail.h). */
+#include "jail.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -10,15 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/cluster/cluster.h"
 #include "daemon/spaced.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
 
-#define SBX_JAIL_CGROUP "space"
-#define SBX_JAIL_PIDS 128 /* QEMU's threads (vCPUs, I/O, RCU) with room to spare */
-#define SBX_JAIL_UIDS "2000000000:65536"
-#define SBX_JAIL_SHIM "space-qemu-shim.so"
+#define JAIL_CGROUP "space"
+#define JAIL_PIDS 128 /* QEMU's threads (vCPUs, I/O, RCU) with room to spare */
+#define JAIL_UIDS "2000000000:65536"
+#define JAIL_SHIM "space-qemu-shim.so"
 
 /* Why the jail cannot work here, or NULL. */
 static const char *jail_missing(void)
@@ -78,22 +77,22 @@ static const char *shim_path(const struct spaced *sp, char *p, size_t cap)
 {
     if (sp->opt.qemu_shim)
         return sp->opt.qemu_shim;
-    ssize_t n = readlink("/proc/self/exe", p, cap - sizeof SBX_JAIL_SHIM - 1);
+    ssize_t n = readlink("/proc/self/exe", p, cap - sizeof JAIL_SHIM - 1);
     if (n <= 0)
         return NULL;
     p[n] = 0;
     char *slash = strrchr(p, '/');
     if (!slash)
         return NULL;
-    memcpy(slash + 1, SBX_JAIL_SHIM, sizeof SBX_JAIL_SHIM);
+    memcpy(slash + 1, JAIL_SHIM, sizeof JAIL_SHIM);
     return p;
 }
 
-int sbx_jail_resolve(struct spaced *sp)
+int jail_resolve(struct spaced *sp, bool starts_vms)
 {
     char err[300], who[300], shim[PATH_MAX]; /* the policy copies the shim's path */
     struct vm_jail_policy pol = {.required = 1, .shim = shim_path(sp, shim, sizeof shim)};
-    if (!cluster_runs_sandboxes(sp)) {
+    if (!starts_vms) {
         sp->opt.jail = 0;
         log_info("jail", "state=off why=\"this role starts no VMs\"");
         return 0;
@@ -114,7 +113,7 @@ int sbx_jail_resolve(struct spaced *sp)
                 "--no-jail runs QEMU unjailed, for development only)\n", why);
         return -1;
     }
-    const char *uids = sp->opt.jail_uids ? sp->opt.jail_uids : SBX_JAIL_UIDS;
+    const char *uids = sp->opt.jail_uids ? sp->opt.jail_uids : JAIL_UIDS;
     if (parse_uids(uids, &pol.uid_base, &pol.uid_count) < 0) {
         fprintf(stderr, "spaced: --jail-uids %s: want BASE:COUNT, BASE >= 1, COUNT 1..%u, "
                 "below uid %u\n", uids, VM_JAIL_UIDS_MAX, (unsigned)(uid_t)-1);
@@ -137,18 +136,18 @@ int sbx_jail_resolve(struct spaced *sp)
     sp->opt.jail = 1;
     char q[PATH_MAX + 8];
     log_info("jail", "state=on uids=%u:%u cgroup=%s shim=%s", (unsigned)pol.uid_base,
-             pol.uid_count, SBX_JAIL_CGROUP, log_quote(pol.shim, q, sizeof q));
+             pol.uid_count, JAIL_CGROUP, log_quote(pol.shim, q, sizeof q));
     return 0;
 }
 
-void sbx_jail_fill(const struct spaced *sp, struct vm_config *cfg)
+void jail_fill(const struct spaced *sp, struct vm_config *cfg)
 {
     if (!sp->opt.jail)
         return;
     memset(&cfg->jail, 0, sizeof cfg->jail);
     cfg->jail.enabled = 1;
     cfg->jail.uid = VM_JAIL_UID_AUTO;
-    cfg->jail.cgroup_parent = SBX_JAIL_CGROUP;
+    cfg->jail.cgroup_parent = JAIL_CGROUP;
     cfg->jail.cpu_percent = cfg->vcpus * 100;
-    cfg->jail.pids_max = SBX_JAIL_PIDS;
+    cfg->jail.pids_max = JAIL_PIDS;
 }

@@ -1,5 +1,9 @@
-/* sbx_jail: how spaced jails every QEMU it starts (vm.h struct vm_jail and
- * struct vm_jail_policy).
+/* jail: how spaced jails every QEMU it starts (vm.h struct vm_jail and
+ * struct vm_jail_policy). Prefix jail_.
+ *
+ * Its own folder, below sandbox/ and template/: every QEMU spaced starts is jailed the
+ * same way, whoever starts it, so the policy belongs to none of them (it once lived in
+ * sandbox/ and made template/ include the sandbox module).
  *
  * The jail is required: sandbox VMs, pooled VMs, template build VMs (a tenant's steps)
  * and template snapshot VMs (a template's start command) are all jailed, and a VM
@@ -17,18 +21,22 @@
  * RAM file, root-owned 0444 and bound read-only, through space-qemu-shim.so (next to the
  * spaced binary, or SPACE_QEMU_SHIM), which makes QEMU open it read-only. The role
  * `control` starts no VMs and needs none of this. */
-#ifndef SPACE_SBX_JAIL_H
-#define SPACE_SBX_JAIL_H
+#ifndef SPACE_JAIL_H
+#define SPACE_JAIL_H
+
+#include <stdbool.h>
 
 struct spaced;
 struct vm_config;
 
-/* Settles sp->opt.jail, installs the VM jail policy and logs the outcome. Returns -1 with
- * a message on stderr when the jail is wanted and cannot work. */
-int sbx_jail_resolve(struct spaced *sp);
+/* Settles sp->opt.jail, installs the VM jail policy and logs the outcome. starts_vms:
+ * whether this process's role starts VMs at all (main.c asks cluster/; false turns the
+ * jail off, there is nothing to jail). Returns -1 with a message on stderr when the jail
+ * is wanted and cannot work. */
+int jail_resolve(struct spaced *sp, bool starts_vms);
 
 /* Fills cfg->jail for a VM from cfg->vcpus (set those first): a uid of its own from the
  * range; no-op with --no-jail. */
-void sbx_jail_fill(const struct spaced *sp, struct vm_config *cfg);
+void jail_fill(const struct spaced *sp, struct vm_config *cfg);
 
 #endif
