@@ -161,8 +161,8 @@ bool net_gateway_up(struct net *n);
  * (data_dir; the gateway binary next to spaced's own or sp->opt.gateway from
  * $SPACE_GATEWAY, started if present, with the extra arguments in sp->opt.gateway_args
  * from $SPACE_GATEWAY_ARGS, space-separated; main.c reads both); records
- * of sandboxes the table does not know are swept then, so call it after the table is
- * loaded (routes_network_register does). Lives until
+ * of sandboxes net_set_known's callback does not know are swept then, so call it after
+ * the sandbox table is loaded (routes_network_register does). Lives until
  * exit: spaced has no slot for it and no shutdown hook for route modules; an exit
  * handler calls net_exit. NULL (logged) if it cannot be set up, e.g. without root. */
 struct net *net_get(struct spaced *sp);
