@@ -75,7 +75,7 @@ static void reply_empty(struct http_req *req, int status)
 
 /* Authenticates X-API-KEY (our "space_<hex>" keys; "e2b_<hex>" is accepted as the same
  * key so SDK versions that check the E2B key format client-side work too). */
-static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal *who)
+bool e2b_api_authenticate(struct spaced *sp, struct http_req *req, struct auth_principal *who)
 {
     const char *key = http_req_header(req, "X-API-KEY");
     char buf[AUTH_SECRET_LEN + 8], why[128];
@@ -87,12 +87,17 @@ static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal 
         snprintf(buf, sizeof buf, "%s%s", AUTH_SECRET_PREFIX, key + 4);
         key = buf;
     }
-    int rc = auth_check_key(e->sp->auth, key, who, why, sizeof why);
+    int rc = auth_check_key(sp->auth, key, who, why, sizeof why);
     if (rc < 0) {
         rest_error(req, rc == AUTH_E_STORE ? 503 : 401, "%s", why);
         return false;
     }
     return true;
+}
+
+static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal *who)
+{
+    return e2b_api_authenticate(e->sp, req, who);
 }
 
 /* E2B knows two states: everything on its way to running counts as running. */
@@ -817,37 +822,50 @@ static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum 
     }
 }
 
+/* The one E2B state of the process (see e2b.h: not freed at shutdown). */
+static struct e2b *e2b_instance(struct spaced *sp)
+{
+    static struct e2b e;
+    e.sp = sp;
+    snprintf(e.domain, sizeof e.domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
+    return &e;
+}
+
+void e2b_register_listings(struct router *r, struct spaced *sp)
+{
+    struct e2b *e = e2b_instance(sp);
+    router_add(r, "GET", "/v2/sandboxes", h_list_v2, e);
+    router_add(r, "GET", "/sandboxes", h_list_v1, e);
+}
+
 void e2b_register(struct router *r, struct spaced *sp)
 {
-    static struct e2b e; /* see e2b.h: not freed at shutdown */
-    e.sp = sp;
-    sp->e2b = &e;
-    snprintf(e.domain, sizeof e.domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
-    ctx_create = (struct body_ctx){&e, create};
-    ctx_timeout = (struct body_ctx){&e, timeout_route};
-    ctx_refresh = (struct body_ctx){&e, refresh_route};
-    ctx_pause = (struct body_ctx){&e, pause_route};
-    ctx_connect = (struct body_ctx){&e, connect_route};
-    ctx_resume = (struct body_ctx){&e, resume_route};
-    e.pipes.idle_s = sp->opt.proxy_idle_s;
+    struct e2b *e = e2b_instance(sp);
+    sp->e2b = e;
+    ctx_create = (struct body_ctx){e, create};
+    ctx_timeout = (struct body_ctx){e, timeout_route};
+    ctx_refresh = (struct body_ctx){e, refresh_route};
+    ctx_pause = (struct body_ctx){e, pause_route};
+    ctx_connect = (struct body_ctx){e, connect_route};
+    ctx_resume = (struct body_ctx){e, resume_route};
+    e->pipes.idle_s = sp->opt.proxy_idle_s;
     const char *listen = sp->opt.e2b_port_listen;
     char err[200], q[256];
     /* Without it getHost still works on our own port, minus protocol upgrades. */
-    if (listen && e2b_port_listen(&e, listen, err, sizeof err) < 0)
+    if (listen && e2b_port_listen(e, listen, err, sizeof err) < 0)
         log_error("e2b.port_listen", "error=%s", log_quote(err, q, sizeof q));
-    router_add_hook(r, e2b_envd_hook, &e);
+    router_add_hook(r, e2b_envd_hook, e);
     router_add(r, "POST", "/sandboxes", h_body, &ctx_create);
     router_add(r, "POST", "/v2/sandboxes", h_body, &ctx_create);
-    router_add(r, "GET", "/v2/sandboxes", h_list_v2, &e);
-    router_add(r, "GET", "/sandboxes", h_list_v1, &e);
-    router_add(r, "GET", "/sandboxes/{id}", h_get, &e);
-    router_add(r, "DELETE", "/sandboxes/{id}", h_kill, &e);
-    router_add(r, "GET", "/sandboxes/{id}/metrics", h_metrics, &e);
+    e2b_register_listings(r, sp);
+    router_add(r, "GET", "/sandboxes/{id}", h_get, e);
+    router_add(r, "DELETE", "/sandboxes/{id}", h_kill, e);
+    router_add(r, "GET", "/sandboxes/{id}/metrics", h_metrics, e);
     router_add(r, "POST", "/sandboxes/{id}/timeout", h_body, &ctx_timeout);
     router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &ctx_refresh);
     router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &ctx_pause);
     router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &ctx_resume);
     router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &ctx_connect);
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &ctx_connect);
-    sbx_listen(sp, on_state, &e);
+    sbx_listen(sp, on_state, e);
 }
