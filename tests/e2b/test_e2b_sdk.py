@@ -71,8 +71,8 @@ def vm_spaced():
     d.stop()
 
 
-def run_script(spaced, script, sdk):
-    env = dict(os.environ,
+def run_script(spaced, script, sdk, via_control=False):
+    env = dict(os.environ, SPACE_TEST_VIA_CONTROL="1" if via_control else "",
                E2B_API_URL=spaced.url, E2B_SANDBOX_URL=spaced.url,
                E2B_API_KEY=spaced.admin_key, E2B_DOMAIN="localhost",
                SPACE_TEST_PORT_LISTEN=getattr(spaced, "port_listen", ""))

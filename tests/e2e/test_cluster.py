@@ -256,7 +256,7 @@ def test_e2b_through_control(cluster):
                         headers={"E2b-Sandbox-Id": "sb0123456789abcdef"})
     assert r.status == 502 and "not found" in r.json["message"], r
     for script in ("lifecycle.mjs", "commands.mjs", "files.mjs"):
-        e2b.run_script(control, script, e2b.CURRENT)
+        e2b.run_script(control, script, e2b.CURRENT, via_control=True)
     # Every sandbox the scripts made was killed through the control, on its node.
     r = control.request("GET", "/v2/sandboxes", key=None, headers=e2b_key)
     assert r.status == 200 and r.json == [], r

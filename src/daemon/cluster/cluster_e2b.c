@@ -44,6 +44,12 @@ static int choose_e2b_create(struct spaced *sp, struct http_req *req, const char
  * port) named in headers. */
 static void forward_traffic(struct spaced *sp, struct http_req *req, const char *id, unsigned port)
 {
+    if (!id[0] && http_req_query(req, "signature")) {
+        e2b_reply_rest_error(req, 502, "a signed /files URL names no sandbox: through a control "
+                             "daemon, reach envd by the sandbox's host (SPACE_E2B_DOMAIN) or send "
+                             "E2b-Sandbox-Id");
+        return;
+    }
     if (!id[0]) {
         e2b_reply_rest_error(req, 502, "no sandbox addressed (E2b-Sandbox-Id)");
         return;
