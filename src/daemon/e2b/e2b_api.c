@@ -431,7 +431,9 @@ static void timeout_route(struct e2b *e, struct http_req *req, struct auth_princ
         return;
     }
     struct spaced_err err;
-    if (sbx_set_timeout(e->sp, s, t, NULL, &err) < 0)
+    /* E2B's timeout counts from now: 0 is "now", the sandbox's end (kill, or pause with
+     * autoPause), not our "never". */
+    if ((t == 0 ? sbx_expire_now(e->sp, s, &err) : sbx_set_timeout(e->sp, s, t, NULL, &err)) < 0)
         reply_spaced_err(req, &err);
     else
         reply_empty(req, 204);
@@ -575,10 +577,9 @@ struct list_ctx {
     bool running, paused;
     int64_t started_after_ms; /* startedAfter filter, 0 = none */
     unsigned limit;
-    bool more;            /* a further match exists beyond limit */
     char last[STORE_ID_MAX];
-    int order;            /* 0: id order, paged by id; 1 asc / -1 desc by startedAt */
-    struct list_sorted *rows; /* order != 0: every match (owned array) */
+    int order;            /* 1 asc / -1 desc by startedAt (then id) */
+    struct list_sorted *rows; /* every match (owned array) */
     size_t nrows, caprows;
     bool oom;
 };
@@ -611,20 +612,10 @@ static int list_row(const struct store_sbx *r, void *arg)
     if (!st || (strcmp(st, "running") == 0 ? !l->running : !l->paused) ||
         r->created_ms < l->started_after_ms)
         return 0;
-    if (l->order) {
-        if (list_keep(l, r) < 0) {
-            l->oom = true;
-            return 1;
-        }
-        return 0;
-    }
-    if (json_array_size(l->out) == l->limit) {
-        l->more = true;
+    if (list_keep(l, r) < 0) {
+        l->oom = true;
         return 1;
     }
-    json_t *j = listed_json(r);
-    if (j)
-        json_array_append_new(l->out, j);
     return 0;
 }
 
@@ -749,16 +740,16 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
         rest_error(req, 400, "order must be asc or desc");
         return;
     }
-    l.order = !order ? 0 : strcmp(order, "asc") == 0 ? 1 : -1;
-    const char *next = http_req_query(req, "nextToken");
-    snprintf(l.last, sizeof l.last, "%s", next && paged && !l.order ? next : "");
+    /* As E2B: newest first unless asked otherwise. */
+    l.order = order && strcmp(order, "asc") == 0 ? 1 : -1;
+    const char *next = paged ? http_req_query(req, "nextToken") : NULL;
     struct store_sbx_filter f = {.tenant = who.tenant,
                                  .template_name = http_req_query(req, "template"),
                                  .metadata_json = meta_text,
                                  .limit = LIST_LIMIT_MAX};
     bool store_more = true;
     int rc = 0;
-    while (store_more && !l.more && rc == 0) {
+    while (store_more && rc == 0) {
         f.after_id = l.last[0] ? l.last : NULL;
         rc = store_sbx_list(e->sp->store, &f, list_row, &l, &store_more);
     }
@@ -769,22 +760,14 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
                    l.oom ? "out of memory" : store_errmsg(e->sp->store));
         return;
     }
-    if (l.order) {
-        char cursor[STORE_ID_MAX + 32];
-        if (list_page_sorted(&l, next, cursor, sizeof cursor) < 0) {
-            list_ctx_free(&l);
-            rest_error(req, 400, "nextToken is not one this server gave");
-            return;
-        }
-        if (cursor[0])
-            http_reply_add_header(req, "X-Next-Token", cursor);
-    } else if (l.more) {
-        /* The cursor is the last sandbox returned, so the next page starts after it. */
-        json_t *lastj = json_array_get(l.out, json_array_size(l.out) - 1);
-        const char *lid = json_string_value(json_object_get(lastj, "sandboxID"));
-        if (lid)
-            http_reply_add_header(req, "X-Next-Token", lid);
+    char cursor[STORE_ID_MAX + 32];
+    if (list_page_sorted(&l, next, cursor, sizeof cursor) < 0) {
+        list_ctx_free(&l);
+        rest_error(req, 400, "nextToken is not one this server gave");
+        return;
     }
+    if (cursor[0])
+        http_reply_add_header(req, "X-Next-Token", cursor);
     http_reply_json(req, 200, l.out);
     list_ctx_free(&l);
 }
