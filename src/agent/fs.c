@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -65,6 +66,14 @@ json_t *agent_fs_stat_json(const char *path, const struct stat *st)
             target[n] = '\0';
             json_object_set_new(o, "symlink_target", json_stringn(target, (size_t)n));
         }
+        /* Where the link finally leads and what is there (E2B reports a link as its
+         * target's type); absent for a dangling link or a loop. */
+        char resolved[PATH_MAX];
+        struct stat ts;
+        if (realpath(path, resolved) && stat(resolved, &ts) == 0)
+            json_object_set_new(o, "target",
+                                json_pack("{s:s, s:s, s:i}", "path", resolved, "type",
+                                          fs_type(ts.st_mode), "mode", (int)(ts.st_mode & 07777)));
     }
     return o;
 }

@@ -102,7 +102,8 @@ void agent_op_read(struct agent_chan *ch, json_t *req)
 }
 
 /* A `write` in progress. Plain files are written to `tmp` and renamed at EOF, so a
- * broken upload leaves the old content; appends and special targets go direct. */
+ * broken upload leaves the old content; appends, special targets and "in_place"
+ * writes (E2B's, which keep the inode) go direct. */
 struct xfer_write {
     int fd;
     char path[PATH_MAX];   /* target */
@@ -161,7 +162,7 @@ static const struct agent_chan_ops write_ops = {
 
 /* Opens the destination of a write: fills w->fd (and w->tmp). 0 or -1 with errno. */
 static int write_open(struct xfer_write *w, const struct agent_user *u, long long mode,
-                      bool append)
+                      bool append, bool in_place)
 {
     char dir[PATH_MAX];
     struct stat st;
@@ -177,7 +178,7 @@ static int write_open(struct xfer_write *w, const struct agent_user *u, long lon
     }
     /* Keep the mode of a file being replaced unless the request sets one. */
     mode_t m = mode >= 0 ? (mode_t)mode : exists ? st.st_mode & 07777 : 0644;
-    if (!append && (!exists || S_ISREG(st.st_mode))) {
+    if (!append && !in_place && (!exists || S_ISREG(st.st_mode))) {
         if (snprintf(w->tmp, sizeof w->tmp, "%s%s.space-upload-XXXXXX", dir,
                      strcmp(dir, "/") ? "/" : "") >= (int)sizeof w->tmp) {
             errno = ENAMETOOLONG;
@@ -225,6 +226,19 @@ static int write_xattrs_check(struct agent_chan *ch, json_t *xa)
     return 0;
 }
 
+/* Drops the "user." xattrs of a file rewritten in place, so it starts without any, as a
+ * file written through a temporary does. 0 or -1 with errno. */
+static int write_xattrs_clear(int fd)
+{
+    char names[4096];
+    ssize_t n = flistxattr(fd, names, sizeof names);
+    for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1)
+        if (strncmp(names + off, "user.", 5) == 0 && fremovexattr(fd, names + off) < 0 &&
+            errno != ENODATA)
+            return -1;
+    return 0;
+}
+
 /* Sets the checked xattrs on the file being written. 0 or -1 with errno. */
 static int write_xattrs_apply(int fd, json_t *xa)
 {
@@ -241,7 +255,7 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
 {
     struct agent_user u;
     long long mode;
-    bool append;
+    bool append, in_place;
     struct xfer_write *w = calloc(1, sizeof *w);
     if (!w)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
@@ -249,12 +263,15 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
     if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, w->path) < 0 ||
         agent_req_int(ch, req, "mode", 0, 07777, -1, &mode) < 0 ||
         agent_req_bool(ch, req, "append", false, &append) < 0 ||
+        agent_req_bool(ch, req, "in_place", false, &in_place) < 0 ||
         write_xattrs_check(ch, json_object_get(req, "xattrs")) < 0) {
         free(w);
         return agent_chan_close(ch);
     }
     json_t *xa = json_object_get(req, "xattrs");
-    if (write_open(w, &u, mode, append) < 0 || (json_is_object(xa) && write_xattrs_apply(w->fd, xa) < 0)) {
+    if (write_open(w, &u, mode, append, in_place) < 0 ||
+        (in_place && !append && !w->tmp[0] && write_xattrs_clear(w->fd) < 0) ||
+        (json_is_object(xa) && write_xattrs_apply(w->fd, xa) < 0)) {
         agent_chan_errno(ch, errno, w->path);
         if (w->fd >= 0)
             write_free(w, false);

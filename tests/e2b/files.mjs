@@ -158,11 +158,19 @@ await main(async () => {
     assert.match(up, /signature=v1_/)
     const form = new FormData()
     form.append('file', new Blob(['signed upload']), '/tmp/signed.txt')
-    const r = await fetch(up, { method: 'POST', body: form})
+    const r = await fetch(up, { method: 'POST', body: form, headers: process.env.SPACE_TEST_VIA_CONTROL ? { 'E2b-Sandbox-Id': sbx.sandboxId } : {} })
     assert.equal(r.status, 200, await r.clone().text())
     const down = await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: 60 })
-    const d = await fetch(down) // the signature alone finds the sandbox
-    assert.equal(d.status, 200)
+    if (process.env.SPACE_TEST_VIA_CONTROL) {
+      // Through a control daemon only the node that minted the sandbox's token can tell
+      // which sandbox a signature belongs to, so a URL that names none (E2B_SANDBOX_URL
+      // set: no "<port>-<id>.<domain>" host) is refused, saying how to name it.
+      const lost = await fetch(down)
+      assert.equal(lost.status, 502)
+      assert.match((await lost.json()).message, /names no sandbox/)
+    }
+    const d = await fetch(down, process.env.SPACE_TEST_VIA_CONTROL ? { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } } : {})
+    assert.equal(d.status, 200) // on a single daemon the signature alone finds the sandbox
     assert.equal(await d.text(), 'signed upload')
     const bad = await fetch(down.replace(/signature=v1_[^&]+/, 'signature=v1_AAAA'), { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } })
     assert.equal(bad.status, 401)

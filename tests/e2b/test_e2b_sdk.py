@@ -5,6 +5,9 @@ driver starts spaced (the tests/e2e fixtures), points the SDK at it with the two
 environment variables users set (E2B_API_URL, E2B_SANDBOX_URL) plus a key spaced
 issued, runs the script with each SDK generation and checks that every step passed.
 
+The E2B Python SDK (2.34.0 and 2.7.0, venvs made by tests/e2b/install.sh from a
+wheelhouse: PyPI is not reachable here) runs tests/e2b/py/*.py the same way.
+
 SDK versions (tests/e2b/package.json, installed by tests/e2b/install.sh):
   e2b        2.51.0  current: POST /v2/sandboxes, /v2/sandboxes/{id}/connect
   e2b-v2-7   2.7.0   older generation: POST /sandboxes, /sandboxes/{id}/connect
@@ -71,8 +74,8 @@ def vm_spaced():
     d.stop()
 
 
-def run_script(spaced, script, sdk):
-    env = dict(os.environ,
+def run_script(spaced, script, sdk, via_control=False):
+    env = dict(os.environ, SPACE_TEST_VIA_CONTROL="1" if via_control else "",
                E2B_API_URL=spaced.url, E2B_SANDBOX_URL=spaced.url,
                E2B_API_KEY=spaced.admin_key, E2B_DOMAIN="localhost",
                SPACE_TEST_PORT_LISTEN=getattr(spaced, "port_listen", ""))
@@ -87,6 +90,45 @@ def run_script(spaced, script, sdk):
     assert p.returncode == 0 and passed == steps, (
         "%s with %s: %d/%d steps passed (exit %d)\n%s\n--- spaced log ---\n%s"
         % (script, sdk, passed, steps, p.returncode, out[-8000:], spaced.log()))
+
+
+PY_SDKS = ["2.34.0", "2.7.0"]  # the Python SDK versions tests/e2b/install.sh puts in venvs
+
+
+def py_sdk_missing(version):
+    python = os.path.join(HERE, ".venv-" + version, "bin", "python")
+    if not os.path.exists(python):
+        return ("E2B Python SDK %s not installed: tests/e2b/install.sh puts it in a venv from "
+                "the wheelhouse (../shared/e2b-py or $SPACE_E2B_PY_WHEELS)" % version)
+    return None
+
+
+def run_py_script(spaced, script, version):
+    """The Python counterpart of run_script: tests/e2b/py/<script> with that SDK's venv."""
+    python = os.path.join(HERE, ".venv-" + version, "bin", "python")
+    key = spaced.admin_key
+    env = dict(os.environ, E2B_API_URL=spaced.url, E2B_SANDBOX_URL=spaced.url,
+               E2B_API_KEY="e2b_" + key[len("space_"):], E2B_DOMAIN="localhost",
+               PYTHONPATH=os.path.join(HERE, "py"))
+    env.pop("E2B_DEBUG", None)
+    path = os.path.join(HERE, "py", script)
+    p = subprocess.run([python, path], cwd=HERE, env=env, capture_output=True, text=True,
+                       timeout=SCRIPT_TIMEOUT_S)
+    with open(path) as f:
+        steps = len(re.findall(r"^\s*@step\(", f.read(), re.M))
+    passed = len(re.findall(r"^ok ", p.stdout, re.M))
+    assert p.returncode == 0 and passed == steps, (
+        "%s with Python e2b %s: %d/%d steps passed (exit %d)\n%s\n--- spaced log ---\n%s"
+        % (script, version, passed, steps, p.returncode, (p.stdout + p.stderr)[-8000:], spaced.log()))
+
+
+@pytest.mark.parametrize("version", PY_SDKS)
+def test_python_sdk(vm_spaced, version):
+    """The E2B Python SDK (sync API) on the JS scripts' surface plus envd's finer points."""
+    why = py_sdk_missing(version)
+    if why:
+        pytest.skip(why)
+    run_py_script(vm_spaced, "sdk_envd.py", version)
 
 
 @pytest.mark.parametrize("sdk", [CURRENT, OLDER, OLDEST])

@@ -215,3 +215,48 @@ def test_port_proxy_through_control_keeps_secrets_from_the_guest(cluster):
              [("Host", "control"), ("X-Probe", "via-control-xkey")] + sec[1:], b"body")]
     assert exchange(("127.0.0.1", control.port), reqs) == [200, 200]
     assert_nothing_leaked(control, sid, ["via-control", "via-control-xkey"], values)
+
+
+def _e2b_driver():
+    """tests/e2b/test_e2b_sdk.py, loaded by path (tests/e2b is not a package): its
+    script runner and SDK check."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2b", "test_e2b_sdk.py")
+    spec = importlib.util.spec_from_file_location("e2b_sdk_driver", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_e2b_through_control(cluster):
+    """The unmodified E2B SDK against a control daemon: its control plane (create placed
+    on a node, list from the store, getInfo, timeout, pause/resume, connect, kill), envd
+    (commands, files, watches) and host routing all forwarded to each sandbox's node.
+    Errors the control answers itself come in E2B's shape, after authentication."""
+    e2b = _e2b_driver()
+    why = e2b.node_missing()
+    if why:
+        pytest.skip(why)
+    control, nodes, _, _ = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+    e2b_key = {"X-API-KEY": control.admin_key}
+    # Nothing is placed or looked up for a caller without a key: E2B's 401, no node name.
+    r = control.request("POST", "/v2/sandboxes", {"templateID": "base"}, key=None)
+    assert r.status == 401 and set(r.json) == {"code", "message"}, r
+    r = control.request("GET", "/sandboxes/sb0123456789abcdef", key=None)
+    assert r.status == 401 and "x-space-node" not in r.headers, r
+    r = control.request("GET", "/sandboxes/sb0123456789abcdef", key=None, headers=e2b_key)
+    assert r.status == 404 and r.json["code"] == 404, r
+    r = control.request("GET", "/v2/sandboxes", key=None, headers=e2b_key)
+    assert r.status == 200 and r.json == [], r
+    r = control.request("POST", "/process.Process/List", {}, key=None,
+                        headers={"E2b-Sandbox-Id": "sb0123456789abcdef"})
+    assert r.status == 502 and "not found" in r.json["message"], r
+    for script in ("lifecycle.mjs", "commands.mjs", "files.mjs"):
+        e2b.run_script(control, script, e2b.CURRENT, via_control=True)
+    # Every sandbox the scripts made was killed through the control, on its node.
+    r = control.request("GET", "/v2/sandboxes", key=None, headers=e2b_key)
+    assert r.status == 200 and r.json == [], r

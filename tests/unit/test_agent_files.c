@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "agent/req.h"
@@ -392,6 +394,69 @@ static void test_xattrs_and_watch_stat(void **state)
     ah_stop(&h);
 }
 
+/* E2B's uploads: written in place (a hard link sees the new content, the inode stays),
+ * the given xattrs replacing the file's "user." ones. Symlinks in a stat name where they
+ * finally lead and what is there; a dangling one has no target. */
+static void test_in_place_and_links(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    char path[128], hard[160], sym[160], dangling[160];
+    snprintf(path, sizeof path, "%s/h.txt", h.dir);
+    snprintf(hard, sizeof hard, "%s/h2.txt", h.dir);
+    struct col w;
+    col_open(&h, &w, json_pack("{s:s, s:s, s:{s:s}}", "op", "write", "path", path, "xattrs",
+                               "user.e2b.old", "1"), 0, true);
+    assert_int_equal(agentc_write(w.ch, "one", 3), 0);
+    assert_int_equal(agentc_eof(w.ch), 0);
+    ah_wait(&h, &w.closed);
+    col_free(&w);
+    assert_int_equal(link(path, hard), 0);
+    struct stat before, after;
+    assert_int_equal(stat(path, &before), 0);
+    col_open(&h, &w, json_pack("{s:s, s:s, s:b, s:{s:s}}", "op", "write", "path", path,
+                               "in_place", 1, "xattrs", "user.e2b.new", "2"), 0, true);
+    assert_int_equal(agentc_write(w.ch, "two", 3), 0);
+    assert_int_equal(agentc_eof(w.ch), 0);
+    ah_wait(&h, &w.closed);
+    assert_string_equal(w.code, "");
+    json_t *xa = json_object_get(json_object_get(col_find(&w, "result"), "stat"), "xattrs");
+    assert_int_equal(json_object_size(xa), 1);
+    assert_string_equal(json_string_value(json_object_get(xa, "user.e2b.new")), "2");
+    col_free(&w);
+    assert_int_equal(stat(path, &after), 0);
+    assert_int_equal(after.st_ino, before.st_ino);
+    char buf[8] = {0};
+    int fd = open(hard, O_RDONLY);
+    assert_int_equal(read(fd, buf, sizeof buf), 3);
+    close(fd);
+    assert_string_equal(buf, "two");
+    /* rewritten in place without xattrs: it has none left, as a replaced file */
+    col_open(&h, &w, json_pack("{s:s, s:s, s:b}", "op", "write", "path", path, "in_place", 1), 0, true);
+    assert_int_equal(agentc_eof(w.ch), 0);
+    ah_wait(&h, &w.closed);
+    assert_null(json_object_get(json_object_get(col_find(&w, "result"), "stat"), "xattrs"));
+    col_free(&w);
+
+    snprintf(sym, sizeof sym, "%s/to-dir", h.dir);
+    snprintf(dangling, sizeof dangling, "%s/dangling", h.dir);
+    assert_int_equal(symlink(".", sym), 0);
+    assert_int_equal(symlink("missing", dangling), 0);
+    json_t *st = ah_ok(&h, op_path("stat", sym));
+    json_t *o = json_object_get(st, "stat"), *t = json_object_get(o, "target");
+    assert_string_equal(json_string_value(json_object_get(o, "type")), "symlink");
+    assert_string_equal(json_string_value(json_object_get(o, "symlink_target")), ".");
+    assert_string_equal(json_string_value(json_object_get(t, "type")), "dir");
+    char real[PATH_MAX];
+    assert_non_null(realpath(h.dir, real));
+    assert_string_equal(json_string_value(json_object_get(t, "path")), real);
+    json_decref(st);
+    st = ah_ok(&h, op_path("stat", dangling));
+    assert_null(json_object_get(json_object_get(st, "stat"), "target"));
+    json_decref(st);
+    ah_stop(&h);
+}
+
 /* /etc/passwd and /etc/group parsing (the agent's own: static binaries have no NSS). */
 static void test_users(void **state)
 {
@@ -447,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_write_modes),      cmocka_unit_test(test_dir_ops),
         cmocka_unit_test(test_paths),            cmocka_unit_test(test_watch),
         cmocka_unit_test(test_users),            cmocka_unit_test(test_xattrs_and_watch_stat),
+        cmocka_unit_test(test_in_place_and_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -235,8 +235,10 @@ static void test_entry(void **state)
                 "\"name\":\"a.txt\",\"owner\":\"user\",\"path\":\"/home/user/a.txt\","
                 "\"permissions\":\"-rw-r--r--\",\"size\":\"9\",\"type\":\"FILE_TYPE_FILE\"}");
     char perms[11];
-    e2b_fs_permissions(E2B_FILE_DIRECTORY, 0755, perms);
+    e2b_fs_permissions(E2B_FILE_DIRECTORY, false, 0755, perms);
     assert_string_equal(perms, "drwxr-xr-x");
+    e2b_fs_permissions(E2B_FILE_DIRECTORY, true, 0755, perms);
+    assert_string_equal(perms, "Lrwxrwxrwx");
     assert_json(e2b_fs_watch_msg("filesystem", e2b_fs_event_json("x", E2B_EVENT_CREATE, NULL)),
                 "{\"filesystem\":{\"name\":\"x\",\"type\":\"EVENT_TYPE_CREATE\"}}");
     struct e2b_err err = {0};
@@ -278,6 +280,46 @@ static void test_entry_metadata(void **state)
     assert_null(json_object_get(j, "metadata")); /* none: no field at all */
     json_decref(j);
     json_decref(st);
+}
+
+/* Symlinks as envd reports them: the final target's type and mode, its absolute path
+ * in symlinkTarget; a dangling link UNSPECIFIED; never FILE_TYPE_SYMLINK. */
+static void test_symlink_entries(void **state)
+{
+    (void)state;
+    json_t *st = parse("{\"name\":\"l\",\"path\":\"/d/l\",\"type\":\"symlink\",\"mode\":511,"
+                       "\"size\":1,\"symlink_target\":\"y\",\"target\":{\"path\":\"/d/y\","
+                       "\"type\":\"dir\",\"mode\":493}}");
+    json_t *j = e2b_stat_entry(st);
+    assert_string_equal(json_string_value(json_object_get(j, "type")), "FILE_TYPE_DIRECTORY");
+    assert_string_equal(json_string_value(json_object_get(j, "symlinkTarget")), "/d/y");
+    assert_int_equal(json_integer_value(json_object_get(j, "mode")), 493);
+    assert_string_equal(json_string_value(json_object_get(j, "permissions")), "Lrwxrwxrwx");
+    json_decref(j);
+    json_decref(st);
+    st = parse("{\"name\":\"b\",\"path\":\"/d/b\",\"type\":\"symlink\",\"mode\":511,"
+               "\"symlink_target\":\"missing\"}");
+    j = e2b_stat_entry(st);
+    assert_string_equal(json_string_value(json_object_get(j, "type")), "FILE_TYPE_UNSPECIFIED");
+    assert_string_equal(json_string_value(json_object_get(j, "symlinkTarget")), "/d/b");
+    json_decref(j);
+    json_decref(st);
+}
+
+/* ListDir order: envd's walk (each directory by name, a directory before its contents). */
+static void test_walk_order(void **state)
+{
+    (void)state;
+    assert_true(e2b_walk_order("/d/a", "/d/a/x") < 0);
+    assert_true(e2b_walk_order("/d/a/x", "/d/a-b") < 0);
+    assert_true(e2b_walk_order("/d/a-b", "/d/b") < 0);
+    assert_true(e2b_walk_order("/d/B", "/d/a") < 0); /* bytes, not locale */
+    assert_int_equal(e2b_walk_order("/d/a", "/d/a"), 0);
+    json_t *l = parse("[{\"path\":\"/d/b\"},{\"path\":\"/d/a-b\"},{\"path\":\"/d/a/x\"},"
+                      "{\"path\":\"/d/a\"}]");
+    assert_int_equal(e2b_entries_sort(l), 0);
+    assert_json(l, "[{\"path\":\"/d/a\"},{\"path\":\"/d/a/x\"},{\"path\":\"/d/a-b\"},"
+                   "{\"path\":\"/d/b\"}]");
 }
 
 /* Which Connection/Upgrade pairs are protocol upgrades (501 on spaced's port). */
@@ -383,6 +425,10 @@ static void test_signature_and_tokens(void **state)
     assert_int_equal(e2b_sign("/p", "write", "user", "tok", "2000", sig), 0);
     assert_int_equal(e2b_sign_check("/p", "write", "user", "tok", sig, "2000", 1999, &err), 0);
     assert_int_equal(e2b_sign_check("/p", "write", "user", "tok", sig, "2000", 2001, &err), -1);
+    assert_string_equal(err.msg, "signature is already expired");
+    assert_int_equal(e2b_sign_check("/p", "write", "user", "tok", sig, "2000", 0, &err), 0);
+    assert_int_equal(e2b_sign_check("/p", "write", "user", "tok2", sig, "2000", 2001, &err), -1);
+    assert_string_equal(err.msg, "invalid signature");
     assert_int_equal(e2b_sign_check("/p", "write", "user", "tok", sig, "20x", 1, &err), -1);
 
     char id[64];
@@ -404,6 +450,8 @@ int main(void)
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_entry),
         cmocka_unit_test(test_entry_metadata),
+        cmocka_unit_test(test_symlink_entries),
+        cmocka_unit_test(test_walk_order),
         cmocka_unit_test(test_upgrade_detect),
         cmocka_unit_test(test_port_target),
         cmocka_unit_test(test_base64),

@@ -18,8 +18,9 @@
  *            that owns the sandbox, over HTTP with the shared secret. The node
  *            authenticates the client's own credentials (keys live in the shared store).
  *            GET /v1/nodes (admin key; every role) lists nodes with capacity and use. Template
- *            builds answer 501 (they would boot a VM on the control daemon); the E2B
- *            routes are not served.
+ *            builds answer 501 (they would boot a VM on the control daemon). The E2B
+ *            API, envd and sandbox-port traffic are forwarded the same way
+ *            (cluster_e2b.c).
  *
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
  * VM (every state except suspended, stopped, deleted, failed), plus the creates this
@@ -104,6 +105,36 @@ typedef int (*cluster_choose_fn)(struct spaced *sp, struct http_req *req, const 
  * node_unreachable if the node cannot be reached. Finishes req in every case. */
 void cluster_proxy(struct spaced *sp, struct http_req *req, const struct store_node *to,
                    cluster_choose_fn choose);
+/* How a forwarded request differs from a plain API one (cluster_e2b.c): fields the
+ * control sets in place of any the client sent, and the shape of the control's own
+ * error replies (NULL: our API's, http_reply_error). */
+#define CLUSTER_FWD_SET_MAX 2
+struct cluster_fwd {
+    struct {
+        const char *name;         /* static */
+        char value[STORE_ID_MAX];
+    } set[CLUSTER_FWD_SET_MAX];
+    unsigned nset;
+    void (*error)(struct http_req *req, int status, const char *code, const char *message);
+};
+/* cluster_proxy with fwd (NULL: as cluster_proxy). */
+void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct store_node *to,
+                       cluster_choose_fn choose, const struct cluster_fwd *fwd);
+/* Forwards req to the node owning sandbox id of tenant (NULL: the node checks the
+ * request's capability itself). Returns false, replying nothing, when the sandbox has
+ * no row, belongs to another tenant or has no node (the caller answers as for a missing
+ * id); true when it forwarded or replied (unknown or silent node: 502/503). */
+bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
+                              const char *tenant, const struct cluster_fwd *fwd);
+/* The size a create asks for on the node, for placement; replies itself and returns -1
+ * when no node can take it, else 0 with the node and its reservation. */
+int cluster_place(struct spaced *sp, struct http_req *req, unsigned vcpus, unsigned memory_mib,
+                  const struct cluster_fwd *fwd, struct store_node *to, struct cluster_resv **resv);
+/* Copies the path segment after `prefix` (up to '/' or the end) into id; false if the
+ * path does not start with prefix or the segment is empty or too long. */
+bool cluster_path_id(const char *path, const char *prefix, char *id, size_t cap);
+/* The E2B side of the control role (cluster_e2b.c): registers its hook and the listings. */
+int cluster_e2b_start(struct spaced *sp);
 /* Ends a reservation made by placement (NULL accepted). */
 void cluster_resv_release(struct spaced *sp, struct cluster_resv *r);
 /* A placement decision. */

@@ -2,6 +2,7 @@
  * per-sandbox and per-operation requests to the owning node, and GET /v1/nodes; see
  * cluster.h. */
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,34 +133,41 @@ void cluster_resv_release(struct spaced *sp, struct cluster_resv *r)
     free(r);
 }
 
-/* Chooses the node of a create from its body (sizes; the node validates the rest and
- * replies to a bad body itself) and reserves the sandbox's size there. */
-static int choose_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
-                         struct store_node *to, struct cluster_resv **resv)
+/* The control's own error reply in the shape fwd asks for. */
+static void reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status, const char *code,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status, const char *code,
+                       const char *fmt, ...)
 {
-    struct sbx_spec spec;
-    struct spaced_err err;
-    unsigned vcpus = SBX_VCPUS_DEFAULT, mem = SBX_MEM_DEFAULT_MIB;
-    if (sbx_spec_parse(body, len, &spec, &err) == 0) {
-        vcpus = spec.vcpus;
-        mem = spec.memory_mib;
-        sbx_spec_clear(&spec);
-    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (fwd && fwd->error)
+        fwd->error(req, status, code, msg);
+    else
+        http_reply_error(req, status, code, "%s", msg);
+}
+
+int cluster_place(struct spaced *sp, struct http_req *req, unsigned vcpus, unsigned mem,
+                  const struct cluster_fwd *fwd, struct store_node *to, struct cluster_resv **resv)
+{
     struct cluster_pick p;
     int rc = cluster_pick(sp, vcpus, mem, &p);
     if (rc < 0) {
-        http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
+        reply_fail(req, fwd, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
         return -1;
     }
     if (!p.found) {
-        http_reply_error(req, 503, "no_node", "no node daemon has reported in the last %d s",
-                         CLUSTER_DEAD_MS / 1000);
+        reply_fail(req, fwd, 503, "no_node", "no node daemon has reported in the last %d s",
+                   CLUSTER_DEAD_MS / 1000);
         return -1;
     }
     if (rc == 1) {
-        http_reply_error(req, 503, "no_capacity",
-                         "no node has %u vCPUs and %u MiB free (most free: node %s, %lld vCPUs, %lld MiB)",
-                         vcpus, mem, p.node.id, p.free_vcpus, p.free_memory_mib);
+        reply_fail(req, fwd, 503, "no_capacity",
+                   "no node has %u vCPUs and %u MiB free (most free: node %s, %lld vCPUs, %lld MiB)",
+                   vcpus, mem, p.node.id, p.free_vcpus, p.free_memory_mib);
         return -1;
     }
     struct cluster_resv *r = calloc(1, sizeof *r);
@@ -177,11 +185,25 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
     return 0;
 }
 
+/* Chooses the node of a create from its body (sizes; the node validates the rest and
+ * replies to a bad body itself) and reserves the sandbox's size there. */
+static int choose_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
+                         struct store_node *to, struct cluster_resv **resv)
+{
+    struct sbx_spec spec;
+    struct spaced_err err;
+    unsigned vcpus = SBX_VCPUS_DEFAULT, mem = SBX_MEM_DEFAULT_MIB;
+    if (sbx_spec_parse(body, len, &spec, &err) == 0) {
+        vcpus = spec.vcpus;
+        mem = spec.memory_mib;
+        sbx_spec_clear(&spec);
+    }
+    return cluster_place(sp, req, vcpus, mem, NULL, to, resv);
+}
+
 /* ---- forwarding ----------------------------------------------------------------------- */
 
-/* Copies the path segment after `prefix` (up to '/' or the end) into id; false if it
- * is empty or too long. */
-static bool segment_after(const char *path, const char *prefix, char *id, size_t cap)
+bool cluster_path_id(const char *path, const char *prefix, char *id, size_t cap)
 {
     size_t lp = strlen(prefix);
     if (strncmp(path, prefix, lp) != 0)
@@ -194,14 +216,11 @@ static bool segment_after(const char *path, const char *prefix, char *id, size_t
     return true;
 }
 
-/* Forwards req to the node owning sandbox `id` of tenant `tenant` (NULL: the node checks
- * the request's capability itself); false (not taken) when the sandbox has no row,
- * belongs to another tenant or has no node, so the local routes answer exactly as for
- * an id that does not exist (404): nothing about the node or the sandbox's existence
- * reaches a caller who does not own it. */
-static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
-                             const char *tenant)
+bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
+                              const char *tenant, const struct cluster_fwd *fwd)
 {
+    /* Nothing about the node or the sandbox's existence reaches a caller who does not
+     * own it: those get false, and the local routes answer as for a missing id. */
     struct store_sbx s;
     if (store_sbx_get(sp->store, id, &s) != 0)
         return false;
@@ -213,17 +232,22 @@ static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char
         return false;
     struct store_node n;
     if (store_node_get(sp->store, node, &n) != 0) {
-        http_reply_error(req, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
+        reply_fail(req, fwd, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
         return true;
     }
     int64_t silent_ms = spaced_now_ms() - n.heartbeat_ms;
     if (silent_ms >= CLUSTER_DEAD_MS) {
-        http_reply_error(req, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
-                         id, node, (long long)(silent_ms / 1000));
+        reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
+                   id, node, (long long)(silent_ms / 1000));
         return true;
     }
-    cluster_proxy(sp, req, &n, NULL);
+    cluster_proxy_fwd(sp, req, &n, NULL, fwd);
     return true;
+}
+
+static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char *id, const char *tenant)
+{
+    return cluster_forward_to_owner(sp, req, id, tenant, NULL);
 }
 
 /* The requests the control answers by placing or forwarding (everything else falls
@@ -231,8 +255,8 @@ static bool forward_to_owner(struct spaced *sp, struct http_req *req, const char
 static bool control_takes(const char *method, const char *path, char *id, size_t cap)
 {
     return (strcmp(path, "/v1/sandboxes") == 0 && strcmp(method, "POST") == 0) ||
-           segment_after(path, "/v1/sandboxes/", id, cap) ||
-           segment_after(path, "/v1/operations/", id, cap) ||
+           cluster_path_id(path, "/v1/sandboxes/", id, cap) ||
+           cluster_path_id(path, "/v1/operations/", id, cap) ||
            (strncmp(path, "/v1/templates", 13) == 0 && strcmp(method, "GET") != 0 &&
             strcmp(method, "HEAD") != 0);
 }
@@ -273,7 +297,7 @@ static bool control_hook(struct http_req *req, void *arg)
         cluster_proxy(sp, req, NULL, choose_create);
         return true;
     }
-    if (segment_after(path, "/v1/sandboxes/", id, sizeof id))
+    if (cluster_path_id(path, "/v1/sandboxes/", id, sizeof id))
         return forward_to_owner(sp, req, id, who.tenant);
     /* A build would boot its VM here, on a daemon that runs none: not until templates
      * are built on (and shipped to) nodes. */
@@ -328,5 +352,7 @@ int cluster_nodes_register(struct spaced *sp)
 
 int cluster_control_start(struct spaced *sp)
 {
-    return router_add_hook(sp->router, control_hook, sp);
+    if (router_add_hook(sp->router, control_hook, sp) != 0)
+        return -1;
+    return cluster_e2b_start(sp);
 }

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,36 @@ struct proxy {
     struct cluster_resv *resv;         /* placement's reservation, released at the end */
     char node[STORE_ID_MAX];
     char url[256];
+    struct cluster_fwd fwd;            /* headers to set, error shape */
     bool started;                      /* reply head sent to the client */
     bool paused;                       /* not reading from the node until the client drains */
 };
+
+/* The control's own error replies, in the shape the caller's protocol expects. */
+static void fail(const struct proxy *p, struct http_req *req, int status, const char *code,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void fail(const struct proxy *p, struct http_req *req, int status, const char *code,
+                 const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (p->fwd.error)
+        p->fwd.error(req, status, code, msg);
+    else
+        http_reply_error(req, status, code, "%s", msg);
+}
+
+/* Whether name is one the control sets itself on this request. */
+static bool fwd_sets(const struct cluster_fwd *f, const char *name)
+{
+    for (unsigned i = 0; i < f->nset; i++)
+        if (strcasecmp(f->set[i].name, name) == 0)
+            return true;
+    return false;
+}
 
 /* Fields not copied on either leg: hop-by-hop ones (http_hdr.h; `connection` is the
  * message's Connection value), those evhttp or our server set themselves, and the node
@@ -158,7 +186,7 @@ static void on_done(struct evhttp_request *out, void *arg)
             http_stream_end(p->req); /* cut short: a declared length makes it visible */
         } else {
             log_warn("cluster.proxy", "node=%s url=%s msg=\"node unreachable\"", p->node, p->url);
-            http_reply_error(p->req, 502, "node_unreachable",
+            fail(p, p->req, 502, "node_unreachable",
                              "node %s (%s) did not answer; it may be down", p->node, p->url);
         }
         p->req = NULL;
@@ -203,7 +231,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     int port = u ? evhttp_uri_get_port(u) : -1;
     if (!ok || !host || port <= 0) {
         evhttp_uri_free(u);
-        http_reply_error(req, ok ? 502 : 405, ok ? "node_unreachable" : "method_not_allowed",
+        fail(p, req, ok ? 502 : 405, ok ? "node_unreachable" : "method_not_allowed",
                          ok ? "node %s has an unusable address %s" : "method not forwarded%s%s",
                          ok ? p->node : "", ok ? p->url : "");
         p->req = NULL;
@@ -214,7 +242,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     p->out = p->conn ? evhttp_request_new(on_done, p) : NULL;
     if (!p->out) {
         evhttp_uri_free(u);
-        http_reply_error(req, 500, "internal", "out of memory");
+        fail(p, req, 500, "internal", "out of memory");
         p->req = NULL;
         proxy_release(p);
         return;
@@ -225,8 +253,10 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     struct evkeyvalq *h = evhttp_request_get_output_headers(p->out);
     const char *name, *value, *connection = http_req_header(req, "Connection");
     for (unsigned i = 0; http_req_header_at(req, i, &name, &value); i++)
-        if (!skip_header(name, connection))
+        if (!skip_header(name, connection) && !fwd_sets(&p->fwd, name))
             evhttp_add_header(h, name, value);
+    for (unsigned i = 0; i < p->fwd.nset; i++)
+        evhttp_add_header(h, p->fwd.set[i].name, p->fwd.set[i].value);
     char hostport[300];
     snprintf(hostport, sizeof hostport, "%s:%d", host, port);
     evhttp_add_header(h, "Host", hostport);
@@ -241,7 +271,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     if (evhttp_make_request(p->conn, p->out, cmd, http_req_target(req)) != 0) {
         evhttp_request_free(p->out);
         p->out = NULL;
-        http_reply_error(req, 502, "node_unreachable", "cannot connect to node %s (%s)", p->node, p->url);
+        fail(p, req, 502, "node_unreachable", "cannot connect to node %s (%s)", p->node, p->url);
         p->req = NULL;
         proxy_release(p);
     }
@@ -250,11 +280,19 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
 void cluster_proxy(struct spaced *sp, struct http_req *req, const struct store_node *to,
                    cluster_choose_fn choose)
 {
+    cluster_proxy_fwd(sp, req, to, choose, NULL);
+}
+
+void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct store_node *to,
+                       cluster_choose_fn choose, const struct cluster_fwd *fwd)
+{
     struct proxy *p = calloc(1, sizeof *p);
     if (!p) {
         http_reply_error(req, 500, "internal", "out of memory");
         return;
     }
+    if (fwd)
+        p->fwd = *fwd;
     p->sp = sp;
     p->req = req;
     p->choose = choose;
@@ -264,7 +302,7 @@ void cluster_proxy(struct spaced *sp, struct http_req *req, const struct store_n
     }
     http_req_on_close(req, client_gone, p);
     if (http_req_read_body(req, CLUSTER_PROXY_MAX_BODY, on_body, p) != 0) {
-        http_reply_error(req, 500, "internal", "request body already claimed");
+        fail(p, req, 500, "internal", "request body already claimed");
         p->req = NULL;
         proxy_release(p);
     }

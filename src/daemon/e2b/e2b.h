@@ -17,20 +17,48 @@
  * included); point SPACE_E2B_DOMAIN at it.
  *
  * State: one `struct e2b` per spaced, sp->e2b (NULL when not registered: a role that
- * runs no sandboxes). */
+ * runs no sandboxes).
+ *
+ * Through a control daemon (--role=control) the control forwards E2B calls to nodes
+ * (cluster_e2b.c): it serves the listings itself, places creates, and forwards
+ * per-sandbox calls, envd and sandbox-port traffic (naming the sandbox and port in
+ * E2b-Sandbox-Id/-Port, since the Host it forwards is the node's). */
 #ifndef SPACE_E2B_H
 #define SPACE_E2B_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 struct router;
 struct spaced;
+
+#define E2B_ENVD_PORT 49983 /* envd's port in a sandbox: Host "49983-<id>.<domain>" */
 
 /* Registers the control-plane routes and the envd hook on `r` and sets sp->e2b. Called
  * once by main.c after the core modules are up; the E2B state lives until the process
  * exits (static storage: at shutdown the sandboxes' agent connections, which its
  * processes and pipes hold channels of, are already gone, so it is not freed). */
 void e2b_register(struct router *r, struct spaced *sp);
+
+/* ---- for the control role (src/daemon/cluster), which runs no sandboxes and forwards
+ * E2B traffic to the node of each sandbox */
+struct http_req;
+struct auth_principal;
+
+/* Registers only the E2B listings (GET /sandboxes, GET /v2/sandboxes), which read the
+ * shared store; sp->e2b stays NULL. */
+void e2b_register_listings(struct router *r, struct spaced *sp);
+/* Whether req is envd or sandbox-port traffic, told from the request alone (a Host of
+ * "<port>-<id>.<domain>", the E2b-Sandbox-Id/-Port headers, or envd's paths with an
+ * access token, which names its sandbox): fills id ("" when only local state could
+ * tell, e.g. a signed /files URL) and port (E2B_ENVD_PORT for envd). */
+bool e2b_sandbox_traffic(struct http_req *req, char *id, size_t cap, unsigned *port);
+/* Authenticates an E2B control-plane call (X-API-KEY; "e2b_" keys accepted), replying
+ * E2B's error shape itself (401, or 503 when the store is down) when it fails. */
+bool e2b_api_authenticate(struct spaced *sp, struct http_req *req, struct auth_principal *who);
+/* E2B's REST error reply: {"code": status, "message": ...}. */
+void e2b_reply_rest_error(struct http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Forwards `req` to 127.0.0.1:<port> inside the sandbox whose agent is `a`, over one
  * agent `tcp` channel, with `target` ("/path?query") as the request target: bodies

@@ -57,13 +57,25 @@ json_t *e2b_stat_entry(json_t *st)
     };
     if (!type || !e.name || !e.path)
         return NULL;
+    json_int_t mode = json_integer_value(json_object_get(st, "mode"));
+    /* As envd: a symlink has its final target's type and mode, and symlinkTarget is
+     * that target's absolute path; a dangling link is UNSPECIFIED, its target itself.
+     * FILE_TYPE_SYMLINK is never sent: SDKs of envd's earlier protocol reject it. */
+    e.is_link = strcmp(type, "symlink") == 0;
+    if (e.is_link) {
+        json_t *t = json_object_get(st, "target");
+        const char *tt = json_string_value(json_object_get(t, "type"));
+        const char *tp = json_string_value(json_object_get(t, "path"));
+        type = tt ? tt : "";
+        mode = json_integer_value(json_object_get(t, "mode"));
+        e.symlink_target = tp ? tp : e.path;
+    }
     /* "other" (fifo, socket, device) is reported as a file: the SDK drops entries of
      * any type it does not know. */
-    e.type = strcmp(type, "dir") == 0       ? E2B_FILE_DIRECTORY
-             : strcmp(type, "symlink") == 0 ? E2B_FILE_SYMLINK
-                                            : E2B_FILE_FILE;
+    e.type = strcmp(type, "dir") == 0 ? E2B_FILE_DIRECTORY
+             : !type[0]               ? E2B_FILE_UNSPECIFIED
+                                      : E2B_FILE_FILE;
     json_int_t size = json_integer_value(json_object_get(st, "size"));
-    json_int_t mode = json_integer_value(json_object_get(st, "mode"));
     json_int_t mtime = json_integer_value(json_object_get(st, "mtime_ns"));
     e.size = size > 0 ? (uint64_t)size : 0;
     e.mode = (uint32_t)(mode & 07777);

@@ -75,7 +75,7 @@ static void reply_empty(struct http_req *req, int status)
 
 /* Authenticates X-API-KEY (our "space_<hex>" keys; "e2b_<hex>" is accepted as the same
  * key so SDK versions that check the E2B key format client-side work too). */
-static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal *who)
+bool e2b_api_authenticate(struct spaced *sp, struct http_req *req, struct auth_principal *who)
 {
     const char *key = http_req_header(req, "X-API-KEY");
     char buf[AUTH_SECRET_LEN + 8], why[128];
@@ -87,12 +87,17 @@ static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal 
         snprintf(buf, sizeof buf, "%s%s", AUTH_SECRET_PREFIX, key + 4);
         key = buf;
     }
-    int rc = auth_check_key(e->sp->auth, key, who, why, sizeof why);
+    int rc = auth_check_key(sp->auth, key, who, why, sizeof why);
     if (rc < 0) {
         rest_error(req, rc == AUTH_E_STORE ? 503 : 401, "%s", why);
         return false;
     }
     return true;
+}
+
+static bool api_auth(struct e2b *e, struct http_req *req, struct auth_principal *who)
+{
+    return e2b_api_authenticate(e->sp, req, who);
 }
 
 /* E2B knows two states: everything on its way to running counts as running. */
@@ -426,7 +431,9 @@ static void timeout_route(struct e2b *e, struct http_req *req, struct auth_princ
         return;
     }
     struct spaced_err err;
-    if (sbx_set_timeout(e->sp, s, t, NULL, &err) < 0)
+    /* E2B's timeout counts from now: 0 is "now", the sandbox's end (kill, or pause with
+     * autoPause), not our "never". */
+    if ((t == 0 ? sbx_expire_now(e->sp, s, &err) : sbx_set_timeout(e->sp, s, t, NULL, &err)) < 0)
         reply_spaced_err(req, &err);
     else
         reply_empty(req, 204);
@@ -570,10 +577,9 @@ struct list_ctx {
     bool running, paused;
     int64_t started_after_ms; /* startedAfter filter, 0 = none */
     unsigned limit;
-    bool more;            /* a further match exists beyond limit */
     char last[STORE_ID_MAX];
-    int order;            /* 0: id order, paged by id; 1 asc / -1 desc by startedAt */
-    struct list_sorted *rows; /* order != 0: every match (owned array) */
+    int order;            /* 1 asc / -1 desc by startedAt (then id) */
+    struct list_sorted *rows; /* every match (owned array) */
     size_t nrows, caprows;
     bool oom;
 };
@@ -606,20 +612,10 @@ static int list_row(const struct store_sbx *r, void *arg)
     if (!st || (strcmp(st, "running") == 0 ? !l->running : !l->paused) ||
         r->created_ms < l->started_after_ms)
         return 0;
-    if (l->order) {
-        if (list_keep(l, r) < 0) {
-            l->oom = true;
-            return 1;
-        }
-        return 0;
-    }
-    if (json_array_size(l->out) == l->limit) {
-        l->more = true;
+    if (list_keep(l, r) < 0) {
+        l->oom = true;
         return 1;
     }
-    json_t *j = listed_json(r);
-    if (j)
-        json_array_append_new(l->out, j);
     return 0;
 }
 
@@ -744,16 +740,16 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
         rest_error(req, 400, "order must be asc or desc");
         return;
     }
-    l.order = !order ? 0 : strcmp(order, "asc") == 0 ? 1 : -1;
-    const char *next = http_req_query(req, "nextToken");
-    snprintf(l.last, sizeof l.last, "%s", next && paged && !l.order ? next : "");
+    /* As E2B: newest first unless asked otherwise. */
+    l.order = order && strcmp(order, "asc") == 0 ? 1 : -1;
+    const char *next = paged ? http_req_query(req, "nextToken") : NULL;
     struct store_sbx_filter f = {.tenant = who.tenant,
                                  .template_name = http_req_query(req, "template"),
                                  .metadata_json = meta_text,
                                  .limit = LIST_LIMIT_MAX};
     bool store_more = true;
     int rc = 0;
-    while (store_more && !l.more && rc == 0) {
+    while (store_more && rc == 0) {
         f.after_id = l.last[0] ? l.last : NULL;
         rc = store_sbx_list(e->sp->store, &f, list_row, &l, &store_more);
     }
@@ -764,22 +760,14 @@ static void list(struct e2b *e, struct http_req *req, bool paged)
                    l.oom ? "out of memory" : store_errmsg(e->sp->store));
         return;
     }
-    if (l.order) {
-        char cursor[STORE_ID_MAX + 32];
-        if (list_page_sorted(&l, next, cursor, sizeof cursor) < 0) {
-            list_ctx_free(&l);
-            rest_error(req, 400, "nextToken is not one this server gave");
-            return;
-        }
-        if (cursor[0])
-            http_reply_add_header(req, "X-Next-Token", cursor);
-    } else if (l.more) {
-        /* The cursor is the last sandbox returned, so the next page starts after it. */
-        json_t *lastj = json_array_get(l.out, json_array_size(l.out) - 1);
-        const char *lid = json_string_value(json_object_get(lastj, "sandboxID"));
-        if (lid)
-            http_reply_add_header(req, "X-Next-Token", lid);
+    char cursor[STORE_ID_MAX + 32];
+    if (list_page_sorted(&l, next, cursor, sizeof cursor) < 0) {
+        list_ctx_free(&l);
+        rest_error(req, 400, "nextToken is not one this server gave");
+        return;
     }
+    if (cursor[0])
+        http_reply_add_header(req, "X-Next-Token", cursor);
     http_reply_json(req, 200, l.out);
     list_ctx_free(&l);
 }
@@ -817,37 +805,50 @@ static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum 
     }
 }
 
+/* The one E2B state of the process (see e2b.h: not freed at shutdown). */
+static struct e2b *e2b_instance(struct spaced *sp)
+{
+    static struct e2b e;
+    e.sp = sp;
+    snprintf(e.domain, sizeof e.domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
+    return &e;
+}
+
+void e2b_register_listings(struct router *r, struct spaced *sp)
+{
+    struct e2b *e = e2b_instance(sp);
+    router_add(r, "GET", "/v2/sandboxes", h_list_v2, e);
+    router_add(r, "GET", "/sandboxes", h_list_v1, e);
+}
+
 void e2b_register(struct router *r, struct spaced *sp)
 {
-    static struct e2b e; /* see e2b.h: not freed at shutdown */
-    e.sp = sp;
-    sp->e2b = &e;
-    snprintf(e.domain, sizeof e.domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
-    ctx_create = (struct body_ctx){&e, create};
-    ctx_timeout = (struct body_ctx){&e, timeout_route};
-    ctx_refresh = (struct body_ctx){&e, refresh_route};
-    ctx_pause = (struct body_ctx){&e, pause_route};
-    ctx_connect = (struct body_ctx){&e, connect_route};
-    ctx_resume = (struct body_ctx){&e, resume_route};
-    e.pipes.idle_s = sp->opt.proxy_idle_s;
+    struct e2b *e = e2b_instance(sp);
+    sp->e2b = e;
+    ctx_create = (struct body_ctx){e, create};
+    ctx_timeout = (struct body_ctx){e, timeout_route};
+    ctx_refresh = (struct body_ctx){e, refresh_route};
+    ctx_pause = (struct body_ctx){e, pause_route};
+    ctx_connect = (struct body_ctx){e, connect_route};
+    ctx_resume = (struct body_ctx){e, resume_route};
+    e->pipes.idle_s = sp->opt.proxy_idle_s;
     const char *listen = sp->opt.e2b_port_listen;
     char err[200], q[256];
     /* Without it getHost still works on our own port, minus protocol upgrades. */
-    if (listen && e2b_port_listen(&e, listen, err, sizeof err) < 0)
+    if (listen && e2b_port_listen(e, listen, err, sizeof err) < 0)
         log_error("e2b.port_listen", "error=%s", log_quote(err, q, sizeof q));
-    router_add_hook(r, e2b_envd_hook, &e);
+    router_add_hook(r, e2b_envd_hook, e);
     router_add(r, "POST", "/sandboxes", h_body, &ctx_create);
     router_add(r, "POST", "/v2/sandboxes", h_body, &ctx_create);
-    router_add(r, "GET", "/v2/sandboxes", h_list_v2, &e);
-    router_add(r, "GET", "/sandboxes", h_list_v1, &e);
-    router_add(r, "GET", "/sandboxes/{id}", h_get, &e);
-    router_add(r, "DELETE", "/sandboxes/{id}", h_kill, &e);
-    router_add(r, "GET", "/sandboxes/{id}/metrics", h_metrics, &e);
+    e2b_register_listings(r, sp);
+    router_add(r, "GET", "/sandboxes/{id}", h_get, e);
+    router_add(r, "DELETE", "/sandboxes/{id}", h_kill, e);
+    router_add(r, "GET", "/sandboxes/{id}/metrics", h_metrics, e);
     router_add(r, "POST", "/sandboxes/{id}/timeout", h_body, &ctx_timeout);
     router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &ctx_refresh);
     router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &ctx_pause);
     router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &ctx_resume);
     router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &ctx_connect);
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &ctx_connect);
-    sbx_listen(sp, on_state, &e);
+    sbx_listen(sp, on_state, e);
 }

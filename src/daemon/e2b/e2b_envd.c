@@ -157,29 +157,51 @@ bool e2b_port_target(const char *host, const char *sid, const char *sport, unsig
     return true;
 }
 
+/* What a request is to the envd side, from the request alone: sandbox-port traffic (id
+ * and port filled), envd traffic (id filled, or "" when only local state can tell: a
+ * signed /files URL), or neither. */
+enum traffic { TRAFFIC_NONE, TRAFFIC_PORT, TRAFFIC_ENVD };
+
+static enum traffic classify(struct http_req *req, unsigned *port, char *id, size_t cap)
+{
+    const char *sid = http_req_header(req, "E2b-Sandbox-Id");
+    if (e2b_port_target(http_req_header(req, "Host"), sid, http_req_header(req, "E2b-Sandbox-Port"),
+                        port, id, cap))
+        return TRAFFIC_PORT;
+    bool by_host = host_target(http_req_header(req, "Host"), port, id, cap);
+    /* Only envd's own paths: the Python SDK also sends E2b-Sandbox-Id on control-plane
+     * calls, which must reach the routes. */
+    if (!by_host && !is_envd_path(http_req_path(req)))
+        return TRAFFIC_NONE;
+    if (sid)
+        snprintf(id, cap, "%s", sid);
+    else if (!by_host && e2b_token_sandbox(http_req_header(req, "X-Access-Token"), id, cap) < 0)
+        id[0] = '\0';
+    return TRAFFIC_ENVD;
+}
+
+bool e2b_sandbox_traffic(struct http_req *req, char *id, size_t cap, unsigned *port)
+{
+    *port = E2B_ENVD_PORT;
+    return classify(req, port, id, cap) != TRAFFIC_NONE;
+}
+
 bool e2b_envd_hook(struct http_req *req, void *arg)
 {
     struct e2b *e = arg;
     const char *path = http_req_path(req);
     char id[STORE_ID_MAX] = "";
     unsigned port = 0;
-    const char *sid = http_req_header(req, "E2b-Sandbox-Id");
-    if (e2b_port_target(http_req_header(req, "Host"), sid, http_req_header(req, "E2b-Sandbox-Port"),
-                        &port, id, sizeof id)) {
+    enum traffic t = classify(req, &port, id, sizeof id);
+    if (t == TRAFFIC_NONE)
+        return false;
+    if (t == TRAFFIC_PORT) {
         e2b_port_proxy(e, req, id, port);
         return true;
     }
-    bool by_host = host_target(http_req_header(req, "Host"), &port, id, sizeof id);
-    /* Only envd's own paths: the Python SDK also sends E2b-Sandbox-Id on control-plane
-     * calls, which must reach the routes. */
-    if (!by_host && !is_envd_path(path))
-        return false;
     bool rpc = path[0] == '/' && strchr(path + 1, '/') && strchr(path, '.');
     const char *token = http_req_header(req, "X-Access-Token");
-    if (sid)
-        snprintf(id, sizeof id, "%s", sid);
-    else if (!by_host && e2b_token_sandbox(token, id, sizeof id) < 0 &&
-             !(strcmp(path, "/files") == 0 && e2b_files_signer(e, req, id, sizeof id))) {
+    if (!id[0] && !(strcmp(path, "/files") == 0 && e2b_files_signer(e, req, id, sizeof id))) {
         reply_error(req, rpc, E2B_UNAVAILABLE, 502, "no sandbox addressed (E2b-Sandbox-Id)");
         return true;
     }

@@ -5,7 +5,8 @@
  * multipart/form-data (one part per file, the part's filename is the full target path,
  * the `path` query parameter overrides it) or as a raw application/octet-stream body
  * with `path`; either may be gzip-compressed (Content-Encoding: gzip). The agent writes
- * each file to a temporary name renamed at the end, so a broken upload leaves nothing.
+ * each file in place (O_TRUNC, as envd does: hard links keep sharing it, watchers see a
+ * write of that very file); a broken upload leaves what had arrived, as with envd.
  *
  * Auth: the X-Access-Token header, or a v1_ signature over the path (uploadUrl /
  * downloadUrl) checked against the sandbox's token. Transfers and their agent channels
@@ -64,7 +65,8 @@ static struct agentc *sandbox_agent(struct e2b *e, const char *id);
 
 /* Finding the sandbox a signed URL is for: uploadUrl()/downloadUrl() with a shared
  * E2B_SANDBOX_URL name no sandbox, so the signature itself is checked against each
- * running sandbox's token (a SHA-256 per sandbox). */
+ * running sandbox's token (a SHA-256 per sandbox). Expiry is not checked here: an
+ * expired signature still names its sandbox, whose check then says it expired. */
 struct signer {
     struct e2b *e;
     struct http_req *req;
@@ -83,7 +85,7 @@ static void try_signer(struct sbx *s, void *arg)
         return;
     if (e2b_sign_check(path ? path : "", f->op, user ? user : "", tok,
                        http_req_query(f->req, "signature"),
-                       http_req_query(f->req, "signature_expiration"), time(NULL), NULL) == 0) {
+                       http_req_query(f->req, "signature_expiration"), 0, NULL) == 0) {
         snprintf(f->id, f->cap, "%s", sbx_id(s));
         f->found = true;
     }
@@ -459,7 +461,10 @@ static int part_begin(void *arg, const char *name, const char *filename, struct 
         return e2b_err_set(err, E2B_INVALID_ARGUMENT, "more than %d files", UPLOAD_PARTS_MAX);
     }
     struct wpart *p = calloc(1, sizeof *p);
-    json_t *r = json_pack("{s:s, s:s, s:s}", "op", "write", "path", abs, "user", u->user);
+    /* In place, as envd writes: the file keeps its inode (hard links see the new
+     * content) and a watcher sees a write of that file, not a rename of a temporary. */
+    json_t *r = json_pack("{s:s, s:s, s:s, s:b}", "op", "write", "path", abs, "user", u->user,
+                          "in_place", 1);
     if (r && u->xattrs)
         json_object_set(r, "xattrs", u->xattrs);
     struct agentc *a = sandbox_agent(u->e, u->sandbox);

@@ -99,9 +99,16 @@ void e2b_fs_make_dir(struct e2b_call *c)
     path_op(c, "mkdir", reply_entry, "parents");
 }
 
+/* envd removes with Go's os.RemoveAll: a path that is already gone is a success. */
+static void reply_removed(struct e2b_call *c, json_t *result, json_t *entries,
+                          const struct e2b_err *err)
+{
+    reply_empty(c, result, entries, err && err->code == E2B_NOT_FOUND ? NULL : err);
+}
+
 void e2b_fs_remove(struct e2b_call *c)
 {
-    path_op(c, "remove", reply_empty, "recursive");
+    path_op(c, "remove", reply_removed, "recursive");
 }
 
 void e2b_fs_move(struct e2b_call *c)
@@ -142,6 +149,7 @@ static void reply_list(struct e2b_call *c, json_t *result, json_t *entries,
         if (e)
             json_array_append_new(out, e);
     }
+    e2b_entries_sort(out);
     e2b_call_reply(c, json_pack("{s:o}", "entries", out));
 }
 

@@ -1,6 +1,7 @@
 /* e2b_fsmsg: parse filesystem.Filesystem requests, build EntryInfo and events. */
 #include "e2b_fsmsg.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -79,10 +80,12 @@ int e2b_fs_parse_watcher_id(json_t *req, const char **id, struct e2b_err *err)
     return required(req, F2("watcherId", "watcher_id"), id, err);
 }
 
-void e2b_fs_permissions(enum e2b_file_type type, uint32_t mode, char *out)
+void e2b_fs_permissions(enum e2b_file_type type, bool is_link, uint32_t mode, char *out)
 {
     static const char rwx[] = "rwxrwxrwx";
-    out[0] = type == E2B_FILE_DIRECTORY ? 'd' : type == E2B_FILE_SYMLINK ? 'L' : '-';
+    if (is_link)
+        mode = 0777;
+    out[0] = is_link || type == E2B_FILE_SYMLINK ? 'L' : type == E2B_FILE_DIRECTORY ? 'd' : '-';
     for (int i = 0; i < 9; i++)
         out[1 + i] = (mode & (1u << (8 - i))) ? rwx[i] : '-';
     out[10] = '\0';
@@ -91,7 +94,7 @@ void e2b_fs_permissions(enum e2b_file_type type, uint32_t mode, char *out)
 json_t *e2b_fs_entry_json(const struct e2b_entry *e)
 {
     char perms[11], ts[48];
-    e2b_fs_permissions(e->type, e->mode, perms);
+    e2b_fs_permissions(e->type, e->is_link, e->mode, perms);
     e2b_pb_timestamp(e->mtime_sec, e->mtime_nsec, ts, sizeof ts);
     const char *type = e2b_pb_enum_name(file_type_enum, (int)e->type);
     json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:s}", "name",
@@ -129,4 +132,46 @@ json_t *e2b_fs_watch_msg(const char *kind, json_t *body)
     if (!body)
         return NULL;
     return json_pack("{s:o}", kind, body);
+}
+
+int e2b_walk_order(const char *a, const char *b)
+{
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    if (*a == *b)
+        return 0;
+    /* A path ends before anything under it, and "/" (going down) before any other byte
+     * of a longer name: "d/a", "d/a/x", "d/a-b". */
+    if (!*a || (*a == '/' && *b))
+        return -1;
+    if (!*b || *b == '/')
+        return 1;
+    return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+}
+
+static int entry_cmp(const void *x, const void *y)
+{
+    const char *a = json_string_value(json_object_get(*(json_t *const *)x, "path"));
+    const char *b = json_string_value(json_object_get(*(json_t *const *)y, "path"));
+    return e2b_walk_order(a ? a : "", b ? b : "");
+}
+
+int e2b_entries_sort(json_t *entries)
+{
+    size_t n = json_array_size(entries);
+    if (n < 2)
+        return 0;
+    json_t **v = malloc(n * sizeof *v);
+    if (!v)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(entries, i));
+    qsort(v, n, sizeof *v, entry_cmp);
+    json_array_clear(entries);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(entries, v[i]);
+    free(v);
+    return 0;
 }

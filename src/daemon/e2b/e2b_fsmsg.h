@@ -41,6 +41,7 @@ struct e2b_entry {
     int64_t mtime_sec;
     long mtime_nsec;
     const char *symlink_target;  /* NULL unless a symlink */
+    bool is_link;                /* a symlink: type and mode are its target's */
     json_t *metadata;            /* string map (borrowed), NULL or empty for none */
 };
 
@@ -62,8 +63,15 @@ int e2b_fs_parse_watch(json_t *req, struct e2b_fs_watch *out, struct e2b_err *er
 /* {watcherId} of GetWatcherEvents / RemoveWatcher. */
 int e2b_fs_parse_watcher_id(json_t *req, const char **id, struct e2b_err *err);
 
-/* Go's FileMode.String() for the type and permission bits: "drwxr-xr-x". out >= 11. */
-void e2b_fs_permissions(enum e2b_file_type type, uint32_t mode, char *out);
+/* Go's FileMode.String() for the type and permission bits: "drwxr-xr-x" (a symlink,
+ * is_link: "Lrwxrwxrwx", as Linux links have every bit). out >= 11. */
+void e2b_fs_permissions(enum e2b_file_type type, bool is_link, uint32_t mode, char *out);
+/* Orders ListDir entries (EntryInfo objects, by "path") as envd's walk returns them:
+ * each directory's entries by name, bytewise, a directory followed by what is under it.
+ * Returns -1 on OOM (the array is left as it was). */
+int e2b_entries_sort(json_t *entries);
+/* That order between two paths: <0, 0, >0. */
+int e2b_walk_order(const char *a, const char *b);
 /* EntryInfo JSON. NULL on OOM or a non-UTF-8 name. */
 json_t *e2b_fs_entry_json(const struct e2b_entry *e);
 /* FilesystemEvent {name, type, entry?} (entry stolen, may be NULL). */

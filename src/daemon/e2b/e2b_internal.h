@@ -19,10 +19,10 @@
 #include "daemon/http/http.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "e2b.h"
 #include "e2b_error.h"
 
 #define E2B_ENVD_VERSION "0.6.4"   /* envd feature level we implement (protocol doc §6) */
-#define E2B_ENVD_PORT 49983
 #define E2B_DEFAULT_USER "user"    /* the SDK's default user; home /home/user */
 #define E2B_USER_MAX 64
 #define E2B_HIGH_WATER (1024u * 1024) /* bytes queued before we stop reading a producer */
@@ -103,9 +103,6 @@ bool e2b_envd_hook(struct http_req *req, void *arg);
 struct e2b_box *e2b_box_get(struct e2b *e, const char *id); /* creates; NULL on OOM */
 /* The live agent of the call's sandbox, or NULL when it is not running. */
 struct agentc *e2b_call_agent(struct e2b_call *c);
-/* Sends a REST error {"code":status,"message":...} (envd /files, /health, 502s). */
-void e2b_reply_rest_error(struct http_req *req, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* ---- e2b_rpc.c: replies (each of the finishing ones frees the call) */
 void e2b_rpc_begin(struct e2b_call *c);          /* reads/parses the body, runs m->fn */

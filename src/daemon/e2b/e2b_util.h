@@ -48,8 +48,9 @@ bool e2b_csv_has(const char *list, const char *word);
 int e2b_sign(const char *path, const char *op, const char *user, const char *token,
              const char *expiration, char *out);
 /* Checks a signature against the token; `expiration` (text of unix seconds, may be NULL)
- * must be a valid number not in the past at `now`. 0 if valid, -1 with err
- * (unauthenticated) otherwise. */
+ * must be a valid number, and not in the past at `now` (now == 0: not checked, for
+ * finding whose signature it is). 0 if valid, -1 with err (unauthenticated: "invalid
+ * signature", then "signature is already expired", envd's messages) otherwise. */
 int e2b_sign_check(const char *path, const char *op, const char *user, const char *token,
                    const char *signature, const char *expiration, time_t now,
                    struct e2b_err *err);

@@ -178,6 +178,11 @@ int sbx_listen(struct spaced *sp, sbx_state_fn fn, void *arg);
 int sbx_set_timeout(struct spaced *sp, struct sbx *s, int64_t timeout_s,
                     const char *on_timeout, struct spaced_err *err);
 
+/* Ends the sandbox's time now: submits its on_timeout action (suspend or delete) as an
+ * expired timeout would (E2B's setTimeout(0)). 0, or -1 with err (409 when another
+ * operation makes it illegal). */
+int sbx_expire_now(struct spaced *sp, struct sbx *s, struct spaced_err *err);
+
 /* Records a new network policy (canonical JSON, see net_policy_check; NULL = none given)
  * in the sandbox's store record, so the sandbox's representation and its next start use it. Persisted
  * immediately (the old value is kept if that fails: 500). The caller then tells net. */

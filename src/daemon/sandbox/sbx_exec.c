@@ -41,7 +41,24 @@ static void on_recover(struct spaced *sp, void *arg)
     sbx_each(sp, recover_one, sp);
 }
 
-/* Fires an expired timeout: a suspend or delete op on the owner's behalf. */
+/* Submits the sandbox's on_timeout action (suspend or delete) on the owner's behalf. */
+static int fire_timeout(struct spaced *sp, struct sbx *s, struct spaced_err *err)
+{
+    const struct store_sbx *r = sbx_record(s);
+    enum op_kind kind = strcmp(r->on_timeout, "delete") == 0 ? OP_DELETE : OP_SUSPEND;
+    struct store_op op;
+    char id[STORE_ID_MAX], tenant[STORE_ID_MAX];
+    snprintf(id, sizeof id, "%s", r->id);
+    snprintf(tenant, sizeof tenant, "%s", r->tenant);
+    log_info("sandbox.timeout", "sandbox=%s action=%s", id, op_kind_name(kind));
+    int rc = sbx_submit(sp, tenant, kind, id, &op, err);
+    if (rc < 0)
+        log_warn("sandbox.timeout", "sandbox=%s action=%s error=%s", id, op_kind_name(kind), err->code);
+    store_op_clear(&op);
+    return rc;
+}
+
+/* Fires an expired timeout. */
 static void check_timeout(struct sbx *s, void *arg)
 {
     struct spaced *sp = arg;
@@ -52,16 +69,13 @@ static void check_timeout(struct sbx *s, void *arg)
     enum sbx_state st = sbx_state(s);
     if (st != SBX_RUNNING && st != SBX_PAUSED)
         return;
-    enum op_kind kind = strcmp(r->on_timeout, "delete") == 0 ? OP_DELETE : OP_SUSPEND;
-    struct store_op op;
     struct spaced_err err;
-    char id[STORE_ID_MAX], tenant[STORE_ID_MAX];
-    snprintf(id, sizeof id, "%s", r->id);
-    snprintf(tenant, sizeof tenant, "%s", r->tenant);
-    log_info("sandbox.timeout", "sandbox=%s action=%s", id, op_kind_name(kind));
-    if (sbx_submit(sp, tenant, kind, id, &op, &err) < 0)
-        log_warn("sandbox.timeout", "sandbox=%s action=%s error=%s", id, op_kind_name(kind), err.code);
-    store_op_clear(&op);
+    fire_timeout(sp, s, &err);
+}
+
+int sbx_expire_now(struct spaced *sp, struct sbx *s, struct spaced_err *err)
+{
+    return fire_timeout(sp, s, err);
 }
 
 static void reconcile_one(struct sbx *s, void *arg)
