@@ -638,7 +638,8 @@ static int list_cmp_desc(const void *a, const void *b)
  * cursor. */
 static int list_page_sorted(struct list_ctx *l, const char *cursor, char *next, size_t cap)
 {
-    qsort(l->rows, l->nrows, sizeof *l->rows, l->order > 0 ? list_cmp_asc : list_cmp_desc);
+    if (l->nrows) /* rows is NULL when nothing matched */
+        qsort(l->rows, l->nrows, sizeof *l->rows, l->order > 0 ? list_cmp_asc : list_cmp_desc);
     size_t i = 0;
     if (cursor && *cursor) {
         struct list_sorted c = {0};
