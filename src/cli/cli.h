@@ -81,6 +81,7 @@ void cli_progress_end(const struct cli_ctx *x, struct cli_progress *p);
 /* Commands (argv excludes the command word). */
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv);
+int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv); /* GET /v1/nodes (admin key) */
 int cli_cmd_rm(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_verb(struct cli_ctx *x, const char *verb, int argc, char **argv);
 int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv);

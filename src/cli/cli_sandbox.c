@@ -95,6 +95,23 @@ static const char *str_or(const json_t *o, const char *k, const char *dflt)
     return s ? s : dflt;
 }
 
+/* One row of `space ls`; the NODE column only when some sandbox has a node. */
+static void ls_row(const json_t *s, bool nodes)
+{
+    printf("%-20s %-11s %-12s %5lld %7lld  %-*s", str_or(s, "id", "?"), str_or(s, "state", "?"),
+           str_or(s, "template", "-"), (long long)json_integer_value(json_object_get(s, "vcpus")),
+           (long long)json_integer_value(json_object_get(s, "memory_mib")), nodes ? 24 : 0,
+           str_or(s, "created_at", "-"));
+    if (nodes) {
+        const char *ns = str_or(s, "node_state", "live");
+        printf("  %s%s%s", str_or(s, "node", "-"), strcmp(ns, "live") ? " (" : "",
+               strcmp(ns, "live") ? ns : "");
+        if (strcmp(ns, "live"))
+            putchar(')');
+    }
+    putchar('\n');
+}
+
 int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv)
 {
     if (argc) {
@@ -102,21 +119,20 @@ int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv)
         return 2;
     }
     char path[256] = "/v1/sandboxes?limit=1000", cur[128];
-    printf("%-20s %-11s %-12s %5s %7s  %s\n", "ID", "STATE", "TEMPLATE", "CPUS", "MEM_MIB",
-           "CREATED");
+    json_t *all = json_array();
+    bool nodes = false;
     for (;;) {
         json_t *r = cli_call(x, "GET", path, NULL, NULL);
-        if (!r)
+        if (!r) {
+            json_decref(all);
             return 1;
+        }
         size_t i;
         json_t *s;
         json_array_foreach(json_object_get(r, "sandboxes"), i, s)
         {
-            printf("%-20s %-11s %-12s %5lld %7lld  %s\n", str_or(s, "id", "?"),
-                   str_or(s, "state", "?"), str_or(s, "template", "-"),
-                   (long long)json_integer_value(json_object_get(s, "vcpus")),
-                   (long long)json_integer_value(json_object_get(s, "memory_mib")),
-                   str_or(s, "created_at", "-"));
+            nodes |= json_is_string(json_object_get(s, "node"));
+            json_array_append(all, s);
         }
         const char *next = json_string_value(json_object_get(r, "next_cursor"));
         bool more = next && cli_pct(next, cur, sizeof cur);
@@ -124,8 +140,46 @@ int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv)
             snprintf(path, sizeof path, "/v1/sandboxes?limit=1000&cursor=%s", cur);
         json_decref(r);
         if (!more)
-            return 0;
+            break;
     }
+    printf("%-20s %-11s %-12s %5s %7s  %-*s%s\n", "ID", "STATE", "TEMPLATE", "CPUS", "MEM_MIB",
+           nodes ? 24 : 0, "CREATED", nodes ? "  NODE" : "");
+    size_t i;
+    json_t *s;
+    json_array_foreach(all, i, s)
+        ls_row(s, nodes);
+    json_decref(all);
+    return 0;
+}
+
+int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv)
+{
+    if (argc) {
+        cli_err("nodes takes no arguments");
+        return 2;
+    }
+    json_t *r = cli_call(x, "GET", "/v1/nodes", NULL, NULL);
+    if (!r)
+        return 1;
+    printf("%-16s %-5s %11s %17s  %-24s %s\n", "NODE", "LIVE", "VCPUS", "MEM_MIB", "HEARTBEAT", "URL");
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r, "nodes"), i, n)
+    {
+        json_t *cap = json_object_get(n, "capacity"), *used = json_object_get(n, "used");
+        char v[32], m[40];
+        snprintf(v, sizeof v, "%lld/%lld", (long long)json_integer_value(json_object_get(used, "vcpus")),
+                 (long long)json_integer_value(json_object_get(cap, "vcpus")));
+        snprintf(m, sizeof m, "%lld/%lld", (long long)json_integer_value(json_object_get(used, "memory_mib")),
+                 (long long)json_integer_value(json_object_get(cap, "memory_mib")));
+        printf("%-16s %-5s %11s %17s  %-24s %s\n", str_or(n, "id", "?"),
+               json_is_true(json_object_get(n, "live")) ? "yes" : "no", v, m,
+               str_or(n, "heartbeat_at", "-"), str_or(n, "url", "-"));
+    }
+    if (!json_array_size(json_object_get(r, "nodes")))
+        printf("(no node daemons: a single host)\n");
+    json_decref(r);
+    return 0;
 }
 
 /* Sends a lifecycle request and waits for its operation. */

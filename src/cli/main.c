@@ -12,7 +12,8 @@ static const char usage[] =
     "         [--network none|open] [--allow ENTRY...]\n"
     "                              create a sandbox (template python unless given);\n"
     "                              prints its id once running\n"
-    "  ls                          list sandboxes\n"
+    "  ls                          list sandboxes (with their node, multi-node)\n"
+    "  nodes                       list node daemons: liveness, capacity used (admin key)\n"
     "  rm ID...                    delete sandboxes\n"
     "  pause|resume|suspend|restore|stop|start|wake ID\n"
     "                              lifecycle verbs (waits until done)\n"
@@ -55,6 +56,8 @@ int main(int argc, char **argv)
         return cli_cmd_create(&x, n, rest);
     if (strcmp(cmd, "ls") == 0)
         return cli_cmd_ls(&x, n, rest);
+    if (strcmp(cmd, "nodes") == 0)
+        return cli_cmd_nodes(&x, n, rest);
     if (strcmp(cmd, "rm") == 0)
         return cli_cmd_rm(&x, n, rest);
     if (strcmp(cmd, "exec") == 0)

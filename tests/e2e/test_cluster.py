@@ -114,9 +114,21 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
     rows = dict(line.split("|") for line in sql(pg_url, "SELECT id||'|'||node FROM sandboxes"))
     assert rows == {sid: node for sid, (node, _) in placed.items()}
 
-    # Listing comes from the shared store; per-sandbox reads are answered by the owner.
-    listed = {s["id"] for s in control.request("GET", "/v1/sandboxes").json["sandboxes"]}
-    assert listed == set(placed)
+    # Listing comes from the shared store, with each sandbox's node and whether it is
+    # live; per-sandbox reads are answered by the owner.
+    listed = {s["id"]: s for s in control.request("GET", "/v1/sandboxes").json["sandboxes"]}
+    assert set(listed) == set(placed)
+    for sid, (node, _) in placed.items():
+        assert listed[sid]["node"] == node and listed[sid]["node_state"] == "live", listed[sid]
+    cli_env = dict(os.environ, SPACE_URL=control.url, SPACE_API_KEY=control.admin_key)
+    out = subprocess.run([os.path.join(spacedlib.BUILD, "space"), "nodes"], env=cli_env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "node-a" in out.stdout and "node-b" in out.stdout, out
+    out = subprocess.run([os.path.join(spacedlib.BUILD, "space"), "ls"], env=cli_env,
+                         capture_output=True, text=True, timeout=60)
+    rows = {line.split()[0]: line.split()[-1] for line in out.stdout.splitlines()[1:]}
+    assert out.stdout.split("\n")[0].split()[-1] == "NODE", out.stdout
+    assert rows == {sid: node for sid, (node, _) in placed.items()}, out.stdout
     for sid, (node, _) in placed.items():
         r = control.request("GET", "/v1/sandboxes/" + sid)
         assert r.status == 200 and r.json["sandbox"]["state"] == "running", r
@@ -170,6 +182,8 @@ def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: 
         assert "node-b" not in live_nodes(control)
         r = control.request("GET", "/v1/sandboxes/" + sid_b)
         assert r.status == 503 and r.error_code() == "node_down", r
+        states = {s["id"]: s["node_state"] for s in control.request("GET", "/v1/sandboxes").json["sandboxes"]}
+        assert states == {sid_b: "down", sid_a: "live"}, states
 
     restart(nodes[1], graceful=True, between=while_b_is_down)
     res = run_after_restart(control, sid_b, {"cmd": "echo back"})

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon/auth/auth.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
 #include "http_parse.h"
@@ -117,12 +118,22 @@ static int metadata_filter(struct http_req *req, json_t **out)
     return 0;
 }
 
+struct list_ctx {
+    json_t *out;
+    json_t *next;                        /* id of the last row: the next cursor */
+    struct cluster_node_states nodes;    /* multi-node: whose nodes are live */
+};
+
 static int list_one(const struct store_sbx *r, void *arg)
 {
-    json_t **ctx = arg;
-    json_array_append_new(ctx[0], sbx_record_to_json(r));
-    json_decref(ctx[1]);
-    ctx[1] = json_string(r->id);
+    struct list_ctx *l = arg;
+    json_t *j = sbx_record_to_json(r);
+    const char *ns = cluster_node_state(&l->nodes, r->node);
+    if (j && ns) /* listings come from the store: say when the node is not there */
+        json_object_set_new(j, "node_state", json_string(ns));
+    json_array_append_new(l->out, j);
+    json_decref(l->next);
+    l->next = json_string(r->id);
     return 0;
 }
 
@@ -162,20 +173,23 @@ static void h_list(struct http_req *req, void *arg)
     char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
     f.metadata_json = meta_text;
-    json_t *ctx[2] = {json_array(), json_null()};
+    struct list_ctx l = {.out = json_array(), .next = json_null()};
     bool more = false;
-    int rc = store_sbx_list(sp->store, &f, list_one, ctx, &more);
+    int rc = cluster_node_states_load(sp, &l.nodes);
+    if (rc == 0)
+        rc = store_sbx_list(sp->store, &f, list_one, &l, &more);
     free(meta_text);
+    cluster_node_states_free(&l.nodes);
     if (rc != 0) {
-        json_decref(ctx[0]);
-        json_decref(ctx[1]);
+        json_decref(l.out);
+        json_decref(l.next);
         routes_reply_error(sp, req, 503, "store_unavailable", "listing sandboxes: the store failed: %s",
                            store_errmsg(sp->store));
         return;
     }
-    json_t *body = json_pack("{s:o, s:o}", "sandboxes", ctx[0], "next_cursor", more ? ctx[1] : json_null());
+    json_t *body = json_pack("{s:o, s:o}", "sandboxes", l.out, "next_cursor", more ? l.next : json_null());
     if (!more)
-        json_decref(ctx[1]);
+        json_decref(l.next);
     http_reply_json(req, 200, body);
     json_decref(body);
 }

@@ -84,6 +84,20 @@ bool cluster_owns_sbx(const struct spaced *sp, const struct store_sbx *rec);
  * running one); control: none. */
 bool cluster_owns_op(struct spaced *sp, const struct store_op *op);
 
+/* Which nodes are live, loaded once for a listing: every sandbox row with a node gets
+ * "node_state" from it ("live", "down": no report for CLUSTER_DEAD_MS, "unknown": no
+ * such node row). */
+struct cluster_node_states {
+    struct store_node *nodes; /* owned array */
+    size_t n, cap;
+    int64_t now_ms;
+};
+/* Fills st from the store (0), or -1 on a store error (st then empty). */
+int cluster_node_states_load(struct spaced *sp, struct cluster_node_states *st);
+/* The state of node id ("live" | "down" | "unknown"); NULL for "" (role all). */
+const char *cluster_node_state(const struct cluster_node_states *st, const char *id);
+void cluster_node_states_free(struct cluster_node_states *st);
+
 /* The HTTP entry point for every role (http_server_new's dispatch, arg = sp): on a node,
  * refuses requests without the shared secret (403 forbidden) except /healthz and
  * /metrics; then router_dispatch. */

@@ -315,6 +315,50 @@ static bool control_hook(struct http_req *req, void *arg)
     return mine && forward_to_owner(sp, req, id, who.tenant);
 }
 
+/* ---- node liveness for listings -------------------------------------------------------- */
+
+static int collect_state(const struct store_node *n, void *arg)
+{
+    struct cluster_node_states *st = arg;
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 8;
+        struct store_node *nodes = realloc(st->nodes, cap * sizeof *nodes);
+        if (!nodes)
+            return 1;
+        st->nodes = nodes;
+        st->cap = cap;
+    }
+    st->nodes[st->n++] = *n;
+    return 0;
+}
+
+int cluster_node_states_load(struct spaced *sp, struct cluster_node_states *st)
+{
+    memset(st, 0, sizeof *st);
+    st->now_ms = spaced_now_ms();
+    if (store_node_each(sp->store, collect_state, st) != 0) {
+        cluster_node_states_free(st);
+        return -1;
+    }
+    return 0;
+}
+
+const char *cluster_node_state(const struct cluster_node_states *st, const char *id)
+{
+    if (!id || !id[0])
+        return NULL;
+    for (size_t i = 0; i < st->n; i++)
+        if (strcmp(st->nodes[i].id, id) == 0)
+            return st->now_ms - st->nodes[i].heartbeat_ms < CLUSTER_DEAD_MS ? "live" : "down";
+    return "unknown";
+}
+
+void cluster_node_states_free(struct cluster_node_states *st)
+{
+    free(st->nodes);
+    memset(st, 0, sizeof *st);
+}
+
 /* ---- GET /v1/nodes -------------------------------------------------------------------- */
 
 static void node_json(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
