@@ -133,7 +133,7 @@ int64_t spaced_now_ms(void);
  * sandbox records): each failed attempt doubles the wait before the next one, from
  * SPACED_RETRY_MIN_MS up to SPACED_RETRY_MAX_MS; a success ends it. Zeroed = no wait. */
 #define SPACED_RETRY_MIN_MS 500
-#define SPACED_RETRY_MAX_MS 8000
+#define SPACED_RETRY_MAX_MS 4000
 struct spaced_retry {
     int64_t next_ms;  /* no attempt before this wall-clock time */
     int64_t wait_ms;  /* the last wait, 0 after a success */

@@ -314,8 +314,9 @@ static int op_write(struct spaced *sp, struct op_open *o)
     struct op_engine *e = sp->ops;
     if (store_op_put(sp->store, &o->row) != 0) {
         if (!o->unsaved) {
-            log_warn("operation.unsaved", "op=%s state=%s msg=\"%s\" retry=until stored", o->id,
-                     o->row.state, store_errmsg(sp->store));
+            char q[300];
+            log_warn("operation.unsaved", "op=%s state=%s msg=%s retry=until_stored", o->id,
+                     o->row.state, log_quote(store_errmsg(sp->store), q, sizeof q));
             o->unsaved_ms = spaced_now_ms();
         }
         o->unsaved = true;

@@ -170,9 +170,10 @@ void sbx_set_desired(struct sbx *s, enum sbx_state desired)
 static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *unsaved)
 {
     if (store_sbx_put(sp->store, rec) != 0) {
+        char q[300];
         if (!*unsaved)
-            log_error("store.error", "sandbox=%s op=persist state=%s msg=\"%s\" retry=until stored",
-                      rec->id, rec->state, store_errmsg(sp->store));
+            log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
+                      rec->id, rec->state, log_quote(store_errmsg(sp->store), q, sizeof q));
         *unsaved = true;
         spaced_retry_failed(&sp->sbx->retry);
         return -1;
