@@ -35,9 +35,11 @@ def _with_dbname(url, db):
 
 
 def _psql(url, sql):
-    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
+    """Runs sql; returns what it printed, unaligned, without headers."""
+    r = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, "psql %s: %s" % (sql, r.stderr)
+    return r.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +49,8 @@ def pg_server():
     if url:
         yield url
         return
-    if not shutil.which("psql"):
-        pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
-    d = tempfile.mkdtemp(prefix="space-e2e-pg-")
-    os.rmdir(d)  # the script creates it and hands it to the postgres user
-    r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
-        pytest.skip("PostgreSQL unavailable: scripts/pg-test-server.sh start failed: %s"
-                    % (r.stderr.strip() or r.stdout.strip()))
-    try:
-        yield r.stdout.strip()
-    finally:
-        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+    with own_pg_server("space-e2e-pg-") as (_, started):
+        yield started
 
 
 @pytest.fixture
@@ -78,7 +69,7 @@ def own_pg_server(prefix):
     if not shutil.which("psql"):
         pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
     d = tempfile.mkdtemp(prefix=prefix)
-    os.rmdir(d)
+    os.rmdir(d)  # the script creates it and hands it to the postgres user
     r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
@@ -93,13 +84,6 @@ def own_pg_server(prefix):
 def pg_ctl(cmd, d):
     """pause (stop the server, keep its data) or resume the server of own_pg_server."""
     subprocess.run([PG_SCRIPT, cmd, d], check=True, capture_output=True, timeout=120)
-
-
-def _psql_value(url, sql):
-    r = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, "psql %s: %s" % (sql, r.stderr)
-    return r.stdout.strip()
 
 
 def run_after_restart(s, sid, body, timeout=120):
@@ -264,8 +248,8 @@ def test_create_during_database_outage_ends_once_it_is_back():
             got = s.request("GET", "/v1/sandboxes/" + sid)
             assert got.status == 200 and got.json["sandbox"]["state"] == "running", got
             # What the database holds, not only what this spaced remembers.
-            assert _psql_value(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "running"
-            assert _psql_value(url, "SELECT state FROM operations WHERE id='%s'" % op_id) == "succeeded"
+            assert _psql(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "running"
+            assert _psql(url, "SELECT state FROM operations WHERE id='%s'" % op_id) == "succeeded"
             _, res = run(s, sid, {"cmd": "echo back-$((6*7))"})
             assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"back-42\n", res
 
@@ -273,6 +257,6 @@ def test_create_during_database_outage_ends_once_it_is_back():
             assert dl.status == 202, dl
             assert s.wait_op(dl.json["operation"]["id"], timeout=120)["state"] == "succeeded", s.log()
             assert s.request("GET", "/v1/sandboxes/" + sid).status == 404
-            assert _psql_value(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "deleted"
+            assert _psql(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "deleted"
         finally:
             s.stop()

@@ -485,8 +485,9 @@ static void test_tick_runs_hooks_then_pumps(void **state)
 /* The child is a daemon killed with SIGKILL mid-work: op1 of sbA running, op2 and op3
  * of sbA pending, sbB's op pending behind a busy executor, a template build running,
  * and an op on another node's target. */
-static void crash_child(struct fx *f, char ids[6][STORE_ID_MAX])
+static void crash_child(struct fx *f, void *out)
 {
+    char (*ids)[STORE_ID_MAX] = out;
     struct store_op op;
     snprintf(f->fake.busy, sizeof f->fake.busy, "sbB");
     submit(f, OP_START, "sbA", &op);
@@ -504,10 +505,11 @@ static void crash_child(struct fx *f, char ids[6][STORE_ID_MAX])
     snprintf(ids[5], STORE_ID_MAX, "%s", op.id);
 }
 
-static void test_recovery_after_kill(void **state)
+/* Runs work(f, out) in a child daemon on the same store, which sends the len bytes of
+ * out back through a pipe and is killed with SIGKILL; returns with out filled and this
+ * process's engine started again on the store the child left. */
+static void crash_after(struct fx *f, void (*work)(struct fx *f, void *out), void *out, size_t len)
 {
-    struct fx *f = *state;
-    /* The ids travel from the child through a pipe. */
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     fx_stop(f); /* the child opens its own engine on the same store */
@@ -516,23 +518,27 @@ static void test_recovery_after_kill(void **state)
     if (pid == 0) {
         close(fds[0]);
         fx_start(f);
-        char ids[6][STORE_ID_MAX];
-        crash_child(f, ids);
-        if (write(fds[1], ids, sizeof ids) != (ssize_t)sizeof ids)
+        work(f, out);
+        if (write(fds[1], out, len) != (ssize_t)len)
             _exit(3);
         raise(SIGKILL);
         _exit(4);
     }
     close(fds[1]);
-    char ids[6][STORE_ID_MAX];
-    ssize_t got = read(fds[0], ids, sizeof ids);
+    ssize_t got = read(fds[0], out, len);
     close(fds[0]);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    assert_int_equal(got, (ssize_t)sizeof ids);
-
+    assert_int_equal(got, (ssize_t)len);
     fx_start(f);
+}
+
+static void test_recovery_after_kill(void **state)
+{
+    struct fx *f = *state;
+    char ids[6][STORE_ID_MAX];
+    crash_after(f, crash_child, ids, sizeof ids);
     assert_op_state(f, ids[0], "running");
     assert_op_state(f, ids[1], "running");
     assert_op_state(f, ids[2], "pending");
@@ -659,40 +665,25 @@ static void test_outcome_retried_until_stored(void **state)
     assert_false(op_target_open(&f->sp, "sbA"));
 }
 
+/* The child: sbA's op runs, then finishes while the store refuses writes (the lock
+ * dies with the child). */
+static void finish_unstored_child(struct fx *f, void *out)
+{
+    struct store_op op;
+    submit(f, OP_START, "sbA", &op);
+    turn(f);
+    store_lock(f);
+    op_finish(&f->sp, op.id, true, NULL, NULL); /* cannot be written */
+    snprintf(out, STORE_ID_MAX, "%s", op.id);
+}
+
 /* spaced killed while an outcome waits for the store: the row still says running, and
  * recovery carries the op out again to a terminal state. */
 static void test_kill_with_outcome_pending(void **state)
 {
     struct fx *f = *state;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fx_stop(f);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        fx_start(f);
-        struct store_op op;
-        submit(f, OP_START, "sbA", &op);
-        turn(f);
-        sqlite3 *lock = store_lock(f);
-        op_finish(&f->sp, op.id, true, NULL, NULL); /* cannot be written */
-        (void)lock;
-        if (write(fds[1], op.id, sizeof op.id) != (ssize_t)sizeof op.id)
-            _exit(3);
-        raise(SIGKILL);
-        _exit(4);
-    }
-    close(fds[1]);
     char id[STORE_ID_MAX];
-    ssize_t got = read(fds[0], id, sizeof id);
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    assert_int_equal(got, (ssize_t)sizeof id);
-
-    fx_start(f);
+    crash_after(f, finish_unstored_child, id, sizeof id);
     assert_op_state(f, id, "running");
     op_engine_recover(&f->sp);
     turn(f);
