@@ -20,12 +20,12 @@
 
 #include <cmocka.h>
 #include <event2/event.h>
-#include <sqlite3.h>
 
 #include "daemon/metrics/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "store_lock.h"
 
 #define CALLS_MAX 32
 
@@ -575,23 +575,6 @@ static void test_recovery_after_kill(void **state)
 
 /* ---- a store that refuses writes for a while ---------------------------------------- */
 
-/* Takes SQLite's write lock on the test's database from a second connection: every
- * write of the engine's connection fails (after its busy timeout) until store_unlock;
- * reads still see the last committed rows (WAL). */
-static sqlite3 *store_lock(struct fx *f)
-{
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
-    return db;
-}
-
-static void store_unlock(sqlite3 *db)
-{
-    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-}
-
 static bool op_in_state(struct fx *f, const char *id, const char *state)
 {
     struct store_op op;
@@ -625,7 +608,7 @@ static void test_outcome_retried_until_stored(void **state)
     struct op_watch *w = op_watch(&f->sp, a1.id, on_change, &s);
     assert_non_null(w);
 
-    sqlite3 *lock = store_lock(f);
+    sqlite3 *lock = store_lock(f->db);
     turn(f); /* a1 starts although its running state cannot be written */
     assert_int_equal(f->fake.nruns, 1);
     assert_string_equal(f->fake.runs[0].id, a1.id);
@@ -656,7 +639,7 @@ static void test_outcome_retried_until_stored(void **state)
     op_unwatch(&f->sp, w);
 
     /* The same for a failure written while the store is down. */
-    lock = store_lock(f);
+    lock = store_lock(f->db);
     op_finish(&f->sp, a2.id, false, "vm_failed", "the VM did not boot");
     assert_op_state(f, a2.id, "running");
     assert_true(op_target_open(&f->sp, "sbA"));
@@ -672,7 +655,7 @@ static void finish_unstored_child(struct fx *f, void *out)
     struct store_op op;
     submit(f, OP_START, "sbA", &op);
     turn(f);
-    store_lock(f);
+    store_lock(f->db);
     op_finish(&f->sp, op.id, true, NULL, NULL); /* cannot be written */
     snprintf(out, STORE_ID_MAX, "%s", op.id);
 }

@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <sqlite3.h>
 
 #include "daemon/sandbox/sbx_internal.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "store_lock.h"
 
 struct fx {
     char dir[64];
@@ -56,22 +56,6 @@ static int teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
-/* Every write of the store's connection fails (after its busy timeout) until
- * store_unlock; reads still see the last committed rows (WAL). */
-static sqlite3 *store_lock(struct fx *f)
-{
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
-    return db;
-}
-
-static void store_unlock(sqlite3 *db)
-{
-    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-}
-
 static void assert_stored_state(struct fx *f, const char *id, const char *state)
 {
     struct store_sbx got;
@@ -96,7 +80,7 @@ static void test_refused_writes_are_retried(void **state)
     assert_non_null(s);
 
     /* The VM came up while the store refuses writes: running stays in memory. */
-    sqlite3 *lock = store_lock(f);
+    sqlite3 *lock = store_lock(f->db);
     sbx_set_state(s, SBX_RUNNING, NULL);
     assert_int_equal(sbx_state(s), SBX_RUNNING);
     assert_stored_state(f, "sbtest", "creating");
@@ -108,7 +92,7 @@ static void test_refused_writes_are_retried(void **state)
     assert_stored_state(f, "sbtest", "running");
 
     /* Deleted and gone from the table while the store refuses it: still written. */
-    lock = store_lock(f);
+    lock = store_lock(f->db);
     sbx_set_state(s, SBX_DELETED, NULL);
     sbx_table_remove(&f->sp, s);
     assert_null(sbx_find(&f->sp, NULL, "sbtest"));
