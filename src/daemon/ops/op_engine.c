@@ -328,18 +328,21 @@ static int op_write(struct spaced *sp, struct op_open *o)
         log_info("operation.saved", "op=%s state=%s after_ms=%lld", o->id, o->row.state,
                  (long long)(spaced_now_ms() - o->unsaved_ms));
     o->unsaved = false;
-    /* The watchers get a copy: a callback may finish this op or free o. */
-    struct store_op row;
-    if (row_copy(&row, &o->row) < 0)
-        return 0;
     bool changed = o->state_changed;
     o->state_changed = false;
+    /* The watchers get a row of their own: a callback may finish this op or free o. A
+     * terminal op leaves the queue and hands its row over; another's is copied (out of
+     * memory: the watchers miss this change, they get the next one). */
+    struct store_op row;
     if (o->done) {
-        int k = op_kind_parse(row.kind);
-        int st = op_state_parse(row.state);
+        row = o->row;
+        memset(&o->row, 0, sizeof o->row);
         open_remove(e, row.id);
-        metrics_op_done(sp->metrics, k, st, row.finished_ms - row.created_ms);
+        metrics_op_done(sp->metrics, op_kind_parse(row.kind), op_state_parse(row.state),
+                        row.finished_ms - row.created_ms);
         op_reconcile_soon(sp);
+    } else if (row_copy(&row, &o->row) < 0) {
+        return 0;
     }
     if (changed)
         op_log(&row);

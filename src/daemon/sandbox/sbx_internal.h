@@ -82,9 +82,9 @@ bool sbx_busy(const struct sbx *s);
 /* Moves the sandbox to `state` (failure text for SBX_FAILED, else NULL), persists the
  * record, logs one line, tells listeners. */
 void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure);
-/* Persists the record as it is in memory. When the store fails (or is backing off
- * after a failure) the record is kept unsaved and sbx_table_retry writes it later;
- * returns -1 then. */
+/* Persists the record as it is in memory. When the store fails, or the record already
+ * waits for it and the backoff has not run out, the record is kept unsaved and
+ * sbx_table_retry writes it later; returns -1 then. */
 int sbx_persist(struct sbx *s);
 /* From the tick: writes the unsaved records (live sandboxes', then removed ones'),
  * stopping at the first failure until the backoff runs out. */

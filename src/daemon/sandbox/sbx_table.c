@@ -188,10 +188,8 @@ static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *un
 int sbx_persist(struct sbx *s)
 {
     s->rec.updated_ms = spaced_now_ms();
-    if (s->unsaved || !spaced_retry_due(&s->sp->sbx->retry)) {
-        s->unsaved = true; /* the store is failing: the tick writes it */
-        return -1;
-    }
+    if (s->unsaved && !spaced_retry_due(&s->sp->sbx->retry))
+        return -1; /* already waiting for the store: the tick writes it */
     return record_write(s->sp, &s->rec, &s->unsaved);
 }
 
