@@ -39,6 +39,18 @@ int64_t spaced_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+bool spaced_retry_due(const struct spaced_retry *r) { return spaced_now_ms() >= r->next_ms; }
+
+void spaced_retry_failed(struct spaced_retry *r)
+{
+    r->wait_ms = r->wait_ms ? r->wait_ms * 2 : SPACED_RETRY_MIN_MS;
+    if (r->wait_ms > SPACED_RETRY_MAX_MS)
+        r->wait_ms = SPACED_RETRY_MAX_MS;
+    r->next_ms = spaced_now_ms() + r->wait_ms;
+}
+
+void spaced_retry_ok(struct spaced_retry *r) { r->next_ms = r->wait_ms = 0; }
+
 int spaced_random_id(char *out, const char *prefix, unsigned nhex)
 {
     unsigned char raw[64];

@@ -129,6 +129,19 @@ int spaced_err_store(struct spaced_err *err, struct store *st, const char *what)
 /* Milliseconds since the Unix epoch (wall clock, what the store records). */
 int64_t spaced_now_ms(void);
 
+/* Backoff for writes retried while the store is down (the op engine's outcomes, the
+ * sandbox records): each failed attempt doubles the wait before the next one, from
+ * SPACED_RETRY_MIN_MS up to SPACED_RETRY_MAX_MS; a success ends it. Zeroed = no wait. */
+#define SPACED_RETRY_MIN_MS 500
+#define SPACED_RETRY_MAX_MS 4000
+struct spaced_retry {
+    int64_t next_ms;  /* no attempt before this wall-clock time */
+    int64_t wait_ms;  /* the last wait, 0 after a success */
+};
+bool spaced_retry_due(const struct spaced_retry *r);
+void spaced_retry_failed(struct spaced_retry *r);
+void spaced_retry_ok(struct spaced_retry *r);
+
 /* rm -rf of path: no symlink followed, no mount point crossed; failures are logged
  * (event=cleanup), never fatal. A missing path is not an error. */
 void spaced_rm_rf(const char *path);

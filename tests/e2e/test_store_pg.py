@@ -1,12 +1,15 @@
 """spaced on the PostgreSQL store (`--store URL`): a real `base` sandbox survives a kill -9
 of spaced and a restart on the same database, with its operation history; nothing is
-written to SQLite; a database that cannot be reached stops spaced with a clear message.
+written to SQLite; a database that cannot be reached stops spaced with a clear message;
+an outage answers 503, never 401; a create whose VM comes up during an outage ends
+`succeeded` once the database is back.
 
 PostgreSQL: SPACE_TEST_PG (a libpq URL, as `make unit-pg` sets for the unit tests) if
 set, else a throwaway server started here with scripts/pg-test-server.sh (needs Debian's
 `postgresql` package and root or the postgres user). Each test gets its own database.
 Without either, the tests skip and say why. The pg_url fixture is shared with
 test_cluster.py."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -32,9 +35,11 @@ def _with_dbname(url, db):
 
 
 def _psql(url, sql):
-    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
+    """Runs sql; returns what it printed, unaligned, without headers."""
+    r = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, "psql %s: %s" % (sql, r.stderr)
+    return r.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -44,19 +49,8 @@ def pg_server():
     if url:
         yield url
         return
-    if not shutil.which("psql"):
-        pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
-    d = tempfile.mkdtemp(prefix="space-e2e-pg-")
-    os.rmdir(d)  # the script creates it and hands it to the postgres user
-    r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
-        pytest.skip("PostgreSQL unavailable: scripts/pg-test-server.sh start failed: %s"
-                    % (r.stderr.strip() or r.stdout.strip()))
-    try:
-        yield r.stdout.strip()
-    finally:
-        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+    with own_pg_server("space-e2e-pg-") as (_, started):
+        yield started
 
 
 @pytest.fixture
@@ -66,6 +60,30 @@ def pg_url(pg_server):
     _psql(pg_server, "CREATE DATABASE %s" % db)
     yield _with_dbname(pg_server, db)
     _psql(pg_server, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+
+
+@contextlib.contextmanager
+def own_pg_server(prefix):
+    """A server of its own, for a test that stops it (the outage must not hit the other
+    tests' databases). Yields (dir, libpq URL); pass dir to pg_ctl."""
+    if not shutil.which("psql"):
+        pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.rmdir(d)  # the script creates it and hands it to the postgres user
+    r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+        pytest.skip("PostgreSQL unavailable: scripts/pg-test-server.sh start failed: %s"
+                    % (r.stderr.strip() or r.stdout.strip()))
+    try:
+        yield d, r.stdout.strip()
+    finally:
+        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+
+
+def pg_ctl(cmd, d):
+    """pause (stop the server, keep its data) or resume the server of own_pg_server."""
+    subprocess.run([PG_SCRIPT, cmd, d], check=True, capture_output=True, timeout=120)
 
 
 def run_after_restart(s, sid, body, timeout=120):
@@ -146,24 +164,20 @@ def test_database_outage_is_503_never_401():
     routes), never a 401 that would make a client drop a valid key; once the database is
     back, the same key works again without restarting spaced. Needs its own server (the
     outage would hit the other tests' databases)."""
-    if not shutil.which("psql"):
-        pytest.skip("PostgreSQL unavailable: psql not installed (apt-get install postgresql)")
-    d = tempfile.mkdtemp(prefix="space-e2e-pgdown-")
-    os.rmdir(d)
-    r = subprocess.run([PG_SCRIPT, "start", d], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
-        pytest.skip("PostgreSQL unavailable: scripts/pg-test-server.sh start failed: %s"
-                    % (r.stderr.strip() or r.stdout.strip()))
+    with own_pg_server("space-e2e-pgdown-") as (d, url):
+        _outage_is_503(d, url)
+
+
+def _outage_is_503(d, url):
     s = Spaced(GUEST)
     try:
-        s.start(extra=["--store", r.stdout.strip()])
+        s.start(extra=["--store", url])
         key = s.admin_key
         h = s.request("GET", "/healthz", key=None)
         assert h.status == 200 and h.json["store"] == "ok", h
         assert s.request("GET", "/v1/sandboxes").status == 200
 
-        subprocess.run([PG_SCRIPT, "pause", d], check=True, capture_output=True, timeout=120)
+        pg_ctl("pause", d)
         h = s.request("GET", "/healthz", key=None)
         assert h.status == 503 and h.json["status"] == "degraded", h
         for path in ("/v1/sandboxes", "/v1/operations", "/v1/templates"):
@@ -177,7 +191,7 @@ def test_database_outage_is_503_never_401():
         # A key that is malformed is still refused as such: no store is needed to know.
         assert s.request("GET", "/v1/sandboxes", key="nope").status == 401
 
-        subprocess.run([PG_SCRIPT, "resume", d], check=True, capture_output=True, timeout=120)
+        pg_ctl("resume", d)
         deadline = time.monotonic() + 60
         while s.request("GET", "/v1/sandboxes").status != 200:
             assert time.monotonic() < deadline, s.log()
@@ -185,4 +199,64 @@ def test_database_outage_is_503_never_401():
         assert s.request("GET", "/healthz", key=None).status == 200
     finally:
         s.stop()
-        subprocess.run([PG_SCRIPT, "stop", d], capture_output=True, timeout=120)
+
+
+def _full_log(s):
+    with open(s.log_path, errors="replace") as f:
+        return f.read()
+
+
+def test_create_during_database_outage_ends_once_it_is_back():
+    """PostgreSQL stopped for ~10 s right after a create was accepted: the VM comes up
+    while the database is away, so neither the sandbox's `running` nor the operation's
+    `succeeded` can be stored. Once the database is back both are written (no restart of
+    spaced): the operation ends succeeded, the sandbox is running in the database too,
+    runs a command, and a delete after it completes (it waited its turn, not forever)."""
+    why = vm_missing()
+    if why:
+        pytest.skip(why)
+    with own_pg_server("space-e2e-pgcreate-") as (d, url):
+        s = Spaced(GUEST)
+        try:
+            s.start(extra=["--store", url])
+            r = s.create({"template": "base", "timeout": 0})
+            sid, op_id = r["sandbox"]["id"], r["operation"]["id"]
+            pg_ctl("pause", d)
+            down = time.monotonic()
+            # The VM must come up while the database is away, or this test proves nothing.
+            ready = "event=sandbox.agent sandbox=%s event=ready" % sid
+            assert ready not in _full_log(s), ("the VM came up before the database stopped", s.log())
+            while ready not in _full_log(s):
+                assert time.monotonic() < down + 180, ("the VM did not come up", s.log())
+                time.sleep(0.5)
+            # Down ~10 s in all, and a while after the outcome came (its first write failed).
+            time.sleep(max(3.0, down + 10 - time.monotonic()))
+            assert s.request("GET", "/v1/operations/" + op_id).status == 503
+            pg_ctl("resume", d)
+
+            deadline = time.monotonic() + 60
+            while s.request("GET", "/v1/operations/" + op_id).status != 200:
+                assert time.monotonic() < deadline, s.log()
+                time.sleep(0.5)
+            op = s.wait_op(op_id, timeout=60)
+            assert op["state"] == "succeeded", (op, s.log())
+            # Logged once when refused and once when stored, not on every retry.
+            log = _full_log(s)
+            assert log.count("event=operation.unsaved op=%s " % op_id) == 1, log
+            assert log.count("event=operation.saved op=%s state=succeeded" % op_id) == 1, log
+            assert log.count("event=store.error sandbox=%s op=persist" % sid) == 1, log
+            got = s.request("GET", "/v1/sandboxes/" + sid)
+            assert got.status == 200 and got.json["sandbox"]["state"] == "running", got
+            # What the database holds, not only what this spaced remembers.
+            assert _psql(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "running"
+            assert _psql(url, "SELECT state FROM operations WHERE id='%s'" % op_id) == "succeeded"
+            _, res = run(s, sid, {"cmd": "echo back-$((6*7))"})
+            assert res["exit"] == {"code": 0, "signal": None} and res["stdout"] == b"back-42\n", res
+
+            dl = s.request("DELETE", "/v1/sandboxes/" + sid)
+            assert dl.status == 202, dl
+            assert s.wait_op(dl.json["operation"]["id"], timeout=120)["state"] == "succeeded", s.log()
+            assert s.request("GET", "/v1/sandboxes/" + sid).status == 404
+            assert _psql(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "deleted"
+        finally:
+            s.stop()

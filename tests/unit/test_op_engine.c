@@ -2,9 +2,11 @@
  * store in a temp dir and no VM: FIFO per target and parallelism across targets, busy
  * targets deferred, intent and op row in one transaction (rolled back together),
  * idempotency replay and mismatch, terminal states persisted and final, a delete
- * superseding pending ops, watches, the tick hook, and recovery after the daemon was
+ * superseding pending ops, watches, the tick hook, recovery after the daemon was
  * killed with SIGKILL mid-operation (pending ops resume in order, a running op is resumed
- * or failed "interrupted" as its executor says, ops of another owner left alone). */
+ * or failed "interrupted" as its executor says, ops of another owner left alone), and a
+ * store that refuses writes for a while (another connection holds SQLite's write lock):
+ * the op's outcome is kept and retried until stored, its target's queue waits for it. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include "daemon/ops/op.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "store_lock.h"
 
 #define CALLS_MAX 32
 
@@ -482,8 +485,9 @@ static void test_tick_runs_hooks_then_pumps(void **state)
 /* The child is a daemon killed with SIGKILL mid-work: op1 of sbA running, op2 and op3
  * of sbA pending, sbB's op pending behind a busy executor, a template build running,
  * and an op on another node's target. */
-static void crash_child(struct fx *f, char ids[6][STORE_ID_MAX])
+static void crash_child(struct fx *f, void *out)
 {
+    char (*ids)[STORE_ID_MAX] = out;
     struct store_op op;
     snprintf(f->fake.busy, sizeof f->fake.busy, "sbB");
     submit(f, OP_START, "sbA", &op);
@@ -501,10 +505,11 @@ static void crash_child(struct fx *f, char ids[6][STORE_ID_MAX])
     snprintf(ids[5], STORE_ID_MAX, "%s", op.id);
 }
 
-static void test_recovery_after_kill(void **state)
+/* Runs work(f, out) in a child daemon on the same store, which sends the len bytes of
+ * out back through a pipe and is killed with SIGKILL; returns with out filled and this
+ * process's engine started again on the store the child left. */
+static void crash_after(struct fx *f, void (*work)(struct fx *f, void *out), void *out, size_t len)
 {
-    struct fx *f = *state;
-    /* The ids travel from the child through a pipe. */
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     fx_stop(f); /* the child opens its own engine on the same store */
@@ -513,23 +518,27 @@ static void test_recovery_after_kill(void **state)
     if (pid == 0) {
         close(fds[0]);
         fx_start(f);
-        char ids[6][STORE_ID_MAX];
-        crash_child(f, ids);
-        if (write(fds[1], ids, sizeof ids) != (ssize_t)sizeof ids)
+        work(f, out);
+        if (write(fds[1], out, len) != (ssize_t)len)
             _exit(3);
         raise(SIGKILL);
         _exit(4);
     }
     close(fds[1]);
-    char ids[6][STORE_ID_MAX];
-    ssize_t got = read(fds[0], ids, sizeof ids);
+    ssize_t got = read(fds[0], out, len);
     close(fds[0]);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    assert_int_equal(got, (ssize_t)sizeof ids);
-
+    assert_int_equal(got, (ssize_t)len);
     fx_start(f);
+}
+
+static void test_recovery_after_kill(void **state)
+{
+    struct fx *f = *state;
+    char ids[6][STORE_ID_MAX];
+    crash_after(f, crash_child, ids, sizeof ids);
     assert_op_state(f, ids[0], "running");
     assert_op_state(f, ids[1], "running");
     assert_op_state(f, ids[2], "pending");
@@ -564,6 +573,110 @@ static void test_recovery_after_kill(void **state)
     assert_string_equal(f->fake.runs[3].id, ids[4]);
 }
 
+/* ---- a store that refuses writes for a while ---------------------------------------- */
+
+static bool op_in_state(struct fx *f, const char *id, const char *state)
+{
+    struct store_op op;
+    if (store_op_get(f->sp.store, id, &op) != 0)
+        return false;
+    bool same = strcmp(op.state, state) == 0;
+    store_op_clear(&op);
+    return same;
+}
+
+/* Runs the loop (ticks included) until op id is stored in `state`, at most 15 s. */
+static void loop_until_state(struct fx *f, const char *id, const char *state)
+{
+    for (int i = 0; i < 150 && !op_in_state(f, id, state); i++) {
+        struct event *stop = evtimer_new(f->sp.base, stop_loop, f->sp.base);
+        struct timeval tv = {0, 100000};
+        assert_int_equal(event_add(stop, &tv), 0);
+        event_base_dispatch(f->sp.base);
+        event_free(stop);
+    }
+    assert_op_state(f, id, state);
+}
+
+static void test_outcome_retried_until_stored(void **state)
+{
+    struct fx *f = *state;
+    struct store_op a1, a2;
+    submit(f, OP_START, "sbA", &a1);
+    submit(f, OP_STOP, "sbA", &a2);
+    struct seen s = {.sp = &f->sp};
+    struct op_watch *w = op_watch(&f->sp, a1.id, on_change, &s);
+    assert_non_null(w);
+
+    sqlite3 *lock = store_lock(f->db);
+    turn(f); /* a1 starts although its running state cannot be written */
+    assert_int_equal(f->fake.nruns, 1);
+    assert_string_equal(f->fake.runs[0].id, a1.id);
+    assert_string_equal(f->fake.runs[0].state, "running");
+    op_progress(&f->sp, a1.id, 60, "booting");
+    op_finish(&f->sp, a1.id, true, NULL, NULL);
+    turn(f);
+    /* Nothing reached the store, no watcher heard of it, and a2 still waits its turn. */
+    assert_op_state(f, a1.id, "pending");
+    assert_int_equal(s.calls, 0);
+    assert_int_equal(f->fake.nruns, 1);
+    assert_true(op_target_open(&f->sp, "sbA"));
+
+    store_unlock(lock);
+    loop_until_state(f, a1.id, "succeeded");
+    struct store_op got;
+    assert_int_equal(store_op_get(f->sp.store, a1.id, &got), 0);
+    assert_int_equal(got.progress, 100);
+    assert_true(got.started_ms > 0 && got.finished_ms >= got.started_ms);
+    store_op_clear(&got);
+    /* Watchers hear of the outcome once, when it is stored; then a2 runs. */
+    assert_int_equal(s.calls, 1);
+    assert_string_equal(s.last_state, "succeeded");
+    turn(f);
+    assert_int_equal(f->fake.nruns, 2);
+    assert_string_equal(f->fake.runs[1].id, a2.id);
+    assert_op_state(f, a2.id, "running");
+    op_unwatch(&f->sp, w);
+
+    /* The same for a failure written while the store is down. */
+    lock = store_lock(f->db);
+    op_finish(&f->sp, a2.id, false, "vm_failed", "the VM did not boot");
+    assert_op_state(f, a2.id, "running");
+    assert_true(op_target_open(&f->sp, "sbA"));
+    store_unlock(lock);
+    loop_until_state(f, a2.id, "failed");
+    assert_false(op_target_open(&f->sp, "sbA"));
+}
+
+/* The child: sbA's op runs, then finishes while the store refuses writes (the lock
+ * dies with the child). */
+static void finish_unstored_child(struct fx *f, void *out)
+{
+    struct store_op op;
+    submit(f, OP_START, "sbA", &op);
+    turn(f);
+    store_lock(f->db);
+    op_finish(&f->sp, op.id, true, NULL, NULL); /* cannot be written */
+    snprintf(out, STORE_ID_MAX, "%s", op.id);
+}
+
+/* spaced killed while an outcome waits for the store: the row still says running, and
+ * recovery carries the op out again to a terminal state. */
+static void test_kill_with_outcome_pending(void **state)
+{
+    struct fx *f = *state;
+    char id[STORE_ID_MAX];
+    crash_after(f, finish_unstored_child, id, sizeof id);
+    assert_op_state(f, id, "running");
+    op_engine_recover(&f->sp);
+    turn(f);
+    assert_int_equal(f->fake.nruns, 1);
+    assert_string_equal(f->fake.runs[0].id, id);
+    op_finish(&f->sp, id, true, NULL, NULL);
+    assert_op_state(f, id, "succeeded");
+    assert_false(op_target_open(&f->sp, "sbA"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +690,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_watches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tick_runs_hooks_then_pumps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_after_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outcome_retried_until_stored, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_with_outcome_pending, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

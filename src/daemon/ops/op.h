@@ -26,8 +26,16 @@
  * resumable() says no, or no executor is registered: then it fails with code
  * "interrupted" and a message saying why.
  *
+ * Store outages: the engine keeps every open op's row in memory. A running, progress or
+ * terminal write the store refuses is kept there and written again from the tick (with
+ * backoff, spaced_retry) until it lands; watchers hear of a change only once it is
+ * stored, and a finished op stays its target's oldest open op (the next one waits) until
+ * its terminal state is stored. Killed meanwhile: the row still says pending or running,
+ * and recovery carries the op out again.
+ *
  * Tick: every OP_TICK_MS the on_tick hooks run (the sandbox module fires timeouts and its
- * reconciler from one), then the queue is pumped. op_reconcile_soon asks for a pump soon. */
+ * reconciler from one), then the unsaved rows are written again, then the queue is
+ * pumped. op_reconcile_soon asks for a pump soon. */
 #ifndef SPACE_OP_H
 #define SPACE_OP_H
 
@@ -144,7 +152,8 @@ bool op_target_open(struct spaced *sp, const char *target);
 void op_progress(struct spaced *sp, const char *op_id, int percent, const char *detail);
 
 /* Finishes a running op (called by its executor). code/msg are NULL on success; code
- * "canceled" makes the op canceled rather than failed. No effect on a terminal op. */
+ * "canceled" makes the op canceled rather than failed. No effect on a terminal op (also
+ * one whose terminal state is not stored yet). */
 void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code,
                const char *msg);
 

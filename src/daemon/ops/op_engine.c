@@ -1,7 +1,13 @@
 /* op_engine.c: recording operations (intent first), running them one at a time per
  * target through the executors registered per kind, following them (watches),
  * recovering them after a crash, and the periodic tick. Knows no sandbox or template:
- * see op.h for the contract. */
+ * see op.h for the contract.
+ *
+ * The row of every open op lives in memory (struct op_open) and is the truth while the
+ * op is open: running, progress and the outcome change it there, then it is written.
+ * When the write fails (the store is down) the row is kept "unsaved" and written again
+ * from the tick, with backoff, until it is stored; only then are watchers told, and a
+ * terminal op leaves the queue only then, so the next op of its target waits for it. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +26,11 @@ struct op_open {
     char target[STORE_ID_MAX];
     enum op_kind kind;
     bool running;      /* handed to its executor */
-    int64_t created_ms;
+    bool done;         /* terminal in `row`; leaves the queue once that is stored */
+    bool unsaved;      /* `row` differs from the store: written again from the tick */
+    bool state_changed;/* `row.state` changed since the last write (logged when stored) */
+    int64_t unsaved_ms;/* when the first write of the unsaved change failed */
+    struct store_op row; /* the op as it is now (owned) */
     struct op_open *next;
 };
 
@@ -54,6 +64,7 @@ struct op_engine {
     unsigned nrecover, ntick;
     op_owner_fn owns;
     int64_t seq;                /* last store_op.seq handed out */
+    struct spaced_retry retry;  /* backoff of unsaved rows while the store fails */
 };
 
 static void op_pump(struct spaced *sp);
@@ -149,16 +160,46 @@ void op_unwatch(struct spaced *sp, struct op_watch *w)
 
 /* ---- open list ---------------------------------------------------------------------- */
 
+/* A deep copy of src into dst (heap strings duplicated). -1 when out of memory. */
+static int row_copy(struct store_op *dst, const struct store_op *src)
+{
+    *dst = *src;
+    dst->error_message = src->error_message ? strdup(src->error_message) : NULL;
+    dst->detail = src->detail ? strdup(src->detail) : NULL;
+    if ((src->error_message && !dst->error_message) || (src->detail && !dst->detail)) {
+        store_op_clear(dst);
+        return -1;
+    }
+    return 0;
+}
+
+static void open_free(struct op_open *o)
+{
+    store_op_clear(&o->row);
+    free(o);
+}
+
+static struct op_open *open_find(struct op_engine *e, const char *id)
+{
+    for (struct op_open *o = e->open; o; o = o->next)
+        if (strcmp(o->id, id) == 0)
+            return o;
+    return NULL;
+}
+
 static struct op_open *open_add(struct op_engine *e, const struct store_op *op)
 {
     struct op_open *o = calloc(1, sizeof *o);
     if (!o)
         return NULL;
+    if (row_copy(&o->row, op) < 0) {
+        free(o);
+        return NULL;
+    }
     snprintf(o->id, sizeof o->id, "%s", op->id);
     snprintf(o->target, sizeof o->target, "%s", op->target);
     int k = op_kind_parse(op->kind);
     o->kind = k < 0 ? OP_KIND_COUNT : (enum op_kind)k;
-    o->created_ms = op->created_ms;
     struct op_open **pp = &e->open;
     while (*pp)
         pp = &(*pp)->next;
@@ -172,7 +213,7 @@ static void open_remove(struct op_engine *e, const char *id)
         if (strcmp((*pp)->id, id) == 0) {
             struct op_open *o = *pp;
             *pp = o->next;
-            free(o);
+            open_free(o);
             return;
         }
 }
@@ -205,7 +246,7 @@ void op_engine_free(struct op_engine *e)
     while (e->open) {
         struct op_open *o = e->open;
         e->open = o->next;
-        free(o);
+        open_free(o);
     }
     while (e->watches) {
         struct op_watch *w = e->watches;
@@ -256,14 +297,6 @@ void op_reconcile_soon(struct spaced *sp)
         event_add(sp->ops->pump_ev, &now);
 }
 
-/* Persists a changed op row, then tells its watchers. */
-static void op_save(struct spaced *sp, struct store_op *op)
-{
-    if (store_op_put(sp->store, op) != 0)
-        log_error("store.error", "op=%s msg=%s", op->id, store_errmsg(sp->store));
-    notify(sp, op);
-}
-
 static void op_log(const struct store_op *op)
 {
     char q[300];
@@ -273,65 +306,144 @@ static void op_log(const struct store_op *op)
              op->error_message ? log_quote(op->error_message, q, sizeof q) : "");
 }
 
+/* Writes o's row. Stored: logs a state change, tells the watchers, and a terminal op
+ * leaves the queue (o is freed). Not stored: o stays unsaved for op_retry; the first
+ * failure of a change is logged, not every retry. Returns 0 when stored. */
+static int op_write(struct spaced *sp, struct op_open *o)
+{
+    struct op_engine *e = sp->ops;
+    if (store_op_put(sp->store, &o->row) != 0) {
+        if (!o->unsaved) {
+            char q[300];
+            log_warn("operation.unsaved", "op=%s state=%s msg=%s retry=until_stored", o->id,
+                     o->row.state, log_quote(store_errmsg(sp->store), q, sizeof q));
+            o->unsaved_ms = spaced_now_ms();
+        }
+        o->unsaved = true;
+        spaced_retry_failed(&e->retry);
+        return -1;
+    }
+    spaced_retry_ok(&e->retry);
+    if (o->unsaved)
+        log_info("operation.saved", "op=%s state=%s after_ms=%lld", o->id, o->row.state,
+                 (long long)(spaced_now_ms() - o->unsaved_ms));
+    o->unsaved = false;
+    bool changed = o->state_changed;
+    o->state_changed = false;
+    /* The watchers get a row of their own: a callback may finish this op or free o. A
+     * terminal op leaves the queue and hands its row over; another's is copied (out of
+     * memory: the watchers miss this change, they get the next one). */
+    struct store_op row;
+    if (o->done) {
+        row = o->row;
+        memset(&o->row, 0, sizeof o->row);
+        open_remove(e, row.id);
+        metrics_op_done(sp->metrics, op_kind_parse(row.kind), op_state_parse(row.state),
+                        row.finished_ms - row.created_ms);
+        op_reconcile_soon(sp);
+    } else if (row_copy(&row, &o->row) < 0) {
+        return 0;
+    }
+    if (changed)
+        op_log(&row);
+    notify(sp, &row);
+    store_op_clear(&row);
+    return 0;
+}
+
+/* Writes o's changed row now, or leaves it to op_retry while the store is failing
+ * (another op's write failed and the backoff has not run out, or o's own did). */
+static void op_save(struct spaced *sp, struct op_open *o)
+{
+    if (o->unsaved || !spaced_retry_due(&sp->ops->retry)) {
+        if (!o->unsaved)
+            o->unsaved_ms = spaced_now_ms();
+        o->unsaved = true;
+        return;
+    }
+    op_write(sp, o);
+}
+
+/* From the tick: writes the unsaved rows in queue order, stopping at the first failure
+ * (the store is still down) until the backoff runs out. Rescans after each write: its
+ * watchers may have finished (and freed) other ops. */
+static void op_retry(struct spaced *sp)
+{
+    struct op_engine *e = sp->ops;
+    while (spaced_retry_due(&e->retry)) {
+        struct op_open *o = e->open;
+        while (o && !o->unsaved)
+            o = o->next;
+        if (!o || op_write(sp, o) != 0)
+            return;
+    }
+}
+
 void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code, const char *msg)
 {
-    struct store_op op;
-    if (store_op_get(sp->store, op_id, &op) != 0) {
-        log_error("store.error", "op=%s msg=op_finish: %s", op_id, store_errmsg(sp->store));
-        return;
-    }
-    int st = op_state_parse(op.state);
-    if (st >= 0 && op_state_terminal((enum op_state)st)) {
+    struct op_open *o = open_find(sp->ops, op_id);
+    if (!o) {
+        /* Not queued here (e.g. already terminal): take the stored row. */
+        struct store_op op;
+        if (store_op_get(sp->store, op_id, &op) != 0) {
+            log_error("store.error", "op=%s msg=op_finish: %s", op_id, store_errmsg(sp->store));
+            return;
+        }
+        int st = op_state_parse(op.state);
+        if (!(st >= 0 && op_state_terminal((enum op_state)st)))
+            o = open_add(sp->ops, &op);
         store_op_clear(&op);
-        return;
+        if (!o)
+            return;
     }
+    if (o->done)
+        return; /* terminal states never change */
+    struct store_op *op = &o->row;
     enum op_state final = ok ? OP_SUCCEEDED : (code && strcmp(code, "canceled") == 0 ? OP_CANCELED : OP_FAILED);
-    snprintf(op.state, sizeof op.state, "%s", op_state_name(final));
-    snprintf(op.error_code, sizeof op.error_code, "%s", ok ? "" : (code ? code : "failed"));
-    free(op.error_message);
-    op.error_message = ok ? NULL : strdup(msg ? msg : "");
+    snprintf(op->state, sizeof op->state, "%s", op_state_name(final));
+    snprintf(op->error_code, sizeof op->error_code, "%s", ok ? "" : (code ? code : "failed"));
+    free(op->error_message);
+    op->error_message = ok ? NULL : strdup(msg ? msg : "");
     if (ok)
-        op.progress = 100;
-    op.finished_ms = spaced_now_ms();
-    open_remove(sp->ops, op.id);
-    op_save(sp, &op);
-    op_log(&op);
-    metrics_op_done(sp->metrics, op_kind_parse(op.kind), (int)final, op.finished_ms - op.created_ms);
-    store_op_clear(&op);
-    op_reconcile_soon(sp);
+        op->progress = 100;
+    op->finished_ms = spaced_now_ms();
+    o->done = o->running = o->state_changed = true;
+    op_save(sp, o);
 }
 
 void op_progress(struct spaced *sp, const char *op_id, int percent, const char *detail)
 {
-    struct store_op op;
-    if (store_op_get(sp->store, op_id, &op) != 0)
+    struct op_open *o = open_find(sp->ops, op_id);
+    if (!o || o->done)
         return;
-    op.progress = percent < 0 ? 0 : percent > 100 ? 100 : percent;
-    free(op.detail);
-    op.detail = detail ? strdup(detail) : NULL;
-    op_save(sp, &op);
-    store_op_clear(&op);
+    o->row.progress = percent < 0 ? 0 : percent > 100 ? 100 : percent;
+    free(o->row.detail);
+    o->row.detail = detail ? strdup(detail) : NULL;
+    op_save(sp, o);
 }
 
-/* Marks the op running and hands it to the executor of its kind. */
+/* Marks the op running and hands it to the executor of its kind. The executor runs even
+ * when the running state could not be written yet (it is retried; after a crash the op
+ * is found pending or running and carried out again, its steps being idempotent). */
 static void op_begin(struct spaced *sp, struct op_open *o)
 {
     struct op_engine *e = sp->ops;
     struct store_op op;
-    if (store_op_get(sp->store, o->id, &op) != 0) {
-        open_remove(e, o->id);
+    o->running = o->state_changed = true;
+    snprintf(o->row.state, sizeof o->row.state, "%s", op_state_name(OP_RUNNING));
+    if (!o->row.started_ms)
+        o->row.started_ms = spaced_now_ms();
+    enum op_kind kind = o->kind;
+    /* The executor gets a copy: it may finish the op at once, which can free o. */
+    if (row_copy(&op, &o->row) < 0) {
+        op_finish(sp, o->id, false, "internal", "out of memory");
         return;
     }
-    o->running = true;
-    snprintf(op.state, sizeof op.state, "%s", op_state_name(OP_RUNNING));
-    if (!op.started_ms)
-        op.started_ms = spaced_now_ms();
-    op_save(sp, &op);
-    op_log(&op);
-    if (o->kind >= OP_KIND_COUNT || !e->exec[o->kind].ex)
-        op_finish(sp, o->id, false, "internal", "unknown operation kind");
+    op_save(sp, o);
+    if (kind >= OP_KIND_COUNT || !e->exec[kind].ex)
+        op_finish(sp, op.id, false, "internal", "unknown operation kind");
     else
-        e->exec[o->kind].ex->run(sp, &op, e->exec[o->kind].arg);
+        e->exec[kind].ex->run(sp, &op, e->exec[kind].arg);
     store_op_clear(&op);
 }
 
@@ -350,7 +462,7 @@ static void op_pump(struct spaced *sp)
     for (int guard = 0; guard < 100000; guard++) {
         struct op_open *pick = NULL;
         for (struct op_open *o = e->open; o && !pick; o = o->next) {
-            if (o->running)
+            if (o->running || o->done)
                 continue;
             bool first = true;
             for (struct op_open *p = e->open; p != o; p = p->next)
@@ -416,10 +528,10 @@ int op_idem_replay(struct spaced *sp, const char *tenant, const char *idem_key,
 static int cancel_pending(struct spaced *sp, const struct store_op *by)
 {
     for (struct op_open *o = sp->ops->open; o; o = o->next) {
-        if (o->running || strcmp(o->target, by->target) != 0)
+        if (o->running || o->done || strcmp(o->target, by->target) != 0)
             continue;
         struct store_op op;
-        if (store_op_get(sp->store, o->id, &op) != 0)
+        if (row_copy(&op, &o->row) < 0)
             return -1;
         snprintf(op.state, sizeof op.state, "%s", op_state_name(OP_CANCELED));
         snprintf(op.error_code, sizeof op.error_code, "canceled");
@@ -442,7 +554,7 @@ static void cancel_pending_done(struct spaced *sp, const char *target)
     struct op_open *o = sp->ops->open, *next;
     for (; o; o = next) {
         next = o->next;
-        if (o->running || strcmp(o->target, target) != 0)
+        if (o->running || o->done || strcmp(o->target, target) != 0)
             continue;
         struct store_op op;
         if (store_op_get(sp->store, o->id, &op) == 0) {
@@ -519,12 +631,7 @@ static bool recoverable(struct spaced *sp, const struct op_open *o)
         return false;
     if (!e->exec[o->kind].ex->resumable)
         return true;
-    struct store_op op;
-    if (store_op_get(sp->store, o->id, &op) != 0)
-        return false;
-    bool ok = e->exec[o->kind].ex->resumable(sp, &op, e->exec[o->kind].arg);
-    store_op_clear(&op);
-    return ok;
+    return e->exec[o->kind].ex->resumable(sp, &o->row, e->exec[o->kind].arg);
 }
 
 void op_engine_recover(struct spaced *sp)
@@ -560,5 +667,6 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     for (unsigned i = 0; i < e->ntick; i++)
         e->tick_hooks[i].fn(sp, e->tick_hooks[i].arg);
+    op_retry(sp); /* after the hooks: the sandbox rows an outcome goes with come first */
     op_pump(sp);
 }

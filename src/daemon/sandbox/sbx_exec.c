@@ -1,7 +1,8 @@
 /* sbx_exec.c: what the sandbox module registers with the operation engine (op.h): the
  * executor of every sandbox verb (create ... wake), the startup hook that adopts the
- * VMs that survived a restart, and the tick hook that fires sandbox timeouts and runs
- * the reconciler backstop every SBX_RECONCILE_PERIOD_MS. */
+ * VMs that survived a restart, and the tick hook that writes the records the store
+ * refused, fires sandbox timeouts and runs the reconciler backstop every
+ * SBX_RECONCILE_PERIOD_MS. */
 #include <stdio.h>
 #include <string.h>
 
@@ -88,6 +89,7 @@ static void reconcile_one(struct sbx *s, void *arg)
 static void on_tick(struct spaced *sp, void *arg)
 {
     (void)arg;
+    sbx_table_retry(sp); /* records the store refused, before the op engine's outcomes */
     sbx_each(sp, check_timeout, sp);
     int64_t now = spaced_now_ms();
     if (now - sp->sbx->last_reconcile_ms >= SBX_RECONCILE_PERIOD_MS) {

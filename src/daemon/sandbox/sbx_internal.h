@@ -37,7 +37,14 @@ struct sbx {
                                     made on first use) */
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
+    bool unsaved;                /* rec differs from the store: sbx_table_retry writes it */
     struct sbx *next;            /* table list */
+};
+
+/* The record of a sandbox removed from the table (deleted) before it could be stored. */
+struct sbx_unsaved {
+    struct store_sbx rec;        /* owned */
+    struct sbx_unsaved *next;
 };
 
 struct sbx_table {
@@ -50,6 +57,8 @@ struct sbx_table {
     sbx_owner_fn owns;           /* sbx_set_owner: NULL = every row */
     const char *node_id;         /* stamped on new rows, never NULL ("" = single host) */
     int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
+    struct sbx_unsaved *unsaved; /* records of removed sandboxes still to store */
+    struct spaced_retry retry;   /* backoff of record writes while the store fails */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -78,9 +87,15 @@ bool sbx_busy(const struct sbx *s);
 /* Moves the sandbox to `state` (failure text for SBX_FAILED, else NULL), persists the
  * record, logs one line, tells listeners. */
 void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure);
-/* Persists the record as it is in memory. */
+/* Persists the record as it is in memory. When the store fails, or the record already
+ * waits for it and the backoff has not run out, the record is kept unsaved and
+ * sbx_table_retry writes it later; returns -1 then. */
 int sbx_persist(struct sbx *s);
-/* Unlinks and frees a deleted sandbox (its VM must be gone). */
+/* From the tick: writes the unsaved records (live sandboxes', then removed ones'),
+ * stopping at the first failure until the backoff runs out. */
+void sbx_table_retry(struct spaced *sp);
+/* Unlinks and frees a deleted sandbox (its VM must be gone); an unsaved record is kept
+ * for sbx_table_retry. */
 void sbx_table_remove(struct spaced *sp, struct sbx *s);
 
 /* Paths under the data dir for this sandbox (out[cap]). */

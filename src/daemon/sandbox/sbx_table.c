@@ -1,5 +1,10 @@
 /* sbx_table.c: the in-memory table of live sandboxes, their persisted record, state
- * changes (persist + log + listeners), timeouts and the API representation. */
+ * changes (persist + log + listeners), timeouts and the API representation.
+ *
+ * The record in memory is the truth: a write the store refuses (database down) leaves
+ * it unsaved, and the tick writes it again with backoff until it is stored, also after
+ * the sandbox was deleted and left the table. A sandbox never stays "creating" in the
+ * store because the database was away when it came up. */
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -49,6 +54,12 @@ void sbx_table_free(struct sbx_table *t)
         t->head = s->next;
         sbx_free(s);
     }
+    while (t->unsaved) {
+        struct sbx_unsaved *u = t->unsaved;
+        t->unsaved = u->next;
+        store_sbx_clear(&u->rec);
+        free(u);
+    }
     free(t);
 }
 
@@ -86,11 +97,30 @@ int sbx_table_load(struct spaced *sp)
     return store_sbx_each_live(sp->store, load_one, sp);
 }
 
+/* Keeps the unsaved record of a sandbox leaving the table (moved out of s). */
+static void keep_unsaved(struct sbx_table *t, struct sbx *s)
+{
+    struct sbx_unsaved *u = calloc(1, sizeof *u);
+    if (!u) {
+        log_error("store.error", "sandbox=%s msg=\"out of memory: its record stays unsaved\"",
+                  s->rec.id);
+        return;
+    }
+    u->rec = s->rec;
+    memset(&s->rec, 0, sizeof s->rec);
+    struct sbx_unsaved **pp = &t->unsaved;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = u;
+}
+
 void sbx_table_remove(struct spaced *sp, struct sbx *s)
 {
     for (struct sbx **pp = &sp->sbx->head; *pp; pp = &(*pp)->next)
         if (*pp == s) {
             *pp = s->next;
+            if (s->unsaved)
+                keep_unsaved(sp->sbx, s);
             sbx_free(s);
             return;
         }
@@ -146,15 +176,51 @@ void sbx_set_desired(struct sbx *s, enum sbx_state desired)
     snprintf(s->rec.desired, sizeof s->rec.desired, "%s", sbx_state_name(desired));
 }
 
+/* Writes rec. The first failure of an unsaved change is logged, and its storing once
+ * the store is back, not every retry. Returns 0 when stored. */
+static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *unsaved)
+{
+    if (store_sbx_put(sp->store, rec) != 0) {
+        char q[300];
+        if (!*unsaved)
+            log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
+                      rec->id, rec->state, log_quote(store_errmsg(sp->store), q, sizeof q));
+        *unsaved = true;
+        spaced_retry_failed(&sp->sbx->retry);
+        return -1;
+    }
+    spaced_retry_ok(&sp->sbx->retry);
+    if (*unsaved)
+        log_info("sandbox.saved", "sandbox=%s state=%s", rec->id, rec->state);
+    *unsaved = false;
+    return 0;
+}
+
 int sbx_persist(struct sbx *s)
 {
     s->rec.updated_ms = spaced_now_ms();
-    if (store_sbx_put(s->sp->store, &s->rec) != 0) {
-        log_error("store.error", "sandbox=%s op=persist msg=%s", s->rec.id,
-                  store_errmsg(s->sp->store));
-        return -1;
+    if (s->unsaved && !spaced_retry_due(&s->sp->sbx->retry))
+        return -1; /* already waiting for the store: the tick writes it */
+    return record_write(s->sp, &s->rec, &s->unsaved);
+}
+
+void sbx_table_retry(struct spaced *sp)
+{
+    struct sbx_table *t = sp->sbx;
+    if (!spaced_retry_due(&t->retry))
+        return;
+    for (struct sbx *s = t->head; s; s = s->next)
+        if (s->unsaved && record_write(sp, &s->rec, &s->unsaved) != 0)
+            return;
+    while (t->unsaved) {
+        struct sbx_unsaved *u = t->unsaved;
+        bool unsaved = true;
+        if (record_write(sp, &u->rec, &unsaved) != 0)
+            return;
+        t->unsaved = u->next;
+        store_sbx_clear(&u->rec);
+        free(u);
     }
-    return 0;
 }
 
 void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
