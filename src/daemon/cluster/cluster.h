@@ -131,6 +131,9 @@ struct cluster_fwd {
     unsigned nset;
     void (*error)(struct http_req *req, int status, const char *code, const char *message);
 };
+/* The control's own error reply, in the shape fwd asks for (NULL: our API's). */
+void cluster_reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status,
+                        const char *code, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* cluster_proxy with fwd (NULL: as cluster_proxy). */
 void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct store_node *to,
                        cluster_choose_fn choose, const struct cluster_fwd *fwd);

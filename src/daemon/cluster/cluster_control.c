@@ -18,25 +18,9 @@
 /* ---- capacity ------------------------------------------------------------------------- */
 
 struct usage {
-    struct store_node *nodes; /* owned array */
-    unsigned *vcpus, *mem;    /* per node, parallel to nodes (owned) */
-    size_t n, cap;
+    struct cluster_node_states st; /* the node rows */
+    unsigned *vcpus, *mem;         /* per node, parallel to st.nodes (owned) */
 };
-
-static int collect_node(const struct store_node *n, void *arg)
-{
-    struct usage *u = arg;
-    if (u->n == u->cap) {
-        size_t cap = u->cap ? u->cap * 2 : 8;
-        struct store_node *nodes = realloc(u->nodes, cap * sizeof *nodes);
-        if (!nodes)
-            return 1;
-        u->nodes = nodes;
-        u->cap = cap;
-    }
-    u->nodes[u->n++] = *n;
-    return 0;
-}
 
 /* States whose sandbox holds no VM on its node. */
 static bool holds_vm(const char *state)
@@ -50,8 +34,8 @@ static int add_sandbox(const struct store_sbx *s, void *arg)
     struct usage *u = arg;
     if (!s->node[0] || !holds_vm(s->state))
         return 0;
-    for (size_t i = 0; i < u->n; i++)
-        if (strcmp(u->nodes[i].id, s->node) == 0) {
+    for (size_t i = 0; i < u->st.n; i++)
+        if (strcmp(u->st.nodes[i].id, s->node) == 0) {
             u->vcpus[i] += s->vcpus;
             u->mem[i] += s->memory_mib;
             break;
@@ -65,16 +49,17 @@ int cluster_nodes_usage(struct spaced *sp,
                         void *arg)
 {
     struct usage u = {0};
-    int rc = store_node_each(sp->store, collect_node, &u);
-    if (rc == 0 && u.n) {
-        u.vcpus = calloc(u.n, sizeof *u.vcpus);
-        u.mem = calloc(u.n, sizeof *u.mem);
+    int rc = cluster_node_states_load(sp, &u.st);
+    if (rc == 0 && u.st.n) {
+        u.vcpus = calloc(u.st.n, sizeof *u.vcpus);
+        u.mem = calloc(u.st.n, sizeof *u.mem);
         rc = u.vcpus && u.mem ? store_sbx_each_live(sp->store, add_sandbox, &u) : -1;
     }
-    int64_t now = spaced_now_ms();
-    for (size_t i = 0; rc == 0 && i < u.n; i++)
-        fn(&u.nodes[i], u.vcpus[i], u.mem[i], now - u.nodes[i].heartbeat_ms < CLUSTER_DEAD_MS, arg);
-    free(u.nodes);
+    for (size_t i = 0; rc == 0 && i < u.st.n; i++) {
+        const struct store_node *n = &u.st.nodes[i];
+        fn(n, u.vcpus[i], u.mem[i], strcmp(cluster_node_state(&u.st, n->id), "live") == 0, arg);
+    }
+    cluster_node_states_free(&u.st);
     free(u.vcpus);
     free(u.mem);
     return rc;
@@ -133,11 +118,8 @@ void cluster_resv_release(struct spaced *sp, struct cluster_resv *r)
     free(r);
 }
 
-/* The control's own error reply in the shape fwd asks for. */
-static void reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status, const char *code,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status, const char *code,
-                       const char *fmt, ...)
+void cluster_reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status,
+                        const char *code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -156,16 +138,16 @@ int cluster_place(struct spaced *sp, struct http_req *req, unsigned vcpus, unsig
     struct cluster_pick p;
     int rc = cluster_pick(sp, vcpus, mem, &p);
     if (rc < 0) {
-        reply_fail(req, fwd, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
+        cluster_reply_fail(req, fwd, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
         return -1;
     }
     if (!p.found) {
-        reply_fail(req, fwd, 503, "no_node", "no node daemon has reported in the last %d s",
+        cluster_reply_fail(req, fwd, 503, "no_node", "no node daemon has reported in the last %d s",
                    CLUSTER_DEAD_MS / 1000);
         return -1;
     }
     if (rc == 1) {
-        reply_fail(req, fwd, 503, "no_capacity",
+        cluster_reply_fail(req, fwd, 503, "no_capacity",
                    "no node has %u vCPUs and %u MiB free (most free: node %s, %lld vCPUs, %lld MiB)",
                    vcpus, mem, p.node.id, p.free_vcpus, p.free_memory_mib);
         return -1;
@@ -232,12 +214,12 @@ bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const cha
         return false;
     struct store_node n;
     if (store_node_get(sp->store, node, &n) != 0) {
-        reply_fail(req, fwd, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
+        cluster_reply_fail(req, fwd, 502, "node_unknown", "sandbox %s is on node %s, which is not registered", id, node);
         return true;
     }
     int64_t silent_ms = spaced_now_ms() - n.heartbeat_ms;
     if (silent_ms >= CLUSTER_DEAD_MS) {
-        reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
+        cluster_reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
                    id, node, (long long)(silent_ms / 1000));
         return true;
     }

@@ -13,7 +13,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,23 +46,6 @@ struct proxy {
     bool started;                      /* reply head sent to the client */
     bool paused;                       /* not reading from the node until the client drains */
 };
-
-/* The control's own error replies, in the shape the caller's protocol expects. */
-static void fail(const struct proxy *p, struct http_req *req, int status, const char *code,
-                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void fail(const struct proxy *p, struct http_req *req, int status, const char *code,
-                 const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (p->fwd.error)
-        p->fwd.error(req, status, code, msg);
-    else
-        http_reply_error(req, status, code, "%s", msg);
-}
 
 /* Whether name is one the control sets itself on this request. */
 static bool fwd_sets(const struct cluster_fwd *f, const char *name)
@@ -186,7 +168,7 @@ static void on_done(struct evhttp_request *out, void *arg)
             http_stream_end(p->req); /* cut short: a declared length makes it visible */
         } else {
             log_warn("cluster.proxy", "node=%s url=%s msg=\"node unreachable\"", p->node, p->url);
-            fail(p, p->req, 502, "node_unreachable",
+            cluster_reply_fail(p->req, &p->fwd, 502, "node_unreachable",
                              "node %s (%s) did not answer; it may be down", p->node, p->url);
         }
         p->req = NULL;
@@ -231,7 +213,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     int port = u ? evhttp_uri_get_port(u) : -1;
     if (!ok || !host || port <= 0) {
         evhttp_uri_free(u);
-        fail(p, req, ok ? 502 : 405, ok ? "node_unreachable" : "method_not_allowed",
+        cluster_reply_fail(req, &p->fwd, ok ? 502 : 405, ok ? "node_unreachable" : "method_not_allowed",
                          ok ? "node %s has an unusable address %s" : "method not forwarded%s%s",
                          ok ? p->node : "", ok ? p->url : "");
         p->req = NULL;
@@ -242,7 +224,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     p->out = p->conn ? evhttp_request_new(on_done, p) : NULL;
     if (!p->out) {
         evhttp_uri_free(u);
-        fail(p, req, 500, "internal", "out of memory");
+        cluster_reply_fail(req, &p->fwd, 500, "internal", "out of memory");
         p->req = NULL;
         proxy_release(p);
         return;
@@ -271,7 +253,7 @@ static void on_body(struct http_req *req, const char *data, size_t len, void *ar
     if (evhttp_make_request(p->conn, p->out, cmd, http_req_target(req)) != 0) {
         evhttp_request_free(p->out);
         p->out = NULL;
-        fail(p, req, 502, "node_unreachable", "cannot connect to node %s (%s)", p->node, p->url);
+        cluster_reply_fail(req, &p->fwd, 502, "node_unreachable", "cannot connect to node %s (%s)", p->node, p->url);
         p->req = NULL;
         proxy_release(p);
     }
@@ -302,7 +284,7 @@ void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct sto
     }
     http_req_on_close(req, client_gone, p);
     if (http_req_read_body(req, CLUSTER_PROXY_MAX_BODY, on_body, p) != 0) {
-        fail(p, req, 500, "internal", "request body already claimed");
+        cluster_reply_fail(req, &p->fwd, 500, "internal", "request body already claimed");
         p->req = NULL;
         proxy_release(p);
     }
