@@ -28,6 +28,7 @@ static void sbx_free(struct sbx *s)
     if (s->timer)
         event_free(s->timer);
     vmg_free(s->greet);
+    free(s->create);
     store_sbx_clear(&s->rec);
     free(s);
 }
@@ -41,6 +42,7 @@ void sbx_table_free(struct sbx_table *t)
         t->head = s->next;
         sbx_free(s);
     }
+    vm_disk_protos_free(t->disks);
     free(t);
 }
 
