@@ -767,6 +767,7 @@ static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
     stage_begin(s, CS_PERSIST);
     sbx_persist(s); /* the run dir is the pooled VM's: adoption must find it */
     stage_end(s, CS_PERSIST);
+    stage_begin(s, CS_VM); /* until the agent's HELLO */
     progress_write(s, "claimed a warm VM from the pool");
     arm_agent_timeout(s);
     return true;
