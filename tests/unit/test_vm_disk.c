@@ -113,22 +113,20 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(loop_base);
 }
 
-/* A clone's overlay on the hostile frozen overlay: made without opening any layer. */
-static void test_overlay_opens_no_layer(void **state)
+/* Runs vm_disk_overlay_create(chain -> out) to its end (at most DEADLINE_S, then 5 s
+ * more to reap a stuck qemu-img); *reader: whether the FIFO had a reader meanwhile. */
+static struct done make_overlay(const struct vm_disk_layer *chain, unsigned n, const char *out,
+                                bool *reader)
 {
-    (void)state;
     struct event_base *base = loop_base = event_base_new();
-    char clone[128];
-    snprintf(clone, sizeof clone, "%s/clone.qcow2", work);
-    struct vm_disk_layer chain[2] = {{hostile, "qcow2"}, {base_raw, "raw"}};
     struct done d = {0};
-    assert_int_equal(vm_disk_overlay_create(base, chain, 2, clone, on_done, &d), VM_OK);
+    assert_int_equal(vm_disk_overlay_create(base, chain, n, out, on_done, &d), VM_OK);
     struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, &d.done);
     struct timeval every = {0, 20000}, limit = {DEADLINE_S, 0};
     event_add(tick, &every);
     event_base_loopexit(base, &limit);
     event_base_dispatch(base);
-    bool reader = fifo_has_reader(); /* unblocks a regressed qemu-img, too */
+    *reader = fifo_has_reader(); /* unblocks a regressed qemu-img, too */
     if (!d.done) {
         struct timeval more = {5, 0};
         event_base_loopexit(base, &more);
@@ -136,6 +134,18 @@ static void test_overlay_opens_no_layer(void **state)
     }
     event_free(tick);
     event_base_free(base);
+    return d;
+}
+
+/* A clone's overlay on the hostile frozen overlay: made without opening any layer. */
+static void test_overlay_opens_no_layer(void **state)
+{
+    (void)state;
+    char clone[128];
+    snprintf(clone, sizeof clone, "%s/clone.qcow2", work);
+    struct vm_disk_layer chain[2] = {{hostile, "qcow2"}, {base_raw, "raw"}};
+    bool reader = true;
+    struct done d = make_overlay(chain, 2, clone, &reader);
     assert_false(reader);
     assert_true(d.done);
     assert_int_equal(d.err, VM_OK);
@@ -148,6 +158,85 @@ static void test_overlay_opens_no_layer(void **state)
     close(fd);
     assert_memory_equal(h, "QFI\xfb", 4);
     assert_int_equal(be64(h + 24), 1000448);
+}
+
+/* The whole file, malloc'd (*len bytes). */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0);
+    uint8_t *b = malloc((size_t)st.st_size);
+    assert_non_null(b);
+    assert_int_equal(read(fd, b, (size_t)st.st_size), st.st_size);
+    close(fd);
+    *len = (size_t)st.st_size;
+    return b;
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+    size_t la, lb;
+    uint8_t *x = slurp(a, &la), *y = slurp(b, &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(x, y, la);
+    free(x);
+    free(y);
+}
+
+/* A remembered overlay is copied only for the same qemu-img arguments, byte for byte what
+ * qemu-img writes for them; another raw size or chain head is not served from it; the
+ * least recently used set goes first. */
+static void test_overlay_remembered(void **state)
+{
+    (void)state;
+    char made[128], copy[128], again[128], other_raw[128];
+    snprintf(made, sizeof made, "%s/made.qcow2", work);
+    snprintf(copy, sizeof copy, "%s/copy.qcow2", work);
+    snprintf(again, sizeof again, "%s/again.qcow2", work);
+    struct vm_disk_layer chain[2] = {{hostile, "qcow2"}, {base_raw, "raw"}};
+    struct vm_disk_protos *ps = vm_disk_protos_new();
+    assert_non_null(ps);
+    assert_int_equal(vm_disk_overlay_copy(ps, chain, 2, copy), VM_E_NOENT);
+    assert_int_equal(access(copy, F_OK), -1);
+    bool reader = true;
+    struct done d = make_overlay(chain, 2, made, &reader);
+    assert_false(reader);
+    assert_int_equal(d.err, VM_OK);
+    vm_disk_overlay_remember(ps, chain, 2, made);
+    assert_int_equal(vm_disk_overlay_copy(ps, chain, 2, copy), VM_OK);
+    assert_same_file(made, copy);
+    d = make_overlay(chain, 2, again, &reader); /* what qemu-img writes now */
+    assert_int_equal(d.err, VM_OK);
+    assert_same_file(again, copy);
+    struct stat st, want;
+    assert_int_equal(stat(copy, &st), 0);
+    assert_int_equal(stat(made, &want), 0);
+    assert_int_equal(st.st_mode & 07777, want.st_mode & 07777);
+    /* Another size of the raw image is another overlay (its virtual size). */
+    assert_int_equal(truncate(base_raw, 2000000), 0);
+    assert_int_equal(vm_disk_overlay_copy(ps, chain, 2, copy), VM_E_NOENT);
+    assert_int_equal(truncate(base_raw, 1000000), 0);
+    assert_int_equal(vm_disk_overlay_copy(ps, chain, 2, copy), VM_OK);
+    /* Another chain head is another overlay; a bad chain is never served. */
+    struct vm_disk_layer raw_only[1] = {{base_raw, "raw"}};
+    struct vm_disk_layer bad[2] = {{base_raw, "raw"}, {hostile, "qcow2"}};
+    assert_int_equal(vm_disk_overlay_copy(ps, raw_only, 1, copy), VM_E_NOENT);
+    assert_int_equal(vm_disk_overlay_copy(ps, bad, 2, copy), VM_E_NOENT);
+    /* Four more argument sets (raw images of other names) push out the least recently
+     * used: the first set. */
+    for (int i = 0; i < 4; i++) {
+        snprintf(other_raw, sizeof other_raw, "%s/raw%d.img", work, i);
+        FILE *f = fopen(other_raw, "w");
+        assert_non_null(f);
+        fclose(f);
+        assert_int_equal(truncate(other_raw, 1000000), 0);
+        struct vm_disk_layer one[1] = {{other_raw, "raw"}};
+        vm_disk_overlay_remember(ps, one, 1, made);
+        assert_int_equal(vm_disk_overlay_copy(ps, one, 1, copy), VM_OK);
+    }
+    assert_int_equal(vm_disk_overlay_copy(ps, chain, 2, copy), VM_E_NOENT);
+    vm_disk_protos_free(ps);
 }
 
 /* Bad chains are refused before anything runs. */
@@ -249,6 +338,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_overlay_opens_no_layer),
         cmocka_unit_test(test_overlay_bad_chain),
+        cmocka_unit_test(test_overlay_remembered),
         cmocka_unit_test(test_image_opts),
         cmocka_unit_test(test_flatten_pinned),
         cmocka_unit_test(test_flatten_refuses_data_file),

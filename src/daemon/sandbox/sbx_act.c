@@ -38,7 +38,93 @@ static void act_continue_after_agent(struct sbx *s);
 
 static bool file_exists(const char *path) { return access(path, F_OK) == 0; }
 
+/* ---- a create's stages -------------------------------------------------------------
+ *
+ * A create runs as named stages (section "create" below), each a function that takes
+ * what the earlier ones produced from this record (one per create, s->create) and adds
+ * its own output:
+ *   template  the template, its memory snapshot for this shape (none: cold boot), the
+ *             disk chain
+ *   disk      the sandbox's directory, backing.json and its qcow2 overlay
+ *   vm        a warm VM claimed from the pool, or QEMU restoring the snapshot (or cold
+ *             booting), until the agent's HELLO
+ *   net       the NIC: namespace, tap and gateway policy (before the spawn, which hands
+ *             QEMU the tap; after a pool claim, the pooled VM's namespace is handed over)
+ *   refresh   the agent's refresh (clock, entropy, hostname, env, user), start command
+ *   persist   the state `running` written and the operation finished (watchers answered)
+ * When the create ends, one log line (event sandbox.create.stages) gives each stage's
+ * time, so what the platform adds to a restore is read in spaced's log. */
+enum create_stage { CS_TEMPLATE, CS_DISK, CS_VM, CS_NET, CS_REFRESH, CS_PERSIST, CS_COUNT };
+
+struct sbx_create {
+    /* template stage */
+    struct tpl_info t;
+    char snap[SBX_PATH_MAX];    /* template snapshot dir, "" for a cold boot */
+    char overlay[SBX_PATH_MAX]; /* the snapshot's frozen overlay (when snap[0]) */
+    struct sbx_chain chain;     /* what backing.json holds */
+    bool nic;                   /* the policy is not `none` */
+    /* disk stage */
+    char disk[SBX_PATH_MAX];    /* the sandbox's overlay */
+    bool disk_copied;           /* written from a remembered overlay, not by qemu-img */
+    /* vm stage: how the VM came (pool, restore, boot) */
+    const char *how;
+    int64_t spawn_us;           /* of the vm stage: vm_restore/vm_boot itself (the jailed
+                                   spawn, synchronous), or the pool claim */
+    /* timing (CLOCK_MONOTONIC, us) */
+    int64_t queued_ms;          /* submission until the engine started the create */
+    int64_t start_us;
+    int64_t spent_us[CS_COUNT];
+    int64_t began_us[CS_COUNT]; /* 0: the stage is not running */
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Stage timing; a no-op outside a create (start_vm and send_refresh serve every verb). */
+static void stage_begin(struct sbx *s, enum create_stage st)
+{
+    if (s->create && !s->create->began_us[st])
+        s->create->began_us[st] = mono_us();
+}
+
+static void stage_end(struct sbx *s, enum create_stage st)
+{
+    struct sbx_create *c = s->create;
+    if (c && c->began_us[st]) {
+        c->spent_us[st] += mono_us() - c->began_us[st];
+        c->began_us[st] = 0;
+    }
+}
+
+/* The end of a create (act_end): closes the running stages and logs them all. */
+static void create_end(struct sbx *s, bool ok)
+{
+    struct sbx_create *c = s->create;
+    if (!c)
+        return;
+    for (int st = 0; st < CS_COUNT; st++)
+        stage_end(s, (enum create_stage)st);
+    int64_t ms[CS_COUNT];
+    for (int st = 0; st < CS_COUNT; st++)
+        ms[st] = (c->spent_us[st] + 500) / 1000;
+    log_info("sandbox.create.stages", "sandbox=%s result=%s how=%s queued_ms=%lld "
+             "template_ms=%lld disk_ms=%lld vm_ms=%lld spawn_ms=%lld net_ms=%lld "
+             "refresh_ms=%lld persist_ms=%lld total_ms=%lld", s->rec.id, ok ? "ok" : "failed",
+             c->how ? c->how : "none", (long long)c->queued_ms, (long long)ms[CS_TEMPLATE],
+             (long long)ms[CS_DISK], (long long)ms[CS_VM], (long long)((c->spawn_us + 500) / 1000),
+             (long long)ms[CS_NET], (long long)ms[CS_REFRESH], (long long)ms[CS_PERSIST],
+             (long long)((mono_us() - c->start_us + 500) / 1000));
+    free(s->create);
+    s->create = NULL;
+}
+
 /* ---- finishing ---------------------------------------------------------------------- */
+
+static void create_end(struct sbx *s, bool ok);
 
 static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
 {
@@ -53,6 +139,7 @@ static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
         vmg_stop(s->greet);
     if (op[0])
         op_finish(s->sp, op, ok, code, msg);
+    create_end(s, ok);
 }
 
 static void act_ok(struct sbx *s, enum sbx_state state)
@@ -92,6 +179,7 @@ static void on_agent_hello(void *arg, json_t *hello)
     s->agent_ready = true;
     if (s->greet)
         vmg_answered(s->greet);
+    stage_end(s, CS_VM);
     log_info("sandbox.agent", "sandbox=%s event=ready", s->rec.id);
     act_continue_after_agent(s);
 }
@@ -175,6 +263,8 @@ static void refresh_close(void *arg)
     }
     /* The template's start command (a no-op where it already runs: restored VMs). */
     tpl_start_in_sandbox(s->sp, s->rec.template_name, s->rec.id, s->agent);
+    stage_end(s, CS_REFRESH);
+    stage_begin(s, CS_PERSIST); /* ends with the op (create_end) */
     act_ok(s, SBX_RUNNING);
 }
 
@@ -185,6 +275,7 @@ static const struct agentc_chan_ops refresh_ops = {
  * env, user and workdir. */
 static void send_refresh(struct sbx *s)
 {
+    stage_begin(s, CS_REFRESH);
     unsigned char raw[64];
     char b64[100];
     if (RAND_bytes(raw, sizeof raw) != 1) {
@@ -398,8 +489,34 @@ static bool wants_network(const struct sbx *s)
     return yes;
 }
 
+/* The net stage before a spawn: the NIC for the VM, a tap inside the sandbox's own
+ * namespace with the gateway attached (net.h); none (tap_fd -1) for policy none.
+ * Returns 0, or -1 after failing the action. */
+static int stage_net(struct sbx *s, struct net_lease *lease)
+{
+    lease->tap_fd = -1;
+    if (!wants_network(s))
+        return 0;
+    stage_begin(s, CS_NET);
+    struct net *n = net_get(s->sp);
+    struct spaced_err e;
+    if (!n) {
+        act_fail(s, SBX_FAILED, "network_unavailable",
+                 "sandbox networking is not available on this host (see spaced's log)");
+        return -1;
+    }
+    if (net_claim(n, s->rec.id, s->rec.tenant, s->rec.network_json, lease, &e) < 0) {
+        act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+        return -1;
+    }
+    mark_net_claimed(s);
+    stage_end(s, CS_NET);
+    return 0;
+}
+
 /* Boots (snapshot_dir NULL) or restores the sandbox's VM on its disk, then waits for the
- * agent (act_continue_after_agent sends refresh). */
+ * agent (act_continue_after_agent sends refresh). In a create this is the net stage,
+ * then the vm stage (until the agent's HELLO). */
 static void start_vm(struct sbx *s, const char *snapshot_dir)
 {
     struct vm_config cfg;
@@ -412,7 +529,9 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     char disk[SBX_PATH_MAX];
     sbx_path(s, "disk.qcow2", disk, sizeof disk);
     struct sbx_chain chain;
-    if (sbx_chain_load(s, &chain) < 0) {
+    if (s->create && s->create->chain.n) /* a create has it in memory */
+        chain = s->create->chain;
+    else if (sbx_chain_load(s, &chain) < 0) {
         act_fail(s, SBX_FAILED, "disk_missing", "the sandbox's disk chain (backing.json) is unreadable");
         return;
     }
@@ -431,29 +550,25 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     jail_fill(s->sp, &cfg);
     cfg.disk = disk;
     cfg.run_dir = s->rec.run_dir;
-    /* The NIC: a tap inside the sandbox's own namespace (net.h); none for policy none. */
-    struct net_lease lease = {.tap_fd = -1};
-    if (wants_network(s)) {
-        struct net *n = net_get(s->sp);
-        if (!n) {
-            act_fail(s, SBX_FAILED, "network_unavailable",
-                     "sandbox networking is not available on this host (see spaced's log)");
-            return;
-        }
-        if (net_claim(n, s->rec.id, s->rec.tenant, s->rec.network_json, &lease, &e) < 0) {
-            act_fail(s, SBX_FAILED, e.code, "%s", e.message);
-            return;
-        }
+    struct net_lease lease;
+    if (stage_net(s, &lease) < 0)
+        return;
+    if (lease.tap_fd >= 0) {
         cfg.net.tap_fd = lease.tap_fd;
         cfg.net.mac = lease.mac;
-        mark_net_claimed(s);
     }
     int verr = 0;
     char msg[256] = "";
     s->restored = snapshot_dir != NULL;
+    if (s->create)
+        s->create->how = snapshot_dir ? "restore" : "boot";
+    stage_begin(s, CS_VM);
+    int64_t t0 = mono_us();
     s->vm = snapshot_dir
                 ? vm_restore(s->sp->base, &cfg, snapshot_dir, 0, &sbx_vm_cbs, s, &verr, msg, sizeof msg)
                 : vm_boot(s->sp->base, &cfg, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
+    if (s->create)
+        s->create->spawn_us += mono_us() - t0;
     if (lease.tap_fd >= 0)
         close(lease.tap_fd); /* QEMU holds its own copy from the spawn */
     if (!s->vm) {
@@ -488,89 +603,205 @@ static void act_continue_after_agent(struct sbx *s)
 
 /* ---- create ------------------------------------------------------------------------- */
 
-struct create_ctx {
-    struct sbx *s;
-    char snap[SBX_PATH_MAX]; /* template snapshot dir, "" for a cold boot */
-};
-
-static void on_create_disk(struct vm *unused, int err, const char *msg, void *arg)
+/* A fresh stage record for a create (sbx_act); the engine's queueing time is the record's
+ * age, since a new sandbox row carries its op's creation time. */
+static void create_begin(struct sbx *s)
 {
-    struct create_ctx *c = arg;
-    struct sbx *s = c->s;
-    (void)unused;
-    if (err != VM_OK)
-        act_fail(s, SBX_FAILED, vm_error_code(err), "cannot create the disk overlay: %s",
-                 msg ? msg : vm_error_code(err));
-    else
-        start_vm(s, c->snap[0] ? c->snap : NULL);
-    free(c);
+    free(s->create);
+    s->create = calloc(1, sizeof *s->create);
+    if (!s->create)
+        return; /* act_create fails it */
+    s->create->start_us = mono_us();
+    int64_t q = spaced_now_ms() - s->rec.created_ms;
+    s->create->queued_ms = q > 0 && !s->recovering ? q : 0;
 }
 
-static void act_create(struct sbx *s)
+/* The create's progress (10 %): its store write counts as persist time, not as time of
+ * the stages it interrupts. */
+static void progress_write(struct sbx *s, const char *detail)
 {
-    struct tpl_info t;
+    bool was[CS_COUNT] = {false};
+    for (int st = 0; s->create && st < CS_COUNT; st++)
+        if ((was[st] = s->create->began_us[st] != 0))
+            stage_end(s, (enum create_stage)st);
+    stage_begin(s, CS_PERSIST);
+    op_progress(s->sp, s->op_id, 10, detail);
+    stage_end(s, CS_PERSIST);
+    for (int st = 0; st < CS_COUNT; st++)
+        if (was[st])
+            stage_begin(s, (enum create_stage)st);
+}
+
+/* Template stage: the template, the memory snapshot of this shape (none while it is not
+ * built yet: cold boot) and the disk chain. Makes no file. 0, or -1 after failing. */
+static int stage_template(struct sbx *s, struct sbx_create *c)
+{
+    stage_begin(s, CS_TEMPLATE);
     struct spaced_err e;
     struct vm_config probe;
     memset(&probe, 0, sizeof probe);
-    if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &t, &e) < 0 ||
+    if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &c->t, &e) < 0 ||
         tpl_vm_base(s->sp, &probe, &e) < 0) { /* fail before making any file */
         act_fail(s, SBX_FAILED, e.code, "%s", e.message);
-        return;
+        return -1;
     }
-    char dir[SBX_PATH_MAX], disk[SBX_PATH_MAX];
+    c->nic = wants_network(s);
+    if (!tpl_snapshot(s->sp, &c->t, s->rec.vcpus, s->rec.memory_mib, c->nic, c->snap,
+                      sizeof c->snap, c->overlay, sizeof c->overlay))
+        c->snap[0] = '\0';
+    struct sbx_chain *ch = &c->chain;
+    ch->n = 0;
+    if (c->snap[0]) {
+        snprintf(ch->path[ch->n], sizeof ch->path[0], "%s", c->overlay);
+        snprintf(ch->format[ch->n++], sizeof ch->format[0], "qcow2");
+    }
+    snprintf(ch->path[ch->n], sizeof ch->path[0], "%s", c->t.rootfs);
+    snprintf(ch->format[ch->n++], sizeof ch->format[0], "raw");
+    stage_end(s, CS_TEMPLATE);
+    return 0;
+}
+
+/* Disk stage, first half: a fresh sandbox directory (a create resumed after a crash
+ * starts over: nothing of it was acknowledged) holding backing.json, and the network
+ * marker before any network state can exist. 0, or -1 after failing. */
+static int stage_disk_dir(struct sbx *s, struct sbx_create *c)
+{
+    stage_begin(s, CS_DISK);
+    char dir[SBX_PATH_MAX];
     sbx_path(s, NULL, dir, sizeof dir);
-    sbx_path(s, "disk.qcow2", disk, sizeof disk);
-    /* A create resumed after a crash starts over: nothing of it was acknowledged. */
+    sbx_path(s, "disk.qcow2", c->disk, sizeof c->disk);
     spaced_rm_rf(dir);
     spaced_rm_rf(s->rec.run_dir);
     if (spaced_mkdir_p(dir) < 0) {
         act_fail(s, SBX_FAILED, "host_io", "cannot create %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (sbx_chain_save(s, &c->chain) < 0) {
+        act_fail(s, SBX_FAILED, "host_io", "cannot write %s/backing.json", dir);
+        return -1;
+    }
+    if (c->nic)
+        mark_net_claimed(s); /* before a pooled claim can make network state */
+    stage_end(s, CS_DISK);
+    return 0;
+}
+
+/* Net stage after a pool claim: the pooled VM's namespace becomes the sandbox's and the
+ * gateway gets the policy now, synchronously, before the create can report the sandbox
+ * running. A failure kills the VM: on_vm_exit then boots the disk cold. */
+static void stage_net_pooled(struct sbx *s, struct sbx_create *c)
+{
+    if (!c->nic || vm_state(s->vm) >= VM_STATE_STOPPING) /* the claim itself failed */
+        return;
+    stage_end(s, CS_VM);
+    stage_begin(s, CS_NET);
+    struct spaced_err e = {0};
+    struct net *n = net_get(s->sp);
+    if (!n || net_claim_from(n, s->rec.id, s->rec.tenant, s->rec.network_json, vm_id(s->vm), &e) < 0) {
+        char q[400];
+        log_warn("pool.claim", "sandbox=%s id=%s msg=%s", s->rec.id, vm_id(s->vm),
+                 log_quote(n ? e.message : "networking unavailable", q, sizeof q));
+        if (n)
+            net_release(n, vm_id(s->vm)); /* the pooled VM's namespace */
+        vm_kill(s->vm);
+    }
+    stage_end(s, CS_NET);
+    stage_begin(s, CS_VM);
+}
+
+/* VM stage from the warm pool: a restored, warmed clone of this shape, whose overlay
+ * becomes the sandbox's disk (no qemu-img), then the net stage. Waits for the agent like
+ * a restore. False when the pool is off or empty: the caller restores. */
+static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
+{
+    if (!c->snap[0])
+        return false;
+    stage_begin(s, CS_VM);
+    int64_t t0 = mono_us();
+    s->vm = sbx_pool_claim(s->sp, &s->rec, c->snap, c->nic, c->overlay, c->t.rootfs, c->disk,
+                           &sbx_vm_cbs, s);
+    c->spawn_us += mono_us() - t0;
+    if (!s->vm) {
+        stage_end(s, CS_VM);
+        return false;
+    }
+    c->how = "pool";
+    s->restored = true;
+    stage_net_pooled(s, c);
+    stage_end(s, CS_VM);
+    stage_begin(s, CS_PERSIST);
+    sbx_persist(s); /* the run dir is the pooled VM's: adoption must find it */
+    stage_end(s, CS_PERSIST);
+    stage_begin(s, CS_VM); /* until the agent's HELLO */
+    progress_write(s, "claimed a warm VM from the pool");
+    arm_agent_timeout(s);
+    return true;
+}
+
+static unsigned chain_layers(const struct sbx_chain *c, struct vm_disk_layer *layers)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        layers[i] = (struct vm_disk_layer){c->path[i], c->format[i]};
+    return c->n;
+}
+
+static void on_disk_made(struct vm *unused, int err, const char *msg, void *arg)
+{
+    struct sbx *s = arg;
+    (void)unused;
+    stage_end(s, CS_DISK);
+    struct sbx_create *c = s->create;
+    if (!c)
+        return;
+    struct vm_disk_layer layers[VM_DISK_BACKING_MAX];
+    if (err == VM_OK && !c->disk_copied) /* the next create of this chain copies it */
+        vm_disk_overlay_remember(s->sp->sbx->disks, layers, chain_layers(&c->chain, layers),
+                                 c->disk);
+    if (err != VM_OK)
+        act_fail(s, SBX_FAILED, vm_error_code(err), "cannot create the disk overlay: %s",
+                 msg ? msg : vm_error_code(err));
+    else
+        start_vm(s, s->create->snap[0] ? s->create->snap : NULL); /* net stage, vm stage */
+}
+
+/* Disk stage, second half (no pool): the sandbox's qcow2 overlay over the chain, a copy
+ * of the one qemu-img made for the previous create of this chain (vm.h: it depends only
+ * on the chain), else made by qemu-img (asynchronous) and remembered; then on_disk_made
+ * starts the VM. */
+static void stage_disk_overlay(struct sbx *s, struct sbx_create *c)
+{
+    stage_begin(s, CS_DISK);
+    struct vm_disk_layer layers[VM_DISK_BACKING_MAX];
+    unsigned n = chain_layers(&c->chain, layers);
+    struct sbx_table *t = s->sp->sbx;
+    if (!t->disks)
+        t->disks = vm_disk_protos_new();
+    if (vm_disk_overlay_copy(t->disks, layers, n, c->disk) == VM_OK) {
+        c->disk_copied = true;
+        on_disk_made(NULL, VM_OK, NULL, s);
         return;
     }
-    struct create_ctx *c = calloc(1, sizeof *c);
+    if (vm_disk_overlay_create(s->sp->base, layers, n, c->disk, on_disk_made, s) != 0)
+        act_fail(s, SBX_FAILED, "host_io", "cannot start qemu-img for %s", c->disk);
+}
+
+/* template -> disk -> vm (pool, or restore / cold boot after net) -> agent HELLO ->
+ * refresh (act_continue_after_agent) -> persist (refresh_close, act_ok). */
+static void act_create(struct sbx *s)
+{
+    struct sbx_create *c = s->create;
     if (!c) {
         act_fail(s, SBX_FAILED, "internal", "out of memory");
         return;
     }
-    c->s = s;
-    char overlay[SBX_PATH_MAX];
-    bool snap = tpl_snapshot(s->sp, &t, s->rec.vcpus, s->rec.memory_mib, wants_network(s), c->snap,
-                             sizeof c->snap, overlay, sizeof overlay);
-    if (!snap)
-        c->snap[0] = '\0';
-    struct sbx_chain chain = {.n = 0};
-    if (snap) {
-        snprintf(chain.path[chain.n], sizeof chain.path[0], "%s", overlay);
-        snprintf(chain.format[chain.n++], sizeof chain.format[0], "qcow2");
-    }
-    snprintf(chain.path[chain.n], sizeof chain.path[0], "%s", t.rootfs);
-    snprintf(chain.format[chain.n++], sizeof chain.format[0], "raw");
-    if (sbx_chain_save(s, &chain) < 0) {
-        free(c);
-        act_fail(s, SBX_FAILED, "host_io", "cannot write %s/backing.json", dir);
+    if (stage_template(s, c) < 0 || stage_disk_dir(s, c) < 0 || stage_vm_pooled(s, c))
         return;
-    }
-    bool nic = wants_network(s);
-    if (nic)
-        mark_net_claimed(s); /* before a pooled claim can make network state */
-    if (snap && (s->vm = sbx_pool_claim(s->sp, &s->rec, c->snap, nic, overlay, t.rootfs, disk,
-                                        &sbx_vm_cbs, s))) {
-        free(c);
-        sbx_persist(s); /* the run dir is the pooled VM's: adoption must find it */
-        s->restored = true;
-        op_progress(s->sp, s->op_id, 10, "claimed a warm VM from the pool");
-        arm_agent_timeout(s);
-        return;
-    }
-    op_progress(s->sp, s->op_id, 10, snap ? "restoring from the template snapshot"
-                                         : "cold booting (template snapshot not built yet)");
-    struct vm_disk_layer layers[VM_DISK_BACKING_MAX];
-    for (unsigned i = 0; i < chain.n; i++)
-        layers[i] = (struct vm_disk_layer){chain.path[i], chain.format[i]};
-    if (vm_disk_overlay_create(s->sp->base, layers, chain.n, disk, on_create_disk, c) != 0) {
-        free(c);
-        act_fail(s, SBX_FAILED, "host_io", "cannot start qemu-img for %s", disk);
-    }
+    bool snap = c->snap[0];
+    stage_disk_overlay(s, c);
+    /* After the VM (or qemu-img) started: the commit's fsync overlaps its work. */
+    if (s->op_id[0] && s->op_kind == OP_CREATE)
+        progress_write(s, snap ? "restoring from the template snapshot"
+                               : "cold booting (template snapshot not built yet)");
 }
 
 /* ---- other verbs -------------------------------------------------------------------- */
@@ -722,7 +953,9 @@ void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op
     enum vm_state vs = has_vm ? vm_state(s->vm) : VM_STATE_EXITED;
     switch (kind) {
     case OP_CREATE:
-        sbx_set_state(s, SBX_CREATING, NULL);
+        create_begin(s);
+        if (s->state != SBX_CREATING) /* the new row says creating already */
+            sbx_set_state(s, SBX_CREATING, NULL);
         if (has_vm) { /* adopted half-created VM: end it, on_exit starts over */
             s->expect_exit = true;
             if (vs < VM_STATE_STOPPING)

@@ -14,6 +14,8 @@ struct agentc;
 struct agentc_chan;
 struct event;
 struct vmg;
+struct sbx_create;
+struct vm_disk_protos;
 
 struct sbx {
     struct spaced *sp;
@@ -35,6 +37,8 @@ struct sbx {
     struct event *timer;         /* agent-hello deadline of the current action (owned) */
     struct vmg *greet;           /* restored VM: greet again on a fresh connection (owned,
                                     made on first use) */
+    struct sbx_create *create;   /* the create in progress: its stages' outputs and times
+                                    (sbx_act.c, owned), NULL otherwise */
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
     bool unsaved;                /* rec differs from the store: sbx_table_retry writes it */
@@ -59,6 +63,7 @@ struct sbx_table {
     int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
     struct sbx_unsaved *unsaved; /* records of removed sandboxes still to store */
     struct spaced_retry retry;   /* backoff of record writes while the store fails */
+    struct vm_disk_protos *disks; /* overlays remembered per chain (vm.h; made on first use) */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */

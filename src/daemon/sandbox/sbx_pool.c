@@ -186,15 +186,6 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
     /* QEMU keeps its open file: the move only changes the name the sandbox knows. */
     if (rename(from, disk) != 0 || vm_disk_renamed(vm, disk) != 0)
         snprintf(why, sizeof why, "cannot move %s: %s", from, strerror(errno));
-    /* The NIC: the pooled VM's namespace becomes the sandbox's and the gateway gets its
-     * policy now, synchronously, before the create can report the sandbox running. */
-    struct spaced_err e = {0};
-    struct net *n = nic && !why[0] ? net_get(sp) : NULL;
-    if (nic && !why[0] &&
-        (!n || net_claim_from(n, rec->id, rec->tenant, rec->network_json, vm_id(vm), &e) < 0)) {
-        snprintf(why, sizeof why, "%s", n ? e.message : "networking unavailable");
-        shape_net_release(sp, vm_id(vm));
-    }
     if (why[0]) {
         char q[SBXP_PATH_MAX + 300];
         log_warn("pool.claim", "sandbox=%s id=%s msg=%s", rec->id, vm_id(vm),

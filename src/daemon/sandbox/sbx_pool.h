@@ -6,8 +6,9 @@
  *
  * Clones of a shape with a NIC each get a namespace + tap at fill time, mounted under the
  * pooled VM's id (net_claim_template) and not attached to the gateway: nothing answers
- * there until a claim. The claim re-mounts it under the sandbox's id and attaches the
- * gateway with the create's policy (net_claim_from). The guest needs nothing new: every
+ * there until a claim. After the claim, the create's net stage (sbx_act.c) re-mounts it
+ * under the sandbox's id and attaches the gateway with the create's policy
+ * (net_claim_from), or releases it if that fails. The guest needs nothing new: every
  * sandbox namespace has the same addresses, configured in the template snapshot.
  *
  * Layout of a pooled, unclaimed VM (data dir):
@@ -43,8 +44,8 @@ void sbx_pools_sweep(struct spaced *sp);
  * frozen `overlay` over the template's raw `rootfs` (the chain the caller saved in
  * backing.json): starts the shape's pool if there is none, then claims a ready VM. On
  * success returns the VM (callbacks cbs/arg, as pool_claim), has moved its overlay to
- * `disk`, given its namespace to rec->id with rec->network_json's policy (nic) and set
- * rec->run_dir to its run directory (the caller persists the record). A step failing
+ * `disk` and set rec->run_dir to its run directory (the caller persists the record and,
+ * for a shape with a NIC, hands the namespace of vm_id(VM) to rec->id). A step failing
  * after the claim kills the VM: the caller's on_exit reports it. NULL when the pool is
  * off or empty: the caller restores as usual. */
 struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *snap_dir,

@@ -41,6 +41,7 @@ static void sbx_free(struct sbx *s)
     if (s->timer)
         event_free(s->timer);
     vmg_free(s->greet);
+    free(s->create);
     store_sbx_clear(&s->rec);
     free(s);
 }
@@ -60,6 +61,7 @@ void sbx_table_free(struct sbx_table *t)
         store_sbx_clear(&u->rec);
         free(u);
     }
+    vm_disk_protos_free(t->disks);
     free(t);
 }
 

@@ -225,6 +225,23 @@ struct vm_callbacks {
 int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *chain,
                            unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg);
 
+/* Remembered overlays: what vm_disk_overlay_create writes depends only on chain[0]'s
+ * format and absolute path and the raw image's size, so an overlay it made can stand in
+ * for the next one with the same three (a file write instead of a qemu-img run; the
+ * VM_DISK_PROTOS most recently used are kept in memory). The caller owns the set. */
+struct vm_disk_protos;
+struct vm_disk_protos *vm_disk_protos_new(void);
+void vm_disk_protos_free(struct vm_disk_protos *ps);
+/* Remembers `overlay`, just made by vm_disk_overlay_create over `chain` (before anything
+ * wrote to it). Best effort: nothing is remembered on any error. */
+void vm_disk_overlay_remember(struct vm_disk_protos *ps, const struct vm_disk_layer *chain,
+                              unsigned n_chain, const char *overlay);
+/* Writes `overlay` (replacing a file there) as a copy of the remembered overlay with
+ * chain's arguments, synchronously: VM_OK, VM_E_NOENT when none is remembered (or the
+ * chain is bad: vm_disk_overlay_create then says why), VM_E_IO (nothing left behind). */
+int vm_disk_overlay_copy(struct vm_disk_protos *ps, const struct vm_disk_layer *chain,
+                         unsigned n_chain, const char *overlay);
+
 /* The --image-opts argument for a qemu-img that must read `overlay` (a qcow2 a VM may
  * have written) over `chain`: every node's driver and file named, every backing pinned,
  * commas in paths doubled, so neither the overlay's probed format nor the backing name

@@ -152,6 +152,113 @@ int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *
     return VM_OK;
 }
 
+/* ---- remembered overlays ----------------------------------------------------------- */
+
+/* What qemu-img writes above depends only on its arguments: chain[0]'s format and
+ * absolute path and the raw image's size (-u: no layer is opened; qcow2 headers carry no
+ * time). So the overlay made for one set of arguments is remembered (its bytes: a few
+ * hundred KiB) and copied for the next overlay asking for the same set, which costs a
+ * file write instead of a process start (tens of ms on a loaded host). */
+#define VM_DISK_PROTOS 4            /* argument sets remembered; the least recently used goes */
+#define VM_DISK_PROTO_MAX (2u << 20) /* a bigger overlay is not remembered */
+
+struct vm_disk_proto {
+    char *key;      /* the arguments (proto_key), NULL when the slot is free */
+    uint8_t *bytes; /* the overlay qemu-img made for them */
+    size_t len;
+    mode_t mode;
+    uint64_t used;  /* last use (protos->clock) */
+};
+
+struct vm_disk_protos {
+    struct vm_disk_proto p[VM_DISK_PROTOS];
+    uint64_t clock;
+};
+
+struct vm_disk_protos *vm_disk_protos_new(void) { return calloc(1, sizeof(struct vm_disk_protos)); }
+
+static void proto_clear(struct vm_disk_proto *p)
+{
+    free(p->key);
+    free(p->bytes);
+    memset(p, 0, sizeof(*p));
+}
+
+void vm_disk_protos_free(struct vm_disk_protos *ps)
+{
+    for (unsigned i = 0; ps && i < VM_DISK_PROTOS; i++)
+        proto_clear(&ps->p[i]);
+    free(ps);
+}
+
+/* The qemu-img arguments of an overlay over chain, as one string (malloc'd), or NULL. */
+static char *proto_key(const struct vm_disk_layer *chain, unsigned n)
+{
+    uint64_t size = 0;
+    char abs[4096], *key = NULL;
+    if (chain_check(chain, n, &size) != VM_OK || !realpath(chain[0].path, abs) ||
+        asprintf(&key, "%s\n%s\n%" PRIu64, chain[0].format, abs, size) < 0)
+        return NULL;
+    return key;
+}
+
+static struct vm_disk_proto *proto_find(struct vm_disk_protos *ps, const char *key)
+{
+    for (unsigned i = 0; i < VM_DISK_PROTOS; i++)
+        if (ps->p[i].key && strcmp(ps->p[i].key, key) == 0)
+            return &ps->p[i];
+    return NULL;
+}
+
+void vm_disk_overlay_remember(struct vm_disk_protos *ps, const struct vm_disk_layer *chain,
+                              unsigned n_chain, const char *overlay)
+{
+    char *key = ps ? proto_key(chain, n_chain) : NULL;
+    if (!key)
+        return;
+    struct vm_disk_proto *p = proto_find(ps, key);
+    if (!p) { /* a free slot, else the least recently used one */
+        p = &ps->p[0];
+        for (unsigned i = 0; i < VM_DISK_PROTOS && p->key; i++)
+            if (!ps->p[i].key || ps->p[i].used < p->used)
+                p = &ps->p[i];
+    }
+    proto_clear(p);
+    struct stat st;
+    int fd = open(overlay, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > VM_DISK_PROTO_MAX || !(p->bytes = malloc((size_t)st.st_size)) ||
+        read(fd, p->bytes, (size_t)st.st_size) != st.st_size) {
+        proto_clear(p);
+        free(key);
+    } else {
+        p->key = key;
+        p->len = (size_t)st.st_size;
+        p->mode = st.st_mode & 0777;
+        p->used = ++ps->clock;
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+int vm_disk_overlay_copy(struct vm_disk_protos *ps, const struct vm_disk_layer *chain,
+                         unsigned n_chain, const char *overlay)
+{
+    char *key = ps && overlay ? proto_key(chain, n_chain) : NULL;
+    struct vm_disk_proto *p = key ? proto_find(ps, key) : NULL;
+    free(key);
+    if (!p)
+        return VM_E_NOENT;
+    p->used = ++ps->clock;
+    int fd = open(overlay, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, p->mode);
+    bool ok = fd >= 0 && write(fd, p->bytes, p->len) == (ssize_t)p->len;
+    if (fd >= 0 && close(fd) != 0)
+        ok = false;
+    if (!ok && fd >= 0)
+        unlink(overlay);
+    return ok ? VM_OK : VM_E_IO;
+}
+
 /* Appends s to out[*len..cap) with every ',' doubled (QEMU's option syntax). */
 static int opts_put(char *out, size_t cap, size_t *len, const char *s, bool escape)
 {
