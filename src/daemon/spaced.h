@@ -92,12 +92,26 @@ struct spaced_opts {
                               listener (e2b/e2b_portlisten.c); NULL = no listener */
 };
 
+/* Backoff for writes retried while the store is down (the op engine's outcomes, the
+ * sandbox records): each failed attempt doubles the wait before the next one, from
+ * SPACED_RETRY_MIN_MS up to SPACED_RETRY_MAX_MS; a success ends it. Zeroed = no wait. */
+#define SPACED_RETRY_MIN_MS 500
+#define SPACED_RETRY_MAX_MS 4000
+struct spaced_retry {
+    int64_t next_ms;  /* no attempt before this wall-clock time */
+    int64_t wait_ms;  /* the last wait, 0 after a success */
+};
+
 struct spaced {
     struct event_base *base;   /* the one event loop */
     struct spaced_opts opt;    /* as given on the command line */
     struct store *store;       /* durable state (store.h) */
     struct auth *auth;         /* API keys and signed tokens (auth.h) */
     struct op_engine *ops;     /* operations engine (op.h) */
+    /* One backoff for every write the store refused (operation rows, sandbox records):
+     * retried together from the tick, sandbox records first, so a sandbox's state is
+     * stored before its operation's outcome. */
+    struct spaced_retry store_retry;
     struct sbx_table *sbx;     /* live sandboxes by id (sbx.h) */
     struct tpl_registry *tpl;  /* templates found under guest_dir and in the store */
     struct metrics *metrics;   /* Prometheus counters (metrics.h) */
@@ -129,15 +143,6 @@ int spaced_err_store(struct spaced_err *err, struct store *st, const char *what)
 /* Milliseconds since the Unix epoch (wall clock, what the store records). */
 int64_t spaced_now_ms(void);
 
-/* Backoff for writes retried while the store is down (the op engine's outcomes, the
- * sandbox records): each failed attempt doubles the wait before the next one, from
- * SPACED_RETRY_MIN_MS up to SPACED_RETRY_MAX_MS; a success ends it. Zeroed = no wait. */
-#define SPACED_RETRY_MIN_MS 500
-#define SPACED_RETRY_MAX_MS 4000
-struct spaced_retry {
-    int64_t next_ms;  /* no attempt before this wall-clock time */
-    int64_t wait_ms;  /* the last wait, 0 after a success */
-};
 bool spaced_retry_due(const struct spaced_retry *r);
 void spaced_retry_failed(struct spaced_retry *r);
 void spaced_retry_ok(struct spaced_retry *r);

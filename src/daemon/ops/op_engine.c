@@ -64,7 +64,6 @@ struct op_engine {
     unsigned nrecover, ntick;
     op_owner_fn owns;
     int64_t seq;                /* last store_op.seq handed out */
-    struct spaced_retry retry;  /* backoff of unsaved rows while the store fails */
 };
 
 static void op_pump(struct spaced *sp);
@@ -320,10 +319,10 @@ static int op_write(struct spaced *sp, struct op_open *o)
             o->unsaved_ms = spaced_now_ms();
         }
         o->unsaved = true;
-        spaced_retry_failed(&e->retry);
+        spaced_retry_failed(&sp->store_retry);
         return -1;
     }
-    spaced_retry_ok(&e->retry);
+    spaced_retry_ok(&sp->store_retry);
     if (o->unsaved)
         log_info("operation.saved", "op=%s state=%s after_ms=%lld", o->id, o->row.state,
                  (long long)(spaced_now_ms() - o->unsaved_ms));
@@ -355,9 +354,12 @@ static int op_write(struct spaced *sp, struct op_open *o)
  * (another op's write failed and the backoff has not run out, or o's own did). */
 static void op_save(struct spaced *sp, struct op_open *o)
 {
-    if (o->unsaved || !spaced_retry_due(&sp->ops->retry)) {
-        if (!o->unsaved)
+    if (o->unsaved || !spaced_retry_due(&sp->store_retry)) {
+        if (!o->unsaved) {
+            log_warn("operation.unsaved", "op=%s state=%s msg=\"the store refused a write: "
+                     "waiting for the retry\" retry=until_stored", o->id, o->row.state);
             o->unsaved_ms = spaced_now_ms();
+        }
         o->unsaved = true;
         return;
     }
@@ -370,7 +372,7 @@ static void op_save(struct spaced *sp, struct op_open *o)
 static void op_retry(struct spaced *sp)
 {
     struct op_engine *e = sp->ops;
-    while (spaced_retry_due(&e->retry)) {
+    while (spaced_retry_due(&sp->store_retry)) {
         struct op_open *o = e->open;
         while (o && !o->unsaved)
             o = o->next;

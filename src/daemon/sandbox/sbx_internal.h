@@ -62,7 +62,6 @@ struct sbx_table {
     const char *node_id;         /* stamped on new rows, never NULL ("" = single host) */
     int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
     struct sbx_unsaved *unsaved; /* records of removed sandboxes still to store */
-    struct spaced_retry retry;   /* backoff of record writes while the store fails */
     struct vm_disk_protos *disks; /* overlays remembered per chain (vm.h; made on first use) */
 };
 

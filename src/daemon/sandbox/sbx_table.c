@@ -188,10 +188,10 @@ static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *un
             log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
                       rec->id, rec->state, log_quote(store_errmsg(sp->store), q, sizeof q));
         *unsaved = true;
-        spaced_retry_failed(&sp->sbx->retry);
+        spaced_retry_failed(&sp->store_retry);
         return -1;
     }
-    spaced_retry_ok(&sp->sbx->retry);
+    spaced_retry_ok(&sp->store_retry);
     if (*unsaved)
         log_info("sandbox.saved", "sandbox=%s state=%s", rec->id, rec->state);
     *unsaved = false;
@@ -201,7 +201,7 @@ static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *un
 int sbx_persist(struct sbx *s)
 {
     s->rec.updated_ms = spaced_now_ms();
-    if (s->unsaved && !spaced_retry_due(&s->sp->sbx->retry))
+    if (s->unsaved && !spaced_retry_due(&s->sp->store_retry))
         return -1; /* already waiting for the store: the tick writes it */
     return record_write(s->sp, &s->rec, &s->unsaved);
 }
@@ -209,7 +209,7 @@ int sbx_persist(struct sbx *s)
 void sbx_table_retry(struct spaced *sp)
 {
     struct sbx_table *t = sp->sbx;
-    if (!spaced_retry_due(&t->retry))
+    if (!spaced_retry_due(&sp->store_retry))
         return;
     for (struct sbx *s = t->head; s; s = s->next)
         if (s->unsaved && record_write(sp, &s->rec, &s->unsaved) != 0)
