@@ -62,14 +62,20 @@ def substitute(args, repl):
     return out
 
 
-def call(base, key, method, path, body=None):
+def call(base, key, method, path, body=None, logs=None):
+    """One API call; an error status fails the test with the daemons' logs (a directory)."""
     req = urllib.request.Request(base + path, method=method, data=None if body is None else json.dumps(body).encode(),
                                  headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.load(r)
     except urllib.error.HTTPError as e:
-        pytest.fail(f"{method} {path}: {e.code} {e.read()[:500]!r}")
+        pytest.fail(f"{method} {path}: {e.code} {e.read()[:500]!r}{logs_text(logs)}")
+
+
+def logs_text(logs):
+    return "".join("\n--- %s ---\n%s" % (f.name, log_excerpt(f)) for f in sorted(logs.glob("*.log"))) \
+        if logs else ""
 
 
 def log_excerpt(f):
@@ -92,9 +98,7 @@ def wait_for(what, fn, timeout=300, logs=None):
         except OSError:
             pass
         if time.monotonic() > end:
-            tails = "".join("\n--- %s ---\n%s" % (f.name, log_excerpt(f)) for f in sorted(logs.glob("*.log"))) \
-                if logs else ""
-            pytest.fail(f"timed out waiting for {what}{tails}")
+            pytest.fail(f"timed out waiting for {what}{logs_text(logs)}")
         time.sleep(0.2)
 
 
@@ -202,11 +206,12 @@ def test_manifest_arguments_run_the_roles(world):
                      logs=logs)
     assert [(n["id"], n["url"]) for n in nodes] == [("kind-worker", f"http://127.0.0.1:{node_port}")]
 
-    r = call(base, key, "POST", "/v1/sandboxes", {"template": "base", "timeout": 0, "network": {"mode": "none"}})
+    r = call(base, key, "POST", "/v1/sandboxes", {"template": "base", "timeout": 0, "network": {"mode": "none"}},
+             logs=logs)
     sid = r["sandbox"]["id"]
-    op = call(base, key, "GET", f"/v1/operations/{r['operation']['id']}?wait=60")["operation"]
+    op = call(base, key, "GET", f"/v1/operations/{r['operation']['id']}?wait=60", logs=logs)["operation"]
     while op["state"] in ("pending", "running"):
-        op = call(base, key, "GET", f"/v1/operations/{op['id']}?wait=60")["operation"]
+        op = call(base, key, "GET", f"/v1/operations/{op['id']}?wait=60", logs=logs)["operation"]
     assert op["state"] == "succeeded", op
     cli = dict(env, SPACE_URL=base, SPACE_API_KEY=key)
 

@@ -138,6 +138,24 @@ def test_corrupt_suspend_snapshot(fresh_spaced):
     delete_clean(sp, sid)
 
 
+def fill_up(mnt, leave):
+    """Fills the file system at mnt but about `leave` bytes with filler files (returned).
+    The sandbox writes there too (its overlay, logs), so a fill that fails because free
+    space shrank in between is tried again with what is free then."""
+    fillers = []
+    for i in range(10):
+        st = os.statvfs(mnt)
+        free = st.f_bavail * st.f_frsize
+        if free <= 2 * leave:
+            return fillers
+        path = os.path.join(mnt, "filler%d" % i)
+        if subprocess.run(["fallocate", "-l", str(free - leave), path], capture_output=True).returncode == 0:
+            fillers.append(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+    raise AssertionError("could not fill %s (free: %d bytes)" % (mnt, os.statvfs(mnt).f_bavail))
+
+
 def test_full_disk_while_suspending(fresh_spaced):
     """The data dir on a small tmpfs, filled up: the suspend fails saying so, the sandbox
     keeps running, and no partial snapshot is left; once there is room it works."""
@@ -148,9 +166,7 @@ def test_full_disk_while_suspending(fresh_spaced):
     try:
         sp = fresh_spaced(data_dir=mnt)
         sid = running(sp)
-        filler = os.path.join(mnt, "filler")
-        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
-        subprocess.run(["fallocate", "-l", str(max(free - (8 << 20), 0)), filler], check=True)
+        fillers = fill_up(mnt, leave=8 << 20)
         r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
         op = sp.wait_op(r.json["operation"]["id"])
         assert op["state"] == "failed", op
@@ -159,7 +175,8 @@ def test_full_disk_while_suspending(fresh_spaced):
         assert state(sp, sid)["state"] == "running", state(sp, sid)
         assert not os.path.exists(os.path.join(mnt, "sandboxes", sid, "suspend", "state")), \
             "a partial snapshot was left"
-        os.unlink(filler)
+        for f in fillers:
+            os.unlink(f)
         r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
         assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
         delete_clean(sp, sid)
