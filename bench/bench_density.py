@@ -97,17 +97,24 @@ def thread_ticks(pid):
 
 
 def wakeups(pid):
-    """Voluntary context switches over the live threads of pid: each is a thread going
+    """{tid: voluntary context switches} of pid's live threads: each is a thread going
     to sleep, so the rate counts wakeups (load-independent, unlike CPU time)."""
-    n = 0
+    out = {}
     try:
         tids = os.listdir("/proc/%d/task" % pid)
     except OSError:
-        return 0
+        return out
     for t in tids:
         m = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", read("/proc/%d/task/%s/status" % (pid, t)), re.M)
-        n += int(m.group(1)) if m else 0
-    return n
+        if m:
+            out[t] = int(m.group(1))
+    return out
+
+
+def wakeups_between(w0, w1):
+    """Wakeups from snapshot w0 to w1 of one process (threads born in between count from
+    0; threads that exited are lost, which undercounts a little)."""
+    return sum(n - w0.get(t, 0) for t, n in w1.items())
 
 
 def rollup(pid):
@@ -221,7 +228,7 @@ def measure(d, sbx_pids, window):
         "cpu_pct": pct_core(sum(cpu1[s] - cpu0[s] for s in alive)),
         "cpu_pct_max": max(per_vm) if per_vm else 0.0, "cpu_pct_per_vm": per_vm,
         "cpu_split_pct": split,
-        "wakeups_per_s": sum(wk1[s] - wk0[s] for s in alive) / secs / n,
+        "wakeups_per_s": sum(wakeups_between(wk0[s], wk1[s]) for s in alive) / secs / n,
         "pss_mib": avg("Pss"), "pss_anon_mib": avg("Pss_Anon"), "pss_file_mib": avg("Pss_File"),
         "rss_mib": avg("Rss"),
         "cgroup_mib": (sum(cg) / n / MIB) if cg and None not in cg else None,

@@ -338,19 +338,20 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
  * unread), the time QEMU's threads spent runnable but waiting for a CPU (from
  * /proc/<pid>/task/<tid>/schedstat) and the time its main thread sat in disk sleep are
  * excused, so an overloaded host slows detection down instead of killing healthy VMs. A
- * stopped (SIGSTOP) or deadlocked QEMU waits for no CPU and is detected in VM_HANG_MS to
- * VM_HANG_MS + VM_PING_INTERVAL_MS. A dead process is noticed at once through its pidfd.
+ * stopped (SIGSTOP) or deadlocked QEMU waits for no CPU and is detected by the first tick
+ * that finds its ping older than VM_HANG_MS: with the 2 s interval, 2 to 4 s after it
+ * stopped. A dead process is noticed at once through its pidfd.
  * The interval is an idle VM's largest host-side cost: each ping wakes QEMU's monitor
- * iothread and main loop several times (TCG, idle `base` clone: 77 thread wakeups/s and
- * ~0.7 % of a core more at 250 ms than without pings; docs/benchmarks.md "Idle cost"),
- * so it is 1 s, which bounds hang detection at about 2 s. */
+ * iothread twice and its main loop about twice, and costs spaced a QMP round trip (TCG,
+ * idle `base` clone: at 250 ms 77 QEMU thread wakeups/s and ~0.7 % of a core more than
+ * without pings; docs/benchmarks.md "Idle cost"), so it is 2 s. */
 /* TCG's translation cache in MiB (`-accel tcg,tb-size=`). QEMU's default (1 GiB) grows
  * with everything the guest ever ran (seen at 700 MiB RSS for a 256 MiB guest), which
  * would push a jailed QEMU over its cgroup memory limit; a full cache is flushed and
  * refilled instead. */
 #define VM_TCG_TB_MIB 192
 
-#define VM_PING_INTERVAL_MS 1000
+#define VM_PING_INTERVAL_MS 2000
 #define VM_HANG_MS          1000
 #define VM_HANG_SAVE_MS     10000
 
