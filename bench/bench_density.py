@@ -154,6 +154,12 @@ def status_field(pid, name):
     return int(m.group(1)) * 1024 if m else 0
 
 
+def fd_limit(pid):
+    """The soft RLIMIT_NOFILE of pid (0 when unknown)."""
+    m = re.search(r"^Max open files\s+(\d+)", read("/proc/%d/limits" % pid), re.M)
+    return int(m.group(1)) if m else 0
+
+
 def run_parallel(n, p, fn):
     """Calls fn(i) for i in 0..n-1 from p threads; returns [(i, result or exception)]."""
     lock = threading.Lock()
@@ -235,7 +241,7 @@ def measure(d, sbx_pids, window):
         "spaced_cpu_pct": 100.0 * (sp1 - sp0) / CLK_TCK / secs,
         "spaced_rss_mib": status_field(spid, "VmRSS") / MIB,
         "spaced_hwm_mib": status_field(spid, "VmHWM") / MIB,
-        "spaced_fds": len(os.listdir("/proc/%d/fd" % spid)),
+        "spaced_fds": len(os.listdir("/proc/%d/fd" % spid)), "spaced_fd_limit": fd_limit(spid),
     }
 
 
@@ -340,8 +346,9 @@ def main():
               (acc, m["cgroup_mib"]))
     print("host MemAvailable drop / sandbox   [%s] %8.1f MiB (noisy on a shared host)" %
           (acc, host_mib))
-    print("spaced RSS / HWM / fds             %8.1f / %.1f MiB / %d (before the creates: %.1f MiB, %d fds)" %
-          (m["spaced_rss_mib"], m["spaced_hwm_mib"], m["spaced_fds"], spaced_rss0, spaced_fds0))
+    print("spaced RSS / HWM / fds             %8.1f / %.1f MiB / %d of %d (before the creates: %.1f MiB, %d fds)" %
+          (m["spaced_rss_mib"], m["spaced_hwm_mib"], m["spaced_fds"], m["spaced_fd_limit"],
+           spaced_rss0, spaced_fds0))
     print("spaced CPU while idle              %8.3f %% of a core (%.4f %% per sandbox)" %
           (m["spaced_cpu_pct"], m["spaced_cpu_pct"] / max(1, m["alive"])))
     print("deletes/s                          %8.2f" % (len(dres) / del_s if del_s else 0))
