@@ -270,8 +270,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* Every sandbox holds a few descriptors here (QMP, agent and console sockets, pidfd) and
  * each client connection one more: a soft limit of 1024, a common default, would stop
- * spaced near 250 sandboxes (docs/benchmarks.md "Density"), so it is raised to the hard
- * limit the administrator set. */
+ * spaced near 250 sandboxes (docs/benchmarks.md "Density and idle cost"), so it is
+ * raised to the hard limit the administrator set. */
 static void raise_nofile(void)
 {
     struct rlimit rl;
