@@ -22,32 +22,14 @@ programs templates`; `make build/bench_vm` is run when the binary is missing).""
 import argparse
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
-from space import Client  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from benchlib import BUILD, GUEST, ROOT, Daemon, pct, wait_snapshot  # noqa: E402
 
-BUILD = os.path.join(ROOT, "build")
-GUEST = os.environ.get("SPACE_GUEST", os.path.join(BUILD, "guest"))
 FILE_MIB = 64
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ensure_built():
@@ -69,57 +51,6 @@ def runtime_figures(n, claims):
     return json.loads([l for l in r.stdout.splitlines() if l.startswith("{")][-1])
 
 
-class Daemon:
-    """A release spaced on a free port with its own data dir (kept across restarts)."""
-
-    def __init__(self):
-        self.data = tempfile.mkdtemp(prefix="bapi", dir="/tmp")
-        self.proc = None
-
-    def start(self, pool):
-        self.port = free_port()
-        self.log = open(os.path.join(self.data, "spaced.log"), "ab")
-        self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "spaced"), "--listen", "127.0.0.1:%d" % self.port,
-             "--data-dir", self.data, "--guest-dir", GUEST, "--pool", str(pool)],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        url = "http://127.0.0.1:%d" % self.port
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-                    health = json.load(r)
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("spaced did not start; see %s/spaced.log" % self.data)
-                time.sleep(0.1)
-        with open(os.path.join(self.data, "admin.key")) as f:
-            self.client = Client(url, f.read().strip(), timeout=600)
-        return health
-
-    def metric(self, name):
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith(name + " "):
-                    return float(line.split()[1])
-        return 0.0
-
-    def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.log.close()
-            self.proc = None
-
-    def remove(self):
-        shutil.rmtree(self.data, ignore_errors=True)
-
-
 def timed_create(c):
     t0 = time.monotonic()
     sbx = c.create(template="base", timeout=0)
@@ -132,18 +63,6 @@ def timed_delete(sbx):
     return (time.monotonic() - t0) * 1000
 
 
-def wait_snapshot(c):
-    """The first create of a shape makes the template's memory snapshot (in the
-    background); later creates restore from it. Returns once it exists."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        t = c.request("GET", "/v1/templates/base")["template"]
-        if t.get("snapshots", 0) >= 1:
-            return
-        time.sleep(0.5)
-    raise SystemExit("the base template's snapshot never became ready")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=10, help="creates per mode (default 10)")
@@ -152,7 +71,7 @@ def main():
     ensure_built()
     rt = runtime_figures(max(3, a.n // 2), 20)
     acc = rt["accel"]
-    d = Daemon()
+    d = Daemon("bapi")
     try:
         health = d.start(pool=0)
         acc_api = health.get("accel", "?")

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,6 +269,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(arg, NULL);
 }
 
+/* Every sandbox holds a few descriptors here (QMP, agent and console sockets, pidfd) and
+ * each client connection one more: a soft limit of 1024, a common default, would stop
+ * spaced near 250 sandboxes (docs/benchmarks.md "Density and idle cost"), so it is
+ * raised to the hard limit the administrator set. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            log_warn("rlimit.nofile", "soft=%llu msg=\"cannot raise it: %s\"",
+                     (unsigned long long)was, strerror(errno));
+    }
+}
+
 int main(int argc, char **argv)
 {
     log_init("spaced", LOG_INFO);
@@ -297,6 +314,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
     sp.started_ms = spaced_now_ms();
     sp.base = event_base_new();
     char err[512], path[PATH_MAX + 16];

@@ -24,7 +24,9 @@ BOOT_TIMEOUT = 180
 
 MACHINE = "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,acpi=on"
 KERNEL_ARGS = ("console=ttyS0 quiet panic=-1 reboot=t tsc=reliable mitigations=off "
-               "cryptomgr.notests 8250.nr_uarts=1")
+               "cryptomgr.notests 8250.nr_uarts=1 sysctl.vm.compaction_proactiveness=0 "
+               "nowatchdog nmi_watchdog=0 rcu_nocbs=0 sysctl.vm.stat_interval=10 psi=0 "
+               "cgroup_disable=memory sysctl.kernel.hung_task_timeout_secs=0")
 
 
 def host_tsc_khz():

@@ -73,6 +73,11 @@ static void test_basic(void **state)
     const char *append = opt_value(&a, "-append", "console=ttyS0");
     assert_non_null(append);
     assert_non_null(strstr(append, "tsc_early_khz=2096000"));
+    /* The command line a template snapshot is fingerprinted with is the one booted, and
+     * it keeps an idle guest's timers quiet (vm_cmdline.c). */
+    assert_int_equal(strncmp(append, vm_kernel_cmdline(), strlen(vm_kernel_cmdline())), 0);
+    assert_non_null(strstr(append, "sysctl.vm.compaction_proactiveness=0"));
+    assert_non_null(strstr(append, "nowatchdog"));
     assert_non_null(opt_value(&a, "-chardev", "socket,id=mon,fd=3,server=on"));
     assert_non_null(opt_value(&a, "-chardev", "socket,id=agent,fd=4,server=on"));
     assert_non_null(opt_value(&a, "-chardev", "socket,id=con,fd=5,server=on"));

@@ -4,7 +4,8 @@
  *
  * Fingerprint: SHA-256 over the identity (path, device, inode, size, mtime) of the
  * kernel, the initramfs and the template's rootfs, the bytes of its template.json (start
- * command, ready check, defaults) and the shape. Any rebuild of the guest or the template
+ * command, ready check, defaults), the kernel command line (a restored clone runs the
+ * kernel as the template booted it) and the shape. Any rebuild of the guest or the template
  * writes new files, so it gives a new fingerprint: a snapshot made from the old files is
  * never restored under the new ones; the next create cold-boots while a new version is
  * made beside the old one. (Hashing contents would cost seconds
@@ -103,10 +104,11 @@ static json_t *fingerprint(struct spaced *sp, const struct tpl_info *t, unsigned
         for (size_t i = 0; i < sizeof md; i++)
             sprintf(mh + 2 * i, "%02x", md[i]);
     }
-    json_t *in = json_pack("{s:o, s:o, s:o, s:s, s:I, s:I, s:b}", "kernel", file_id(sp->tpl->kernel),
-                           "initramfs", file_id(sp->tpl->initramfs), "rootfs", file_id(t->rootfs),
-                           "template_json_sha256", mh, "vcpus", (json_int_t)vcpus, "memory_mib",
-                           (json_int_t)mem_mib, "nic", nic);
+    json_t *in = json_pack("{s:o, s:o, s:o, s:s, s:s, s:I, s:I, s:b}", "kernel",
+                           file_id(sp->tpl->kernel), "initramfs", file_id(sp->tpl->initramfs),
+                           "rootfs", file_id(t->rootfs), "template_json_sha256", mh,
+                           "kernel_cmdline", vm_kernel_cmdline(), "vcpus", (json_int_t)vcpus,
+                           "memory_mib", (json_int_t)mem_mib, "nic", nic);
     char *canon = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!canon) {
         json_decref(in);

@@ -423,7 +423,7 @@ int vm_attach_process(struct vm *vm, char *msg, size_t cap)
         return -1;
     }
     event_add(vm->pid_ev, NULL);
-    struct timeval tv = { 0, VM_PING_INTERVAL_MS * 1000 };
+    struct timeval tv = { VM_PING_INTERVAL_MS / 1000, (VM_PING_INTERVAL_MS % 1000) * 1000 };
     event_add(vm->ping_timer, &tv);
     vm_console_attach(vm);
     return 0;

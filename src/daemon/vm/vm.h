@@ -86,6 +86,10 @@ enum vm_accel {
  * to TCG. Returns VM_ACCEL_KVM or VM_ACCEL_TCG. See accel.h for the probe itself. */
 enum vm_accel vm_accel_resolve(enum vm_accel want);
 const char *vm_accel_name(enum vm_accel a); /* "auto", "kvm", "tcg" */
+/* The kernel command line every VM boots with (vm_cmdline.c), without the per-host TSC
+ * items: a template snapshot keeps the guest it was booted with, so it is part of the
+ * snapshot's fingerprint (tpl_snapshot.c). */
+const char *vm_kernel_cmdline(void);
 
 enum vm_state {
     VM_STATE_STARTING, /* process started, QMP not yet ready (or migration loading) */
@@ -350,16 +354,21 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
  * counts: the time spaced's own loop ran late (its timer fired late: a reply may sit
  * unread), the time QEMU's threads spent runnable but waiting for a CPU (from
  * /proc/<pid>/task/<tid>/schedstat) and the time its main thread sat in disk sleep are
- * excused, so an overloaded host slows detection down instead of killing healthy VMs. A stopped (SIGSTOP) or deadlocked QEMU waits for
- * no CPU and is detected in VM_HANG_MS to VM_HANG_MS + VM_PING_INTERVAL_MS. A dead
- * process is noticed at once through its pidfd. */
+ * excused, so an overloaded host slows detection down instead of killing healthy VMs. A
+ * stopped (SIGSTOP) or deadlocked QEMU waits for no CPU and is detected by the first tick
+ * that finds its ping older than VM_HANG_MS: with the 2 s interval, 2 to 4 s after it
+ * stopped. A dead process is noticed at once through its pidfd.
+ * The interval is an idle VM's largest host-side cost: each ping wakes QEMU's monitor
+ * iothread twice and its main loop about twice, and costs spaced a QMP round trip (TCG,
+ * idle `base` clone: at 250 ms 77 QEMU thread wakeups/s and ~0.7 % of a core more than
+ * without pings; docs/benchmarks.md "Idle cost"), so it is 2 s. */
 /* TCG's translation cache in MiB (`-accel tcg,tb-size=`). QEMU's default (1 GiB) grows
  * with everything the guest ever ran (seen at 700 MiB RSS for a 256 MiB guest), which
  * would push a jailed QEMU over its cgroup memory limit; a full cache is flushed and
  * refilled instead. */
 #define VM_TCG_TB_MIB 192
 
-#define VM_PING_INTERVAL_MS 250
+#define VM_PING_INTERVAL_MS 2000
 #define VM_HANG_MS          1000
 #define VM_HANG_SAVE_MS     10000
 

@@ -227,6 +227,13 @@ int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
             if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 jail_fail(efd, "no_new_privs");
         }
+        /* QEMU asks for huge pages (MADV_HUGEPAGE) for TCG's translation cache and some of
+         * its own buffers, so each touched 2 MiB becomes resident whole: an idle TCG clone
+         * holds ~4 MiB more (docs/benchmarks.md "Memory per idle clone"). The setting
+         * survives exec. Not under KVM, where huge pages back guest RAM with fewer
+         * page-table walks. */
+        if (s->no_thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) < 0)
+            child_fail(efd, "PR_SET_THP_DISABLE");
         execvpe(s->argv[0], s->argv, s->envp);
         child_fail(efd, s->argv[0]);
     }

@@ -37,6 +37,7 @@ struct vm_spawn {
     struct vm_spawn_path paths[VM_SPAWN_PATHS_MAX]; /* files exposed in the jail */
     unsigned n_paths;
     int need_kvm;                 /* expose /dev/kvm */
+    int no_thp;                   /* no transparent huge pages for QEMU (see vm_spawn.c) */
     int cgroup_fds[3];            /* open cgroup.procs files to join, -1 = unused */
 };
 

@@ -201,6 +201,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     }
     s.argv = argv.argv;
     s.need_kvm = vm->accel == VM_ACCEL_KVM;
+    s.no_thp = vm->accel == VM_ACCEL_TCG;
     if ((s.fds[VM_FD_QMP] = listen_unix(vm, "qmp.sock", msg, cap)) < 0 ||
         (s.fds[VM_FD_AGENT] = listen_unix(vm, "agent.sock", msg, cap)) < 0 ||
         (s.fds[VM_FD_CONSOLE] = listen_unix(vm, "console.sock", msg, cap)) < 0)
