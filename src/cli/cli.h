@@ -82,6 +82,7 @@ void cli_progress_end(const struct cli_ctx *x, struct cli_progress *p);
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv); /* GET /v1/nodes (admin key) */
+int cli_cmd_node(struct cli_ctx *x, int argc, char **argv);  /* drain|undrain|rm NODE (admin) */
 int cli_cmd_rm(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_verb(struct cli_ctx *x, const char *verb, int argc, char **argv);
 int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv);

@@ -161,7 +161,7 @@ int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv)
     json_t *r = cli_call(x, "GET", "/v1/nodes", NULL, NULL);
     if (!r)
         return 1;
-    printf("%-16s %-5s %11s %17s  %-24s %s\n", "NODE", "LIVE", "VCPUS", "MEM_MIB", "HEARTBEAT", "URL");
+    printf("%-16s %-13s %11s %17s  %-24s %s\n", "NODE", "STATE", "VCPUS", "MEM_MIB", "HEARTBEAT", "URL");
     size_t i;
     json_t *n;
     json_array_foreach(json_object_get(r, "nodes"), i, n)
@@ -172,14 +172,43 @@ int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv)
                  (long long)json_integer_value(json_object_get(cap, "vcpus")));
         snprintf(m, sizeof m, "%lld/%lld", (long long)json_integer_value(json_object_get(used, "memory_mib")),
                  (long long)json_integer_value(json_object_get(cap, "memory_mib")));
-        printf("%-16s %-5s %11s %17s  %-24s %s\n", str_or(n, "id", "?"),
-               json_is_true(json_object_get(n, "live")) ? "yes" : "no", v, m,
+        char state[24];
+        snprintf(state, sizeof state, "%s%s", json_is_true(json_object_get(n, "live")) ? "live" : "down",
+                 json_is_true(json_object_get(n, "draining")) ? ",draining" : "");
+        printf("%-16s %-13s %11s %17s  %-24s %s\n", str_or(n, "id", "?"), state, v, m,
                str_or(n, "heartbeat_at", "-"), str_or(n, "url", "-"));
     }
     if (!json_array_size(json_object_get(r, "nodes")))
         printf("(no node daemons: a single host)\n");
     json_decref(r);
     return 0;
+}
+
+int cli_cmd_node(struct cli_ctx *x, int argc, char **argv)
+{
+    static const struct {
+        const char *verb, *method, *suffix, *done;
+    } verbs[] = {{"drain", "POST", "/drain", "draining: no new sandbox goes there"},
+                 {"undrain", "POST", "/undrain", "placing sandboxes again"},
+                 {"rm", "DELETE", "", "removed"}};
+    for (size_t i = 0; argc == 2 && i < sizeof verbs / sizeof verbs[0]; i++) {
+        if (strcmp(argv[0], verbs[i].verb) != 0)
+            continue;
+        char eid[128], path[256];
+        if (!cli_pct(argv[1], eid, sizeof eid)) {
+            cli_err("node id too long");
+            return 2;
+        }
+        snprintf(path, sizeof path, "/v1/nodes/%s%s", eid, verbs[i].suffix);
+        json_t *r = cli_call(x, verbs[i].method, path, NULL, NULL);
+        if (!r)
+            return 1;
+        json_decref(r);
+        printf("node %s: %s\n", argv[1], verbs[i].done);
+        return 0;
+    }
+    cli_err("usage: space node drain|undrain|rm NODE");
+    return 2;
 }
 
 /* Sends a lifecycle request and waits for its operation. */

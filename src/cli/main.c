@@ -14,6 +14,8 @@ static const char usage[] =
     "                              prints its id once running\n"
     "  ls                          list sandboxes (with their node, multi-node)\n"
     "  nodes                       list node daemons: liveness, capacity used (admin key)\n"
+    "  node drain|undrain|rm NODE  stop/resume placing sandboxes on a node; forget a node\n"
+    "                              that is down and empty (admin key)\n"
     "  rm ID...                    delete sandboxes\n"
     "  pause|resume|suspend|restore|stop|start|wake ID\n"
     "                              lifecycle verbs (waits until done)\n"
@@ -58,6 +60,8 @@ int main(int argc, char **argv)
         return cli_cmd_ls(&x, n, rest);
     if (strcmp(cmd, "nodes") == 0)
         return cli_cmd_nodes(&x, n, rest);
+    if (strcmp(cmd, "node") == 0)
+        return cli_cmd_node(&x, n, rest);
     if (strcmp(cmd, "rm") == 0)
         return cli_cmd_rm(&x, n, rest);
     if (strcmp(cmd, "exec") == 0)

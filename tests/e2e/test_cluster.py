@@ -274,3 +274,65 @@ def test_e2b_through_control(cluster):
     # Every sandbox the scripts made was killed through the control, on its node.
     r = control.request("GET", "/v2/sandboxes", key=None, headers=e2b_key)
     assert r.status == 200 and r.json == [], r
+
+
+def test_drain_and_remove_nodes(cluster):
+    """An operator drains a node (creates go elsewhere, `space node drain`), undrains it,
+    and removes a node: refused while it runs (409 node_live) or holds a sandbox (409
+    node_not_empty, its disks are there), done when it is down and empty; a removed node
+    whose daemon starts again registers again."""
+    control, nodes, restart, _ = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+    cli_env = dict(os.environ, SPACE_URL=control.url, SPACE_API_KEY=control.admin_key)
+
+    def space(*args):
+        return subprocess.run([os.path.join(spacedlib.BUILD, "space"), *args], env=cli_env,
+                              capture_output=True, text=True, timeout=60)
+
+    out = space("node", "drain", "node-a")
+    assert out.returncode == 0 and "draining" in out.stdout, out
+    assert live_nodes(control)["node-a"]["draining"] is True
+    assert "live,draining" in space("nodes").stdout
+    placed = []
+    for _ in range(2):
+        r = control.request("POST", "/v1/sandboxes", BODY)
+        assert r.status == 202 and r.headers.get("x-space-node") == "node-b", r
+        placed.append(r.json["sandbox"]["id"])
+        assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", nodes[1].log()
+    r = control.request("DELETE", "/v1/nodes/node-a")
+    assert r.status == 409 and r.error_code() == "node_live", r
+    assert control.request("DELETE", "/v1/nodes/node-zz").status == 404
+    assert control.request("POST", "/v1/nodes/node-a/undrain").status == 204
+    assert live_nodes(control)["node-a"]["draining"] is False
+    r = control.request("POST", "/v1/keys", {"tenant": "not-an-operator"})
+    assert r.status == 201, r
+    assert control.request("POST", "/v1/nodes/node-a/drain", key=r.json["secret"]).status == 403
+
+    def b_is_down():
+        r = control.request("DELETE", "/v1/nodes/node-b")
+        assert r.status == 409 and r.error_code() == "node_not_empty", r
+        assert "2 sandboxes" in r.json["error"]["message"], r
+
+    restart(nodes[1], graceful=True, between=b_is_down)
+
+    def a_is_down():
+        out = space("node", "rm", "node-a")
+        assert out.returncode == 0 and "removed" in out.stdout, out
+        r = control.request("GET", "/v1/nodes")
+        assert "node-a" not in {n["id"] for n in r.json["nodes"]}, r
+
+    restart(nodes[0], graceful=True, between=a_is_down)
+    deadline = time.monotonic() + 60
+    while "node-a" not in live_nodes(control):  # its heartbeat registers it again
+        assert time.monotonic() < deadline, nodes[0].log()
+        time.sleep(0.5)
+    for sid in placed:
+        d = control.request("DELETE", "/v1/sandboxes/" + sid)
+        if d.status == 503:  # node-b may not have reported since its restart yet
+            time.sleep(3)
+            d = control.request("DELETE", "/v1/sandboxes/" + sid)
+        assert d.status == 202, d
+        assert control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"

@@ -335,6 +335,22 @@ static void check_nodes(void **state)
     char ids[64] = "";
     assert_int_equal(store_node_each(st, node_ids, ids), 0);
     assert_string_equal(ids, "node-a,node-b,");
+    /* Draining is the operator's: a heartbeat (a put) never clears it. */
+    assert_int_equal(store_node_set_draining(st, "node-a", true), 0);
+    n.heartbeat_ms = 30;
+    assert_int_equal(store_node_put(st, &n), 0);
+    assert_int_equal(store_node_get(st, "node-a", &got), 0);
+    assert_true(got.draining);
+    assert_int_equal(got.heartbeat_ms, 30);
+    assert_int_equal(store_node_set_draining(st, "node-a", false), 0);
+    assert_int_equal(store_node_get(st, "node-a", &got), 0);
+    assert_false(got.draining);
+    assert_int_equal(store_node_set_draining(st, "node-c", true), STORE_NOTFOUND);
+    snprintf(n.id, sizeof n.id, "node-c");
+    assert_int_equal(store_node_put(st, &n), 0);
+    assert_int_equal(store_node_delete(st, "node-c"), 0);
+    assert_int_equal(store_node_delete(st, "node-c"), STORE_NOTFOUND);
+    assert_int_equal(store_node_get(st, "node-c", &got), STORE_NOTFOUND);
 
     struct store_sbx s, g;
     fill_sbx(&s, "sb1", "A", "base", "running", NULL);

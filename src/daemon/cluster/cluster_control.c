@@ -82,7 +82,7 @@ static bool better(const struct cluster_pick *have, long long fm, long long fv)
 static void consider(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
 {
     struct pick_scan *p = arg;
-    if (!live)
+    if (!live || n->draining) /* a draining node takes no new sandbox */
         return;
     for (const struct cluster_resv *r = p->sp->cluster ? p->sp->cluster->resv : NULL; r; r = r->next)
         if (strcmp(r->node, n->id) == 0) {
@@ -142,8 +142,8 @@ int cluster_place(struct spaced *sp, struct http_req *req, unsigned vcpus, unsig
         return -1;
     }
     if (!p.found) {
-        cluster_reply_fail(req, fwd, 503, "no_node", "no node daemon has reported in the last %d s",
-                   CLUSTER_DEAD_MS / 1000);
+        cluster_reply_fail(req, fwd, 503, "no_node", "no node takes new sandboxes: none reported in the "
+                           "last %d s, or every live one is draining", CLUSTER_DEAD_MS / 1000);
         return -1;
     }
     if (rc == 1) {
@@ -339,41 +339,6 @@ void cluster_node_states_free(struct cluster_node_states *st)
 {
     free(st->nodes);
     memset(st, 0, sizeof *st);
-}
-
-/* ---- GET /v1/nodes -------------------------------------------------------------------- */
-
-static void node_json(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
-{
-    char hb[32];
-    json_array_append_new(arg, json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:s}", "id", n->id,
-                                         "url", n->url, "live", live, "capacity", "vcpus",
-                                         (json_int_t)n->vcpus, "memory_mib", (json_int_t)n->memory_mib,
-                                         "used", "vcpus", (json_int_t)vcpus, "memory_mib",
-                                         (json_int_t)memory_mib, "heartbeat_at",
-                                         spaced_fmt_time(n->heartbeat_ms, hb)));
-}
-
-static void h_nodes(struct http_req *req, void *arg)
-{
-    struct spaced *sp = arg;
-    struct auth_principal who;
-    if (!auth_require_admin(sp, req, &who))
-        return;
-    json_t *list = json_array();
-    if (!list || cluster_nodes_usage(sp, node_json, list) != 0) {
-        json_decref(list);
-        http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
-        return;
-    }
-    json_t *body = json_pack("{s:o}", "nodes", list);
-    http_reply_json(req, 200, body);
-    json_decref(body);
-}
-
-int cluster_nodes_register(struct spaced *sp)
-{
-    return router_add(sp->router, "GET", "/v1/nodes", h_nodes, sp);
 }
 
 int cluster_control_start(struct spaced *sp)

@@ -68,6 +68,8 @@ static const char *const store_migrations[] = {
     /* 5: operations submitted within one millisecond keep their order across a restart
      * (a target's stop and delete must not swap): seq breaks created_ms ties. */
     "ALTER TABLE operations ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;",
+    /* 6: an operator drains a node (no new sandbox is placed on it). */
+    "ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define SQL_CAP 2048
@@ -515,6 +517,22 @@ int store_node_put(struct store *st, const struct store_node *n) { return rec_pu
 int store_node_get(struct store *st, const char *id, struct store_node *out)
 {
     return rec_get(st, &store_tbl_nodes, "WHERE id=?", id, out);
+}
+
+int store_node_set_draining(struct store *st, const char *id, bool draining)
+{
+    struct store_arg a[] = {STORE_ARG_I(draining ? 1 : 0), STORE_ARG_S(id)};
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "UPDATE nodes SET draining=? WHERE id=?", a, 2, NULL, NULL, &changed);
+    return rc == 0 && changed == 0 ? STORE_NOTFOUND : rc;
+}
+
+int store_node_delete(struct store *st, const char *id)
+{
+    struct store_arg a = STORE_ARG_S(id);
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "DELETE FROM nodes WHERE id=?", &a, 1, NULL, NULL, &changed);
+    return rc == 0 && changed == 0 ? STORE_NOTFOUND : rc;
 }
 
 int store_node_each(struct store *st, int (*fn)(const struct store_node *, void *), void *arg)

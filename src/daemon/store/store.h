@@ -272,10 +272,16 @@ struct store_node {
     unsigned memory_mib;
     int64_t heartbeat_ms;  /* last report; a node silent for long is not placed on */
     int64_t started_ms;    /* when this node daemon started */
+    bool draining;         /* set by an operator: placement skips it (its heartbeat
+                              never changes this) */
 };
 
 int store_node_put(struct store *st, const struct store_node *n); /* insert or replace */
 int store_node_get(struct store *st, const char *id, struct store_node *out);
+/* Marks a node draining or not; STORE_NOTFOUND for an unknown id. */
+int store_node_set_draining(struct store *st, const char *id, bool draining);
+/* Removes a node's row; STORE_NOTFOUND for an unknown id. */
+int store_node_delete(struct store *st, const char *id);
 /* Every node, in id order. */
 int store_node_each(struct store *st, int (*fn)(const struct store_node *, void *), void *arg);
 
