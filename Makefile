@@ -173,6 +173,7 @@ test: deps
 	$(MAKE) fuzz
 	$(PYTHON) deploy/check-manifests.py
 	$(PYTHON) scripts/check-includes.py
+	$(PYTHON) scripts/check-statics.py
 	$(MAKE) TEMPLATES="base python" e2e
 
 run: deps

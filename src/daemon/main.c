@@ -295,7 +295,7 @@ int main(int argc, char **argv)
     if (make_dirs(sp.opt.data_dir) < 0)
         return 1;
     /* Absolute paths: they end up in QEMU command lines and vm.json for adoption. */
-    static char data_abs[PATH_MAX], guest_abs[PATH_MAX];
+    char data_abs[PATH_MAX], guest_abs[PATH_MAX]; /* main's: live until it returns */
     if (!realpath(sp.opt.data_dir, data_abs)) {
         fprintf(stderr, "spaced: %s: %s\n", sp.opt.data_dir, strerror(errno));
         return 1;
@@ -349,7 +349,10 @@ int main(int argc, char **argv)
      * 8): the sandbox table learns from cluster/ which rows are this node's, net/ asks the
      * table which sandboxes are alive, template/ asks it what their disks stand on. */
     sbx_set_owner(&sp, cluster_owns_sbx, cluster_node_id(&sp));
-    net_set_known(sbx_known, &sp);
+    if (!(sp.net = net_spaced_new(sbx_known, &sp))) {
+        fprintf(stderr, "spaced: out of memory\n");
+        return 1;
+    }
     tpl_set_users(&sp, sbx_template_users);
     if (cluster_runs_sandboxes(&sp) && sbx_table_load(&sp) != 0) {
         fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
@@ -416,6 +419,8 @@ int main(int argc, char **argv)
     /* vm.c frees detached VMs from the loop: give it that one last turn. */
     event_base_loop(sp.base, EVLOOP_NONBLOCK);
     router_free(sp.router); /* route modules free their contexts (router.h) */
+    net_spaced_free(sp.net);   /* after every module that claims or releases namespaces */
+    vm_jailer_free(sp.jailer); /* after every VM: a freed VM gives its uid back */
     auth_free(sp.auth);
     metrics_free(sp.metrics);
     cluster_free(&sp);

@@ -3,7 +3,10 @@
  * One `struct spaced` exists per process. main.c builds it (options, store, auth, ops
  * engine, sandbox table, templates, HTTP server, router), calls every module's route
  * registration, runs the libevent loop and tears everything down in reverse order.
- * Every module receives it as its first argument; nothing in it is global.
+ * Every module receives it as its first argument, and every piece of daemon state hangs
+ * off it (route contexts through router_on_shutdown): no module keeps state in a static.
+ * What statics remain are constants, facts of the host probed once (the accelerator, the
+ * TSC frequency: vm_start.c) and log-once flags; `scripts/check-statics.sh` lists them.
  *
  * Threading: the whole control plane runs on `base`, one thread. Store calls are
  * synchronous (SQLite in WAL mode; each call is a few hundred microseconds) and are made
@@ -50,6 +53,8 @@ struct metrics;
 struct sbx_pools;
 struct cluster;
 struct e2b;
+struct vm_jailer;
+struct net_spaced;
 
 /* Command-line options and the environment variables spaced reads (main.c fills them
  * once at start; strings point into argv, environ or literals). No module calls getenv:
@@ -118,6 +123,10 @@ struct spaced {
     struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
     struct router *router;     /* HTTP routes (http/router.h) */
     struct cluster *cluster;   /* multi-node role state (cluster/cluster.h), NULL for all */
+    struct net_spaced *net;    /* sandbox networking and the gateway (net/net.h), set up
+                                  on first use */
+    struct vm_jailer *jailer;  /* the jail every QEMU starts under (jail/jail.h, vm.h);
+                                  NULL when the role starts no VMs */
     struct e2b *e2b;           /* E2B API and sandbox-port pipes (e2b/e2b.h), NULL when the
                                   role runs no sandboxes */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */

@@ -350,6 +350,35 @@ def test_vm_network_survives_a_gateway_crash(net_spaced, vm_sbx):
     assert code == 0 and "203.0.113.10" in out, out
 
 
+def test_vm_tenant_credential_survives_a_gateway_crash(lab, net_spaced, vm_sbx):
+    """The gateway keeps nothing across a restart: spaced sends the tenants' rules again
+    (net_on_gateway_up) before the sandboxes, so a tenant credential still applies."""
+    r = net_spaced.request("PUT", "/v1/sandboxes/%s/network" % vm_sbx,
+                           {"mode": "allowlist", "allow": ALLOW["allow"] + ["api.test"]})
+    assert r.status == 200, r
+    pidfile = os.path.join(net_spaced.data_dir, "gateway", "gateway.pid")
+    try:
+        r = net_spaced.request("PUT", "/v1/credentials",
+                               [{"host": "api.test", "header": "Authorization", "secret": "Bearer " + netlab.TOKEN}])
+        assert r.status == 200, r
+        old = open(pidfile).read().strip()
+        os.kill(int(old), 9)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if open(pidfile).read().strip() != old:  # restarted; attached once DNS answers
+                code, out = sh_in(net_spaced, vm_sbx, "nslookup allowed.test")
+                if code == 0 and "203.0.113.10" in out:
+                    break
+            time.sleep(0.3)
+        mark = lab.mark()
+        code, out = sh_in(net_spaced, vm_sbx, "wget -q -O - https://api.test/v1/after-crash")
+        assert code == 0 and '"authorized": true' in out, out
+        ev = [e for e in lab.since(mark) if e["kind"] == "api"]
+        assert ev and ev[0]["authorized"], ev
+    finally:
+        assert net_spaced.request("DELETE", "/v1/credentials").status == 204
+
+
 def test_vm_policy_none_has_no_nic(net_spaced):
     sid = create(net_spaced, {"mode": "none"})
     try:

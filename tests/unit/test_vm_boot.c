@@ -277,7 +277,7 @@ static void test_adopt(void **state)
     vm_detach(vm);
     assert_int_equal(kill(pid, 0), 0); /* still running */
     vmh_obs_init(&o);
-    vm = vm_adopt(vmh_base, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg));
+    vm = vm_adopt(vmh_base, NULL, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg));
     if (!vm)
         fail_msg("adopt: %s", msg);
     wait_ready_hello(&o);
@@ -288,7 +288,7 @@ static void test_adopt(void **state)
     vmh_run_until(vmh_base, &o.exited, 30000);
     assert_int_equal(o.reason, VM_EXIT_CRASHED);
     waitpid(pid, NULL, 0); /* our child in this test process: reap it */
-    assert_null(vm_adopt(vmh_base, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg)));
+    assert_null(vm_adopt(vmh_base, NULL, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg)));
 }
 
 /* Bad input fails cleanly with the right code and leaves nothing running. */
@@ -461,12 +461,13 @@ static void test_jail_isolation(void **state)
     snprintf(shim, sizeof(shim), "%s/../space-qemu-shim.so", exe);
     struct vm_jail_policy pol = { .required = 1, .uid_base = 2100000100, .uid_count = 64,
                                   .shim = shim };
-    assert_int_equal(vm_jail_policy_set(&pol, err, sizeof(err)), 0);
+    struct vm_jailer *jl = vm_jailer_new(&pol, err, sizeof(err));
+    assert_non_null(jl);
     struct vmh_box a, b;
     struct vmh_obs oa, ob;
     box_init(&a, "jaila", NULL);
     box_init(&b, "jailb", NULL);
-    struct vm_jail j = { .enabled = 1, .uid = VM_JAIL_UID_AUTO,
+    struct vm_jail j = { .enabled = 1, .jailer = jl, .uid = VM_JAIL_UID_AUTO,
                          .cgroup_parent = "space-test", .cpu_percent = 100, .pids_max = 64 };
     a.cfg.jail = j;
     b.cfg.jail = j;
@@ -517,6 +518,7 @@ static void test_jail_isolation(void **state)
     int verr;
     char msg[512];
     box_init(&u, "jailu", NULL);
+    u.cfg.jail.jailer = jl;
     vmh_obs_init(&oa);
     assert_null(vm_boot(vmh_base, &u.cfg, &vmh_cbs, &oa, &verr, msg, sizeof(msg)));
     assert_int_equal(verr, VM_E_JAIL);
@@ -536,15 +538,16 @@ static void test_jail_isolation(void **state)
 
     /* without the shim a jailed clone does not start (no writable fallback) */
     pol.shim = "/nonexistent/space-qemu-shim.so";
-    assert_int_equal(vm_jail_policy_set(&pol, err, sizeof(err)), 0);
+    struct vm_jailer *noshim = vm_jailer_new(&pol, err, sizeof(err));
+    assert_non_null(noshim);
+    c.cfg.jail.jailer = noshim;
     vmh_obs_init(&oa);
     assert_null(vm_restore(vmh_base, &c.cfg, tmpl_snap, 0, &vmh_cbs, &oa, &verr, msg, sizeof(msg)));
     assert_int_equal(verr, VM_E_JAIL);
     assert_non_null(strstr(msg, "/nonexistent/space-qemu-shim.so"));
     fprintf(stderr, "no shim: %s\n", msg);
-
-    struct vm_jail_policy none = { 0 };
-    assert_int_equal(vm_jail_policy_set(&none, err, sizeof(err)), 0);
+    vm_jailer_free(noshim);
+    vm_jailer_free(jl);
 }
 
 /* Warm pool: fills with paused clones, a claim resumes one and the agent greets; the pool
@@ -672,22 +675,12 @@ static void test_adopt_after_sigkill(void **state)
     close(pfd[0]);
     close(pfd[1]);
     vmh_obs_init(&o);
-    struct vm *vm = vm_adopt(vmh_base, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg));
+    struct vm *vm = vm_adopt(vmh_base, NULL, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg));
     if (!vm)
         fail_msg("adopt after SIGKILL: %s", msg);
     wait_ready_hello(&o);
     kill_and_wait(vm, &o); /* killing an adopted VM works through its pidfd */
     assert_int_equal(o.reason, VM_EXIT_KILLED);
-}
-
-/* After test_jail_isolation, also when it failed half way: the VMs of the tests after
- * it run unjailed, which the policy it set would refuse. */
-static int jail_policy_reset(void **state)
-{
-    (void)state;
-    struct vm_jail_policy none = { 0 };
-    char err[256];
-    return vm_jail_policy_set(&none, err, sizeof(err));
 }
 
 int main(void)
@@ -700,7 +693,7 @@ int main(void)
         cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_adopt_after_sigkill),
         cmocka_unit_test(test_bad_input),
-        cmocka_unit_test_teardown(test_jail_isolation, jail_policy_reset),
+        cmocka_unit_test(test_jail_isolation),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_shutdown),
     };

@@ -65,19 +65,21 @@ static const char probe[] =
     "sys.stdout.flush()\n";
 
 static char dir[64];
+static struct vm_jailer *jailer;
 
 static int setup(void **state)
 {
     char err[200];
     struct vm_jail_policy p = { .required = 1, .uid_base = UID_BASE, .uid_count = UID_COUNT };
     snprintf(dir, sizeof dir, "/tmp/vmjail-XXXXXX");
-    if (!mkdtemp(dir) || vm_jail_policy_set(&p, err, sizeof err) < 0)
+    if (!mkdtemp(dir) || !(jailer = vm_jailer_new(&p, err, sizeof err)))
         return -1;
     return 0;
 }
 
 static int teardown(void **state)
 {
+    vm_jailer_free(jailer);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -108,6 +110,7 @@ static uid_t take_uid(struct vm *vm)
     char msg[200];
     memset(vm, 0, sizeof *vm);
     vm->cfg.jail.enabled = 1;
+    vm->cfg.jail.jailer = jailer;
     vm->cfg.jail.uid = VM_JAIL_UID_AUTO;
     if (vm_jail_uid_acquire(vm, msg, sizeof msg) < 0)
         fail_msg("uid: %s", msg);
@@ -268,6 +271,7 @@ static void test_uids_distinct(void **state)
     struct vm extra;
     memset(&extra, 0, sizeof extra);
     extra.cfg.jail.enabled = 1;
+    extra.cfg.jail.jailer = jailer;
     extra.cfg.jail.uid = VM_JAIL_UID_AUTO;
     assert_int_equal(vm_jail_uid_acquire(&extra, msg, sizeof msg), -1);
     assert_non_null(strstr(msg, "in use"));
@@ -302,20 +306,36 @@ static void test_jail_failure_is_an_error(void **state)
     vm_jail_release(&a);
 }
 
-/* Ranges that would include root or wrap are refused. */
+/* Ranges that would include root or wrap are refused; two jailers keep separate books. */
 static void test_policy_ranges(void **state)
 {
     char err[200];
     struct vm_jail_policy p = { .uid_base = 0, .uid_count = 10 };
-    assert_int_equal(vm_jail_policy_set(&p, err, sizeof err), -1);
+    assert_null(vm_jailer_new(&p, err, sizeof err));
     p.uid_base = 4294967000u;
     p.uid_count = 1000;
-    assert_int_equal(vm_jail_policy_set(&p, err, sizeof err), -1);
+    assert_null(vm_jailer_new(&p, err, sizeof err));
     p.uid_base = 1000;
     p.uid_count = VM_JAIL_UIDS_MAX + 1;
-    assert_int_equal(vm_jail_policy_set(&p, err, sizeof err), -1);
+    assert_null(vm_jailer_new(&p, err, sizeof err));
     p = (struct vm_jail_policy){ .required = 1, .uid_base = UID_BASE, .uid_count = UID_COUNT };
-    assert_int_equal(vm_jail_policy_set(&p, err, sizeof err), 0);
+    struct vm_jailer *other = vm_jailer_new(&p, err, sizeof err);
+    assert_non_null(other);
+    assert_int_equal(vm_jailer_policy(other)->required, 1);
+    assert_int_equal(vm_jailer_policy(NULL)->required, 0); /* no jailer: no policy */
+    static struct vm all[UID_COUNT]; /* every uid of the range, held in `jailer` */
+    for (unsigned i = 0; i < UID_COUNT; i++)
+        take_uid(&all[i]);
+    struct vm b;
+    memset(&b, 0, sizeof b);
+    b.cfg.jail = (struct vm_jail){ .enabled = 1, .jailer = other, .uid = VM_JAIL_UID_AUTO };
+    char msg[200];
+    assert_int_equal(vm_jail_uid_acquire(&b, msg, sizeof msg), 0); /* its own books */
+    assert_int_equal(b.cfg.jail.uid, UID_BASE);
+    vm_jail_release(&b);
+    for (unsigned i = 0; i < UID_COUNT; i++)
+        vm_jail_release(&all[i]);
+    vm_jailer_free(other);
 }
 
 int main(void)

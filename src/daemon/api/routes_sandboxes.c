@@ -10,6 +10,7 @@
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
 #include "http_parse.h"
+#include "log.h"
 #include "routes.h"
 
 #define LIST_LIMIT_DEFAULT 100
@@ -312,19 +313,24 @@ static void h_timeout(struct http_req *req, void *arg)
 
 void routes_sandboxes_register(struct router *r, struct spaced *sp)
 {
-    static struct verb_ctx verbs[] = {
-        {NULL, OP_START}, {NULL, OP_STOP},    {NULL, OP_PAUSE}, {NULL, OP_RESUME},
-        {NULL, OP_SUSPEND}, {NULL, OP_RESTORE}, {NULL, OP_WAKE},
-    };
+    static const enum op_kind kinds[] = {OP_START,   OP_STOP,    OP_PAUSE, OP_RESUME,
+                                         OP_SUSPEND, OP_RESTORE, OP_WAKE};
+    enum { NVERBS = sizeof kinds / sizeof *kinds };
     router_add(r, "POST", "/v1/sandboxes", h_create, sp);
     router_add(r, "GET", "/v1/sandboxes", h_list, sp);
     router_add(r, "GET", "/v1/sandboxes/{id}", h_get, sp);
     router_add(r, "DELETE", "/v1/sandboxes/{id}", h_delete, sp);
     router_add(r, "POST", "/v1/sandboxes/{id}/timeout", h_timeout, sp);
-    for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
+    struct verb_ctx *verbs = calloc(NVERBS, sizeof *verbs);
+    if (!verbs || router_on_shutdown(r, free, verbs) < 0) {
+        free(verbs);
+        log_error("routes.register", "msg=\"out of memory: no lifecycle verbs\"");
+        return;
+    }
+    for (size_t i = 0; i < NVERBS; i++) {
         char path[64];
-        verbs[i].sp = sp;
-        snprintf(path, sizeof path, "/v1/sandboxes/{id}/%s", op_kind_name(verbs[i].kind));
+        verbs[i] = (struct verb_ctx){sp, kinds[i]};
+        snprintf(path, sizeof path, "/v1/sandboxes/{id}/%s", op_kind_name(kinds[i]));
         router_add(r, "POST", path, h_verb, &verbs[i]);
     }
 }

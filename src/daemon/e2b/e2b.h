@@ -17,7 +17,7 @@
  * included); point SPACE_E2B_DOMAIN at it.
  *
  * State: one `struct e2b` per spaced, sp->e2b (NULL when not registered: a role that
- * runs no sandboxes).
+ * runs no sandboxes), allocated by e2b_register and freed by the router's shutdown.
  *
  * Through a control daemon (--role=control) the control forwards E2B calls to nodes
  * (cluster_e2b.c): it serves the listings itself, places creates, and forwards
@@ -35,9 +35,9 @@ struct spaced;
 #define E2B_ENVD_PORT 49983 /* envd's port in a sandbox: Host "49983-<id>.<domain>" */
 
 /* Registers the control-plane routes and the envd hook on `r` and sets sp->e2b. Called
- * once by main.c after the core modules are up; the E2B state lives until the process
- * exits (static storage: at shutdown the sandboxes' agent connections, which its
- * processes and pipes hold channels of, are already gone, so it is not freed). */
+ * once by main.c after the core modules are up; the state is freed with the router at
+ * shutdown (after the HTTP server and the sandbox table: by then no request or agent
+ * channel refers to it). */
 void e2b_register(struct router *r, struct spaced *sp);
 
 /* ---- for the control role (src/daemon/cluster), which runs no sandboxes and forwards

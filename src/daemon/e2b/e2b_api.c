@@ -321,15 +321,10 @@ static int64_t body_timeout(struct http_req *req, json_t *body, const char *fiel
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-struct body_ctx {
-    struct e2b *e;
-    void (*fn)(struct e2b *e, struct http_req *req, struct auth_principal *who, json_t *body,
-               const char *raw, size_t len);
-};
 
 static void with_body(struct http_req *req, const char *data, size_t len, void *arg)
 {
-    const struct body_ctx *bc = arg;
+    const struct e2b_body_route *bc = arg;
     struct auth_principal who;
     if (!api_auth(bc->e, req, &who))
         return;
@@ -503,9 +498,6 @@ static void resume_route(struct e2b *e, struct http_req *req, struct auth_princi
 {
     wake(e, req, who, body, true);
 }
-
-/* Route table entries that take a JSON body. */
-static struct body_ctx ctx_create, ctx_timeout, ctx_refresh, ctx_pause, ctx_connect, ctx_resume;
 
 static void h_body(struct http_req *req, void *arg)
 {
@@ -785,6 +777,13 @@ static void h_list_v1(struct http_req *req, void *arg)
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
+static void box_free(struct e2b_box *b)
+{
+    e2b_box_procs_free(b);
+    e2b_box_watchers_free(b);
+    free(b);
+}
+
 /* Frees a sandbox's envd state when the sandbox goes away. */
 static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum sbx_state now,
                      void *arg)
@@ -798,40 +797,66 @@ static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum 
         struct e2b_box *b = *pp;
         if (strcmp(b->id, sbx_id(s)) == 0) {
             *pp = b->next;
-            e2b_box_procs_free(b);
-            e2b_box_watchers_free(b);
-            free(b);
+            box_free(b);
             return;
         }
     }
 }
 
-/* The one E2B state of the process (see e2b.h: not freed at shutdown). */
-static struct e2b *e2b_instance(struct spaced *sp)
+/* router_on_shutdown: after the HTTP server (its requests' on_close ran, so no call or
+ * subscriber is left) and the sandbox table (the agents' channels are closed). */
+static void e2b_free(void *arg)
 {
-    static struct e2b e;
-    e.sp = sp;
-    snprintf(e.domain, sizeof e.domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
-    return &e;
+    struct e2b *e = arg;
+    e2b_pipes_free(e);
+    while (e->boxes) {
+        struct e2b_box *b = e->boxes;
+        e->boxes = b->next;
+        box_free(b);
+    }
+    if (e->sp->e2b == e)
+        e->sp->e2b = NULL;
+    free(e);
 }
 
-void e2b_register_listings(struct router *r, struct spaced *sp)
+/* A new E2B state, freed with the router (NULL, logged, when out of memory). */
+static struct e2b *e2b_new(struct router *r, struct spaced *sp)
 {
-    struct e2b *e = e2b_instance(sp);
+    struct e2b *e = calloc(1, sizeof *e);
+    if (!e || router_on_shutdown(r, e2b_free, e) < 0) {
+        free(e);
+        log_error("e2b.register", "msg=\"out of memory: no E2B routes\"");
+        return NULL;
+    }
+    e->sp = sp;
+    snprintf(e->domain, sizeof e->domain, "%s", sp->opt.e2b_domain ? sp->opt.e2b_domain : "");
+    return e;
+}
+
+static void add_listings(struct router *r, struct e2b *e)
+{
     router_add(r, "GET", "/v2/sandboxes", h_list_v2, e);
     router_add(r, "GET", "/sandboxes", h_list_v1, e);
 }
 
+void e2b_register_listings(struct router *r, struct spaced *sp)
+{
+    struct e2b *e = e2b_new(r, sp); /* the listings' only: sp->e2b stays NULL */
+    if (e)
+        add_listings(r, e);
+}
+
 void e2b_register(struct router *r, struct spaced *sp)
 {
-    struct e2b *e = e2b_instance(sp);
-    sp->e2b = e;
-    ctx_create = (struct body_ctx){e, create};
-    ctx_timeout = (struct body_ctx){e, timeout_route};
-    ctx_refresh = (struct body_ctx){e, refresh_route};
-    ctx_pause = (struct body_ctx){e, pause_route};
-    ctx_connect = (struct body_ctx){e, connect_route};
-    ctx_resume = (struct body_ctx){e, resume_route};
+    struct e2b *e = sp->e2b = e2b_new(r, sp);
+    if (!e)
+        return;
+    e->create = (struct e2b_body_route){e, create};
+    e->timeout = (struct e2b_body_route){e, timeout_route};
+    e->refresh = (struct e2b_body_route){e, refresh_route};
+    e->pause = (struct e2b_body_route){e, pause_route};
+    e->connect = (struct e2b_body_route){e, connect_route};
+    e->resume = (struct e2b_body_route){e, resume_route};
     e->pipes.idle_s = sp->opt.proxy_idle_s;
     const char *listen = sp->opt.e2b_port_listen;
     char err[200], q[256];
@@ -839,17 +864,17 @@ void e2b_register(struct router *r, struct spaced *sp)
     if (listen && e2b_port_listen(e, listen, err, sizeof err) < 0)
         log_error("e2b.port_listen", "error=%s", log_quote(err, q, sizeof q));
     router_add_hook(r, e2b_envd_hook, e);
-    router_add(r, "POST", "/sandboxes", h_body, &ctx_create);
-    router_add(r, "POST", "/v2/sandboxes", h_body, &ctx_create);
-    e2b_register_listings(r, sp);
+    router_add(r, "POST", "/sandboxes", h_body, &e->create);
+    router_add(r, "POST", "/v2/sandboxes", h_body, &e->create);
+    add_listings(r, e);
     router_add(r, "GET", "/sandboxes/{id}", h_get, e);
     router_add(r, "DELETE", "/sandboxes/{id}", h_kill, e);
     router_add(r, "GET", "/sandboxes/{id}/metrics", h_metrics, e);
-    router_add(r, "POST", "/sandboxes/{id}/timeout", h_body, &ctx_timeout);
-    router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &ctx_refresh);
-    router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &ctx_pause);
-    router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &ctx_resume);
-    router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &ctx_connect);
-    router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &ctx_connect);
+    router_add(r, "POST", "/sandboxes/{id}/timeout", h_body, &e->timeout);
+    router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &e->refresh);
+    router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &e->pause);
+    router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &e->resume);
+    router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &e->connect);
+    router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &e->connect);
     sbx_listen(sp, on_state, e);
 }

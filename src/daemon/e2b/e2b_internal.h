@@ -44,7 +44,17 @@ struct e2b_pipes {
     unsigned idle_s;         /* --proxy-idle-timeout; 0 = none */
 };
 
-/* The E2B module's state: one per spaced, reached as sp->e2b (e2b_register). */
+struct auth_principal;
+
+/* A route that takes a JSON body: which state and which function (e2b_api.c). */
+struct e2b_body_route {
+    struct e2b *e;
+    void (*fn)(struct e2b *e, struct http_req *req, struct auth_principal *who, json_t *body,
+               const char *raw, size_t len);
+};
+
+/* The E2B module's state: one per spaced, reached as sp->e2b (e2b_register), freed at
+ * shutdown by the router (e2b_free). */
 struct e2b {
     struct spaced *sp;
     char domain[256];        /* returned as `domain` in Sandbox objects; "" -> null */
@@ -52,6 +62,7 @@ struct e2b {
     struct evconnlistener *listener; /* its listener (owned; lives as long as spaced) */
     struct e2b_box *boxes;   /* envd state per sandbox (list) */
     struct e2b_pipes pipes;  /* sandbox-port pipes (e2b_portlisten.c) */
+    struct e2b_body_route create, timeout, refresh, pause, connect, resume;
 };
 
 struct e2b_box {
@@ -172,6 +183,8 @@ void e2b_metrics(struct http_req *req, struct sbx *s);
 /* ---- e2b_portlisten.c: the raw sandbox-port listener (getHost with WebSocket) */
 /* Listens on addr ("127.0.0.1:7071") on the spaced loop; 0, or -1 with err. */
 int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
+/* Closes the listener and every pipe still open (shutdown). */
+void e2b_pipes_free(struct e2b *e);
 /* The byte pipe between a client connection and a guest `tcp` channel, for a
  * connection upgraded on spaced's own port (e2b_portproxy.c): takes ownership of `bev`
  * (enabled, its output may hold the 101 head and the guest's first bytes) and of

@@ -679,3 +679,14 @@ int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen)
     snprintf(e->port_listen, sizeof e->port_listen, "%s", addr);
     return 0;
 }
+
+void e2b_pipes_free(struct e2b *e)
+{
+    if (e->listener)
+        evconnlistener_free(e->listener);
+    e->listener = NULL;
+    while (e->pipes.all)
+        pl_free(e->pipes.all); /* their guest channels already closed with the agents */
+    rl_free(e->pipes.rl);
+    e->pipes.rl = NULL;
+}

@@ -101,7 +101,10 @@ int jail_resolve(struct spaced *sp, bool starts_vms)
         pol.required = 0;
         if (pol.shim && access(pol.shim, R_OK) != 0)
             pol.shim = NULL;
-        vm_jail_policy_set(&pol, err, sizeof err);
+        if (!(sp->jailer = vm_jailer_new(&pol, err, sizeof err))) {
+            fprintf(stderr, "spaced: %s\n", err);
+            return -1;
+        }
         log_warn("jail", "state=off why=--no-jail msg=\"DEVELOPMENT ONLY: every QEMU runs "
                  "unjailed as spaced's user (root), in the host's namespaces, with no cgroup "
                  "limit; a guest that escapes QEMU owns the host\"");
@@ -129,7 +132,7 @@ int jail_resolve(struct spaced *sp, bool starts_vms)
                 "to spaced; SPACE_QEMU_SHIM names another place)\n", pol.shim ? pol.shim : "");
         return -1;
     }
-    if (vm_jail_policy_set(&pol, err, sizeof err) < 0) {
+    if (!(sp->jailer = vm_jailer_new(&pol, err, sizeof err))) {
         fprintf(stderr, "spaced: %s\n", err);
         return -1;
     }
@@ -142,9 +145,10 @@ int jail_resolve(struct spaced *sp, bool starts_vms)
 
 void jail_fill(const struct spaced *sp, struct vm_config *cfg)
 {
+    memset(&cfg->jail, 0, sizeof cfg->jail);
+    cfg->jail.jailer = sp->jailer; /* with --no-jail too: its policy allows unjailed VMs */
     if (!sp->opt.jail)
         return;
-    memset(&cfg->jail, 0, sizeof cfg->jail);
     cfg->jail.enabled = 1;
     cfg->jail.uid = VM_JAIL_UID_AUTO;
     cfg->jail.cgroup_parent = JAIL_CGROUP;

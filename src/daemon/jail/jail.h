@@ -29,14 +29,15 @@
 struct spaced;
 struct vm_config;
 
-/* Settles sp->opt.jail, installs the VM jail policy and logs the outcome. starts_vms:
+/* Settles sp->opt.jail, makes sp->jailer (the policy and uid allocator every VM of this
+ * process starts under; vm.h struct vm_jailer) and logs the outcome. starts_vms:
  * whether this process's role starts VMs at all (main.c asks cluster/; false turns the
  * jail off, there is nothing to jail). Returns -1 with a message on stderr when the jail
  * is wanted and cannot work. */
 int jail_resolve(struct spaced *sp, bool starts_vms);
 
-/* Fills cfg->jail for a VM from cfg->vcpus (set those first): a uid of its own from the
- * range; no-op with --no-jail. */
+/* Fills cfg->jail for a VM from cfg->vcpus (set those first): sp->jailer, and a uid of
+ * its own from the range; with --no-jail only the jailer (which then allows it). */
 void jail_fill(const struct spaced *sp, struct vm_config *cfg);
 
 #endif

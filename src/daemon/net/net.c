@@ -39,6 +39,8 @@ struct net {
     struct event *refill;   /* fills the pool one namespace per loop turn */
     struct net_rec *recs;   /* owned list */
     struct net_gw *gw;      /* NULL when not supervising a gateway */
+    void (*gateway_up)(void *arg); /* net_on_gateway_up: runs before each resync */
+    void *gateway_up_arg;
 };
 
 static bool id_ok(const char *id)
@@ -271,8 +273,16 @@ static void gw_attach(struct net *n, const struct net_rec *r)
     json_decref(rep);
 }
 
+void net_on_gateway_up(struct net *n, void (*fn)(void *arg), void *arg)
+{
+    n->gateway_up = fn;
+    n->gateway_up_arg = arg;
+}
+
 void net_gateway_resync(struct net *n)
 {
+    if (n->gateway_up)
+        n->gateway_up(n->gateway_up_arg); /* the tenants' rules before the sandboxes */
     unsigned count = 0;
     for (struct net_rec *r = n->recs; r; r = r->next) {
         char path[NS_PATH_MAX];

@@ -31,7 +31,7 @@
  * and talk to the gateway synchronously over a local socket, a few ms at most).
  *
  * Layering: below sandbox/ and template/, which claim and release namespaces by id; net/
- * knows neither (which ids are alive is registered: net_set_known). Prefix net_. */
+ * knows neither (which ids are alive is passed in: net_spaced_new). Prefix net_. */
 #ifndef SPACE_NET_H
 #define SPACE_NET_H
 
@@ -84,6 +84,10 @@ struct net *net_new(struct event_base *base, const struct net_opts *o, char *err
 /* Frees the module. Namespaces, records and the gateway stay: a later spaced adopts
  * them. Pool namespaces (not yet claimed) are dropped. NULL is accepted. */
 void net_free(struct net *n);
+
+/* fn(arg) runs each time a (re)started gateway answers, before the sandboxes' records
+ * are sent to it again (spaced: the tenants' credential rules, net_tenants_resend). */
+void net_on_gateway_up(struct net *n, void (*fn)(void *arg), void *arg);
 
 /* At process exit: stops the supervised gateway if no sandbox has a NIC (nothing
  * needs it until the next spaced, which starts a new one); otherwise leaves it for the
@@ -157,20 +161,21 @@ void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), voi
 /* True while a gateway answers on the control socket (health, tests). */
 bool net_gateway_up(struct net *n);
 
-/* The process's network module for spaced, created on first use from sp->opt
- * (data_dir; the gateway binary next to spaced's own or sp->opt.gateway from
- * $SPACE_GATEWAY, started if present, with the extra arguments in sp->opt.gateway_args
- * from $SPACE_GATEWAY_ARGS, space-separated; main.c reads both); records
- * of sandboxes net_set_known's callback does not know are swept then, so call it after
- * the sandbox table is loaded (routes_network_register does). Lives until
- * exit: spaced has no slot for it and no shutdown hook for route modules; an exit
- * handler calls net_exit. NULL (logged) if it cannot be set up, e.g. without root. */
+/* spaced's network module (sp->net, made by main.c with net_spaced_new; freed with
+ * net_spaced_free after every module that claims namespaces is gone). The struct net
+ * inside is created on first use, net_get, from sp->opt (data_dir; the gateway binary
+ * next to spaced's own or sp->opt.gateway from $SPACE_GATEWAY, started if present, with
+ * the extra arguments in sp->opt.gateway_args from $SPACE_GATEWAY_ARGS, space-separated);
+ * records of sandboxes `known` does not know are swept then, so the first net_get comes
+ * after the sandbox table is loaded (routes_network_register makes it). known: which
+ * sandbox ids are alive (main.c passes the sandbox table's answer: net/ knows no sandbox
+ * table, sandbox/ sits above it); NULL sweeps nothing. net_spaced_new returns NULL when
+ * out of memory. */
+struct net_spaced;
+struct net_spaced *net_spaced_new(bool (*known)(const char *sandbox, void *arg), void *arg);
+/* Stops the gateway if no sandbox has a NIC (net_exit), frees the module. NULL is fine. */
+void net_spaced_free(struct net_spaced *ns);
+/* The module, or NULL (logged once) if it cannot be set up, e.g. without root. */
 struct net *net_get(struct spaced *sp);
-
-/* Which sandbox ids are alive, for the sweep net_get makes: main.c registers the sandbox
- * table's answer (net/ knows no sandbox table: sandbox/ sits above it and includes it).
- * Call before the first net_get; until then (and in programs that never call it) no
- * record is swept. */
-void net_set_known(bool (*known)(const char *sandbox, void *arg), void *arg);
 
 #endif

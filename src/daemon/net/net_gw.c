@@ -6,8 +6,9 @@
  * adopts it (after checking that the pid still runs the same program) instead of
  * starting a second one. Death is noticed through a pidfd; restarts back off from
  * 200 ms to 10 s. Each time a gateway answers its first ping, every sandbox's attach,
- * policy and credentials are sent again (net_tenants_gateway_up for the tenants' rules,
- * then net_gateway_resync): the gateway keeps no state of its own across restarts. */
+ * policy and credentials are sent again (net_gateway_resync: first what net_on_gateway_up
+ * registered, the tenants' rules, then the sandboxes): the gateway keeps no state of its
+ * own across restarts. */
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -23,7 +24,6 @@
 #include <unistd.h>
 
 #include "daemon/net/net_internal.h"
-#include "daemon/net/net_tenant.h"
 #include "log.h"
 
 #define GW_ARGS_MAX 40 /* our 5 + the caller's extra arguments */
@@ -156,7 +156,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (ping(g)) {
         g->up = true;
         g->backoff_ms = BACKOFF_MIN_MS;
-        net_tenants_gateway_up(g->ctl); /* tenant rules before the sandboxes come back */
         net_gateway_resync(g->n);
         return;
     }
@@ -263,10 +262,8 @@ struct net_gw *net_gw_new(struct net *n, struct event_base *base, const char *bi
         net_gw_free(g);
         return NULL;
     }
-    if (adopt(g)) {
-        net_tenants_gateway_up(g->ctl);
+    if (adopt(g))
         net_gateway_resync(n);
-    }
     else
         spawn(g);
     return g;

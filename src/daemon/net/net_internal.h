@@ -80,7 +80,8 @@ void net_gw_stop(struct net_gw *g);
 
 /* ---- net.c --------------------------------------------------------------------------- */
 
-/* Attaches every record that has a namespace, with policy and credentials. */
+/* After net_on_gateway_up's function, attaches every record that has a namespace, with
+ * policy and credentials. */
 void net_gateway_resync(struct net *n);
 
 #endif

@@ -25,11 +25,7 @@ struct net_tenants {
     char dir[PATH_MAX + 16];      /* <data_dir>/net/tenants */
     char ctl[PATH_MAX + 32];      /* the gateway's control socket */
     struct tenant_rules *list;    /* owned */
-    struct net_tenants *next;     /* in `open_sets` */
 };
-
-/* Every live object, so a gateway restart noticed by net_gw.c reaches them. */
-static struct net_tenants *open_sets;
 
 /* Tenant ids name files ("admin", "tn" + hex in practice). */
 static bool id_ok(const char *id)
@@ -112,10 +108,7 @@ struct net_tenants *net_tenants_new(const char *data_dir, const char *ctl, char 
             load_one(t, e->d_name);
     }
     closedir(d);
-    t->next = open_sets;
-    open_sets = t;
-    for (struct tenant_rules *r = t->list; r; r = r->next)
-        push(t, r->id, r->creds);
+    net_tenants_resend(t);
     return t;
 }
 
@@ -123,11 +116,6 @@ void net_tenants_free(struct net_tenants *t)
 {
     if (!t)
         return;
-    for (struct net_tenants **p = &open_sets; *p; p = &(*p)->next)
-        if (*p == t) {
-            *p = t->next;
-            break;
-        }
     while (t->list) {
         struct tenant_rules *r = t->list;
         t->list = r->next;
@@ -202,10 +190,9 @@ int net_tenant_creds_delete(struct net_tenants *t, const char *tenant, struct sp
     return 0;
 }
 
-void net_tenants_gateway_up(const char *ctl)
+void net_tenants_resend(void *arg)
 {
-    for (struct net_tenants *t = open_sets; t; t = t->next)
-        if (strcmp(t->ctl, ctl) == 0)
-            for (struct tenant_rules *r = t->list; r; r = r->next)
-                push(t, r->id, r->creds);
+    struct net_tenants *t = arg;
+    for (struct tenant_rules *r = t->list; r; r = r->next)
+        push(t, r->id, r->creds);
 }

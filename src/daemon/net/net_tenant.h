@@ -5,7 +5,7 @@
  * then its tenant's, so a sandbox rule for the same host wins. They are kept in
  * <data_dir>/net/tenants/<tenant>.json (0600: the secrets are in it), written (synced)
  * before the gateway is told, and sent again each time a gateway (re)starts
- * (net_tenants_gateway_up, called by net_gw.c). Secrets live there and in the gateway's
+ * (net_tenants_resend, which spaced hooks to net_on_gateway_up). Secrets live there and in the gateway's
  * memory only: never in a VM, never in an API reply (reads give hosts and headers).
  *
  * All calls run on the event loop thread. */
@@ -34,12 +34,12 @@ json_t *net_tenant_creds_get(struct net_tenants *t, const char *tenant);
 /* Removes every rule of tenant (none is fine). 500 if the file cannot be removed. */
 int net_tenant_creds_delete(struct net_tenants *t, const char *tenant, struct spaced_err *err);
 
-/* A gateway at ctl answered for the first time since it (re)started: every tenant's
- * rules are sent to it, by every net_tenants object using that socket. */
-void net_tenants_gateway_up(const char *ctl);
+/* The gateway answered for the first time since it (re)started: every tenant's rules
+ * are sent to it again. arg: the struct net_tenants (a net_on_gateway_up function). */
+void net_tenants_resend(void *arg);
 
-/* The process's tenant rules for spaced (created with the network module, net_get;
- * same data dir and gateway socket). NULL when sandbox networking is unavailable. */
+/* spaced's tenant rules (created with the network module, net_get; same data dir and
+ * gateway socket). NULL when sandbox networking is unavailable. */
 struct net_tenants *net_tenants_get(struct spaced *sp);
 
 #endif

@@ -155,7 +155,7 @@ const struct store_sbx *sbx_record(const struct sbx *s);
 struct agentc *sbx_agent(struct sbx *s);
 
 /* Whether sandbox `id` is in the table and not deleted (any tenant); arg = sp. The
- * known() of net_set_known (main.c registers it: net/ knows no sandbox table). */
+ * `known` of net_spaced_new (main.c passes it: net/ knows no sandbox table). */
 bool sbx_known(const char *id, void *sp);
 
 /* The sandboxes' use of templates (sbx_chain.c), the tpl_users_fn main.c registers with

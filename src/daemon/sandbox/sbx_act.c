@@ -1037,7 +1037,7 @@ void sbx_recover(struct spaced *sp, struct sbx *s)
         int verr = 0;
         char msg[256] = "";
         s->recovering = true;
-        s->vm = vm_adopt(sp->base, s->rec.run_dir, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
+        s->vm = vm_adopt(sp->base, sp->jailer, s->rec.run_dir, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
         if (s->vm)
             return; /* on_ready / on_exit settle the state */
         s->recovering = false;

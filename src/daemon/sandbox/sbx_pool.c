@@ -28,6 +28,9 @@ struct sbx_shape {
     char snap_dir[SBXP_PATH_MAX]; /* the key */
     bool nic;                     /* its clones have a NIC (snapshot taken with one) */
     struct pool *pool;            /* owned */
+    /* shape_prepare's answer, read by the pool right after the call (it copies them) */
+    char id[32], run_dir[SBXP_PATH_MAX], disk[SBXP_PATH_MAX];
+    struct net_lease lease;
 };
 
 struct sbx_pools {
@@ -66,20 +69,20 @@ static void shape_net_release(struct spaced *sp, const char *id)
 
 /* pool_prepare_cb: a fresh id, its run dir, where its overlay goes, and for a shape with
  * a NIC a namespace + tap under the id (net_claim_template; net_claim_from hands it to
- * the sandbox at claim). The strings live in static buffers: the pool copies the config
- * right after the call. */
+ * the sandbox at claim). The strings live in the shape: the pool copies the config right
+ * after the call. */
 static int shape_prepare(struct vm_config *cfg, void *arg)
 {
     struct sbx_shape *sh = arg;
     struct spaced *sp = sh->ps->sp;
-    static char id[32], run_dir[SBXP_PATH_MAX], disk[SBXP_PATH_MAX];
-    static struct net_lease lease;
+    char *id = sh->id, *run_dir = sh->run_dir, *disk = sh->disk;
+    struct net_lease *lease = &sh->lease;
     char dir[SBXP_PATH_MAX], mark[SBXP_PATH_MAX + 16];
     if (spaced_random_id(id, "pool-", 16) < 0)
         return -1;
-    if (snprintf(run_dir, sizeof run_dir, "%s/run/%s", sp->opt.data_dir, id) >= (int)sizeof run_dir ||
+    if (snprintf(run_dir, sizeof sh->run_dir, "%s/run/%s", sp->opt.data_dir, id) >= (int)sizeof sh->run_dir ||
         snprintf(dir, sizeof dir, "%s/pool", sp->opt.data_dir) >= (int)sizeof dir ||
-        snprintf(disk, sizeof disk, "%s/%s.qcow2", dir, id) >= (int)sizeof disk)
+        snprintf(disk, sizeof sh->disk, "%s/%s.qcow2", dir, id) >= (int)sizeof sh->disk)
         return -1;
     if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || mkdir(run_dir, 0700) != 0) {
         log_warn("pool.fill", "id=%s msg=\"cannot create %s or %s: %s\"", id, dir, run_dir,
@@ -94,7 +97,7 @@ static int shape_prepare(struct vm_config *cfg, void *arg)
         int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd >= 0)
             close(fd);
-        if (fd < 0 || !n || net_claim_template(n, id, &lease, &e) < 0) {
+        if (fd < 0 || !n || net_claim_template(n, id, lease, &e) < 0) {
             log_warn("pool.fill", "id=%s msg=\"no network for a pooled VM: %s\"", id,
                      fd < 0 ? strerror(errno) : n ? e.message : "networking unavailable");
             if (n)
@@ -102,8 +105,8 @@ static int shape_prepare(struct vm_config *cfg, void *arg)
             spaced_rm_rf(run_dir);
             return -1;
         }
-        cfg->net.tap_fd = lease.tap_fd;
-        cfg->net.mac = lease.mac;
+        cfg->net.tap_fd = lease->tap_fd;
+        cfg->net.mac = lease->mac;
     }
     cfg->id = id;
     cfg->run_dir = run_dir;
@@ -282,7 +285,7 @@ void sbx_pools_sweep(struct spaced *sp)
         char msg[256];
         log_info("pool.sweep", "id=%s msg=\"unclaimed pooled VM of an earlier spaced\"", de->d_name);
         /* run_dir is owned by the adopted VM's callbacks until its on_exit */
-        if (!vm_adopt(sp->base, run_dir, &leftover_cbs, run_dir, &verr, msg, sizeof msg)) {
+        if (!vm_adopt(sp->base, sp->jailer, run_dir, &leftover_cbs, run_dir, &verr, msg, sizeof msg)) {
             vm_kill_strays(de->d_name); /* started, but spaced died before vm.json */
             spaced_rm_rf(run_dir);
             free(run_dir);

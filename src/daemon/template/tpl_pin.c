@@ -50,7 +50,7 @@ static int pin_name(const struct tpl_info *t, const char *guest_rootfs, char *ou
 
 void tpl_pin_builtin(struct spaced *sp, struct tpl_info *t)
 {
-    static bool warned;
+    static bool warned; /* log once per process, not per template */
     char leaf[128], pin[TPL_PATH_MAX + 160], tmp[TPL_PATH_MAX + 170], dir[TPL_PATH_MAX];
     if (!t->builtin || pin_name(t, t->rootfs, leaf, sizeof leaf) < 0)
         return;

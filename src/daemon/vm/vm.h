@@ -118,14 +118,19 @@ struct vm_net {
     const char *mac; /* "52:54:00:xx:xx:xx"; required when tap_fd >= 0 */
 };
 
+struct vm_jailer; /* a jail policy and the uid allocator of the VMs under it (below) */
+
 /* Jail settings. With enabled=0 QEMU runs as spaced's user in spaced's namespaces (tests,
- * development; refused when vm_jail_policy_set said `required`); `-sandbox` seccomp is
+ * development; refused when the jailer's policy says `required`); `-sandbox` seccomp is
  * applied either way. */
 struct vm_jail {
     int enabled;               /* 1: namespaces + uid switch + cgroup */
+    struct vm_jailer *jailer;  /* the policy this VM starts under (uid range, shim,
+                                  required); borrowed, must outlive the VM. NULL: no
+                                  policy (tests, tools): no range, no shim, unjailed ok */
     uid_t uid;                 /* unprivileged uid QEMU runs as (never 0), or
-                                  VM_JAIL_UID_AUTO: one of the policy's range that no
-                                  other live VM has, gid = uid (vm_jail.c) */
+                                  VM_JAIL_UID_AUTO: one of the jailer's range that no
+                                  other live VM of it has, gid = uid (vm_jail.c) */
     gid_t gid;                 /* its gid (ignored with VM_JAIL_UID_AUTO) */
     const char *cgroup_parent; /* cgroup name (e.g. "space"); the sandbox's group is
                                   <parent>/space-<id> in cgroup v2 (/sys/fs/cgroup) or in
@@ -142,13 +147,13 @@ struct vm_jail {
      * sockets are inherited as descriptors. The overlay (and a template VM's RAM file)
      * is chowned to uid while QEMU runs, back to root when it is gone. A clone's
      * template RAM file is root-owned 0444 and bound read-only; QEMU opens it read-only
-     * through the policy's shim (vm_jail_policy). */
+     * through the jailer's shim (vm_jail_policy). */
 };
 
 #define VM_JAIL_UID_AUTO ((uid_t)-1)
 
-/* Process-wide jail settings, set once before the first VM starts (spaced: from
- * jail_resolve (jail/jail.h); tests: as they need). */
+/* What a jailer enforces (spaced: one jailer, made by jail_resolve (jail/jail.h) and
+ * held in struct spaced; tests: as they need). */
 struct vm_jail_policy {
     int required;       /* 1: a VM with jail.enabled == 0 fails to start (VM_E_JAIL) */
     uid_t uid_base;     /* VM_JAIL_UID_AUTO draws from [uid_base, uid_base + uid_count) */
@@ -158,11 +163,18 @@ struct vm_jail_policy {
                            fails to start without it. Copied. */
 };
 
-/* Installs p (replacing the previous policy; live VMs keep their uids). Returns 0, or -1
- * with err[cap] for a range that is empty, too large (> VM_JAIL_UIDS_MAX), contains 0 or
- * wraps past the last uid. */
+/* A jailer enforcing p (copied). VMs name it in cfg.jail.jailer; it hands each a uid of
+ * its range that no other of its live VMs holds and no host process runs as. Returns
+ * NULL with err[cap] for a range that is too large (> VM_JAIL_UIDS_MAX), contains 0 or
+ * wraps past the last uid, or when out of memory. */
 #define VM_JAIL_UIDS_MAX (1u << 20)
-int vm_jail_policy_set(const struct vm_jail_policy *p, char *err, size_t cap);
+struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_t cap);
+
+/* Frees it once no VM started under it is left (NULL is fine). */
+void vm_jailer_free(struct vm_jailer *jl);
+
+/* The policy jl enforces; for NULL, the empty policy (no range, no shim, not required). */
+const struct vm_jail_policy *vm_jailer_policy(const struct vm_jailer *jl);
 
 /* One read-only layer under a sandbox's overlay. The chain is given explicitly (from the
  * store) and passed to QEMU node by node: the overlay's own header is writable by QEMU,
@@ -283,8 +295,9 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
 
 /* Re-attaches to a QEMU still running from a previous spaced (run_dir/vm.json +
  * qemu.pid, process identity checked by start time so a recycled pid is never adopted).
- * on_ready reports success, then on_agent hands a fresh agent connection. */
-struct vm *vm_adopt(struct event_base *base, const char *run_dir,
+ * A jailed one holds its uid again in `jailer` (no other VM gets it). on_ready reports
+ * success, then on_agent hands a fresh agent connection. */
+struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const char *run_dir,
                     const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
                     size_t msg_cap);
 

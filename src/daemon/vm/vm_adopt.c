@@ -35,7 +35,7 @@ void vm_adopt_ready(struct vm *vm)
         vm_kill_reason(vm, VM_EXIT_CRASHED, "monitor unavailable");
 }
 
-struct vm *vm_adopt(struct event_base *base, const char *run_dir,
+struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const char *run_dir,
                     const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
                     size_t msg_cap)
 {
@@ -63,7 +63,7 @@ struct vm *vm_adopt(struct event_base *base, const char *run_dir,
                              .disk = json_string_value(json_object_get(j, "disk")),
                              .accel = accel && !strcmp(accel, "kvm") ? VM_ACCEL_KVM : VM_ACCEL_TCG,
                              .jail = { .enabled = json_integer_value(json_object_get(j, "jail")) != 0,
-                                       .cgroup_parent = cg } };
+                                       .jailer = jailer, .cgroup_parent = cg } };
     if (uid > 0 && uid < (json_int_t)VM_JAIL_UID_AUTO)
         cfg.jail.uid = cfg.jail.gid = (uid_t)uid; /* held again below: no other VM gets it */
     struct vm *vm = NULL;

@@ -143,10 +143,9 @@ int vm_connect_unix(const char *path);
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 
-/* vm_jail.c: the policy in force; VM_JAIL_UID_AUTO resolved into vm->cfg.jail.uid/gid
+/* vm_jail.c: under cfg.jail.jailer, VM_JAIL_UID_AUTO resolved into vm->cfg.jail.uid/gid
  * (0, or -1 with msg); an adopted VM's uid held; the VM is gone: its files back to
  * root, its uid free; a template file made root-owned 0444 (0 or -1, errno). */
-const struct vm_jail_policy *vm_jail_policy_get(void);
 int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap);
 void vm_jail_uid_hold(struct vm *vm);
 void vm_jail_release(struct vm *vm);

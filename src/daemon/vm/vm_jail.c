@@ -1,8 +1,8 @@
-/* vm_jail: the process-wide jail policy (vm.h struct vm_jail_policy), the per-VM uid
- * allocator, and the ownership of the files a jailed QEMU touches.
+/* vm_jail: the jailer (vm.h struct vm_jailer: a jail policy and the uid allocator of the
+ * VMs started under it), and the ownership of the files a jailed QEMU touches.
  *
  * uids: each jailed VM asking for VM_JAIL_UID_AUTO gets its own uid (gid = uid) from the
- * policy's range, so two QEMUs never share one: a QEMU taken over by its guest cannot
+ * jailer's range, so two QEMUs never share one: a QEMU taken over by its guest cannot
  * signal, ptrace or open the files of another (they are not in its mount namespace
  * either; the uid is the second wall). A uid is held from the start until the process
  * is gone (finish, vm_kill_sync, a failed start); an adopted VM holds the uid its record
@@ -28,59 +28,72 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static struct vm_jail_policy policy;
-static char *policy_shim;
-static uint8_t *held;     /* bit per uid of the range: held by a VM of this process */
-static unsigned cursor;   /* next offset to try */
+struct vm_jailer {
+    struct vm_jail_policy policy; /* policy.shim points at `shim` */
+    char *shim;                   /* owned copy */
+    uint8_t *held;                /* bit per uid of the range: held by a VM of this jailer */
+    unsigned cursor;              /* next offset to try */
+};
 
-int vm_jail_policy_set(const struct vm_jail_policy *p, char *err, size_t cap)
+struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_t cap)
 {
     unsigned long long end = (unsigned long long)p->uid_base + p->uid_count;
     if (p->uid_count > VM_JAIL_UIDS_MAX || (p->uid_count && p->uid_base == 0) ||
         end > (unsigned long long)(uid_t)-1) {
         snprintf(err, cap, "jail uid range %u:%u must be 1..%u uids above 0 and below %u",
                  (unsigned)p->uid_base, p->uid_count, VM_JAIL_UIDS_MAX, (unsigned)(uid_t)-1);
-        return -1;
+        return NULL;
     }
-    uint8_t *h = p->uid_count ? calloc((p->uid_count + 7) / 8, 1) : NULL;
-    char *shim = p->shim ? strdup(p->shim) : NULL;
-    if ((p->uid_count && !h) || (p->shim && !shim)) {
-        free(h);
-        free(shim);
+    struct vm_jailer *jl = calloc(1, sizeof *jl);
+    if (jl && p->uid_count)
+        jl->held = calloc((p->uid_count + 7) / 8, 1);
+    if (jl && p->shim)
+        jl->shim = strdup(p->shim);
+    if (!jl || (p->uid_count && !jl->held) || (p->shim && !jl->shim)) {
+        vm_jailer_free(jl);
         snprintf(err, cap, "out of memory");
-        return -1;
+        return NULL;
     }
-    free(held);
-    free(policy_shim);
-    held = h;
-    policy_shim = shim;
-    policy = *p;
-    policy.shim = policy_shim;
-    cursor = 0;
-    return 0;
+    jl->policy = *p;
+    jl->policy.shim = jl->shim;
+    return jl;
 }
 
-const struct vm_jail_policy *vm_jail_policy_get(void) { return &policy; }
-
-static int in_range(uid_t u)
+void vm_jailer_free(struct vm_jailer *jl)
 {
-    return policy.uid_count && u >= policy.uid_base && u - policy.uid_base < policy.uid_count;
-}
-
-static void set_held(uid_t u, int on)
-{
-    if (!in_range(u))
+    if (!jl)
         return;
-    unsigned o = u - policy.uid_base;
+    free(jl->held);
+    free(jl->shim);
+    free(jl);
+}
+
+const struct vm_jail_policy *vm_jailer_policy(const struct vm_jailer *jl)
+{
+    static const struct vm_jail_policy none; /* constant: no range, no shim, not required */
+    return jl ? &jl->policy : &none;
+}
+
+static int in_range(const struct vm_jailer *jl, uid_t u)
+{
+    const struct vm_jail_policy *p = vm_jailer_policy(jl);
+    return p->uid_count && u >= p->uid_base && u - p->uid_base < p->uid_count;
+}
+
+static void set_held(struct vm_jailer *jl, uid_t u, int on)
+{
+    if (!in_range(jl, u))
+        return;
+    unsigned o = u - jl->policy.uid_base;
     if (on)
-        held[o / 8] |= (uint8_t)(1u << (o % 8));
+        jl->held[o / 8] |= (uint8_t)(1u << (o % 8));
     else
-        held[o / 8] &= (uint8_t)~(1u << (o % 8));
+        jl->held[o / 8] &= (uint8_t)~(1u << (o % 8));
 }
 
 /* Marks in busy[] every uid of the range that a live process runs as (any of real,
  * effective, saved, filesystem uid). */
-static void scan_processes(uint8_t *busy)
+static void scan_processes(const struct vm_jailer *jl, uint8_t *busy)
 {
     DIR *d = opendir("/proc");
     struct dirent *de;
@@ -102,8 +115,8 @@ static void scan_processes(uint8_t *busy)
         if (!u || sscanf(u + 5, "%u %u %u %u", &v[0], &v[1], &v[2], &v[3]) != 4)
             continue;
         for (int i = 0; i < 4; i++)
-            if (in_range((uid_t)v[i])) {
-                unsigned o = v[i] - policy.uid_base;
+            if (in_range(jl, (uid_t)v[i])) {
+                unsigned o = v[i] - jl->policy.uid_base;
                 busy[o / 8] |= (uint8_t)(1u << (o % 8));
             }
     }
@@ -114,34 +127,36 @@ static void scan_processes(uint8_t *busy)
 int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap)
 {
     struct vm_jail *j = &vm->cfg.jail;
+    struct vm_jailer *jl = j->jailer;
     if (j->uid != VM_JAIL_UID_AUTO)
         return 0;
-    if (!policy.uid_count) {
+    if (!vm_jailer_policy(jl)->uid_count) {
         snprintf(msg, cap, "no jail uid range configured");
         return -1;
     }
-    size_t bytes = (policy.uid_count + 7) / 8;
+    const struct vm_jail_policy *policy = &jl->policy;
+    size_t bytes = (policy->uid_count + 7) / 8;
     uint8_t *busy = malloc(bytes);
     if (!busy) {
         snprintf(msg, cap, "out of memory");
         return -1;
     }
-    memcpy(busy, held, bytes);
-    scan_processes(busy);
-    for (unsigned i = 0; i < policy.uid_count; i++) {
-        unsigned o = (cursor + i) % policy.uid_count;
+    memcpy(busy, jl->held, bytes);
+    scan_processes(jl, busy);
+    for (unsigned i = 0; i < policy->uid_count; i++) {
+        unsigned o = (jl->cursor + i) % policy->uid_count;
         if (busy[o / 8] & (1u << (o % 8)))
             continue;
         free(busy);
-        cursor = (o + 1) % policy.uid_count;
-        j->uid = j->gid = policy.uid_base + o;
-        set_held(j->uid, 1);
+        jl->cursor = (o + 1) % policy->uid_count;
+        j->uid = j->gid = policy->uid_base + o;
+        set_held(jl, j->uid, 1);
         vm->uid_held = 1;
         return 0;
     }
     free(busy);
-    snprintf(msg, cap, "all %u jail uids from %u are in use", policy.uid_count,
-             (unsigned)policy.uid_base);
+    snprintf(msg, cap, "all %u jail uids from %u are in use", policy->uid_count,
+             (unsigned)policy->uid_base);
     return -1;
 }
 
@@ -149,7 +164,7 @@ void vm_jail_uid_hold(struct vm *vm)
 {
     if (!vm->cfg.jail.enabled || vm->cfg.jail.uid == 0 || vm->cfg.jail.uid == VM_JAIL_UID_AUTO)
         return;
-    set_held(vm->cfg.jail.uid, 1);
+    set_held(vm->cfg.jail.jailer, vm->cfg.jail.uid, 1);
     vm->uid_held = 1;
 }
 
@@ -169,7 +184,7 @@ void vm_jail_release(struct vm *vm)
         return;
     disown(vm->cfg.disk, vm->cfg.jail.uid);
     disown(vm->cfg.mem_path, vm->cfg.jail.uid);
-    set_held(vm->cfg.jail.uid, 0);
+    set_held(vm->cfg.jail.jailer, vm->cfg.jail.uid, 0);
     vm->uid_held = 0;
 }
 

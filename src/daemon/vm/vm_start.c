@@ -26,6 +26,7 @@
 
 enum vm_accel vm_accel_resolve(enum vm_accel want)
 {
+    /* Facts of the host, not state of a daemon: probed once per process. */
     static int probed;
     static enum vm_accel cached;
     if (want != VM_ACCEL_AUTO)
@@ -160,7 +161,7 @@ static int jail_prepare(struct vm *vm, struct vm_spawn *s, char *root, size_t ro
 static int shim_for(const struct vm *vm, const char *mem_path, int mem_share,
                     const char **shim, char *msg, size_t cap)
 {
-    const char *p = vm_jail_policy_get()->shim;
+    const char *p = vm_jailer_policy(vm->cfg.jail.jailer)->shim;
     *shim = NULL;
     if (!mem_path || mem_share)
         return 0;
@@ -182,7 +183,7 @@ static int shim_for(const struct vm *vm, const char *mem_path, int mem_share,
 int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int incoming,
                      int paused, int *err, char *msg, size_t cap)
 {
-    static unsigned tsc_khz;
+    static unsigned tsc_khz; /* the host's TSC frequency: a fact, read once */
     if (vm->accel == VM_ACCEL_TCG && !tsc_khz)
         tsc_khz = accel_host_tsc_khz();
     struct vm_launch l = { .accel = vm->accel, .mem_path = mem_path, .mem_share = mem_share,
@@ -215,7 +216,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     const char *shim = NULL;
     struct qemu_env env;
     *err = VM_E_JAIL;
-    if (!vm->cfg.jail.enabled && vm_jail_policy_get()->required) {
+    if (!vm->cfg.jail.enabled && vm_jailer_policy(vm->cfg.jail.jailer)->required) {
         snprintf(msg, cap, "QEMU must run jailed (unjailed QEMUs need spaced --no-jail)");
         goto out;
     }
