@@ -71,6 +71,33 @@ def template(sp, name, key="admin"):
     return r.json["template"] if r.status == 200 else None
 
 
+# ---- a template's shape --------------------------------------------------------------
+
+def test_template_shape_is_the_default(spaced):
+    """A create that names no size gets the one template.json gives (python: 512 MiB; a
+    template made for pandas needs more than the 256 MiB default); a size in the body
+    still wins."""
+    with open(os.path.join(spaced.guest_dir, "templates", "python", "template.json")) as f:
+        want = json.load(f)["memory_mib"]
+    assert want != 256  # else this test could not tell the template's size from the default
+    sid = create(spaced, "python")
+    try:
+        r = spaced.request("GET", "/v1/sandboxes/" + sid)
+        assert r.status == 200 and r.json["sandbox"]["memory_mib"] == want, r
+        out, code = run(spaced, sid, "awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo")
+        assert code == 0 and int(out) > 256, out  # the guest has it, not only the record
+    finally:
+        delete(spaced, sid)
+    out = spaced.create({"template": "python", "memory_mib": 256})
+    sid = out["sandbox"]["id"]
+    try:
+        assert spaced.wait_op(out["operation"]["id"])["state"] == "succeeded"
+        r = spaced.request("GET", "/v1/sandboxes/" + sid)
+        assert r.json["sandbox"]["memory_mib"] == 256, r
+    finally:
+        delete(spaced, sid)
+
+
 # ---- a template with every step kind ---------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -176,8 +176,7 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
     struct spaced_err err;
     unsigned vcpus = SBX_VCPUS_DEFAULT, mem = SBX_MEM_DEFAULT_MIB;
     if (sbx_spec_parse(body, len, &spec, &err) == 0) {
-        vcpus = spec.vcpus;
-        mem = spec.memory_mib;
+        sbx_spec_shape(&spec, NULL, &vcpus, &mem); /* the node knows the template's */
         sbx_spec_clear(&spec);
     }
     return cluster_place(sp, req, vcpus, mem, NULL, to, resv);

@@ -98,8 +98,8 @@ int sbx_state_parse(const char *s); /* -1 if unknown */
  * spec (sbx_spec_clear frees them). */
 struct sbx_spec {
     char template_name[STORE_ID_MAX];
-    unsigned vcpus;
-    unsigned memory_mib;
+    unsigned vcpus;      /* 0: not given, the template's (sbx_spec_shape) */
+    unsigned memory_mib; /* 0: not given, the template's */
     char *env_json;      /* {"K":"v"} */
     char *metadata_json; /* {"k":"v"} */
     char *network_json;  /* {"mode":"none"} | {"mode":"open"} | {"mode":"allowlist","allow":[...]} */
@@ -113,6 +113,12 @@ struct sbx_spec {
  * Does not check that the template exists (sbx_submit_create does). */
 int sbx_spec_parse(const char *body, size_t len, struct sbx_spec *out, struct spaced_err *err);
 void sbx_spec_clear(struct sbx_spec *s);
+/* The size of a sandbox made from spec: what the client asked, else what template t's
+ * template.json says (a template built for pandas wants more than 256 MiB), else
+ * SBX_VCPUS_DEFAULT / SBX_MEM_DEFAULT_MIB; a template's value is kept within the
+ * bounds a client may ask. t may be NULL (no template known: defaults). */
+void sbx_spec_shape(const struct sbx_spec *spec, const struct tpl_info *t, unsigned *vcpus,
+                    unsigned *memory_mib);
 
 /* Validates a sandbox id's shape ("sb" + 16 lowercase hex). */
 bool sbx_id_valid(const char *id);

@@ -178,7 +178,7 @@ static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err 
                               sizeof out->template_name - 1);
     snprintf(out->template_name, sizeof out->template_name, "%s", tpl);
 
-    long long vcpus = SBX_VCPUS_DEFAULT, mem = SBX_MEM_DEFAULT_MIB, timeout = SBX_TIMEOUT_DEFAULT_S;
+    long long vcpus = 0, mem = 0, timeout = SBX_TIMEOUT_DEFAULT_S; /* 0: the template's */
     if (int_field(body, "vcpus", 1, SBX_VCPUS_MAX, &vcpus, err) < 0 ||
         int_field(body, "memory_mib", SBX_MEM_MIN_MIB, SBX_MEM_MAX_MIB, &mem, err) < 0 ||
         int_field(body, "timeout", 0, SBX_TIMEOUT_MAX_S, &timeout, err) < 0)
@@ -210,6 +210,21 @@ static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err 
     json_decref(empty);
     json_decref(net_default);
     return out->network_json ? 0 : -1;
+}
+
+static unsigned clamp(unsigned v, unsigned lo, unsigned hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+void sbx_spec_shape(const struct sbx_spec *spec, const struct tpl_info *t, unsigned *vcpus,
+                    unsigned *memory_mib)
+{
+    *vcpus = spec->vcpus ? spec->vcpus
+             : t && t->vcpus ? clamp(t->vcpus, 1, SBX_VCPUS_MAX) : SBX_VCPUS_DEFAULT;
+    *memory_mib = spec->memory_mib ? spec->memory_mib
+                  : t && t->memory_mib ? clamp(t->memory_mib, SBX_MEM_MIN_MIB, SBX_MEM_MAX_MIB)
+                                       : SBX_MEM_DEFAULT_MIB;
 }
 
 int sbx_spec_parse(const char *body, size_t len, struct sbx_spec *out, struct spaced_err *err)

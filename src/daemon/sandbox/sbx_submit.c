@@ -50,8 +50,7 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
         return spaced_err_set(err, 500, "internal", "random source failed");
     snprintf(rec.tenant, sizeof rec.tenant, "%s", tenant);
     snprintf(rec.template_name, sizeof rec.template_name, "%s", spec->template_name);
-    rec.vcpus = spec->vcpus;
-    rec.memory_mib = spec->memory_mib;
+    sbx_spec_shape(spec, &t, &rec.vcpus, &rec.memory_mib);
     rec.env_json = spec->env_json;
     rec.metadata_json = spec->metadata_json;
     rec.network_json = spec->network_json;

@@ -90,7 +90,16 @@ void tpl_tail_set_error(char *tail, size_t *len, size_t cap, const char *code,
 
 /* ---- lookup ---------------------------------------------------------------------------- */
 
-/* Reads <dir>/template.json's description, if any. */
+/* A positive integer field of o no larger than max, else 0 (absent or out of range:
+ * the caller's default applies). */
+static unsigned uint_field(const json_t *o, const char *name, unsigned max)
+{
+    json_t *v = json_object_get(o, name);
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+    return n > 0 && n <= (json_int_t)max ? (unsigned)n : 0;
+}
+
+/* Reads <dir>/template.json's description and shape (vcpus, memory_mib), if any. */
 static void read_meta(struct tpl_info *t)
 {
     char path[TPL_PATH_MAX + 32];
@@ -98,6 +107,8 @@ static void read_meta(struct tpl_info *t)
     json_t *j = json_load_file(path, 0, NULL);
     const char *d = json_string_value(json_object_get(j, "description"));
     snprintf(t->description, sizeof t->description, "%s", d ? d : "");
+    t->vcpus = uint_field(j, "vcpus", 1024);
+    t->memory_mib = uint_field(j, "memory_mib", 1u << 20);
     json_decref(j);
 }
 

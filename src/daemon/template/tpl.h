@@ -46,6 +46,7 @@ struct tpl_info {
     char description[256];
     char tenant[STORE_ID_MAX]; /* owner; "" for built-ins */
     bool builtin;              /* found under the guest dir */
+    unsigned vcpus, memory_mib;/* template.json's shape for its sandboxes; 0 = not given */
 };
 
 /* Template names: [a-z0-9_-], 1..48 bytes, not starting with '-' or '.'. */
