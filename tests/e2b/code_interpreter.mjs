@@ -5,7 +5,7 @@
 // errors, state kept between cells, contexts, bash, per-run env vars, and a client
 // timeout that interrupts the cell and leaves the kernel usable.
 // Run as `node code_interpreter.mjs @e2b/code-interpreter`.
-import { assert, sdk, Sandbox, step, main, killLater, eventually, rejectsWith } from './lib.mjs'
+import { assert, sdk, Sandbox, step, main, killLater, eventually, rejectsWith, raw, apiKey } from './lib.mjs'
 
 const { NotFoundError, SandboxError, TimeoutError } = sdk
 const PNG_MAGIC = '89504e470d0a1a0a'
@@ -148,6 +148,18 @@ await main(async () => {
     // The same for a bash cell: its shell lives on with its variables.
     await rejectsWith(sbx.runCode('sleep 600; echo late', { language: 'bash', timeoutMs: 4000 }), TimeoutError)
     assert.equal((await sbx.runCode('echo "$GREETING"', { language: 'bash' })).logs.stdout.join(''), 'hello\n')
+  })
+
+  await step('a sandbox restored from the template\'s snapshot runs code at once (the kernel was up before it)', async () => {
+    await eventually(async () => {
+      const r = await raw('/v1/templates/code-interpreter-v1', { method: 'GET', headers: { 'X-API-Key': apiKey } })
+      return r.status === 200 && r.json.template.versions.some((v) => v.current && v.state === 'ready')
+    }, 'the template\'s snapshot', 900_000)
+    const t0 = Date.now()
+    const restored = killLater(await Sandbox.create({ timeoutMs: 300_000 }))
+    assert.equal((await restored.runCode('21 * 2')).text, '42')
+    console.log(`restored: create + first runCode in ${Date.now() - t0} ms`)
+    await restored.kill()
   })
 
   await step('bad requests are refused with the reason', async () => {

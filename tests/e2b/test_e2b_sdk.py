@@ -118,5 +118,6 @@ def test_code_interpreter(vm_spaced):
     """runCode, results, contexts, bash, env vars, timeouts (code-interpreter-v1 template)."""
     if not os.path.exists(os.path.join(fx.GUEST, "templates", "code-interpreter-v1", "rootfs.ext4")):
         pytest.skip("the code-interpreter-v1 template is not built (guest/build-template.sh "
-                    "build/guest code-interpreter-v1, or make run; docs/templates.md)")
+                    "build/guest code-interpreter-v1, or make run RUN_TEMPLATES=\"base python "
+                    "code-interpreter-v1\"; docs/templates.md)")
     run_script(vm_spaced, "code_interpreter.mjs", INTERPRETER)
