@@ -23,6 +23,10 @@ LISTEN   ?= 127.0.0.1:7070
 # Debian's python3 (with python3-pytest); a python3 earlier on PATH (pyenv) may lack pytest.
 PYTHON   ?= /usr/bin/python3
 TEMPLATES ?= base
+# Templates `make run` builds. code-interpreter-v1 (what the E2B code interpreter SDKs
+# create by default) is left out: its first build debootstraps ~320 packages (about a
+# quarter of an hour); add it with make run RUN_TEMPLATES="base python code-interpreter-v1".
+RUN_TEMPLATES ?= base python
 # Warm VMs kept per template shape by `make run` (restored and paused; create = claim).
 POOL     ?= 2
 
@@ -177,7 +181,7 @@ test: deps
 	$(MAKE) TEMPLATES="base python" e2e
 
 run: deps
-	$(MAKE) TEMPLATES="base python" templates programs
+	$(MAKE) TEMPLATES="$(RUN_TEMPLATES)" templates programs
 	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest) --pool $(POOL)
 
 # Benchmarks (not tests): bench/X.c builds into $(B)/X; bench/*.py drive them and print

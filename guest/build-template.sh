@@ -66,12 +66,19 @@ OUT=$(cd "$OUT" && pwd)
 DEST="$OUT/templates/$NAME"
 CA="$OUT/ca/space-ca.crt"
 
-# ---- up to date? The key covers what decides the image's contents: the spec, the CA and
-# this builder's base code. Not the kernel (the image holds none): a rebuild replaces the
+# ---- up to date? The key covers what decides the image's contents: the spec, the files
+# its copy steps copy (names and bytes, directories recursively), the CA and this
+# builder's base code. Not the kernel (the image holds none): a rebuild replaces the
 # file sandbox overlays may be backed by, so it happens only when the contents change.
 CA_SHA=null
 [ -f "$CA" ] && CA_SHA=$(sha256sum < "$CA" | cut -c1-64)
-KEY=$( { jq -cS . "$SPEC"; echo "$CA_SHA"; cat "$HERE/lib/base-busybox.sh" "$HERE/lib/base-debootstrap.sh"; } | sha256sum | cut -c1-64)
+copied_files() {
+    jq -r '(.steps // [])[] | .copy.src // empty' "$SPEC" | while IFS= read -r src; do
+        [ -e "$SPECDIR/$src" ] || continue   # the copy step itself fails with the reason
+        (cd "$SPECDIR" && find "$src" -type f ! -name '*.pyc' | LC_ALL=C sort | xargs -r -d '\n' sha256sum)
+    done
+}
+KEY=$( { jq -cS . "$SPEC"; echo "$CA_SHA"; copied_files; cat "$HERE/lib/base-busybox.sh" "$HERE/lib/base-debootstrap.sh"; } | sha256sum | cut -c1-64)
 if [ "${SPACE_TEMPLATE_REBUILD:-0}" != 1 ] && [ -f "$DEST/rootfs.ext4" ] &&
    [ "$(jq -r '.build_key // ""' "$DEST/template.json" 2>/dev/null)" = "$KEY" ]; then
     say "$NAME is up to date ($DEST), nothing to do"

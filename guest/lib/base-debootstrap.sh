@@ -4,6 +4,8 @@
 # Debian SUITE (minbase variant plus PACKAGEs) made by debootstrap from the mirror the
 # machine's apt already uses. The pristine tree is kept in CACHEDIR, keyed by suite, mirror
 # and packages, so a rebuild copies it instead of downloading and installing again.
+# debootstrap resolves Depends but not virtual packages: a spec lists their providers
+# itself (code-interpreter-v1: python3-cffi-backend, libboost-regex1.74.0).
 
 # apt_mirror SUITE: print the URI of the first apt source that carries SUITE itself (not
 # SUITE-security or SUITE-updates), from deb822 *.sources files or one-line *.list files
@@ -54,7 +56,11 @@ base_debootstrap() {
         mkdir -p "$cachedir"
         started=$(date +%s)
         # debootstrap prints I:/W: progress lines on stdout; keep them visible and logged.
-        if ! debootstrap --variant=minbase ${include:+--include="$include"} \
+        # The .debs are kept in CACHEDIR/debs-SUITE for every template of the suite: a spec
+        # whose package list changes downloads only what is new.
+        mkdir -p "$cachedir/debs-$suite"
+        if ! debootstrap --variant=minbase --cache-dir="$cachedir/debs-$suite" \
+                ${include:+--include="$include"} \
                 "$suite" "$tree" "$mirror" 2>&1 | tee "$tree.log" | sed -u 's/^/    /'; then
             die "debootstrap failed, see $tree.log"
         fi

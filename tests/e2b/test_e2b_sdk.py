@@ -13,6 +13,8 @@ SDK versions (tests/e2b/package.json, installed by tests/e2b/install.sh):
   e2b-v2-7   2.7.0   older generation: POST /sandboxes, /sandboxes/{id}/connect
   e2b-v2-5   2.5.0   oldest with E2B_API_URL: connect via /timeout + /resume; no
                      E2B_SANDBOX_URL, so only control-plane scripts run with it
+  @e2b/code-interpreter 2.8.0  runCode and contexts against the code-interpreter-v1
+                     template (its server on port 49999, reached through getHost routing)
 Skips (with the reason) when node, the installed SDKs, or VM artifacts are missing.
 
 The VM spaced also runs the sandbox-port listener (SPACE_E2B_PORT_LISTEN on a free
@@ -34,13 +36,14 @@ fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 
 CURRENT, OLDER, OLDEST = "e2b", "e2b-v2-7", "e2b-v2-5"
+INTERPRETER = "@e2b/code-interpreter"
 SCRIPT_TIMEOUT_S = 1800  # TCG VMs are slow; this bounds a hung script, not a slow one
 
 
 def node_missing():
     if not shutil.which("node"):
         return "node is not installed (apt-get install nodejs)"
-    for m in (CURRENT, OLDER, OLDEST):
+    for m in (CURRENT, OLDER, OLDEST, INTERPRETER):
         if not os.path.exists(os.path.join(HERE, "node_modules", m, "package.json")):
             return "SDK %s not installed: run tests/e2b/install.sh" % m
     return None
@@ -151,3 +154,12 @@ def test_ports(vm_spaced):
     if not os.path.exists(os.path.join(fx.GUEST, "templates", "python", "rootfs.ext4")):
         pytest.skip("the python template is not built (make templates builds it)")
     run_script(vm_spaced, "ports.mjs", CURRENT)
+
+
+def test_code_interpreter(vm_spaced):
+    """runCode, results, contexts, bash, env vars, timeouts (code-interpreter-v1 template)."""
+    if not os.path.exists(os.path.join(fx.GUEST, "templates", "code-interpreter-v1", "rootfs.ext4")):
+        pytest.skip("the code-interpreter-v1 template is not built (guest/build-template.sh "
+                    "build/guest code-interpreter-v1, or make run RUN_TEMPLATES=\"base python "
+                    "code-interpreter-v1\"; docs/templates.md)")
+    run_script(vm_spaced, "code_interpreter.mjs", INTERPRETER)

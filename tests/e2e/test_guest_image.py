@@ -250,6 +250,11 @@ def test_builder_steps_ca_and_cache(tmp_path):
 
     again = build(tmp_path, spec)
     assert again.returncode == 0 and "up to date" in again.stdout
+    # The key covers what copy steps copy: a changed file is a rebuild, not "up to date".
+    (tmp_path / "specs" / "hello.txt").write_text("changed\n")
+    changed = build(tmp_path, spec)
+    assert changed.returncode == 0 and "up to date" not in changed.stdout, changed.stdout
+    assert image_file(image, "/opt/hello.txt") == "changed\n"
     (out / "ca" / "space-ca.crt").unlink()
     rebuilt = build(tmp_path, spec)
     assert rebuilt.returncode == 0 and "up to date" not in rebuilt.stdout
