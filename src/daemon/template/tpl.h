@@ -84,6 +84,15 @@ int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct t
 bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, unsigned mem_mib,
                   bool nic, char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap);
 
+/* Calls fn(template, vcpus, memory_mib, snap_dir, arg) for every snapshot version this
+ * process knows to be ready (made or found since it started: a version on disk is found
+ * by the first create of its shape), snap_dir as tpl_snapshot gives it (the warm pool's
+ * key). What a node reports for placement (cluster.c). */
+void tpl_snapshots_each_ready(struct spaced *sp,
+                              void (*fn)(const char *name, unsigned vcpus, unsigned mem_mib,
+                                         const char *snap_dir, void *arg),
+                              void *arg);
+
 /* Fills the parts of a VM config that come from the host (kernel, initramfs, qemu,
  * accel, jail); strings stay valid while the registry lives. Returns -1 with err when
  * the kernel or initramfs is missing. */
