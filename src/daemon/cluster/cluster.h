@@ -10,9 +10,9 @@
  *            shared secret (header X-Space-Node-Token = SPACE_NODE_TOKEN), i.e. when
  *            they come through a control daemon. /healthz and /metrics stay open.
  *   control  runs no VMs. Serves keys, health, metrics and listings (sandboxes,
- *            operations, templates) from the shared store; places a create on the live
- *            node with the most free memory (then vCPUs) among those where the requested
- *            vCPUs and memory fit (503 no_capacity if none) and forwards it there; forwards
+ *            operations, templates) from the shared store; places a create
+ *            (cluster_place.c: the best-scoring live node where it fits, its size
+ *            reserved in the store first; 503 no_capacity if none) and forwards it there; forwards
  *            every per-sandbox request (/v1/sandboxes/{id}/..., sessions, files, attach
  *            streams) and per-operation request (/v1/operations/{id}/...) to the node
  *            that owns the sandbox, over HTTP with the shared secret. The node
@@ -23,8 +23,11 @@
  *            (cluster_e2b.c).
  *
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
- * VM (every state except suspended, stopped, deleted, failed), plus the creates this
- * control daemon is forwarding to it right now (their rows do not exist yet). A node is
+ * VM (every state except suspended, stopped, deleted, failed), plus the reservations of
+ * the creates any control daemon is forwarding to it right now (their rows do not exist
+ * yet; store_resv_take). A node's heartbeat also reports the template snapshots and warm
+ * clones it has ready (store_node.shapes), and removes reservations on it that outlived
+ * CLUSTER_RESV_TTL_MS (their control daemon died). A node is
  * live when its heartbeat is younger than CLUSTER_DEAD_MS; a node daemon stopping on
  * purpose zeroes its heartbeat. Requests for a sandbox on a node that is not live get
  * 503 node_down from the control daemon (its sandboxes are not moved).
