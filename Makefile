@@ -151,6 +151,21 @@ templates: guest
 deps:
 	scripts/install-deps.sh
 
+# Installs the release programs into $(DESTDIR)$(PREFIX)/bin (spaced finds space-gateway
+# and the QEMU shim beside itself) and the built guest files (kernel, initramfs,
+# templates) into $(DESTDIR)$(PREFIX)/share/space/guest, where an installed spaced looks
+# by default. Guest files go through deploy/image/sync-guest.sh: a changed file is renamed
+# into place, never overwritten, so a running sandbox's pinned image keeps its inode.
+# Builds the programs if needed, never the guest (`make guest templates` first).
+GUEST_DEST = $(DESTDIR)$(PREFIX)/share/space/guest
+install: programs
+	@test -f build/guest/vmlinux -a -f build/guest/initramfs.cpio -a -d build/guest/templates || \
+	  { echo "make install: no guest files in build/guest: run make guest templates first" >&2; exit 1; }
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 build/spaced build/space-gateway build/space $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 build/space-qemu-shim.so $(DESTDIR)$(PREFIX)/bin/
+	deploy/image/sync-guest.sh build/guest $(GUEST_DEST)
+
 # ---- end-to-end tests: real spaced, real VMs, real namespaces, the real E2B SDK (pytest)
 PYTEST_ENV = SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest)
 E2E_SUITES ?= tests/e2e tests/netsec tests/e2b deploy

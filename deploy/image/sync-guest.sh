@@ -13,7 +13,9 @@
 # never overwritten in place: a pinned inode (a hard link in <data-dir>/images/) keeps
 # its old contents. Unchanged files are left alone (cmp), so a restart copies nothing.
 # Files that are no longer in SRC are left in DST: spaced's snapshot sweep decides what
-# is still in use, not this script.
+# is still in use, not this script. Only what spaced reads is copied (vmlinux,
+# initramfs.cpio, kernel.version, templates/), so SRC may also be a build tree
+# (build/guest, with its objects and caches: `make install` uses this script too).
 set -eu
 [ $# -eq 2 ] || { echo "usage: sync-guest.sh SRC DST" >&2; exit 2; }
 src=$1
@@ -22,8 +24,13 @@ dst=$2
 mkdir -p "$dst"
 dst=$(cd "$dst" && pwd) # absolute: the loops below run in SRC
 cd "$src"
-find . -type d | while IFS= read -r d; do mkdir -p "$dst/$d"; done
-find . -type f | while IFS= read -r f; do
+guest_files() {
+    for f in ./vmlinux ./initramfs.cpio ./kernel.version; do [ -f "$f" ] && echo "$f"; done
+    [ -d ./templates ] && find ./templates -type f
+    return 0
+}
+[ -d ./templates ] && find ./templates -type d | while IFS= read -r d; do mkdir -p "$dst/$d"; done
+guest_files | while IFS= read -r f; do
     if ! cmp -s "$f" "$dst/$f"; then
         cp --sparse=always "$f" "$dst/$f.sync-tmp"
         mv -f "$dst/$f.sync-tmp" "$dst/$f"

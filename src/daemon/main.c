@@ -50,8 +50,11 @@ static void usage(FILE *f)
             "  --advertise URL      node: http://HOST:PORT the control daemon reaches it at\n"
             "  --capacity-vcpus N   node: vCPUs offered to sandboxes (default: host CPUs)\n"
             "  --capacity-mem MIB   node: memory offered to sandboxes (default: host memory)\n"
-            "  --guest-dir DIR      vmlinux, initramfs.cpio, templates/ (default build/guest if\n"
-            "                       present, else /usr/local/share/space/guest)\n"
+            "  --guest-dir DIR      vmlinux, initramfs.cpio, templates/ (default: found from\n"
+            "                       where spaced is, whatever the working directory:\n"
+            "                       PREFIX/share/space/guest for PREFIX/bin/spaced (make\n"
+            "                       install), build/guest for build/spaced or build/san/spaced;\n"
+            "                       else /usr/local/share/space/guest)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
             "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
@@ -111,6 +114,31 @@ static int parse_quota(int i, const char *arg, struct spaced_opts *o)
     return 0;
 }
 
+
+/* The guest files next to this spaced, so that the default does not depend on the
+ * working directory: an installed PREFIX/bin/spaced uses PREFIX/share/space/guest (make
+ * install), a built build/spaced or build/san/spaced uses the checkout's build/guest.
+ * The first of these holding vmlinux wins; else the documented install path. */
+static const char *default_guest_dir(void)
+{
+    static char found[PATH_MAX];
+    static const char *const rel[] = {"../share/space/guest", "guest", "../guest"};
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+            char probe[PATH_MAX + 64];
+            snprintf(probe, sizeof probe, "%s/%s/vmlinux", exe, rel[i]);
+            if (access(probe, F_OK) == 0 && (size_t)snprintf(found, sizeof found, "%s/%s", exe, rel[i]) < sizeof found)
+                return found;
+        }
+    }
+    return "/usr/local/share/space/guest";
+}
 static int parse_opts(int argc, char **argv, struct spaced_opts *o)
 {
     static const struct option longopts[] = {
@@ -143,7 +171,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->e2b_domain = env_opt("SPACE_E2B_DOMAIN");
     o->e2b_port_listen = env_opt("SPACE_E2B_PORT_LISTEN");
     o->node_token = getenv("SPACE_NODE_TOKEN");
-    o->guest_dir = access("build/guest/vmlinux", F_OK) == 0 ? "build/guest" : "/usr/local/share/space/guest";
+    o->guest_dir = default_guest_dir();
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
     o->jail = 1; /* required unless --no-jail (jail/jail.c) */

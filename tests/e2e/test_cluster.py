@@ -22,6 +22,8 @@ from test_sessions import run
 from test_store_pg import pg_server, pg_url, run_after_restart  # noqa: F401 (fixtures)
 
 BODY = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
+# Sandbox states that hold no VM on their node (capacity accounting, cluster.h).
+NO_VM = "('suspended','stopped','deleted','failed')"
 
 
 def live_nodes(control):
@@ -38,11 +40,13 @@ def sql(url, query):
 
 
 @pytest.fixture
-def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
+def cluster(pg_url, monkeypatch, request):  # noqa: F811 (fixture from test_store_pg)
     """(control, [node-a, node-b], restart, second_control) on one fresh database, all
     stopped afterwards. restart(node, graceful=False, between=None) stops the node
     (SIGKILL, or SIGTERM when graceful), calls between() and starts it again with the
-    same options; second_control() starts another control replica."""
+    same options; second_control() starts another control replica. Each node offers 4
+    vCPUs and 4096 MiB, or the "vcpus" of an indirect parameter."""
+    vcpus = str(getattr(request, "param", {}).get("vcpus", 4))
     why = vm_missing()
     if why:
         pytest.skip(why)
@@ -54,7 +58,7 @@ def cluster(pg_url, monkeypatch):  # noqa: F811 (fixture from test_store_pg)
         with monkeypatch.context() as m:  # the node must advertise the port it listens on
             m.setattr(spacedlib, "free_port", lambda: ports[name])
             n.start(extra=store + ["--role", "node", "--node-id", name, "--advertise",
-                                   "http://127.0.0.1:%d" % ports[name], "--capacity-vcpus", "4",
+                                   "http://127.0.0.1:%d" % ports[name], "--capacity-vcpus", vcpus,
                                    "--capacity-mem", "4096"])
         n.node_id = name
 
@@ -336,3 +340,54 @@ def test_drain_and_remove_nodes(cluster):
             d = control.request("DELETE", "/v1/sandboxes/" + sid)
         assert d.status == 202, d
         assert control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("cluster", [{"vcpus": 1}], indirect=True)
+def test_concurrent_creates_on_two_controls_never_overcommit(cluster, pg_url):  # noqa: F811
+    """Two control replicas each get four creates at the same moment, against two nodes
+    that offer 1 vCPU each: capacity is reserved in the database before a create is
+    forwarded, so exactly two are accepted (one per node) and the six others get 503
+    no_capacity naming the largest free shape; no node ever holds more vCPUs than it
+    offers, and no reservation outlives its create."""
+    import threading
+    control, nodes, _, second_control = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+    control2 = second_control()
+    start = threading.Barrier(8)
+    results = [None] * 8
+
+    def create(i):
+        c = control if i % 2 else control2
+        start.wait()
+        results[i] = c.request("POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)}))
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    accepted = [r for r in results if r is not None and r.status == 202]
+    refused = [r for r in results if r is not None and r.status != 202]
+    assert len(accepted) + len(refused) == 8, results
+    assert sorted(r.headers.get("x-space-node") for r in accepted) == ["node-a", "node-b"], results
+    for r in refused:
+        assert r.status == 503 and r.error_code() == "no_capacity", r
+        assert "largest free shape: 0 vCPUs" in r.json["error"]["message"], r
+    held = sql(pg_url, "SELECT node||'='||SUM(vcpus) FROM sandboxes WHERE state NOT IN %s GROUP BY node "
+                       "ORDER BY node" % NO_VM)
+    assert held == ["node-a=1", "node-b=1"], held
+    assert sql(pg_url, "SELECT COUNT(*) FROM node_reservations") == ["0"]
+    for r in accepted:
+        assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", (nodes[0].log(), nodes[1].log())
+    # Once one is deleted its vCPU is free again: a create through either control fits.
+    d = control.request("DELETE", "/v1/sandboxes/" + accepted[0].json["sandbox"]["id"])
+    assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded", d
+    r = control2.request("POST", "/v1/sandboxes", BODY)
+    assert r.status == 202 and r.headers.get("x-space-node") == accepted[0].headers.get("x-space-node"), r
+    assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    for sid in (accepted[1].json["sandbox"]["id"], r.json["sandbox"]["id"]):
+        d = control.request("DELETE", "/v1/sandboxes/" + sid)
+        assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded", d

@@ -362,6 +362,126 @@ static void check_nodes(void **state)
     store_close(st);
 }
 
+/* Keeps the use of the last node row (the checks have one node each). */
+static int use_of(const struct store_node *n, const struct store_node_use *u, void *arg)
+{
+    (void)n;
+    *(struct store_node_use *)arg = *u;
+    return 0;
+}
+
+/* Node reservations: a reservation fits when the node's capacity minus its VM-holding
+ * sandboxes (suspended, stopped, deleted and failed ones hold nothing) minus its other
+ * reservations leaves room; draining, silent and unknown nodes take none; usage sums
+ * both; release and expiry free the room. */
+static void check_reservations(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_node n = {.id = "nr", .url = "http://127.0.0.1:1", .vcpus = 4, .memory_mib = 2048,
+                           .heartbeat_ms = 5000};
+    assert_int_equal(store_node_put(st, &n), 0);
+    struct store_sbx s;
+    const char *states[] = {"running", "paused", "suspended", "stopped", "deleted", "failed"};
+    for (int i = 0; i < 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "sbr%d", i);
+        fill_sbx(&s, id, "A", "base", states[i], NULL); /* 1 vCPU, 256 MiB each */
+        snprintf(s.node, sizeof s.node, "nr");
+        assert_int_equal(store_sbx_put(st, &s), 0);
+    }
+    /* used: running + paused = 2 vCPUs, 512 MiB; 2 vCPUs and 1536 MiB free. */
+    struct store_resv r = {.id = "rv1", .node = "nr", .vcpus = 1, .memory_mib = 1024, .created_ms = 100};
+    assert_int_equal(store_resv_take(st, &r, 5000), 0);
+    r = (struct store_resv){.id = "rv2", .node = "nr", .vcpus = 1, .memory_mib = 1024, .created_ms = 200};
+    assert_int_equal(store_resv_take(st, &r, 5000), STORE_FULL); /* 512 MiB left */
+    r.memory_mib = 512;
+    assert_int_equal(store_resv_take(st, &r, 5001), STORE_FULL); /* silent since 5000 */
+    assert_int_equal(store_node_set_draining(st, "nr", true), 0);
+    assert_int_equal(store_resv_take(st, &r, 5000), STORE_FULL);
+    assert_int_equal(store_node_set_draining(st, "nr", false), 0);
+    assert_int_equal(store_resv_take(st, &r, 5000), 0); /* exactly full now */
+    snprintf(r.node, sizeof r.node, "nowhere");
+    assert_int_equal(store_resv_take(st, &r, 0), STORE_NOTFOUND);
+    /* A failed take leaves no transaction open behind it. */
+    fill_sbx(&s, "sbafter", "A", "base", "stopped", NULL);
+    assert_int_equal(store_sbx_put(st, &s), 0);
+
+    struct store_node_use u = {0};
+    assert_int_equal(store_node_usage(st, use_of, &u), 0);
+    assert_int_equal(u.used_vcpus, 2);
+    assert_int_equal(u.used_memory_mib, 512);
+    assert_int_equal(u.reserved_vcpus, 2);
+    assert_int_equal(u.reserved_memory_mib, 1536);
+    int64_t gone = -1;
+    assert_int_equal(store_resv_expire(st, "nr", 150, &gone), 0); /* rv1 (100) only */
+    assert_int_equal(gone, 1);
+    assert_int_equal(store_resv_release(st, "rv2"), 0);
+    assert_int_equal(store_resv_release(st, "rv2"), 0); /* gone either way */
+    assert_int_equal(store_node_usage(st, use_of, &u), 0);
+    assert_int_equal(u.reserved_vcpus, 0);
+    assert_int_equal(u.reserved_memory_mib, 0);
+    store_close(st);
+}
+
+/* Six processes, each on its own handle, reserve 1 vCPU on a node with 2 free at the same
+ * moment: exactly two succeed, whatever the interleaving (the node row's lock). */
+static void check_reservations_race(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_node n = {.id = "nrace", .url = "http://127.0.0.1:1", .vcpus = 3, .memory_mib = 4096,
+                           .heartbeat_ms = 5000};
+    assert_int_equal(store_node_put(st, &n), 0);
+    struct store_sbx s;
+    fill_sbx(&s, "sbrace", "A", "base", "running", NULL);
+    snprintf(s.node, sizeof s.node, "nrace");
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    enum { RACERS = 6 };
+    pid_t pids[RACERS];
+    for (int i = 0; i < RACERS; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(go[1]);
+            char err[128], c;
+            struct store *mine = checks_open_quiet(err, sizeof err);
+            if (!mine)
+                _exit(20);
+            if (read(go[0], &c, 1) != 0) /* until the parent closes: all start together */
+                _exit(21);
+            struct store_resv r = {.node = "nrace", .vcpus = 1, .memory_mib = 64, .created_ms = 1};
+            snprintf(r.id, sizeof r.id, "rvrace%d", i);
+            int rc = store_resv_take(mine, &r, 5000);
+            store_close(mine);
+            _exit(rc == 0 ? 0 : rc == STORE_FULL ? 10 : 22);
+        }
+    }
+    close(go[0]);
+    usleep(200 * 1000); /* let every child connect before the start */
+    close(go[1]);
+    int won = 0, full = 0;
+    for (int i = 0; i < RACERS; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) == 0)
+            won++;
+        else if (WEXITSTATUS(status) == 10)
+            full++;
+        else
+            fail_msg("racer %d exited %d", i, WEXITSTATUS(status));
+    }
+    assert_int_equal(won, 2);
+    assert_int_equal(full, RACERS - 2);
+    struct store_node_use u = {0};
+    assert_int_equal(store_node_usage(st, use_of, &u), 0);
+    assert_int_equal(u.used_vcpus + u.reserved_vcpus, 3);
+    store_close(st);
+}
+
 /* Quotas: a tenant without a row has none (the daemon's defaults apply); a row is
  * upserted; usage counts the tenant's sandboxes that are not deleted (their vCPUs,
  * memory and disk summed) and its templates that are not deleted, nobody else's;

@@ -1,8 +1,9 @@
 /* Unit tests for the multi-node roles (src/daemon/cluster): role names, option checks
  * per role, which rows a role owns, and node capacity accounting (liveness from the
- * heartbeat, use summed over VM-holding sandboxes) and placement (most free memory
- * among the nodes where the sandbox fits, creates in flight counted) on a real (SQLite)
- * store. The
+ * heartbeat, use summed over VM-holding sandboxes plus reservations), the placement
+ * score (a pure function, table-driven), the shapes nodes report, and placement with
+ * reservations on a real (SQLite) store (both backends' reservation semantics, races
+ * included: tests/unit/store_checks.h). The
  * forwarding itself runs end to end in tests/e2e/test_cluster.py. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,11 +102,13 @@ struct seen {
     char text[256];
 };
 
-static void note(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
+static void note(const struct store_node *n, const struct store_node_use *u, bool live, void *arg)
 {
     struct seen *s = arg;
     size_t len = strlen(s->text);
-    snprintf(s->text + len, sizeof s->text - len, "%s:%u/%u:%s;", n->id, vcpus, memory_mib, live ? "live" : "dead");
+    snprintf(s->text + len, sizeof s->text - len, "%s:%lld/%lld+%lld/%lld:%s;", n->id, (long long)u->used_vcpus,
+             (long long)u->used_memory_mib, (long long)u->reserved_vcpus, (long long)u->reserved_memory_mib,
+             live ? "live" : "dead");
 }
 
 static void put_sbx(struct store *st, const char *id, const char *node, const char *state, unsigned vcpus,
@@ -122,6 +125,81 @@ static void put_sbx(struct store *st, const char *id, const char *node, const ch
     assert_int_equal(store_sbx_put(st, &s), 0);
 }
 
+/* The score is a pure function of one node's numbers: table of cases, each with what it
+ * shows. Capacity 8 vCPUs / 8192 MiB unless said; the sandbox is 1 vCPU / 1024 MiB. */
+static void test_score(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        struct cluster_cand c;
+        double want; /* -1: takes none */
+    } cases[] = {
+        {"empty node: 7/8 vCPUs, 7/8 memory left", {8, 8192, 8, 8192, true, false, false, 0}, 0.875},
+        {"fraction, not absolute: the scarcer resource counts (memory 1/8 left)",
+         {8, 8192, 8, 2048, true, false, false, 0}, 0.125},
+        {"a small node as free as a big one scores the same", {2, 2048, 2, 2048, true, false, false, 0}, 0.5},
+        {"exact fit leaves 0", {1, 1024, 1, 1024, true, false, false, 0}, 0},
+        {"too few vCPUs", {8, 8192, 0, 8192, true, false, false, 0}, -1},
+        {"too little memory", {8, 8192, 8, 1023, true, false, false, 0}, -1},
+        {"overcommitted already (negative free)", {8, 8192, -2, 8192, true, false, false, 0}, -1},
+        {"not live", {8, 8192, 8, 8192, false, false, false, 0}, -1},
+        {"draining", {8, 8192, 8, 8192, true, true, false, 0}, -1},
+        {"no capacity reported", {0, 0, 0, 0, true, false, false, 0}, -1},
+        {"snapshot of the template at this shape", {8, 8192, 8, 8192, true, false, true, 0},
+         0.875 + CLUSTER_SCORE_SNAPSHOT},
+        {"warm clone ready (with its snapshot)", {8, 8192, 8, 8192, true, false, true, 2},
+         0.875 + CLUSTER_SCORE_SNAPSHOT + CLUSTER_SCORE_WARM},
+        {"locality never makes room", {8, 8192, 0, 8192, true, false, true, 3}, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double got = cluster_score(&cases[i].c, 1, 1024);
+        if (got < cases[i].want - 1e-9 || got > cases[i].want + 1e-9)
+            fail_msg("%s: score %f, want %f", cases[i].what, got, cases[i].want);
+    }
+    /* A warm clone on a busier node beats an idle node without one, unless the busy
+     * node is much fuller: the weights are relative to the free fraction. */
+    struct cluster_cand warm = {8, 8192, 4, 4096, true, false, true, 1}, idle = {8, 8192, 8, 8192, true, false, false, 0};
+    assert_true(cluster_score(&warm, 1, 1024) > cluster_score(&idle, 1, 1024));
+}
+
+/* What nodes report: "tpl/VxM:W" entries, found by template and exact shape (a NIC and a
+ * no-NIC snapshot of one shape are two entries: their clones add up); malformed entries
+ * are ignored; an entry that does not fit is left out whole. */
+static void test_shapes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *shapes, *tpl;
+        unsigned v, m;
+        bool snap;
+        unsigned warm;
+    } cases[] = {
+        {"", "base", 1, 256, false, 0},
+        {"base/1x256:0", "base", 1, 256, true, 0},
+        {"base/1x256:2,base/1x256:1", "base", 1, 256, true, 3},
+        {"base/1x256:2", "base", 1, 512, false, 0},
+        {"base/1x256:2", "bas", 1, 256, false, 0},
+        {"python/2x1024:1,base/1x256:4", "python", 2, 1024, true, 1},
+        {"base/1x256:x,/1x256:1,base/1x256,base/1x256:1junk", "base", 1, 256, false, 0},
+        {"base/1x256:1,", "base", 1, 256, true, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool snap;
+        unsigned warm;
+        cluster_shapes_find(cases[i].shapes, cases[i].tpl, cases[i].v, cases[i].m, &snap, &warm);
+        if (snap != cases[i].snap || warm != cases[i].warm)
+            fail_msg("\"%s\" %s/%ux%u: snapshot %d warm %u", cases[i].shapes, cases[i].tpl, cases[i].v,
+                     cases[i].m, snap, warm);
+    }
+    char buf[32] = "";
+    cluster_shapes_add(buf, sizeof buf, "base", 1, 256, 2);
+    cluster_shapes_add(buf, sizeof buf, "python", 2, 1024, 0);
+    assert_string_equal(buf, "base/1x256:2,python/2x1024:0");
+    cluster_shapes_add(buf, sizeof buf, "x", 1, 1, 1); /* 9 more bytes: would not fit */
+    assert_string_equal(buf, "base/1x256:2,python/2x1024:0");
+}
+
 static void test_capacity_and_placement(void **state)
 {
     (void)state;
@@ -132,6 +210,8 @@ static void test_capacity_and_placement(void **state)
     memset(&sp, 0, sizeof sp);
     sp.store = store_open(path, err, sizeof err);
     assert_non_null(sp.store);
+    struct cluster cl = {0};
+    sp.cluster = &cl;
 
     int64_t now = spaced_now_ms();
     struct store_node a = {.id = "a", .url = "http://127.0.0.1:1", .vcpus = 8, .memory_mib = 8192,
@@ -150,45 +230,75 @@ static void test_capacity_and_placement(void **state)
 
     struct seen s = {""};
     assert_int_equal(cluster_nodes_usage(&sp, note, &s), 0);
-    assert_string_equal(s.text, "a:3/768:live;b:1/128:dead;");
+    assert_string_equal(s.text, "a:3/768+0/0:live;b:1/128+0/0:dead;");
 
-    /* Placement: a has 5 vCPUs / 7424 MiB free, c 4 / 4096, b is dead (never chosen). */
+    /* a: 5 vCPUs / 7424 MiB free of 8/8192 (5/8 is the scarcer fraction); c: 4 / 4096
+     * free of 4/4096, all of it. By fraction c wins, although a has more absolute free
+     * memory; b is dead (never chosen). */
     struct store_node c = {.id = "c", .url = "http://127.0.0.1:3", .vcpus = 4, .memory_mib = 4096,
                            .heartbeat_ms = now};
     assert_int_equal(store_node_put(sp.store, &c), 0);
+    struct cluster_want w = {"base", 1, 256};
     struct cluster_pick p;
-    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 0);
-    assert_string_equal(p.node.id, "a");
-    assert_int_equal(p.free_memory_mib, 7424);
-    assert_int_equal(p.free_vcpus, 5);
-    assert_int_equal(cluster_pick(&sp, 1, 8000, &p), 1); /* fits nowhere: names the most free */
-    assert_true(p.found);
-    assert_string_equal(p.node.id, "a");
-    assert_int_equal(cluster_pick(&sp, 6, 256, &p), 1);
-    assert_int_equal(cluster_pick(&sp, 4, 4096, &p), 0);
-    assert_string_equal(p.node.id, "a");
+    assert_int_equal(cluster_pick(&sp, &w, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    assert_int_equal(p.free_vcpus, 4);
+    assert_int_equal(p.free_memory_mib, 4096);
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
 
-    /* A create in flight to a counts there before its row exists. */
-    struct cluster cl = {0};
+    /* Template locality: a warm clone of base 1x256 on a outweighs c's extra room. */
+    snprintf(a.shapes, sizeof a.shapes, "python/1x256:3,base/1x256:1");
+    assert_int_equal(store_node_put(sp.store, &a), 0);
+    assert_int_equal(cluster_pick(&sp, &w, &p), 0);
+    assert_string_equal(p.node.id, "a");
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+
+    /* Reservations count as used until released: three creates of 2 vCPUs on c (4
+     * free) and a (5 free) fit four times in all (c twice, a twice); the fifth is refused
+     * and names the largest free shape (a, 1 vCPU). */
+    w = (struct cluster_want){"other", 2, 256};
+    char ids[5][STORE_ID_MAX];
+    int placed = 0;
+    for (int i = 0; i < 5; i++) {
+        int rc = cluster_pick(&sp, &w, &p);
+        if (rc == 0)
+            snprintf(ids[placed++], sizeof ids[0], "%s", p.resv_id);
+        else {
+            assert_int_equal(rc, 1);
+            assert_true(p.found);
+            assert_string_equal(p.node.id, "a");
+            assert_int_equal(p.free_vcpus, 1);
+        }
+    }
+    assert_int_equal(placed, 4);
+    s.text[0] = '\0';
+    assert_int_equal(cluster_nodes_usage(&sp, note, &s), 0);
+    assert_string_equal(s.text, "a:3/768+4/512:live;b:1/128+0/0:dead;c:0/0+4/512:live;");
+    for (int i = 0; i < placed; i++)
+        assert_int_equal(store_resv_release(sp.store, ids[i]), 0);
+    assert_int_equal(cluster_pick(&sp, &w, &p), 0); /* room again */
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+
+    /* cluster_place keeps its reservation listed until released; a draining node is
+     * skipped; nothing live: found is false. */
+    assert_int_equal(store_node_set_draining(sp.store, "c", true), 0);
+    w = (struct cluster_want){"", 1, 4096};
+    assert_int_equal(cluster_pick(&sp, &w, &p), 0);
+    assert_string_equal(p.node.id, "a");
     struct cluster_resv *r = calloc(1, sizeof *r);
     assert_non_null(r);
-    snprintf(r->node, sizeof r->node, "a");
-    r->vcpus = 1;
-    r->memory_mib = 4000;
+    snprintf(r->id, sizeof r->id, "%s", p.resv_id);
     cl.resv = r;
-    sp.cluster = &cl;
-    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 0);
-    assert_string_equal(p.node.id, "c");
     cluster_resv_release(&sp, r);
     assert_null(cl.resv);
-    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 0);
-    assert_string_equal(p.node.id, "a");
-    sp.cluster = NULL;
+    int64_t n = -1;
+    assert_int_equal(store_resv_expire(sp.store, "a", now + 1000000, &n), 0);
+    assert_int_equal(n, 0); /* released: nothing left to expire */
 
     c.heartbeat_ms = a.heartbeat_ms = now - CLUSTER_DEAD_MS - 1;
     assert_int_equal(store_node_put(sp.store, &a), 0);
     assert_int_equal(store_node_put(sp.store, &c), 0);
-    assert_int_equal(cluster_pick(&sp, 1, 256, &p), 1);
+    assert_int_equal(cluster_pick(&sp, &w, &p), 1);
     assert_false(p.found); /* nobody live */
     store_close(sp.store);
     char cmd[96];
@@ -202,6 +312,8 @@ int main(void)
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_options_per_role),
         cmocka_unit_test(test_ownership),
+        cmocka_unit_test(test_score),
+        cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_capacity_and_placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -102,6 +102,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(check_operations, setup, teardown),
         cmocka_unit_test_setup_teardown(check_sessions_templates_tx, setup, teardown),
         cmocka_unit_test_setup_teardown(check_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(check_reservations, setup, teardown),
+        cmocka_unit_test_setup_teardown(check_reservations_race, setup, teardown),
         cmocka_unit_test_setup_teardown(check_quotas, setup, teardown),
         cmocka_unit_test_setup_teardown(check_crash_mid_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(check_crash_loses_nothing_acknowledged, setup, teardown),

@@ -12,6 +12,8 @@
 
 #include "daemon/http/router.h"
 #include "daemon/sandbox/sbx.h"
+#include "daemon/sandbox/sbx_pool.h"
+#include "daemon/template/tpl.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
@@ -123,18 +125,37 @@ void cluster_dispatch(struct http_req *req, void *arg)
     router_dispatch(req, sp->router);
 }
 
+struct shapes_scan {
+    struct spaced *sp;
+    struct store_node *n;
+};
+
+static void add_shape(const char *name, unsigned vcpus, unsigned mem_mib, const char *snap_dir, void *arg)
+{
+    struct shapes_scan *s = arg;
+    cluster_shapes_add(s->n->shapes, sizeof s->n->shapes, name, vcpus, mem_mib,
+                       sbx_pool_ready_at(s->sp, snap_dir));
+}
+
+/* The node's row (capacity, liveness, the snapshots and warm clones it has ready, for
+ * placement) and the end of reservations on it whose control daemon must have died. */
 static void heartbeat(struct spaced *sp)
 {
     struct store_node n = {.vcpus = sp->opt.node_vcpus, .memory_mib = sp->opt.node_memory_mib,
                            .heartbeat_ms = spaced_now_ms(), .started_ms = sp->cluster->started_ms};
     snprintf(n.id, sizeof n.id, "%s", sp->opt.node_id);
     snprintf(n.url, sizeof n.url, "%s", sp->opt.advertise);
+    struct shapes_scan scan = {sp, &n};
+    tpl_snapshots_each_ready(sp, add_shape, &scan);
     bool ok = store_node_put(sp->store, &n) == 0;
+    int64_t gone = 0;
     if (!ok)
         log_warn("cluster.heartbeat", "node=%s msg=\"%s\"", n.id, store_errmsg(sp->store));
     else if (!sp->cluster->reported)
         log_info("cluster.heartbeat", "node=%s url=%s vcpus=%u memory_mib=%u", n.id, n.url, n.vcpus,
                  n.memory_mib);
+    if (ok && store_resv_expire(sp->store, n.id, n.heartbeat_ms - CLUSTER_RESV_TTL_MS, &gone) == 0 && gone)
+        log_warn("cluster.heartbeat", "node=%s reservations_expired=%lld", n.id, (long long)gone);
     sp->cluster->reported = ok;
 }
 

@@ -10,9 +10,9 @@
  *            shared secret (header X-Space-Node-Token = SPACE_NODE_TOKEN), i.e. when
  *            they come through a control daemon. /healthz and /metrics stay open.
  *   control  runs no VMs. Serves keys, health, metrics and listings (sandboxes,
- *            operations, templates) from the shared store; places a create on the live
- *            node with the most free memory (then vCPUs) among those where the requested
- *            vCPUs and memory fit (503 no_capacity if none) and forwards it there; forwards
+ *            operations, templates) from the shared store; places a create
+ *            (cluster_place.c: the best-scoring live node where it fits, its size
+ *            reserved in the store first; 503 no_capacity if none) and forwards it there; forwards
  *            every per-sandbox request (/v1/sandboxes/{id}/..., sessions, files, attach
  *            streams) and per-operation request (/v1/operations/{id}/...) to the node
  *            that owns the sandbox, over HTTP with the shared secret. The node
@@ -23,8 +23,11 @@
  *            (cluster_e2b.c).
  *
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
- * VM (every state except suspended, stopped, deleted, failed), plus the creates this
- * control daemon is forwarding to it right now (their rows do not exist yet). A node is
+ * VM (every state except suspended, stopped, deleted, failed), plus the reservations of
+ * the creates any control daemon is forwarding to it right now (their rows do not exist
+ * yet; store_resv_take). A node's heartbeat also reports the template snapshots and warm
+ * clones it has ready (store_node.shapes), and removes reservations on it that outlived
+ * CLUSTER_RESV_TTL_MS (their control daemon died). A node is
  * live when its heartbeat is younger than CLUSTER_DEAD_MS; a node daemon stopping on
  * purpose zeroes its heartbeat. Requests for a sandbox on a node that is not live get
  * 503 node_down from the control daemon (its sandboxes are not moved).
@@ -143,39 +146,81 @@ void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct sto
  * id); true when it forwarded or replied (unknown or silent node: 502/503). */
 bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
                               const char *tenant, const struct cluster_fwd *fwd);
-/* The size a create asks for on the node, for placement; replies itself and returns -1
- * when no node can take it, else 0 with the node and its reservation. */
-int cluster_place(struct spaced *sp, struct http_req *req, unsigned vcpus, unsigned memory_mib,
+/* What a create asks placement for. */
+struct cluster_want {
+    char template_name[STORE_ID_MAX]; /* "" when the body names none (or is bad) */
+    unsigned vcpus, memory_mib;
+};
+/* Places a create: reserves its size on the best node (cluster_pick) and returns 0 with
+ * the node and the reservation (released when the node's reply head arrives or the
+ * forwarded request ends), or replies itself (503 no_node, 503 no_capacity naming the
+ * largest free shape, 503 store_unavailable) and returns -1. */
+int cluster_place(struct spaced *sp, struct http_req *req, const struct cluster_want *w,
                   const struct cluster_fwd *fwd, struct store_node *to, struct cluster_resv **resv);
 /* Copies the path segment after `prefix` (up to '/' or the end) into id; false if the
  * path does not start with prefix or the segment is empty or too long. */
 bool cluster_path_id(const char *path, const char *prefix, char *id, size_t cap);
 /* The E2B side of the control role (cluster_e2b.c): registers its hook and the listings. */
 int cluster_e2b_start(struct spaced *sp);
-/* Ends a reservation made by placement (NULL accepted). */
+/* Ends a reservation made by placement: removes its row (NULL accepted). */
 void cluster_resv_release(struct spaced *sp, struct cluster_resv *r);
+
+/* ---- placement (cluster_place.c) ----------------------------------------------------- */
+
+/* Score weights: free capacity counts 0..1 (the smaller of the free vCPU and free memory
+ * fractions left after the sandbox), a ready snapshot of the template at the asked shape
+ * adds CLUSTER_SCORE_SNAPSHOT (a restore instead of a cold boot and a snapshot build), a
+ * ready warm clone adds CLUSTER_SCORE_WARM (a claim: no restore at all). So a node with a
+ * warm clone wins over an emptier one unless it is less than half as free. */
+#define CLUSTER_SCORE_SNAPSHOT 0.25
+#define CLUSTER_SCORE_WARM 0.5
+
+/* One node as placement sees it. */
+struct cluster_cand {
+    unsigned cap_vcpus, cap_memory_mib;    /* what it offers */
+    long long free_vcpus, free_memory_mib; /* capacity - used - reserved (may be < 0) */
+    bool live, draining;
+    bool snapshot;                         /* has the template's snapshot at this shape */
+    unsigned warm;                         /* warm clones ready at this shape */
+};
+/* The node's score for a sandbox of vcpus x memory_mib: -1 when it takes none (not live,
+ * draining, no room, no capacity), else the free fraction left plus the bonuses above.
+ * Pure. */
+double cluster_score(const struct cluster_cand *c, unsigned vcpus, unsigned memory_mib);
+/* What a node's shapes report ("tpl/VxM:W,...", store_node.shapes) says of template tpl
+ * at vcpus x memory_mib: whether a snapshot is ready and how many warm clones (summed
+ * over the entries of that shape: a snapshot with and one without a NIC). Pure. */
+void cluster_shapes_find(const char *shapes, const char *tpl, unsigned vcpus, unsigned memory_mib,
+                         bool *snapshot, unsigned *warm);
+/* Appends the entry "tpl/VxM:W" to shapes (cap bytes, ',' between entries); an entry
+ * that does not fit whole is left out. Pure. */
+void cluster_shapes_add(char *shapes, size_t cap, const char *tpl, unsigned vcpus, unsigned memory_mib,
+                        unsigned warm);
+
 /* A placement decision. */
 struct cluster_pick {
-    struct store_node node;     /* the chosen node (valid when found) */
+    struct store_node node;     /* the chosen node, or the largest free one on refusal */
     long long free_vcpus;       /* its free capacity before this sandbox */
     long long free_memory_mib;
-    bool found;                 /* some live node was considered */
+    double score;
+    bool found;                 /* some live, undrained node was considered */
+    char resv_id[STORE_ID_MAX]; /* the reservation taken (0 returned) */
 };
-/* Placement: the live node with the most free memory, then vCPUs (then the first id)
- * among those where vcpus and memory_mib fit. Returns 0 with *out the chosen node, 1 if
- * no live node has room (*out then describes the live node with the most free memory,
- * found false when none is live), -1 on a store error. */
-int cluster_pick(struct spaced *sp, unsigned vcpus, unsigned memory_mib, struct cluster_pick *out);
+/* Placement: scores every node (cluster_score), then reserves the sandbox's size
+ * (store_resv_take) on the best one, or the next best when another control daemon took
+ * the room first. Returns 0 with *out the node reserved on, 1 when no node has room
+ * (*out then describes the live undrained node with the most free memory, found false
+ * when there is none), -1 on a store error. */
+int cluster_pick(struct spaced *sp, const struct cluster_want *w, struct cluster_pick *out);
 /* Registers the control role's forwarding hook on sp->router. */
 int cluster_control_start(struct spaced *sp);
 /* Registers GET /v1/nodes (every role: empty on a single host). */
 int cluster_nodes_register(struct spaced *sp);
-/* Node capacity in use: sums over sandboxes in a VM-holding state, per node. Calls
- * fn(node, used_vcpus, used_memory_mib, live, arg) for every node row. Returns the
- * store's code. */
+/* Every node row with its use (store_node_usage) and whether it is live: fn(node, use,
+ * live, arg). Returns the store's code. */
 int cluster_nodes_usage(struct spaced *sp,
-                        void (*fn)(const struct store_node *n, unsigned vcpus, unsigned memory_mib,
-                                   bool live, void *arg),
+                        void (*fn)(const struct store_node *n, const struct store_node_use *u, bool live,
+                                   void *arg),
                         void *arg);
 
 #endif

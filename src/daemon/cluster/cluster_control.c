@@ -1,6 +1,5 @@
-/* cluster_control.c: the control role: placement of creates, forwarding of
- * per-sandbox and per-operation requests to the owning node, and GET /v1/nodes; see
- * cluster.h. */
+/* cluster_control.c: the control role: which requests it places (cluster_place.c) or
+ * forwards to the owning node (per-sandbox and per-operation ones); see cluster.h. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,109 +13,6 @@
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
-
-/* ---- capacity ------------------------------------------------------------------------- */
-
-struct usage {
-    struct cluster_node_states st; /* the node rows */
-    unsigned *vcpus, *mem;         /* per node, parallel to st.nodes (owned) */
-};
-
-/* States whose sandbox holds no VM on its node. */
-static bool holds_vm(const char *state)
-{
-    return strcmp(state, "suspended") != 0 && strcmp(state, "stopped") != 0 &&
-           strcmp(state, "deleted") != 0 && strcmp(state, "failed") != 0;
-}
-
-static int add_sandbox(const struct store_sbx *s, void *arg)
-{
-    struct usage *u = arg;
-    if (!s->node[0] || !holds_vm(s->state))
-        return 0;
-    for (size_t i = 0; i < u->st.n; i++)
-        if (strcmp(u->st.nodes[i].id, s->node) == 0) {
-            u->vcpus[i] += s->vcpus;
-            u->mem[i] += s->memory_mib;
-            break;
-        }
-    return 0;
-}
-
-int cluster_nodes_usage(struct spaced *sp,
-                        void (*fn)(const struct store_node *n, unsigned vcpus, unsigned memory_mib,
-                                   bool live, void *arg),
-                        void *arg)
-{
-    struct usage u = {0};
-    int rc = cluster_node_states_load(sp, &u.st);
-    if (rc == 0 && u.st.n) {
-        u.vcpus = calloc(u.st.n, sizeof *u.vcpus);
-        u.mem = calloc(u.st.n, sizeof *u.mem);
-        rc = u.vcpus && u.mem ? store_sbx_each_live(sp->store, add_sandbox, &u) : -1;
-    }
-    for (size_t i = 0; rc == 0 && i < u.st.n; i++) {
-        const struct store_node *n = &u.st.nodes[i];
-        fn(n, u.vcpus[i], u.mem[i], strcmp(cluster_node_state(&u.st, n->id), "live") == 0, arg);
-    }
-    cluster_node_states_free(&u.st);
-    free(u.vcpus);
-    free(u.mem);
-    return rc;
-}
-
-/* ---- placement ---------------------------------------------------------------------- */
-
-struct pick_scan {
-    struct spaced *sp;
-    unsigned vcpus, memory_mib; /* what the sandbox needs */
-    struct cluster_pick fit;    /* best node where it fits */
-    struct cluster_pick any;    /* best live node at all (for the refusal message) */
-};
-
-static bool better(const struct cluster_pick *have, long long fm, long long fv)
-{
-    return !have->found || fm > have->free_memory_mib || (fm == have->free_memory_mib && fv > have->free_vcpus);
-}
-
-static void consider(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
-{
-    struct pick_scan *p = arg;
-    if (!live || n->draining) /* a draining node takes no new sandbox */
-        return;
-    for (const struct cluster_resv *r = p->sp->cluster ? p->sp->cluster->resv : NULL; r; r = r->next)
-        if (strcmp(r->node, n->id) == 0) {
-            vcpus += r->vcpus;
-            memory_mib += r->memory_mib;
-        }
-    long long fm = (long long)n->memory_mib - memory_mib, fv = (long long)n->vcpus - vcpus;
-    struct cluster_pick c = {.node = *n, .free_vcpus = fv, .free_memory_mib = fm, .found = true};
-    if (better(&p->any, fm, fv))
-        p->any = c;
-    if (fm >= p->memory_mib && fv >= p->vcpus && better(&p->fit, fm, fv))
-        p->fit = c;
-}
-
-int cluster_pick(struct spaced *sp, unsigned vcpus, unsigned memory_mib, struct cluster_pick *out)
-{
-    struct pick_scan p = {.sp = sp, .vcpus = vcpus, .memory_mib = memory_mib};
-    if (cluster_nodes_usage(sp, consider, &p) != 0)
-        return -1;
-    *out = p.fit.found ? p.fit : p.any;
-    return p.fit.found ? 0 : 1;
-}
-
-void cluster_resv_release(struct spaced *sp, struct cluster_resv *r)
-{
-    if (!r)
-        return;
-    for (struct cluster_resv **pp = &sp->cluster->resv; *pp; pp = &(*pp)->next)
-        if (*pp == r) {
-            *pp = r->next;
-            break;
-        }
-    free(r);
-}
 
 void cluster_reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int status,
                         const char *code, const char *fmt, ...)
@@ -132,54 +28,22 @@ void cluster_reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int
         http_reply_error(req, status, code, "%s", msg);
 }
 
-int cluster_place(struct spaced *sp, struct http_req *req, unsigned vcpus, unsigned mem,
-                  const struct cluster_fwd *fwd, struct store_node *to, struct cluster_resv **resv)
-{
-    struct cluster_pick p;
-    int rc = cluster_pick(sp, vcpus, mem, &p);
-    if (rc < 0) {
-        cluster_reply_fail(req, fwd, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
-        return -1;
-    }
-    if (!p.found) {
-        cluster_reply_fail(req, fwd, 503, "no_node", "no node takes new sandboxes: none reported in the "
-                           "last %d s, or every live one is draining", CLUSTER_DEAD_MS / 1000);
-        return -1;
-    }
-    if (rc == 1) {
-        cluster_reply_fail(req, fwd, 503, "no_capacity",
-                   "no node has %u vCPUs and %u MiB free (most free: node %s, %lld vCPUs, %lld MiB)",
-                   vcpus, mem, p.node.id, p.free_vcpus, p.free_memory_mib);
-        return -1;
-    }
-    struct cluster_resv *r = calloc(1, sizeof *r);
-    if (r) {
-        snprintf(r->node, sizeof r->node, "%s", p.node.id);
-        r->vcpus = vcpus;
-        r->memory_mib = mem;
-        r->next = sp->cluster->resv;
-        sp->cluster->resv = r;
-    }
-    *resv = r;
-    *to = p.node;
-    log_info("cluster.place", "node=%s vcpus=%u memory_mib=%u free_vcpus=%lld free_memory_mib=%lld", p.node.id,
-             vcpus, mem, p.free_vcpus, p.free_memory_mib);
-    return 0;
-}
-
-/* Chooses the node of a create from its body (sizes; the node validates the rest and
- * replies to a bad body itself) and reserves the sandbox's size there. */
+/* Chooses the node of a create from its body (template and size; the node validates the
+ * rest and replies to a bad body itself) and reserves the sandbox's size there. */
 static int choose_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
                          struct store_node *to, struct cluster_resv **resv)
 {
     struct sbx_spec spec;
     struct spaced_err err;
-    unsigned vcpus = SBX_VCPUS_DEFAULT, mem = SBX_MEM_DEFAULT_MIB;
+    struct cluster_want w = {.vcpus = SBX_VCPUS_DEFAULT, .memory_mib = SBX_MEM_DEFAULT_MIB};
     if (sbx_spec_parse(body, len, &spec, &err) == 0) {
-        sbx_spec_shape(&spec, NULL, &vcpus, &mem); /* the node knows the template's */
+        struct tpl_info t; /* a built-in's size, known here too (no tenant's template) */
+        bool known = tpl_builtin_peek(sp, spec.template_name, &t);
+        sbx_spec_shape(&spec, known ? &t : NULL, &w.vcpus, &w.memory_mib);
+        snprintf(w.template_name, sizeof w.template_name, "%s", spec.template_name);
         sbx_spec_clear(&spec);
     }
-    return cluster_place(sp, req, vcpus, mem, NULL, to, resv);
+    return cluster_place(sp, req, &w, NULL, to, resv);
 }
 
 /* ---- forwarding ----------------------------------------------------------------------- */

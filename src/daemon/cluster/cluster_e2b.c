@@ -14,6 +14,7 @@
  * read. Not carried: a signed /files URL with none of those (only the node holding the
  * signing secret could tell its sandbox) and protocol upgrades (WebSocket) on sandbox
  * ports, which cluster_proxy does not relay. */
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,9 +36,19 @@ static const struct cluster_fwd plain_e2b = {.error = e2b_error};
 static int choose_e2b_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
                              struct store_node *to, struct cluster_resv **resv)
 {
-    (void)body;
-    (void)len;
-    return cluster_place(sp, req, SBX_VCPUS_DEFAULT, SBX_MEM_DEFAULT_MIB, &plain_e2b, to, resv);
+    /* E2B names no size: the template's (a built-in's is known here), else the default;
+     * its templateID (E2B's default "base") for locality too. */
+    struct cluster_want w = {.vcpus = SBX_VCPUS_DEFAULT, .memory_mib = SBX_MEM_DEFAULT_MIB};
+    json_t *doc = json_loadb(body, len, 0, NULL);
+    const char *tpl = json_string_value(json_object_get(doc, "templateID"));
+    struct sbx_spec none = {0};
+    struct tpl_info t;
+    if (tpl)
+        snprintf(w.template_name, sizeof w.template_name, "%s", tpl);
+    if (tpl_builtin_peek(sp, tpl ? tpl : "base", &t))
+        sbx_spec_shape(&none, &t, &w.vcpus, &w.memory_mib);
+    json_decref(doc);
+    return cluster_place(sp, req, &w, &plain_e2b, to, resv);
 }
 
 /* Envd or sandbox-port traffic: forwarded to the sandbox's node with the sandbox (and

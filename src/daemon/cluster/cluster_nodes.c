@@ -1,6 +1,7 @@
 /* cluster_nodes.c: the node daemons as operators see and manage them (admin key, every
  * role; the rows live in the shared store, so any control daemon answers):
- *   GET    /v1/nodes               each node: url, live, draining, capacity and use
+ *   GET    /v1/nodes               each node: url, live, draining, capacity, use (sandboxes'
+ *                                   and reservations'), the shapes it has ready
  *   POST   /v1/nodes/{id}/drain    no new sandbox is placed there (running ones stay): 204
  *   POST   /v1/nodes/{id}/undrain  placement uses it again: 204
  *   DELETE /v1/nodes/{id}           forgets a node that is down and holds no sandbox: 204
@@ -19,19 +20,20 @@
 #include "daemon/store/store.h"
 #include "log.h"
 
-static json_t *node_json(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live)
+static json_t *node_json(const struct store_node *n, const struct store_node_use *u, bool live)
 {
     char hb[32];
-    return json_pack("{s:s, s:s, s:b, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:s}", "id", n->id, "url", n->url,
-                     "live", live, "draining", n->draining, "capacity", "vcpus", (json_int_t)n->vcpus,
-                     "memory_mib", (json_int_t)n->memory_mib, "used", "vcpus", (json_int_t)vcpus,
-                     "memory_mib", (json_int_t)memory_mib, "heartbeat_at",
-                     spaced_fmt_time(n->heartbeat_ms, hb));
+    return json_pack("{s:s, s:s, s:b, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:s, s:s}", "id", n->id,
+                     "url", n->url, "live", live, "draining", n->draining, "capacity", "vcpus",
+                     (json_int_t)n->vcpus, "memory_mib", (json_int_t)n->memory_mib, "used", "vcpus",
+                     (json_int_t)u->used_vcpus, "memory_mib", (json_int_t)u->used_memory_mib, "reserved",
+                     "vcpus", (json_int_t)u->reserved_vcpus, "memory_mib", (json_int_t)u->reserved_memory_mib,
+                     "shapes", n->shapes, "heartbeat_at", spaced_fmt_time(n->heartbeat_ms, hb));
 }
 
-static void add_node(const struct store_node *n, unsigned vcpus, unsigned memory_mib, bool live, void *arg)
+static void add_node(const struct store_node *n, const struct store_node_use *u, bool live, void *arg)
 {
-    json_array_append_new(arg, node_json(n, vcpus, memory_mib, live));
+    json_array_append_new(arg, node_json(n, u, live));
 }
 
 static void h_nodes(struct http_req *req, void *arg)

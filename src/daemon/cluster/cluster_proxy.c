@@ -27,9 +27,6 @@
 
 #define CLUSTER_PROXY_MAX_BODY (64u << 20)
 #define CLUSTER_PROXY_HIGH_WATER (1u << 20)
-/* Until the reply's head arrives (connecting included: evhttp has one timeout for
- * both): long enough for the longest operation long-poll to answer. */
-#define CLUSTER_PROXY_HEAD_TIMEOUT_S (OP_WAIT_MAX_S + 60)
 /* After the head: attach and event streams may sit idle for long; the node ends them. */
 #define CLUSTER_PROXY_TIMEOUT_S (24 * 3600)
 
@@ -119,6 +116,11 @@ static int on_head(struct evhttp_request *out, void *arg)
             http_reply_add_header(p->req, kv->key, kv->value);
     }
     http_reply_add_header(p->req, CLUSTER_NODE_HEADER, p->node);
+    /* A create's row is stored before the node answers (intent first), and counts on
+     * the node from then on: the reservation has done its work (a refused create has
+     * none). */
+    cluster_resv_release(p->sp, p->resv);
+    p->resv = NULL;
     evhttp_connection_set_timeout(p->conn, CLUSTER_PROXY_TIMEOUT_S);
     if (http_stream_start(p->req, evhttp_request_get_response_code(out), ct, length) != 0)
         return -1;

@@ -200,13 +200,16 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
     return vm;
 }
 
-unsigned sbx_pools_ready(const struct spaced *sp)
+unsigned sbx_pool_ready_at(const struct spaced *sp, const char *snap_dir)
 {
     unsigned n = 0;
     for (const struct sbx_shape *sh = sp->pools ? sp->pools->shapes : NULL; sh; sh = sh->next)
-        n += pool_ready(sh->pool);
+        if (!snap_dir || strcmp(sh->snap_dir, snap_dir) == 0)
+            n += pool_ready(sh->pool);
     return n;
 }
+
+unsigned sbx_pools_ready(const struct spaced *sp) { return sbx_pool_ready_at(sp, NULL); }
 
 /* ---- start-up sweep ---------------------------------------------------------------- */
 

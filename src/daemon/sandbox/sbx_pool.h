@@ -54,5 +54,9 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
 
 /* Pooled VMs ready to claim, over all shapes (metrics). */
 unsigned sbx_pools_ready(const struct spaced *sp);
+/* Pooled VMs ready to claim in the shape of snapshot snap_dir (0: no such pool; NULL: every
+ * shape). What a
+ * node reports for placement (cluster.c). */
+unsigned sbx_pool_ready_at(const struct spaced *sp, const char *snap_dir);
 
 #endif

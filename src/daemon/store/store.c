@@ -70,6 +70,13 @@ static const char *const store_migrations[] = {
     "ALTER TABLE operations ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;",
     /* 6: an operator drains a node (no new sandbox is placed on it). */
     "ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;",
+    /* 7: placement: what each node has ready (snapshots, warm clones: its heartbeat) and
+     * the capacity control daemons reserve for creates they are forwarding. */
+    "ALTER TABLE nodes ADD COLUMN shapes TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE IF NOT EXISTS node_reservations("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, node TEXT NOT NULL, vcpus INTEGER NOT NULL,"
+    " memory_mib INTEGER NOT NULL, created_ms BIGINT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS node_reservations_node ON node_reservations(node, created_ms);",
 };
 
 #define SQL_CAP 2048
@@ -540,4 +547,102 @@ int store_node_each(struct store *st, int (*fn)(const struct store_node *, void 
     struct store_node n;
     return rec_select(st, &store_tbl_nodes, "ORDER BY id", NULL, 0, &n,
                       (int (*)(const void *, void *))fn, arg);
+}
+
+/* ---- node capacity and reservations ----------------------------------------------------- */
+
+/* Sandboxes in these states hold no VM on their node (store_node_use). */
+#define NO_VM_STATES "('suspended','stopped','deleted','failed')"
+/* Per node: its sandboxes' and its reservations' sums, as sub-selects (s, r) joined on. */
+#define USE_JOIN                                                                                   \
+    " LEFT JOIN (SELECT node, SUM(vcpus) AS v, SUM(memory_mib) AS m FROM sandboxes WHERE state"   \
+    " NOT IN " NO_VM_STATES " GROUP BY node) s ON s.node=nodes.id"                                \
+    " LEFT JOIN (SELECT node, SUM(vcpus) AS v, SUM(memory_mib) AS m FROM node_reservations"       \
+    " GROUP BY node) r ON r.node=nodes.id"
+
+struct usage_scan {
+    int (*fn)(const struct store_node *, const struct store_node_use *, void *);
+    void *arg;
+};
+
+static int usage_row(void *p, const char *const *cols, int ncols)
+{
+    struct usage_scan *sc = p;
+    int n = store_tbl_nodes.ncols;
+    struct store_node node;
+    store_rec_read(&store_tbl_nodes, &node, cols, ncols < n ? ncols : n); /* no heap fields */
+    int64_t v[4] = {0};
+    for (int i = 0; i < 4 && n + i < ncols; i++)
+        v[i] = cols[n + i] ? strtoll(cols[n + i], NULL, 10) : 0;
+    struct store_node_use u = {v[0], v[1], v[2], v[3]};
+    return sc->fn(&node, &u, sc->arg);
+}
+
+int store_node_usage(struct store *st,
+                     int (*fn)(const struct store_node *, const struct store_node_use *, void *), void *arg)
+{
+    /* "SELECT <node columns> FROM nodes" with the four sums spliced in before FROM. */
+    static const char tail[] = ", COALESCE(s.v,0), COALESCE(s.m,0), COALESCE(r.v,0), COALESCE(r.m,0)"
+                               " FROM nodes" USE_JOIN " ORDER BY nodes.id";
+    char sql[SQL_CAP];
+    store_rec_select(&store_tbl_nodes, sql, sizeof sql - sizeof tail);
+    char *from = strstr(sql, " FROM ");
+    if (!from)
+        return -1;
+    memcpy(from, tail, sizeof tail);
+    struct usage_scan sc = {fn, arg};
+    return q(st, sql, NULL, 0, usage_row, &sc);
+}
+
+int store_resv_take(struct store *st, const struct store_resv *r, int64_t live_since_ms)
+{
+    if (st->ops->begin(st) != 0)
+        return -1;
+    /* The no-op update takes the node row's lock to the end of the transaction (as
+     * store_quota_lock does for a tenant): a second reserver of this node waits here,
+     * then its INSERT reads sums that include the first one's committed reservation. */
+    struct store_arg lk = STORE_ARG_S(r->node);
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "UPDATE nodes SET draining=draining WHERE id=?", &lk, 1, NULL, NULL, &changed);
+    if (rc == 0 && changed == 0)
+        rc = STORE_NOTFOUND;
+    if (rc == 0) {
+        struct store_arg a[] = {STORE_ARG_S(r->id),        STORE_ARG_I(r->vcpus),
+                                STORE_ARG_I(r->memory_mib), STORE_ARG_I(r->created_ms),
+                                STORE_ARG_S(r->node),      STORE_ARG_I(live_since_ms),
+                                STORE_ARG_I(r->vcpus),     STORE_ARG_I(r->memory_mib)};
+        rc = st->ops->query(st,
+                            "INSERT INTO node_reservations(id,node,vcpus,memory_mib,created_ms)"
+                            " SELECT ?,nodes.id,?,?,? FROM nodes" USE_JOIN
+                            " WHERE nodes.id=? AND nodes.draining=0 AND nodes.heartbeat_ms>=?"
+                            " AND nodes.vcpus-COALESCE(s.v,0)-COALESCE(r.v,0)>=?"
+                            " AND nodes.memory_mib-COALESCE(s.m,0)-COALESCE(r.m,0)>=?",
+                            a, 8, NULL, NULL, &changed);
+        if (rc == 0 && changed == 0)
+            rc = STORE_FULL;
+    }
+    if (rc == 0)
+        return st->ops->commit(st) == 0 ? 0 : -1;
+    char err[sizeof st->err];
+    memcpy(err, st->err, sizeof err);
+    st->ops->rollback(st);
+    memcpy(st->err, err, sizeof err); /* the failure, not the rollback, is the news */
+    return rc;
+}
+
+int store_resv_release(struct store *st, const char *id)
+{
+    struct store_arg a = STORE_ARG_S(id);
+    return q(st, "DELETE FROM node_reservations WHERE id=?", &a, 1, NULL, NULL);
+}
+
+int store_resv_expire(struct store *st, const char *node, int64_t before_ms, int64_t *n)
+{
+    struct store_arg a[] = {STORE_ARG_S(node), STORE_ARG_I(before_ms)};
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "DELETE FROM node_reservations WHERE node=? AND created_ms<?", a, 2, NULL, NULL,
+                            &changed);
+    if (n)
+        *n = rc == 0 ? changed : 0;
+    return rc;
 }

@@ -52,6 +52,7 @@
 
 #define STORE_NOTFOUND 1
 #define STORE_CONFLICT 2
+#define STORE_FULL 3 /* store_resv_take: the node has no room (or takes no new sandbox) */
 
 #define STORE_ID_MAX 64     /* ids: sandbox, op, key, tenant, session, template names */
 #define STORE_STATE_MAX 24  /* enum names stored as text ("running", "succeeded") */
@@ -274,6 +275,9 @@ struct store_node {
     int64_t started_ms;    /* when this node daemon started */
     bool draining;         /* set by an operator: placement skips it (its heartbeat
                               never changes this) */
+    char shapes[1024];     /* what it has ready, from its heartbeat: "tpl/VxM:W,..." one
+                              entry per template snapshot (vCPUs x MiB) with W warm clones
+                              ready; complete entries only (cluster.h) */
 };
 
 int store_node_put(struct store *st, const struct store_node *n); /* insert or replace */
@@ -284,5 +288,41 @@ int store_node_set_draining(struct store *st, const char *id, bool draining);
 int store_node_delete(struct store *st, const char *id);
 /* Every node, in id order. */
 int store_node_each(struct store *st, int (*fn)(const struct store_node *, void *), void *arg);
+
+/* Capacity a node has given out: `used` sums its sandboxes in a state that holds a VM
+ * (every state but suspended, stopped, deleted and failed), `reserved` the reservations
+ * on it (creates a control daemon is forwarding there). */
+struct store_node_use {
+    int64_t used_vcpus, used_memory_mib;
+    int64_t reserved_vcpus, reserved_memory_mib;
+};
+/* Every node with its use, in id order (one query: sums computed by the database). */
+int store_node_usage(struct store *st,
+                     int (*fn)(const struct store_node *, const struct store_node_use *, void *), void *arg);
+
+/* A reservation of capacity on a node, made by a control daemon before it forwards a
+ * create there and removed when the node has stored the sandbox's row (it counts
+ * itself from then on) or the create failed. */
+struct store_resv {
+    char id[STORE_ID_MAX];   /* chosen by the caller ("rv" + hex) */
+    char node[STORE_ID_MAX];
+    unsigned vcpus;
+    unsigned memory_mib;
+    int64_t created_ms;
+};
+/* Atomically reserves r's size on r->node if, counting every sandbox and reservation
+ * there (store_node_use), it still fits the node's capacity, and the node is not
+ * draining and reported at or after live_since_ms. Concurrent callers on any handle of
+ * the database serialise on the node's row (PostgreSQL: a row lock held to commit;
+ * SQLite: BEGIN IMMEDIATE), so two never both take the last room. Returns 0 (reserved),
+ * STORE_FULL (no room, draining or silent: nothing written), STORE_NOTFOUND (no such
+ * node) or -1. Not inside another transaction. */
+int store_resv_take(struct store *st, const struct store_resv *r, int64_t live_since_ms);
+/* Removes reservation id (absent: 0, it is gone either way). */
+int store_resv_release(struct store *st, const char *id);
+/* Removes node's reservations made before before_ms (a control daemon that died while
+ * forwarding leaves them: the node's heartbeat clears them). *n (may be NULL) gets how
+ * many. */
+int store_resv_expire(struct store *st, const char *node, int64_t before_ms, int64_t *n);
 
 #endif

@@ -119,6 +119,7 @@ static const struct store_col node_cols[] = {
     COL("heartbeat_ms", STORE_COL_I64, struct store_node, heartbeat_ms, false),
     COL("started_ms", STORE_COL_I64, struct store_node, started_ms, false),
     COL("draining", STORE_COL_BOOL, struct store_node, draining, true),
+    TEXT(struct store_node, shapes, false),
 };
 const struct store_table store_tbl_nodes = TABLE("nodes", "id", true, struct store_node, node_cols, NULL);
 

@@ -125,6 +125,12 @@ static bool found_at(const char *root, const char *name, bool builtin, struct tp
     return true;
 }
 
+bool tpl_builtin_peek(struct spaced *sp, const char *name, struct tpl_info *out)
+{
+    memset(out, 0, sizeof *out);
+    return name && tpl_name_valid(name) && found_at(sp->opt.guest_dir, name, true, out);
+}
+
 int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct tpl_info *out,
                struct spaced_err *err)
 {

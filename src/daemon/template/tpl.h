@@ -70,6 +70,10 @@ void tpl_set_users(struct spaced *sp, tpl_users_fn users);
  * so the sweep runs soon (from the loop). */
 void tpl_user_gone(struct spaced *sp);
 
+/* Built-in template `name` (guest dir) if its rootfs is present: true with *out filled,
+ * nothing pinned or built (a control daemon sizing a create it forwards). */
+bool tpl_builtin_peek(struct spaced *sp, const char *name, struct tpl_info *out);
+
 /* Template `name` if it exists, its rootfs is present and `tenant` may use it (built-ins:
  * everyone; built ones: their tenant; tenant NULL: internal, any): 0 and *out filled.
  * Else -1 with err (400 unknown_template, the same whether the name is absent or
@@ -84,6 +88,15 @@ int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct t
  * with one (net_claim_template), clones without one a snapshot without. */
 bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, unsigned mem_mib,
                   bool nic, char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap);
+
+/* Calls fn(template, vcpus, memory_mib, snap_dir, arg) for every snapshot version this
+ * process knows to be ready (made or found since it started: a version on disk is found
+ * by the first create of its shape), snap_dir as tpl_snapshot gives it (the warm pool's
+ * key). What a node reports for placement (cluster.c). */
+void tpl_snapshots_each_ready(struct spaced *sp,
+                              void (*fn)(const char *name, unsigned vcpus, unsigned mem_mib,
+                                         const char *snap_dir, void *arg),
+                              void *arg);
 
 /* Fills the parts of a VM config that come from the host (kernel, initramfs, qemu,
  * accel, jail); strings stay valid while the registry lives. Returns -1 with err when

@@ -458,6 +458,19 @@ unsigned tpl_snapshots_ready(struct spaced *sp, const char *name)
     return n;
 }
 
+void tpl_snapshots_each_ready(struct spaced *sp,
+                              void (*fn)(const char *name, unsigned vcpus, unsigned mem_mib,
+                                         const char *snap_dir, void *arg),
+                              void *arg)
+{
+    char snap_dir[TPL_PATH_MAX + 16];
+    for (struct tpl_snap *s = sp->tpl ? sp->tpl->snaps : NULL; s; s = s->next)
+        if (s->state == SNAP_READY) {
+            snap_path(s, "snap", snap_dir, sizeof snap_dir);
+            fn(s->name, s->vcpus, s->mem_mib, snap_dir, arg);
+        }
+}
+
 bool tpl_snapshots_busy(struct spaced *sp, const char *name)
 {
     for (struct tpl_snap *s = sp->tpl->snaps; s; s = s->next)
