@@ -17,7 +17,7 @@ PKGS=(
   # networking (gateway, namespaces) and test tools
   iproute2 nftables curl openssl socat bind9-dnsutils
   # tests
-  python3 python3-pytest python3-yaml sqlite3 procps postgresql
+  python3 python3-pytest python3-yaml sqlite3 procps postgresql tmux
   # the E2B Python SDK's dependencies (the SDK itself: tests/e2b/install.sh, in a venv)
   python3-venv python3-protobuf python3-dateutil python3-typing-extensions python3-wcmatch
   python3-rich python3-h2 python3-anyio python3-certifi python3-idna python3-sniffio

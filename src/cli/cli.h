@@ -25,6 +25,7 @@ struct cli_ctx {
     struct cli_url url;    /* spaced's address */
     char key[512];         /* API key, "" if none was found */
     bool tty;              /* stderr is a terminal: show progress */
+    bool json;             /* --json: print the API's objects instead of tables/text */
 };
 
 /* Reads the configuration from the environment. Returns 0 or -1 (message printed). */
@@ -53,9 +54,19 @@ json_t *cli_call(struct cli_ctx *x, const char *method, const char *path, const 
                  int *status);
 
 /* Follows an operation until it ends (long-polling GET /v1/operations/{id}?wait=...),
- * showing `what` with state and progress on a terminal. Returns 0 if it succeeded,
- * 1 otherwise (message printed). */
-int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what);
+ * showing `what` with state, progress, the current stage (the operation's detail) and
+ * the time elapsed: on a terminal one line redrawn in place, otherwise a plain line on
+ * stderr whenever the stage changes. Returns 0 if it succeeded, 1 otherwise (message
+ * printed); *final (if not NULL) gets the last operation object seen (new reference)
+ * when it ended. */
+int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what, json_t **final);
+
+/* Copies a server string for display: control characters (but line breaks when lines)
+ * become '?', at most cap-1 bytes ("" for NULL). Returns out. */
+const char *cli_clean(const char *s, bool lines, char *out, size_t cap);
+
+/* Monotonic clock in milliseconds. */
+int64_t cli_now_ms(void);
 
 /* A network policy object {"mode"[, "allow"]}: with allow entries it is an allowlist
  * whatever mode says (new reference). */
@@ -78,6 +89,71 @@ void cli_progress_update(const struct cli_ctx *x, struct cli_progress *p, int64_
 /* Draws the final state and ends the line (terminal only). */
 void cli_progress_end(const struct cli_ctx *x, struct cli_progress *p);
 
+/* Prints j as one line of JSON on stdout. Returns 0, or 1 if it could not be written. */
+int cli_print_json(const json_t *j);
+/* Prints {"operation": op} (--json after a wait) and drops the reference to op. */
+int cli_print_op(json_t *op);
+
+/* ---- command sessions (cli_session.c) ---- */
+
+/* A session being followed; every field was checked before use in a request. */
+struct cli_session {
+    struct cli_ctx auth;   /* authorised by the attach token (or the API key on attach) */
+    char sandbox[128];     /* the sandbox id as typed */
+    char id[64];           /* the session id ([A-Za-z0-9_-]) */
+    char path[256];        /* "/v1/sandboxes/<id>/sessions/<sid>" (encoded) */
+    char url[512];         /* the attach URL (event stream) */
+    bool pty, stdin_open;  /* as created */
+};
+
+/* POSTs body to the sandbox's sessions and fills *s from the answer. Returns 0, 1 (API
+ * or bad answer, message printed) or 2 (bad sandbox id). */
+int cli_session_create(struct cli_ctx *x, const char *sandbox, const json_t *body,
+                       struct cli_session *s);
+/* Looks up session sid of the sandbox (NULL: its newest running session with a pty)
+ * for `space attach`, authorised by the API key. Returns like cli_session_create. */
+int cli_session_open(struct cli_ctx *x, const char *sandbox, const char *sid,
+                     struct cli_session *s);
+/* POSTs body (NULL: none) to the session's route `what` (resize, close-stdin...).
+ * Returns 0, or -1 (message printed). */
+int cli_session_post(struct cli_session *s, const char *what, const json_t *body);
+/* Sends signal `name` ("INT", "TERM") to the session's process group. 0 or -1. */
+int cli_session_signal(struct cli_session *s, const char *name);
+/* Opens a chunked POST .../stdin on c (send with cli_http_send_chunk). 0 or -1. */
+int cli_session_stdin(struct cli_session *s, struct cli_conn *c);
+/* Opens the session's event stream, resuming after sse->last_id when set. Returns the
+ * HTTP status with the head read (the caller reads the events or the error), or 0 when
+ * the connection failed (c closed; worth a retry). */
+struct cli_sse;
+int cli_session_attach(struct cli_session *s, const struct cli_sse *sse, struct cli_conn *c);
+/* Handles one event of a session's stream: stdout/stderr to fds 1/2 (or every event as
+ * a JSON line with --json); exit/error set *status. Returns 0 go on, 1 the session
+ * ended, -1 bad event or closed output (message printed). */
+int cli_session_event(const struct cli_ctx *x, const char *event, const char *id,
+                      const char *data, size_t len, int *status);
+/* Runs the session body describes (argv or cmd; pty, stdin and TERM are added) on the
+ * local terminal (cli_shell.c); takes body. Returns the remote exit status. */
+int cli_shell_run(struct cli_ctx *x, const char *sandbox, json_t *body);
+
+/* ---- the local terminal (cli_term.c) ---- */
+
+/* Ctrl-]: leaves `space shell`/`attach` with the session still running. */
+#define CLI_DETACH_KEY 0x1d
+
+/* Puts stdin's terminal in raw mode (restored at exit too). Returns 0 or -1. */
+int cli_term_raw(void);
+/* Restores the terminal's mode from before cli_term_raw (no-op if not raw). */
+void cli_term_restore(void);
+/* The window size of stdin's terminal; false if unknown. */
+bool cli_term_size(unsigned *rows, unsigned *cols);
+/* Routes SIGWINCH, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP and SIGCONT to a self-pipe;
+ * returns its read end (for poll), or -1. */
+int cli_term_signals(void);
+/* The next signal from the pipe, 0 if none is pending. */
+int cli_term_next_signal(void);
+/* SIGTSTP: restores the terminal, stops, and takes it back (raw again) once continued. */
+void cli_term_stop(void);
+
 /* Commands (argv excludes the command word). */
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv);
@@ -89,5 +165,10 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_cp(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_template(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_network(struct cli_ctx *x, int argc, char **argv);
+int cli_cmd_shell(struct cli_ctx *x, int argc, char **argv);
+int cli_cmd_attach(struct cli_ctx *x, int argc, char **argv);
+int cli_cmd_logs(struct cli_ctx *x, int argc, char **argv);
+/* `space completion bash`: prints the completion script; usage is main.c's text. */
+int cli_cmd_completion(int argc, char **argv);
 
 #endif

@@ -165,14 +165,40 @@ static bool op_terminal(const char *state)
                      strcmp(state, "canceled") == 0);
 }
 
-int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what)
+const char *cli_clean(const char *s, bool lines, char *out, size_t cap)
 {
-    char path[256], id[128];
+    size_t o = 0;
+    for (; s && *s && o + 1 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        out[o++] = (c >= ' ' && c != 0x7f) || (lines && c == '\n') ? (char)c : '?';
+    }
+    out[cap ? o : 0] = '\0';
+    return out;
+}
+
+/* "what: state P% detail (12.3s)" into line[cap], from the server's operation object. */
+static void op_line(const json_t *op, const char *what, int64_t start_ms, char *line, size_t cap)
+{
+    char state[32], detail[160];
+    json_int_t pct = json_integer_value(json_object_get(op, "progress"));
+    const char *d = json_string_value(json_object_get(op, "detail"));
+    cli_clean(json_string_value(json_object_get(op, "state")), false, state, sizeof state);
+    cli_clean(d, false, detail, sizeof detail);
+    snprintf(line, cap, "%s: %s %d%%%s%s (%.1fs)", what, state,
+             pct >= 0 && pct <= 100 ? (int)pct : 0, d ? " " : "", detail,
+             (double)(cli_now_ms() - start_ms) / 1000.0);
+}
+
+int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what, json_t **final)
+{
+    char path[256], id[128], line[400], shown[400] = "";
     if (!op_id || !cli_pct(op_id, id, sizeof id)) {
         cli_err("the server did not return an operation id");
         return 1;
     }
-    snprintf(path, sizeof path, "/v1/operations/%s?wait=30", id);
+    /* The long-poll returns early only at the end: a short one lets stages show. */
+    snprintf(path, sizeof path, "/v1/operations/%s?wait=1", id);
+    int64_t start = cli_now_ms();
     for (;;) {
         json_t *r = cli_call(x, "GET", path, NULL, NULL);
         json_t *op = json_object_get(r, "operation");
@@ -183,11 +209,16 @@ int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what)
                 fputc('\n', stderr);
             return 1;
         }
+        op_line(op, what, start, line, sizeof line);
         if (x->tty) {
-            const char *detail = json_string_value(json_object_get(op, "detail"));
-            fprintf(stderr, "\r\033[K%s: %s %d%%%s%s", what, state,
-                    (int)json_integer_value(json_object_get(op, "progress")), detail ? " " : "",
-                    detail ? detail : "");
+            /* One line redrawn in place; the long-poll is short so the clock moves. */
+            fprintf(stderr, "\r\033[K%s", line);
+        } else {
+            /* Not a terminal: a plain line whenever the stage changes. */
+            size_t stem = strlen(line) - strlen(strrchr(line, '('));
+            if (strncmp(line, shown, stem) != 0 || shown[stem] != '(')
+                fprintf(stderr, "%s\n", line);
+            snprintf(shown, sizeof shown, "%s", line);
         }
         if (op_terminal(state)) {
             if (x->tty)
@@ -195,11 +226,15 @@ int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what)
             int rc = strcmp(state, "succeeded") == 0 ? 0 : 1;
             if (rc) {
                 json_t *e = json_object_get(op, "error");
-                const char *msg = json_string_value(json_object_get(e, "message"));
-                const char *code = json_string_value(json_object_get(e, "code"));
-                cli_err("%s %s: %s (%s)", what, state, msg ? msg : "no reason given",
-                        code ? code : "error");
+                char msg[4096], code[64];
+                /* Line breaks kept: a failure may quote the guest console's last lines. */
+                cli_clean(json_string_value(json_object_get(e, "message")), true, msg, sizeof msg);
+                cli_clean(json_string_value(json_object_get(e, "code")), false, code, sizeof code);
+                cli_err("%s %s: %s (%s)", what, state, msg[0] ? msg : "no reason given",
+                        code[0] ? code : "error");
             }
+            if (final)
+                *final = json_incref(op);
             json_decref(r);
             return rc;
         }

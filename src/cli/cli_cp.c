@@ -1,5 +1,5 @@
 /* cli_cp.c: `space cp LOCAL ID:PATH` and `space cp ID:PATH LOCAL`, streamed both ways
- * (any size; "-" is stdin/stdout). An argument is remote when it has a ':' before any
+ * (any size; "-" is stdin/stdout); with --json an upload prints the API's {"file": stat}. An argument is remote when it has a ':' before any
  * '/' ("./a:b" is a local file). */
 #include "cli.h"
 
@@ -12,6 +12,20 @@
 #include <unistd.h>
 
 #define CP_BUF (256 * 1024)
+
+/* --json after an upload: the API's answer ({"file": stat}), read with a bound. */
+static int print_reply(struct cli_conn *c)
+{
+    size_t len = 0;
+    char *text = cli_http_read_all(c, 1 << 20, &len);
+    json_t *j = text ? json_loadb(text, len, 0, NULL) : NULL;
+    int rc = j ? cli_print_json(j) : 1;
+    if (!j)
+        cli_err("the server's answer to the upload is not JSON");
+    json_decref(j);
+    free(text);
+    return rc;
+}
 
 /* Splits "ID:PATH"; returns false for a local path. */
 static bool split_remote(const char *arg, char *id, size_t idcap, const char **path)
@@ -89,7 +103,7 @@ static int upload(struct cli_ctx *x, const char *local, const char *id, const ch
     int ret = 1;
     if (rc != -2 && cli_http_read_head(&c, err, sizeof err) == 0) {
         if (c.status == 200)
-            ret = 0;
+            ret = x->json ? print_reply(&c) : 0;
         else
             cli_report_error(&c);
     } else if (rc != -2) {

@@ -1,7 +1,8 @@
 /* cli_exec.c: `space exec [-i] [-u USER] [-w DIR] ID -- CMD ARGS...`: creates a command
- * session (as USER in DIR, else the template's defaults), attaches to its event stream, writes stdout/stderr as they arrive, and exits with the command's
- * status. A dropped stream is re-attached with Last-Event-ID, so nothing is lost or
- * repeated. With -i, a child process streams our stdin into the command's stdin (and
+ * session (as USER in DIR, else the template's defaults), attaches to its event stream,
+ * writes stdout/stderr as they arrive (or, with --json, the events as JSON lines), and
+ * exits with the command's status; `-t` hands the session to cli_shell.c (a terminal).
+ * A dropped stream is re-attached with Last-Event-ID, so nothing is lost or repeated. With -i, a child process streams our stdin into the command's stdin (and
  * closes it at EOF) once the command has started, while the parent follows the output. */
 #include "cli.h"
 
@@ -13,7 +14,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "b64.h"
 #include "cli_sse.h"
 
 /* Re-attach attempts after a stream breaks before the command ended. */
@@ -22,8 +22,8 @@
 struct exec_state {
     int exit_status;  /* -1 until exit/error arrives */
     bool failed;      /* a local error (bad event) ended the stream */
-    struct cli_ctx *tok;       /* context authorised by the attach token */
-    const char *session_path;  /* "/v1/sandboxes/<id>/sessions/<sid>" (encoded) */
+    const struct cli_ctx *x;   /* the command line's context (--json) */
+    struct cli_session *sess;  /* the session (its token authorises every call) */
     bool want_stdin;           /* -i: forward our stdin */
     pid_t feeder;              /* child streaming stdin, 0 if none */
     int stream_fd;             /* the event stream's socket (the child closes it) */
@@ -41,22 +41,17 @@ static void exec_on_signal(int sig)
 /* Sends a pending signal to the session's process group. */
 static void forward_signal(const struct exec_state *st)
 {
-    char path[600];
     const char *name = exec_signal == SIGTERM ? "TERM" : "INT";
     exec_signal = 0;
-    snprintf(path, sizeof path, "%s/signal", st->session_path);
-    json_t *body = json_pack("{s:s}", "signal", name);
-    json_decref(cli_call(st->tok, "POST", path, body, NULL));
-    json_decref(body);
+    cli_session_signal(st->sess, name);
 }
 
 /* Child: POST our stdin as a chunked body, then close the command's stdin. */
 static int feed_stdin(struct exec_state *st)
 {
-    char path[512], err[256], buf[65536];
+    char err[256], buf[65536];
     struct cli_conn c;
-    snprintf(path, sizeof path, "%s/stdin", st->session_path);
-    if (cli_request(st->tok, &c, "POST", path, "Content-Type: application/octet-stream\r\n", -1) < 0)
+    if (cli_session_stdin(st->sess, &c) < 0)
         return 1;
     int rc = 0;
     for (;;) {
@@ -75,11 +70,7 @@ static int feed_stdin(struct exec_state *st)
     if (c.status != 200)
         rc = cli_report_error(&c);
     cli_http_close(&c);
-    snprintf(path, sizeof path, "%s/close-stdin", st->session_path);
-    json_t *r = cli_call(st->tok, "POST", path, NULL, NULL);
-    rc |= r ? 0 : 1;
-    json_decref(r);
-    return rc;
+    return rc | (cli_session_post(st->sess, "close-stdin", NULL) < 0);
 }
 
 static void start_feeder(struct exec_state *st)
@@ -98,83 +89,28 @@ static void start_feeder(struct exec_state *st)
     st->feeder = pid > 0 ? pid : 0;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes the base64 payload of an stdout/stderr event to fd. */
-static int emit(int fd, const json_t *data)
-{
-    const char *b = json_string_value(json_object_get(data, "data"));
-    if (!b)
-        return -1;
-    size_t cap = strlen(b) / 4 * 3 + 3;
-    uint8_t *out = malloc(cap);
-    long n = out ? b64_decode(b, out, cap) : -1;
-    int rc = n < 0 ? -1 : write_all(fd, out, (size_t)n);
-    free(out);
-    return rc;
-}
-
 static int on_event(const char *event, const char *id, const char *data, size_t len, void *arg)
 {
     struct exec_state *st = arg;
-    json_t *j = json_loadb(data, len, 0, NULL);
-    int stop = 0;
-    if (strcmp(event, "start") == 0 && st->want_stdin && !st->feeder) {
+    if (strcmp(event, "start") == 0 && st->want_stdin && !st->feeder)
         start_feeder(st); /* the process exists now: its stdin accepts data */
-    } else if (strcmp(event, "stdout") == 0 || strcmp(event, "stderr") == 0) {
-        if (emit(event[3] == 'o' ? STDOUT_FILENO : STDERR_FILENO, j) < 0) {
-            cli_err("bad %s event or closed output", event);
-            st->failed = true;
-            stop = 1;
-        }
-    } else if (strcmp(event, "exit") == 0) {
-        json_t *code = json_object_get(j, "code"), *sig = json_object_get(j, "signal");
-        st->exit_status = json_is_integer(code) ? (int)json_integer_value(code)
-                        : json_is_integer(sig)  ? 128 + (int)json_integer_value(sig)
-                                                : 1;
-        stop = 1;
-    } else if (strcmp(event, "error") == 0) {
-        const char *msg = json_string_value(json_object_get(j, "message"));
-        const char *code = json_string_value(json_object_get(j, "code"));
-        cli_err("%s (%s)", msg ? msg : "command failed", code ? code : "error");
-        /* Like a shell: 127 when the program does not exist. */
-        st->exit_status = code && strcmp(code, "not_found") == 0 ? 127 : 1;
-        stop = 1;
-    }
-    json_decref(j);
-    return stop;
+    int rc = cli_session_event(st->x, event, id, data, len, &st->exit_status);
+    if (rc < 0)
+        st->failed = true;
+    return rc ? 1 : 0;
 }
 
 /* Attaches once and follows the stream. Returns 0 when the stream ended (by an exit or
  * error event, or a break worth retrying: st->exit_status tells), 1 on a definite
  * failure (message printed). */
-static int attach_once(const char *url, struct cli_sse *sse, struct exec_state *st)
+static int attach_once(struct cli_sse *sse, struct exec_state *st)
 {
-    char extra[1024], err[256];
-    int n = snprintf(extra, sizeof extra, "Accept: text/event-stream\r\n");
-    if (sse->last_id[0])
-        snprintf(extra + n, sizeof extra - (size_t)n, "Last-Event-ID: %s\r\n", sse->last_id);
     /* The attach token, not the API key, authorises the stream. */
     struct cli_conn c;
-    if (cli_request(st->tok, &c, "GET", url, extra, -2) < 0)
+    int status = cli_session_attach(st->sess, sse, &c);
+    if (status == 0)
         return 0;
-    if (cli_http_read_head(&c, err, sizeof err) < 0) {
-        cli_http_close(&c);
-        return 0;
-    }
-    if (c.status != 200) {
+    if (status != 200) {
         cli_report_error(&c);
         cli_http_close(&c);
         return 1;
@@ -204,13 +140,17 @@ static int attach_once(const char *url, struct cli_sse *sse, struct exec_state *
 
 int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
 {
-    static const char usage[] = "usage: space exec [-i] [-u USER] [-w DIR] ID -- CMD [ARGS...]";
-    bool want_stdin = false;
+    static const char usage[] = "usage: space exec [-i] [-t] [-u USER] [-w DIR] ID -- CMD [ARGS...]";
+    bool want_stdin = false, tty = false;
     const char *user = NULL, *cwd = NULL;
     while (argc > 0 && argv[0][0] == '-' && strcmp(argv[0], "--") != 0) {
         const char *o = argv[0];
         if (strcmp(o, "-i") == 0 || strcmp(o, "--stdin") == 0) {
             want_stdin = true;
+        } else if (strcmp(o, "-t") == 0 || strcmp(o, "--tty") == 0) {
+            tty = true; /* a terminal: cli_shell.c */
+        } else if (strcmp(o, "-it") == 0 || strcmp(o, "-ti") == 0) {
+            want_stdin = tty = true;
         } else if ((strcmp(o, "-u") == 0 || strcmp(o, "--user") == 0) && argc > 1) {
             user = *++argv;
             argc--;
@@ -233,47 +173,27 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
         cli_err("%s", usage);
         return 2;
     }
-    char eid[128], path[256];
-    if (!cli_pct(argv[0], eid, sizeof eid)) {
-        cli_err("sandbox id too long");
-        return 2;
-    }
     json_t *args = json_array();
     for (int i = 1; i < argc; i++)
         json_array_append_new(args, json_string(argv[i]));
-    json_t *body = json_pack("{s:o,s:b}", "argv", args, "stdin", want_stdin);
+    json_t *body = json_pack("{s:o,s:b}", "argv", args, "stdin", want_stdin || tty);
     /* Without them the sandbox's template decides (its default user and workdir). */
     if (user)
         json_object_set_new(body, "user", json_string(user));
     if (cwd)
         json_object_set_new(body, "cwd", json_string(cwd));
-    snprintf(path, sizeof path, "/v1/sandboxes/%s/sessions", eid);
-    json_t *r = cli_call(x, "POST", path, body, NULL);
+    if (tty)
+        return cli_shell_run(x, argv[0], body);
+    struct cli_session sess;
+    int made = cli_session_create(x, argv[0], body, &sess);
     json_decref(body);
-    if (!r)
-        return 1;
-    const char *url = json_string_value(json_object_get(r, "attach_url"));
-    const char *token = json_string_value(json_object_get(r, "attach_token"));
-    if (!url || !token || url[0] != '/' || strpbrk(url, " \r\n") || strpbrk(token, "\r\n")) {
-        cli_err("the server returned no usable attach URL/token");
-        json_decref(r);
-        return 1;
-    }
-    const char *sid = json_string_value(json_object_get(r, "id"));
-    char esid[128], spath[512];
-    struct cli_ctx tok = *x;
-    snprintf(tok.key, sizeof tok.key, "%s", token);
-    if (!sid || !cli_pct(sid, esid, sizeof esid)) {
-        cli_err("the server returned no session id");
-        json_decref(r);
-        return 1;
-    }
-    snprintf(spath, sizeof spath, "/v1/sandboxes/%s/sessions/%s", eid, esid);
+    if (made)
+        return made;
     struct sigaction sa = {.sa_handler = exec_on_signal}; /* no SA_RESTART: reads see EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    struct exec_state st = {.exit_status = -1, .tok = &tok, .session_path = spath,
+    struct exec_state st = {.exit_status = -1, .x = x, .sess = &sess,
                             .want_stdin = want_stdin};
     struct cli_sse sse = {0};
     int rc = 0;
@@ -281,10 +201,9 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv)
         if (attempt)
             sleep(1);
         cli_sse_reset(&sse);
-        rc = attach_once(url, &sse, &st);
+        rc = attach_once(&sse, &st);
     }
     cli_sse_free(&sse);
-    json_decref(r);
     if (st.feeder > 0) {
         /* The command is over: whatever stdin was still coming has nowhere to go. */
         kill(st.feeder, SIGTERM);

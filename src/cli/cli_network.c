@@ -57,6 +57,11 @@ static int show_log(struct cli_ctx *x, const char *base, int argc, char **argv)
     json_t *r = cli_call(x, "GET", path, NULL, NULL);
     if (!r)
         return 1;
+    if (x->json) {
+        int rc = cli_print_json(r);
+        json_decref(r);
+        return rc;
+    }
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(r, "entries"), i, e)
@@ -99,7 +104,11 @@ int cli_cmd_network(struct cli_ctx *x, int argc, char **argv)
     json_decref(body);
     if (!r)
         return 1;
-    print_policy(r);
+    int rc = 0;
+    if (x->json)
+        rc = cli_print_json(r);
+    else
+        print_policy(r);
     json_decref(r);
-    return 0;
+    return rc;
 }

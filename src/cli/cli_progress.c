@@ -7,7 +7,7 @@
 
 #define REDRAW_MS 250
 
-static int64_t now_ms(void)
+int64_t cli_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -34,7 +34,7 @@ void cli_progress_start(const struct cli_ctx *x, struct cli_progress *p, const c
     p->what = what;
     p->total = total;
     p->done = 0;
-    p->start_ms = p->shown_ms = now_ms();
+    p->start_ms = p->shown_ms = cli_now_ms();
     if (x->tty)
         draw(p, p->start_ms);
 }
@@ -44,7 +44,7 @@ void cli_progress_update(const struct cli_ctx *x, struct cli_progress *p, int64_
     p->done += n;
     if (!x->tty)
         return;
-    int64_t now = now_ms();
+    int64_t now = cli_now_ms();
     if (now - p->shown_ms >= REDRAW_MS) {
         p->shown_ms = now;
         draw(p, now);
@@ -55,6 +55,6 @@ void cli_progress_end(const struct cli_ctx *x, struct cli_progress *p)
 {
     if (!x->tty)
         return;
-    draw(p, now_ms());
+    draw(p, cli_now_ms());
     fputc('\n', stderr);
 }

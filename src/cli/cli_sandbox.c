@@ -17,6 +17,19 @@ static long long num_arg(const char *opt, const char *v)
     return n;
 }
 
+/* --json: the sandbox as the API shows it now ({"sandbox": {...}}). */
+static int print_sandbox(struct cli_ctx *x, const char *sid)
+{
+    char eid[128], path[256];
+    if (!cli_pct(sid, eid, sizeof eid))
+        return 1;
+    snprintf(path, sizeof path, "/v1/sandboxes/%s", eid);
+    json_t *r = cli_call(x, "GET", path, NULL, NULL);
+    int rc = r ? cli_print_json(r) : 1;
+    json_decref(r);
+    return rc;
+}
+
 /* Options with a value: `--allow` may repeat (each adds an allowlist entry); with
  * `--network` or `--allow` the body gets a network policy. */
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
@@ -78,8 +91,10 @@ int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
         const char *op = json_string_value(json_object_get(json_object_get(r, "operation"), "id"));
         char what[96];
         snprintf(what, sizeof what, "creating %s", sid ? sid : "sandbox");
-        rc = sid ? cli_wait_op(x, op, what) : 1;
-        if (rc == 0)
+        rc = sid ? cli_wait_op(x, op, what, NULL) : 1;
+        if (rc == 0 && x->json)
+            rc = print_sandbox(x, sid);
+        else if (rc == 0)
             printf("%s\n", sid);
         json_decref(r);
     }
@@ -142,6 +157,12 @@ int cli_cmd_ls(struct cli_ctx *x, int argc, char **argv)
         if (!more)
             break;
     }
+    if (x->json) {
+        json_t *doc = json_pack("{s:o}", "sandboxes", all);
+        int rc = cli_print_json(doc);
+        json_decref(doc);
+        return rc;
+    }
     printf("%-20s %-11s %-12s %5s %7s  %-*s%s\n", "ID", "STATE", "TEMPLATE", "CPUS", "MEM_MIB",
            nodes ? 24 : 0, "CREATED", nodes ? "  NODE" : "");
     size_t i;
@@ -161,6 +182,11 @@ int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv)
     json_t *r = cli_call(x, "GET", "/v1/nodes", NULL, NULL);
     if (!r)
         return 1;
+    if (x->json) {
+        int rc = cli_print_json(r);
+        json_decref(r);
+        return rc;
+    }
     printf("%-16s %-13s %11s %17s  %-24s %s\n", "NODE", "STATE", "VCPUS", "MEM_MIB", "HEARTBEAT", "URL");
     size_t i;
     json_t *n;
@@ -203,9 +229,13 @@ int cli_cmd_node(struct cli_ctx *x, int argc, char **argv)
         json_t *r = cli_call(x, verbs[i].method, path, NULL, NULL);
         if (!r)
             return 1;
+        int rc = 0;
+        if (x->json)
+            rc = cli_print_json(r);
+        else
+            printf("node %s: %s\n", argv[1], verbs[i].done);
         json_decref(r);
-        printf("node %s: %s\n", argv[1], verbs[i].done);
-        return 0;
+        return rc;
     }
     cli_err("usage: space node drain|undrain|rm NODE");
     return 2;
@@ -227,10 +257,11 @@ static int lifecycle(struct cli_ctx *x, const char *method, const char *id, cons
     if (!r)
         return 1;
     snprintf(what, sizeof what, "%s %s", verb ? verb : "delete", id);
+    json_t *op = NULL;
     int rc = cli_wait_op(x, json_string_value(json_object_get(json_object_get(r, "operation"), "id")),
-                         what);
+                         what, x->json ? &op : NULL);
     json_decref(r);
-    return rc;
+    return rc == 0 && op ? cli_print_op(op) : rc;
 }
 
 int cli_cmd_rm(struct cli_ctx *x, int argc, char **argv)

@@ -10,6 +10,11 @@ static int template_ls(struct cli_ctx *x)
     json_t *r = cli_call(x, "GET", "/v1/templates", NULL, NULL);
     if (!r)
         return 1;
+    if (x->json) {
+        int rc = cli_print_json(r);
+        json_decref(r);
+        return rc;
+    }
     printf("%-20s %-9s %-8s %s\n", "NAME", "STATE", "BUILTIN", "DESCRIPTION");
     size_t i;
     json_t *t;
@@ -52,9 +57,12 @@ static int template_build(struct cli_ctx *x, int argc, char **argv)
         return 1;
     char what[96];
     snprintf(what, sizeof what, "building template %s", argv[0]);
+    json_t *op = NULL;
     int rc = cli_wait_op(x, json_string_value(json_object_get(json_object_get(r, "operation"), "id")),
-                         what);
-    if (rc == 0)
+                         what, x->json ? &op : NULL);
+    if (rc == 0 && op)
+        rc = cli_print_op(op);
+    else if (rc == 0)
         printf("%s\n", argv[0]);
     json_decref(r);
     return rc;

@@ -19,9 +19,12 @@ static const char usage[] =
     "  rm ID...                    delete sandboxes\n"
     "  pause|resume|suspend|restore|stop|start|wake ID\n"
     "                              lifecycle verbs (waits until done)\n"
-    "  exec [-i] [-u USER] [-w DIR] ID -- CMD [ARGS...]\n"
+    "  exec [-i] [-t] [-u USER] [-w DIR] ID -- CMD [ARGS...]\n"
     "                              run a command; streams its output, exits with its\n"
-    "                              status; -i forwards stdin\n"
+    "                              status; -i forwards stdin, -t on a terminal\n"
+    "  shell [-u USER] [-w DIR] ID a login shell on a terminal (Ctrl-] detaches)\n"
+    "  attach ID [SESSION]         back into a running terminal session\n"
+    "  logs ID [--tail BYTES]      the sandbox's console log\n"
     "  cp LOCAL ID:PATH            upload a file (LOCAL '-' = stdin)\n"
     "  cp ID:PATH LOCAL            download a file (LOCAL '-' = stdout)\n"
     "  network ID                  show the sandbox's egress policy\n"
@@ -31,9 +34,37 @@ static const char usage[] =
     "  template ls                 list templates\n"
     "  template build NAME [--from BASE] --run CMD [--run CMD...]\n"
     "                              build a template\n"
+    "  completion bash             print a bash completion script\n"
+    "\n"
+    "--json (before --) prints the API's objects, one JSON document per line\n"
     "\n"
     "environment: SPACE_URL (default " CLI_DEFAULT_URL "), SPACE_API_KEY (default: the\n"
     "contents of " CLI_ADMIN_KEY_FILE ")\n";
+
+/* Removes every --json before the first "--" (and, for exec, before its sandbox id, so
+ * that a remote command's own --json stays its own); returns the new argc. */
+static int take_json(struct cli_ctx *x, int argc, char **argv)
+{
+    int out = 1;
+    bool stop = false;
+    const char *cmd = NULL, *prev = "";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        stop |= strcmp(a, "--") == 0 ||
+                (cmd && strcmp(cmd, "exec") == 0 && a[0] != '-' && strcmp(prev, "-u") != 0 &&
+                 strcmp(prev, "-w") != 0);
+        prev = a;
+        if (!stop && strcmp(a, "--json") == 0) {
+            x->json = true;
+            continue;
+        }
+        if (!cmd)
+            cmd = a;
+        argv[out++] = argv[i];
+    }
+    argv[out] = NULL;
+    return out;
+}
 
 int main(int argc, char **argv)
 {
@@ -43,9 +74,16 @@ int main(int argc, char **argv)
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "completion") == 0)
+        return cli_cmd_completion(argc - 2, argv + 2);
     struct cli_ctx x;
     if (cli_ctx_init(&x) < 0)
         return 1;
+    argc = take_json(&x, argc, argv);
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
     const char *cmd = argv[1];
     int n = argc - 2;
     char **rest = argv + 2;
@@ -66,6 +104,12 @@ int main(int argc, char **argv)
         return cli_cmd_rm(&x, n, rest);
     if (strcmp(cmd, "exec") == 0)
         return cli_cmd_exec(&x, n, rest);
+    if (strcmp(cmd, "shell") == 0)
+        return cli_cmd_shell(&x, n, rest);
+    if (strcmp(cmd, "attach") == 0)
+        return cli_cmd_attach(&x, n, rest);
+    if (strcmp(cmd, "logs") == 0)
+        return cli_cmd_logs(&x, n, rest);
     if (strcmp(cmd, "cp") == 0)
         return cli_cmd_cp(&x, n, rest);
     if (strcmp(cmd, "template") == 0)

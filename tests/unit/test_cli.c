@@ -130,11 +130,43 @@ static void h_list(struct http_req *req, void *arg)
                                   "\"next_cursor\":null}");
 }
 
+/* sbevilurl / sbevilid / sbeviltok: a compromised server's answers, which the CLI must
+ * refuse before they reach a request line or header. */
 static void h_session(struct http_req *req, void *arg)
 {
-    if (authorised(req, "testkey"))
+    if (!authorised(req, "testkey"))
+        return;
+    const char *id = router_param(req, "id");
+    if (strcmp(id, "sbevilurl") == 0)
+        reply_json_text(req, 201, "{\"id\":\"ss1\",\"attach_url\":\"/a\\r\\nX-Evil: 1\","
+                                  "\"attach_token\":\"sat_tok\"}");
+    else if (strcmp(id, "sbevilid") == 0)
+        reply_json_text(req, 201, "{\"id\":\"../../keys\",\"attach_url\":\"/attach/ss1\","
+                                  "\"attach_token\":\"sat_tok\"}");
+    else if (strcmp(id, "sbeviltok") == 0)
+        reply_json_text(req, 201, "{\"id\":\"ss1\",\"attach_url\":\"/attach/ss1\","
+                                  "\"attach_token\":\"sat tok\\nX: y\"}");
+    else
         reply_json_text(req, 201, "{\"id\":\"ss1\",\"attach_url\":\"/attach/ss1\","
                                   "\"attach_token\":\"sat_tok\"}");
+}
+
+/* The console log: escape sequences from the guest; sbhuge: more than the CLI takes. */
+static void h_logs(struct http_req *req, void *arg)
+{
+    if (!authorised(req, "testkey"))
+        return;
+    if (strcmp(router_param(req, "id"), "sbhuge") == 0) {
+        size_t n = 1024 * 1024 + 1;
+        char *big = malloc(n);
+        memset(big, 'x', n);
+        http_reply(req, 200, "text/plain", big, n);
+        free(big);
+        return;
+    }
+    const char *tail = http_req_query(req, "tail");
+    static const char log_text[] = "boot \x1b]0;pwned\x07ok\r\n\xc3\xa9\n";
+    http_reply(req, 200, "text/plain", log_text, tail ? 3 : sizeof log_text - 1);
 }
 
 #define SEND(id, event, lit) sse_send(req, id, event, lit, strlen(lit))
@@ -213,6 +245,7 @@ static void setup(struct router *r, struct th_server *t)
     router_add(r, "GET", "/v1/sandboxes/{id}/network", h_net_get, NULL);
     router_add(r, "PUT", "/v1/sandboxes/{id}/network", h_net_put, NULL);
     router_add(r, "GET", "/v1/sandboxes/{id}/network/log", h_net_log, NULL);
+    router_add(r, "GET", "/v1/sandboxes/{id}/logs", h_logs, NULL);
 }
 
 static struct cli_ctx X;
@@ -255,6 +288,7 @@ static int run_ls(int argc, char **argv) { return cli_cmd_ls(&X, argc, argv); }
 static int run_pause(int argc, char **argv) { return cli_cmd_verb(&X, "pause", argc, argv); }
 static int run_cp(int argc, char **argv) { return cli_cmd_cp(&X, argc, argv); }
 static int run_network(int argc, char **argv) { return cli_cmd_network(&X, argc, argv); }
+static int run_logs(int argc, char **argv) { return cli_cmd_logs(&X, argc, argv); }
 
 static void test_create_waits(void **state)
 {
@@ -369,6 +403,93 @@ static void test_ls_and_errors(void **state)
     assert_int_equal(cli_ctx_init(&X), 0);
 }
 
+/* Off a terminal, a long operation writes one plain line per stage (no \r, no escape
+ * sequences), each with the time elapsed. */
+static void test_wait_plain_lines(void **state)
+{
+    atomic_store(&op_polls, 0);
+    char *argv[] = {"--template", "base"};
+    int rc;
+    char *err = capture(2, run_create, 2, argv, &rc);
+    assert_int_equal(rc, 0);
+    assert_null(strpbrk(err, "\r\033"));
+    assert_non_null(strstr(err, "creating sb0123456789abcdef: running 50% ("));
+    assert_non_null(strstr(err, "creating sb0123456789abcdef: succeeded 100% ("));
+    /* Two polls said "running 50%": one line for them. */
+    assert_null(strstr(strstr(err, "running") + 1, "running"));
+    free(err);
+}
+
+/* --json: the API's documents, one per line. */
+static void test_json_output(void **state)
+{
+    int rc;
+    X.json = true;
+    char *out = capture(1, run_ls, 0, NULL, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "{\"sandboxes\":[{\"id\":\"sbA\",\"state\":\"running\",\"template\":"
+                             "\"base\",\"vcpus\":1,\"memory_mib\":256},{\"id\":\"sbB\",\"state\":"
+                             "\"paused\"}]}\n");
+    free(out);
+    char *show[] = {"sb1"};
+    out = capture(1, run_network, 1, show, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(out[0], '{');
+    assert_non_null(strstr(out, "\"mode\""));
+    free(out);
+    /* exec: every event as a JSON line, the exit status still the command's. */
+    char *exec[] = {"sb1", "--", "true"};
+    out = capture(1, run_exec, 3, exec, &rc);
+    assert_int_equal(rc, 3);
+    assert_non_null(strstr(out, "{\"id\":\"2\",\"event\":\"stdout\",\"data\":{\"data\":\"aGVsbG8K\"}}\n"));
+    assert_non_null(strstr(out, "\"event\":\"exit\""));
+    free(out);
+    X.json = false;
+}
+
+/* A compromised server's session answers are refused before they are used. */
+static void test_session_answers_checked(void **state)
+{
+    static const char *const evil[] = {"sbevilurl", "sbevilid", "sbeviltok"};
+    for (size_t i = 0; i < 3; i++) {
+        char *argv[] = {(char *)evil[i], "--", "true"};
+        int rc;
+        char *err = capture(2, run_exec, 3, argv, &rc);
+        assert_int_equal(rc, 1);
+        assert_non_null(strstr(err, "the server returned no usable"));
+        free(err);
+    }
+}
+
+/* space logs: raw to a pipe, one valid JSON string with --json, bounded. */
+static void test_logs(void **state)
+{
+    int rc;
+    char *argv[] = {"sb1"};
+    char *out = capture(1, run_logs, 1, argv, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "boot \x1b]0;pwned\x07ok\r\n\xc3\xa9\n");
+    free(out);
+    X.json = true;
+    out = capture(1, run_logs, 1, argv, &rc);
+    X.json = false;
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "{\"log\":\"boot ?]0;pwned?ok?\\n??\\n\"}\n");
+    free(out);
+    char *tail[] = {"sb1", "--tail", "3"};
+    out = capture(1, run_logs, 3, tail, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "boo");
+    free(out);
+    char *huge[] = {"sbhuge"};
+    char *err = capture(2, run_logs, 1, huge, &rc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "oversized"));
+    free(err);
+    char *bad[] = {"sb1", "--tail", "0"};
+    assert_int_equal(cli_cmd_logs(&X, 3, bad), 2);
+}
+
 static void test_cp_both_ways(void **state)
 {
     char local[] = "/tmp/test_cli_up_XXXXXX";
@@ -384,8 +505,12 @@ static void test_cp_both_ways(void **state)
     char remote[] = "sb1:/tmp/a b&c";
     char *up[] = {local, remote};
     int rc;
-    free(capture(1, run_cp, 2, up, &rc));
+    X.json = true; /* the upload prints the API's answer */
+    char *out = capture(1, run_cp, 2, up, &rc);
+    X.json = false;
     assert_int_equal(rc, 0);
+    assert_string_equal(out, "{\"file\":{}}\n");
+    free(out);
     assert_string_equal(uploaded_path, "/tmp/a b&c");
     assert_int_equal(uploaded_bytes, FILE_BYTES);
     assert_int_equal(uploaded_sum, sum);
@@ -525,6 +650,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exec_reattaches, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_ls_and_errors, start, th_teardown),
         cmocka_unit_test_setup_teardown(test_cp_both_ways, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_wait_plain_lines, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_json_output, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_session_answers_checked, start, th_teardown),
+        cmocka_unit_test_setup_teardown(test_logs, start, th_teardown),
         cmocka_unit_test(test_sse_parser),
         cmocka_unit_test(test_url_parse),
         cmocka_unit_test(test_response_parse),
