@@ -24,6 +24,7 @@ ALLOWED = {
     ("vm/vm_start.c", "tsc_khz"): "host fact: the TSC frequency",
     ("template/tpl_pin.c", "warned"): "log-once flag",
     ("vm/vm_jail.c", "none"): "constant (const object returned by address)",
+    ("main.c", "found"): "an option's value: the default --guest-dir, found once at start",
 }
 
 # `static` + type words + declarator, ending in ; = or [ (not a function: no '(' before)
