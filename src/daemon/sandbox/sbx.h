@@ -106,6 +106,7 @@ struct sbx_spec {
     int64_t timeout_s;   /* 0 = never */
     char on_timeout[16]; /* "suspend" | "delete" */
     bool private_ports;  /* "ports": {"public": false} */
+    bool auto_resume;    /* "auto_resume": true (sbx_wake.c) */
 };
 
 /* Parses and validates a create body (len bytes, not NUL-terminated). Unknown fields,
@@ -202,6 +203,31 @@ json_t *sbx_record_to_json(const struct store_sbx *r);
  * public ports, constant-time comparison otherwise. */
 int sbx_traffic_token(const struct sbx *s, char *out, size_t cap);
 bool sbx_traffic_allowed(const struct sbx *s, const char *presented);
+
+/* ---- auto-resume (sbx_wake.c) ---------------------------------------------------------- */
+
+/* How long a call waits for an auto-resume: longer than a restore's agent deadline. */
+#define SBX_WAKE_WAIT_S 150
+
+/* The end of a wait, run once from the loop (never inside sbx_wake_wait): ok when the
+ * sandbox is running with its agent connected (look it up again by id: the pointer the
+ * wait began with may be gone), else err says why (409 not_running when the wake failed
+ * or the sandbox was stopped/deleted/paused again meanwhile, 503 resume_timeout after
+ * SBX_WAKE_WAIT_S or at shutdown). */
+typedef void (*sbx_wake_fn)(struct spaced *sp, bool ok, const struct spaced_err *err, void *arg);
+struct sbx_waiter;
+
+/* The shared "wait until running" path of every call that needs the sandbox's agent and
+ * found none (the API's routes_require_agent, E2B's envd and port routes). When s has
+ * auto-resume and is paused, suspended, or on its way to running, returns a waiter: a
+ * wake op is submitted unless one is queued already (concurrent calls share it) and
+ * fn(arg) runs once later. NULL with err->status 0: s does not auto-resume, or is in no
+ * state a wake helps (the caller answers as without auto-resume); NULL with err set:
+ * the wake could not be submitted. */
+struct sbx_waiter *sbx_wake_wait(struct spaced *sp, struct sbx *s, sbx_wake_fn fn, void *arg,
+                                 struct spaced_err *err);
+/* Drops a waiter whose caller went away (fn will not run). NULL is accepted. */
+void sbx_wake_cancel(struct spaced *sp, struct sbx_waiter *w);
 
 /* ---- operations (sbx_submit.c, sbx_exec.c) -------------------------------------------- */
 

@@ -70,6 +70,9 @@ static const char *const store_migrations[] = {
     "ALTER TABLE operations ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;",
     /* 6: an operator drains a node (no new sandbox is placed on it). */
     "ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;",
+    /* 7: auto-resume: an API call that needs a paused or suspended sandbox's VM wakes it
+     * (sandbox/sbx_wake.c). */
+    "ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define SQL_CAP 2048
