@@ -8,7 +8,7 @@
 static const char usage[] =
     "usage: space COMMAND [ARGS]\n"
     "\n"
-    "  create [--template T] [--cpus N] [--memory MiB] [--timeout S]\n"
+    "  create [--template T] [--cpus N] [--memory MiB] [--timeout S] [--auto-resume]\n"
     "         [--network none|open] [--allow ENTRY...]\n"
     "                              create a sandbox (template python unless given);\n"
     "                              prints its id once running\n"

@@ -47,22 +47,11 @@ struct agentc;
 struct agentc *routes_agent_now(struct http_req *req, struct sbx *x);
 
 /* The same, except that a sandbox with auto-resume that is paused or suspended is woken
- * first (routes_await_running): then NULL is returned with the request parked, and once
+ * first (sbx_park_request, sbx.h): then NULL is returned with the request parked, and once
  * the sandbox runs the route's handler runs again from the top (router_replay), finding
  * the agent. Callers treat NULL as "answered" either way. Only before the handler claimed
  * the request's body or started replying. */
 struct agentc *routes_require_agent(struct spaced *sp, struct http_req *req, struct sbx *x);
-
-/* Parks req on the sandbox's auto-resume (sandbox/sbx.h, sbx_wake_wait). Returns false
- * with nothing done when s does not auto-resume or no wake helps (the caller answers as
- * before); true when the request is taken: ready(req, arg) runs once the sandbox is
- * running with its agent (look the sandbox up again), fail(req, err, arg) must answer
- * when it will not be (already called when the wake could not even be submitted);
- * neither runs if the client goes away first. */
-typedef void (*routes_ready_fn)(struct http_req *req, void *arg);
-typedef void (*routes_fail_fn)(struct http_req *req, const struct spaced_err *err, void *arg);
-bool routes_await_running(struct spaced *sp, struct http_req *req, struct sbx *s,
-                          routes_ready_fn ready, routes_fail_fn fail, void *arg);
 
 /* 202 {"operation": op, "sandbox": <sandbox or omitted>} with Location. Takes no
  * ownership of sandbox. */

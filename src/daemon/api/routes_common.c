@@ -61,7 +61,7 @@ static void wake_failed(struct http_req *req, const struct spaced_err *err, void
 struct agentc *routes_require_agent(struct spaced *sp, struct http_req *req, struct sbx *x)
 {
     struct agentc *a = sbx_agent(x);
-    if (a || routes_await_running(sp, req, x, replay, wake_failed, sp))
+    if (a || sbx_park_request(sp, req, x, replay, wake_failed, sp))
         return a;
     return routes_agent_now(req, x);
 }

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "daemon/api/routes.h"
 #include "daemon/http/http.h"
 #include "daemon/sandbox/sbx.h"
 #include "e2b_internal.h"
@@ -207,13 +206,13 @@ static void wake_failed(struct http_req *req, const struct spaced_err *err, void
     reply_error(req, rpc_path(http_req_path(req)), E2B_UNAVAILABLE, 502, err->message);
 }
 
-/* Parks req on s's auto-resume (api/routes.h) when s has it and no agent; true if taken.
+/* Parks req on s's auto-resume (sbx.h) when s has it and no agent; true if taken.
  * Only traffic that may reach the sandbox wakes it: the caller checked the traffic token
  * of private ports or the envd access token first. */
 static bool wake_for(struct e2b *e, struct http_req *req, struct sbx *s)
 {
     return s && !sbx_agent(s) &&
-           routes_await_running(e->sp, req, s, hook_again, wake_failed, e);
+           sbx_park_request(e->sp, req, s, hook_again, wake_failed, e);
 }
 
 bool e2b_envd_hook(struct http_req *req, void *arg)

@@ -229,6 +229,17 @@ struct sbx_waiter *sbx_wake_wait(struct spaced *sp, struct sbx *s, sbx_wake_fn f
 /* Drops a waiter whose caller went away (fn will not run). NULL is accepted. */
 void sbx_wake_cancel(struct spaced *sp, struct sbx_waiter *w);
 
+/* The same for an HTTP request (sbx_park.c). Returns false with nothing done when s does
+ * not auto-resume or no wake helps (the caller answers as before); true when the request
+ * is taken: ready(req, arg) runs once the sandbox is running with its agent (look it up
+ * again), fail(req, err, arg) must answer when it will not be (already called when the
+ * wake could not even be submitted); neither runs if the client goes away first. */
+struct http_req;
+typedef void (*sbx_ready_fn)(struct http_req *req, void *arg);
+typedef void (*sbx_fail_fn)(struct http_req *req, const struct spaced_err *err, void *arg);
+bool sbx_park_request(struct spaced *sp, struct http_req *req, struct sbx *s, sbx_ready_fn ready,
+                      sbx_fail_fn fail, void *arg);
+
 /* ---- operations (sbx_submit.c, sbx_exec.c) -------------------------------------------- */
 
 #define SBX_RECONCILE_PERIOD_MS 5000

@@ -1,20 +1,21 @@
-/* routes_wake.c: an HTTP request parked on an auto-resume (sandbox/sbx_wake.c), for every
- * route that needs a sandbox's agent: the native API through routes_require_agent, and
- * E2B's envd and port traffic (e2b/e2b_envd.c). The request waits for the sandbox's
- * one shared wake, then `ready` continues it (a route runs again from the top with
- * router_replay, a hook re-runs itself) or `fail` answers why it could not. A client
- * that goes away meanwhile only drops its place in the wait. */
+/* sbx_park.c: an HTTP request parked on an auto-resume (sbx_wake.c), for every route
+ * that needs a sandbox's agent: the native API through routes_require_agent (api/), and
+ * E2B's envd and port traffic (e2b/e2b_envd.c); here, below both, so neither includes
+ * the other. The request waits for the sandbox's one shared wake, then `ready`
+ * continues it (a route runs again from the top with router_replay, a hook re-runs
+ * itself) or `fail` answers why it could not. A client that goes away meanwhile only
+ * drops its place in the wait. */
 #include <stdlib.h>
 
-#include "daemon/sandbox/sbx.h"
-#include "routes.h"
+#include "daemon/http/http.h"
+#include "sbx.h"
 
 struct park {
     struct spaced *sp;
     struct http_req *req;
     struct sbx_waiter *w;
-    routes_ready_fn ready;
-    routes_fail_fn fail;
+    sbx_ready_fn ready;
+    sbx_fail_fn fail;
     void *arg;
 };
 
@@ -31,8 +32,8 @@ static void park_done(struct spaced *sp, bool ok, const struct spaced_err *err, 
     (void)sp;
     struct park *p = arg;
     struct http_req *req = p->req;
-    routes_ready_fn ready = p->ready;
-    routes_fail_fn fail = p->fail;
+    sbx_ready_fn ready = p->ready;
+    sbx_fail_fn fail = p->fail;
     void *rarg = p->arg;
     http_req_on_close(req, NULL, NULL); /* ours no longer: the continuation may set one */
     free(p);
@@ -42,8 +43,8 @@ static void park_done(struct spaced *sp, bool ok, const struct spaced_err *err, 
         fail(req, err, rarg);
 }
 
-bool routes_await_running(struct spaced *sp, struct http_req *req, struct sbx *s,
-                          routes_ready_fn ready, routes_fail_fn fail, void *arg)
+bool sbx_park_request(struct spaced *sp, struct http_req *req, struct sbx *s, sbx_ready_fn ready,
+                      sbx_fail_fn fail, void *arg)
 {
     struct park *p = calloc(1, sizeof *p);
     struct spaced_err err;
@@ -52,11 +53,7 @@ bool routes_await_running(struct spaced *sp, struct http_req *req, struct sbx *s
         fail(req, &err, arg);
         return true;
     }
-    p->sp = sp;
-    p->req = req;
-    p->ready = ready;
-    p->fail = fail;
-    p->arg = arg;
+    *p = (struct park){.sp = sp, .req = req, .ready = ready, .fail = fail, .arg = arg};
     p->w = sbx_wake_wait(sp, s, park_done, p, &err);
     if (!p->w) {
         free(p);
