@@ -26,6 +26,7 @@ void routes_files_register(struct router *r, struct spaced *sp);    /* files API
 void routes_network_register(struct router *r, struct spaced *sp);  /* network, credentials */
 void routes_ports_register(struct router *r, struct spaced *sp);    /* sandbox ports proxy */
 void routes_quota_register(struct router *r, struct spaced *sp);    /* per-tenant quotas */
+void routes_volumes_register(struct router *r, struct spaced *sp);  /* /v1/volumes */
 /* Per-client rate limiting (routes_ratelimit.c) from sp->opt.rate/burst, as a router
  * hook: register it before any other hook. Nothing when rate is 0. Returns 0, or -1 with
  * a message in err. Its context is freed by router_free. */
