@@ -168,14 +168,19 @@ static void with_body(struct http_req *req, void *arg, bool token_ok, http_body_
         http_req_read_body(req, SESS_BODY_MAX, done, arg);
 }
 
-/* A paused or suspended sandbox with auto-resume is woken before the body is read
- * (the route then runs again: routes_require_agent). */
+/* A paused or suspended sandbox with auto-resume is woken before the body is read (the
+ * route then runs again: routes_require_agent); any other answer about the sandbox's
+ * state comes after the body, from create_body, as for every sandbox before. */
 static void h_create(struct http_req *req, void *arg)
 {
     struct routes_sess *R = arg;
     struct sess_target tg;
-    if (resolve(R, req, false, &tg) && routes_require_agent(R->sp, req, tg.x))
-        http_req_read_body(req, SESS_BODY_MAX, create_body, arg);
+    if (!resolve(R, req, false, &tg))
+        return;
+    if (!sbx_agent(tg.x) && sbx_record(tg.x)->auto_resume &&
+        !routes_require_agent(R->sp, req, tg.x))
+        return;
+    http_req_read_body(req, SESS_BODY_MAX, create_body, arg);
 }
 
 static void h_list(struct http_req *req, void *arg)
