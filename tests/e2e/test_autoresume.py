@@ -117,3 +117,17 @@ def test_without_the_flag_409_as_before(spaced):
     assert sandbox(spaced, sid)["state"] == "paused"
     assert wakes(spaced, sid) == []
     spaced.request("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_flag_survives_a_restart(fresh_spaced):
+    """The flag is in the store: after spaced restarts, a suspended sandbox still wakes."""
+    s = fresh_spaced()
+    sid = running(s, {"auto_resume": True})
+    verb(s, sid, "suspend")
+    s.stop(cleanup=False)
+    s.start()
+    assert sandbox(s, sid)["auto_resume"] is True
+    out, code = session_output(s, sid, "echo again")
+    assert (out, code) == (b"again\n", 0)
+    assert sandbox(s, sid)["state"] == "running"
+    s.request("DELETE", "/v1/sandboxes/" + sid)
