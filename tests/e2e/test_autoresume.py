@@ -61,12 +61,18 @@ def test_pause_then_exec(spaced):
     spaced.request("DELETE", "/v1/sandboxes/" + sid)
 
 
-def test_suspend_then_file_read(spaced):
-    sid = running(spaced, {"auto_resume": True})
-    out, code = session_output(spaced, sid, "printf kept > /tmp/f")
+def suspended_with(s, path, data):
+    """An auto-resume sandbox holding data (a word) at path, suspended."""
+    sid = running(s, {"auto_resume": True})
+    out, code = session_output(s, sid, "printf %s > %s" % (data, path))
     assert code == 0, out
-    verb(spaced, sid, "suspend")
-    assert sandbox(spaced, sid)["state"] == "suspended"
+    verb(s, sid, "suspend")
+    assert sandbox(s, sid)["state"] == "suspended"
+    return sid
+
+
+def test_suspend_then_file_read(spaced):
+    sid = suspended_with(spaced, "/tmp/f", "kept")
     r = read_file(spaced, sid, "/tmp/f")
     assert r.status == 200 and r.body == b"kept", r
     assert sandbox(spaced, sid)["state"] == "running"
@@ -89,10 +95,7 @@ def test_timeout_pause_then_port_request(spaced):
 
 
 def test_concurrent_requests_share_one_wake(spaced):
-    sid = running(spaced, {"auto_resume": True})
-    out, code = session_output(spaced, sid, "printf both > /tmp/g")
-    assert code == 0, out
-    verb(spaced, sid, "suspend")
+    sid = suspended_with(spaced, "/tmp/g", "both")
     got = [None] * 4
 
     def read(i):
@@ -122,8 +125,7 @@ def test_without_the_flag_409_as_before(spaced):
 def test_flag_survives_a_restart(fresh_spaced):
     """The flag is in the store: after spaced restarts, a suspended sandbox still wakes."""
     s = fresh_spaced()
-    sid = running(s, {"auto_resume": True})
-    verb(s, sid, "suspend")
+    sid = suspended_with(s, "/tmp/h", "x")
     s.stop(cleanup=False)
     s.start()
     assert sandbox(s, sid)["auto_resume"] is True
