@@ -56,11 +56,12 @@ AGENT_LIB   := $(call lib,src/agent)
 DAEMON_LIB  := $(call lib,src/daemon)
 GATEWAY_LIB := $(call lib,src/gateway)
 CLI_LIB     := $(call lib,src/cli)
+VOLFS_LIB   := $(call lib,src/volfs)
 
 # space-qemu-shim.so sits next to spaced, which preloads it into clones' QEMU
 # (src/qemushim/qemushim.c).
 QEMU_SHIM := $(B)/space-qemu-shim.so
-PROGRAMS := $(B)/spaced $(B)/space-gateway $(B)/space $(QEMU_SHIM)
+PROGRAMS := $(B)/spaced $(B)/space-gateway $(B)/space $(B)/space-volfs $(QEMU_SHIM)
 AGENT    := build/guest/space-agent
 
 .PHONY: all programs agent guest run test unit unit-pg fuzz e2e netsec e2b bench install clean deps kernel templates
@@ -81,6 +82,10 @@ $(B)/space-gateway: $(call objs,src/gateway/main.c $(GATEWAY_LIB) $(COMMON_SRC))
 
 $(B)/space: $(call objs,src/cli/main.c $(CLI_LIB) $(COMMON_SRC))
 	$(CC) $(LDSAN) -o $@ $^ $(LIBS_CLI)
+
+# The volume server (src/volfs/volfs.h): libc only.
+$(B)/space-volfs: $(call objs,src/volfs/main.c $(VOLFS_LIB))
+	$(CC) $(LDSAN) -o $@ $^
 
 # Loaded into Debian's QEMU: no sanitizer runtime, no _FORTIFY_SOURCE (its inline open
 # wrappers would collide with the functions the shim defines).
@@ -103,10 +108,11 @@ $(B)/lib/libagent.a:   $(call objs,$(AGENT_LIB))
 $(B)/lib/libdaemon.a:  $(call objs,$(DAEMON_LIB))
 $(B)/lib/libgateway.a: $(call objs,$(GATEWAY_LIB))
 $(B)/lib/libcli.a:     $(call objs,$(CLI_LIB))
+$(B)/lib/libvolfs.a:   $(call objs,$(VOLFS_LIB))
 $(B)/lib/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
-ARCHIVES := $(addprefix $(B)/lib/,libdaemon.a libgateway.a libagent.a libcli.a libcommon.a)
+ARCHIVES := $(addprefix $(B)/lib/,libdaemon.a libgateway.a libagent.a libcli.a libvolfs.a libcommon.a)
 
 # ---- unit tests (cmocka), each tests/unit/test_X.c is one binary
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
@@ -119,7 +125,7 @@ $(B)/tests/%: tests/unit/%.c $(ARCHIVES)
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 FUZZ_CFLAGS := $(CSTD) $(WARN) -O1 -g $(INC) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP
-FUZZ_LIBOBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(COMMON_SRC) $(AGENT_LIB) $(DAEMON_LIB) $(GATEWAY_LIB))
+FUZZ_LIBOBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(COMMON_SRC) $(AGENT_LIB) $(DAEMON_LIB) $(GATEWAY_LIB) $(VOLFS_LIB))
 build/fuzz/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(FUZZ_CFLAGS) -c $< -o $@

@@ -170,5 +170,15 @@ int cli_cmd_attach(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_logs(struct cli_ctx *x, int argc, char **argv);
 /* `space completion bash`: prints the completion script; usage is main.c's text. */
 int cli_cmd_completion(int argc, char **argv);
+int cli_cmd_volume(struct cli_ctx *x, int argc, char **argv); /* create|ls|rm|put|get */
+
+/* Splits "ID:PATH" (a ':' before any '/'); false for a local path. */
+bool cli_split_remote(const char *arg, char *id, size_t idcap, const char **path);
+/* Streams a local file ("-" = stdin) to /v1/<coll>/<id>/files?path=rpath (PUT), or
+ * that remote file to local ("-" = stdout). 0, 1 (printed) or 2 (bad path). */
+int cli_upload(struct cli_ctx *x, const char *local, const char *coll, const char *id,
+               const char *rpath);
+int cli_download(struct cli_ctx *x, const char *coll, const char *id, const char *rpath,
+                 const char *local);
 
 #endif

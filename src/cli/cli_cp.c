@@ -1,6 +1,8 @@
 /* cli_cp.c: `space cp LOCAL ID:PATH` and `space cp ID:PATH LOCAL`, streamed both ways
- * (any size; "-" is stdin/stdout); with --json an upload prints the API's {"file": stat}. An argument is remote when it has a ':' before any
- * '/' ("./a:b" is a local file). */
+ * (any size; "-" is stdin/stdout); with --json an upload prints the API's {"file": stat}.
+ * An argument is remote when it has a ':' before any '/' ("./a:b" is a local file). The
+ * transfers serve `space volume put|get` too (cli_upload, cli_download: the same files
+ * API under /v1/volumes). */
 #include "cli.h"
 
 #include <errno.h>
@@ -27,8 +29,7 @@ static int print_reply(struct cli_conn *c)
     return rc;
 }
 
-/* Splits "ID:PATH"; returns false for a local path. */
-static bool split_remote(const char *arg, char *id, size_t idcap, const char **path)
+bool cli_split_remote(const char *arg, char *id, size_t idcap, const char **path)
 {
     const char *colon = strchr(arg, ':');
     const char *slash = strchr(arg, '/');
@@ -40,20 +41,21 @@ static bool split_remote(const char *arg, char *id, size_t idcap, const char **p
     return true;
 }
 
-/* Builds /v1/sandboxes/<id>/files?path=<p>. Returns 0 or -1. */
-static int files_url(const char *id, const char *p, char *out, size_t cap)
+/* Builds /v1/<coll>/<id>/files?path=<p>. Returns 0 or -1. */
+static int files_url(const char *coll, const char *id, const char *p, char *out, size_t cap)
 {
     char eid[128], ep[3 * 4096 + 1];
     if (!*p || !cli_pct(id, eid, sizeof eid) || !cli_pct(p, ep, sizeof ep))
         return -1;
-    int n = snprintf(out, cap, "/v1/sandboxes/%s/files?path=%s", eid, ep);
+    int n = snprintf(out, cap, "/v1/%s/%s/files?path=%s", coll, eid, ep);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static int upload(struct cli_ctx *x, const char *local, const char *id, const char *rpath)
+int cli_upload(struct cli_ctx *x, const char *local, const char *coll, const char *id,
+               const char *rpath)
 {
     char url[16384], err[256];
-    if (files_url(id, rpath, url, sizeof url) < 0) {
+    if (files_url(coll, id, rpath, url, sizeof url) < 0) {
         cli_err("bad remote path");
         return 2;
     }
@@ -113,10 +115,11 @@ static int upload(struct cli_ctx *x, const char *local, const char *id, const ch
     return ret;
 }
 
-static int download(struct cli_ctx *x, const char *id, const char *rpath, const char *local)
+int cli_download(struct cli_ctx *x, const char *coll, const char *id, const char *rpath,
+                 const char *local)
 {
     char url[16384], err[256];
-    if (files_url(id, rpath, url, sizeof url) < 0) {
+    if (files_url(coll, id, rpath, url, sizeof url) < 0) {
         cli_err("bad remote path");
         return 2;
     }
@@ -186,11 +189,12 @@ int cli_cmd_cp(struct cli_ctx *x, int argc, char **argv)
         cli_err("usage: space cp LOCAL ID:PATH | space cp ID:PATH LOCAL");
         return 2;
     }
-    bool src_remote = split_remote(argv[0], sid, sizeof sid, &spath);
-    bool dst_remote = split_remote(argv[1], did, sizeof did, &dpath);
+    bool src_remote = cli_split_remote(argv[0], sid, sizeof sid, &spath);
+    bool dst_remote = cli_split_remote(argv[1], did, sizeof did, &dpath);
     if (src_remote == dst_remote) {
         cli_err("cp needs exactly one remote side written ID:PATH");
         return 2;
     }
-    return dst_remote ? upload(x, argv[0], did, dpath) : download(x, sid, spath, argv[1]);
+    return dst_remote ? cli_upload(x, argv[0], "sandboxes", did, dpath)
+                      : cli_download(x, "sandboxes", sid, spath, argv[1]);
 }

@@ -53,7 +53,11 @@ int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
             json_object_set_new(body, nums[k].field, json_integer(n));
             done = true;
         }
-        if (!done && v && strcmp(o, "--template") == 0) {
+        if (!done && strcmp(o, "--auto-resume") == 0) { /* a flag: no value to skip */
+            json_object_set_new(body, "auto_resume", json_true());
+            done = true;
+            i--;
+        } else if (!done && v && strcmp(o, "--template") == 0) {
             json_object_set_new(body, "template", json_string(v));
             done = true;
         } else if (!done && v && strcmp(o, "--network") == 0 &&

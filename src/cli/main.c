@@ -8,7 +8,7 @@
 static const char usage[] =
     "usage: space COMMAND [ARGS]\n"
     "\n"
-    "  create [--template T] [--cpus N] [--memory MiB] [--timeout S]\n"
+    "  create [--template T] [--cpus N] [--memory MiB] [--timeout S] [--auto-resume]\n"
     "         [--network none|open] [--allow ENTRY...]\n"
     "                              create a sandbox (template python unless given);\n"
     "                              prints its id once running\n"
@@ -31,6 +31,10 @@ static const char usage[] =
     "  network ID none|open        change it on the live sandbox\n"
     "  network ID allow ENTRY...   allow only these names, *.wildcards, CIDRs\n"
     "  network ID log [--since N]  the gateway's decisions (JSON lines)\n"
+    "  volume create|rm NAME...    make or delete named volumes (data kept across sandboxes)\n"
+    "  volume ls                   list your volumes\n"
+    "  volume put LOCAL NAME:PATH  upload into a volume ('-' = stdin)\n"
+    "  volume get NAME:PATH LOCAL  download from a volume ('-' = stdout)\n"
     "  template ls                 list templates\n"
     "  template build NAME [--from BASE] --run CMD [--run CMD...]\n"
     "                              build a template\n"
@@ -116,6 +120,8 @@ int main(int argc, char **argv)
         return cli_cmd_template(&x, n, rest);
     if (strcmp(cmd, "network") == 0)
         return cli_cmd_network(&x, n, rest);
+    if (strcmp(cmd, "volume") == 0)
+        return cli_cmd_volume(&x, n, rest);
     fprintf(stderr, "space: unknown command %s\n\n%s", cmd, usage);
     return 2;
 }

@@ -24,6 +24,7 @@
  *     void routes_network_register(struct router *, struct spaced *);    network, credentials
  *     void routes_ports_register(struct router *, struct spaced *);      sandbox ports
  *     void routes_quota_register(struct router *, struct spaced *);      /v1/quota, tenants' quotas
+ *     void routes_volumes_register(struct router *, struct spaced *);    /v1/volumes
  *     void e2b_register(struct router *, struct spaced *);               E2B compatibility
  * (routes.h and e2b.h declare them), preceded by routes_ratelimit_register, the first hook.
  *

@@ -145,6 +145,11 @@ def test_sdk(vm_spaced, script, sdk):
     run_script(vm_spaced, script, sdk)
 
 
+def test_autoresume(vm_spaced):
+    """lifecycle.autoResume: a paused sandbox's command and file calls wake it."""
+    run_script(vm_spaced, "autoresume.mjs", CURRENT)
+
+
 def test_legacy_control_plane(vm_spaced):
     run_script(vm_spaced, "legacy_control.mjs", OLDEST)
 

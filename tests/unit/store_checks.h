@@ -105,6 +105,7 @@ static void check_sandboxes_list(void **state)
     fill_sbx(&s, "sb1", "A", "base", "stopped", "{\"grp\":\"x\",\"n\":\"1\"}");
     s.failure = (char *)"why";
     s.private_ports = true;
+    s.auto_resume = true;
     assert_int_equal(store_sbx_put(st, &s), 0);
 
     struct store_sbx got;
@@ -113,9 +114,11 @@ static void check_sandboxes_list(void **state)
     assert_string_equal(got.failure, "why");
     assert_string_equal(got.network_json, "{\"mode\":\"none\"}");
     assert_true(got.private_ports);
+    assert_true(got.auto_resume);
     store_sbx_clear(&got);
     assert_int_equal(store_sbx_get(st, "sb4", &got), 0);
     assert_false(got.private_ports);
+    assert_false(got.auto_resume);
     store_sbx_clear(&got);
     assert_int_equal(store_sbx_get(st, "zz", &got), STORE_NOTFOUND);
 

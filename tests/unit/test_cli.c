@@ -324,6 +324,11 @@ static void test_create_network(void **state)
     assert_int_equal(cli_cmd_create(&X, 2, bogus), 2);
     char *dangling[] = {"--allow"};
     assert_int_equal(cli_cmd_create(&X, 1, dangling), 2);
+    /* --auto-resume is a flag: the option after it is read as an option. */
+    char *ar[] = {"--auto-resume", "--template", "base"};
+    free(capture(1, run_create, 3, ar, &rc));
+    assert_int_equal(rc, 0);
+    assert_string_equal(last_body, "{\"auto_resume\":true,\"template\":\"base\"}");
 }
 
 static void test_network_show_change_log(void **state)

@@ -1,6 +1,7 @@
 /* Router tests over a real server: `{param}` capture and decoding, literal-over-param
  * priority, `{rest...}`, HEAD falling back to GET, 404/405 (with Allow) JSON errors,
- * hooks that take requests by header or Host, query decoding, malformed patterns. */
+ * hooks that take requests by header or Host, query decoding, malformed patterns, and
+ * router_replay (a parked request runs its route again from the top, hooks skipped). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,9 +63,42 @@ static bool envd_hook(struct http_req *req, void *arg)
     return true;
 }
 
+/* Parks the first call (as an auto-resume wait does) and replays it from a timer; the
+ * replayed call answers how many times the handler ran. Loop thread only. */
+static unsigned park_runs;
+
+static void on_unpark(evutil_socket_t fd, short what, void *arg)
+{
+    router_replay(arg);
+}
+
+static void h_park(struct http_req *req, void *arg)
+{
+    if (++park_runs == 1) {
+        struct timeval tv = {0, 20000};
+        event_base_once(T.base, -1, EV_TIMEOUT, on_unpark, req, &tv);
+        return;
+    }
+    char out[64];
+    int n = snprintf(out, sizeof out, "runs=%u id=%s", park_runs, router_param(req, "id"));
+    http_reply(req, 200, "text/plain", out, (size_t)n);
+}
+
+/* Counts the hook's looks at /park requests: a replay must not pass the hooks again. */
+static unsigned park_hook_looks;
+
+static bool count_hook(struct http_req *req, void *arg)
+{
+    if (strncmp(http_req_path(req), "/park/", 6) == 0)
+        park_hook_looks++;
+    return false;
+}
+
 static void setup(struct router *r, struct th_server *t)
 {
     assert_int_equal(router_add_hook(r, envd_hook, NULL), 0);
+    assert_int_equal(router_add_hook(r, count_hook, NULL), 0);
+    assert_int_equal(router_add(r, "GET", "/park/{id}", h_park, NULL), 0);
     assert_int_equal(router_add(r, "GET", "/v1/sandboxes/{id}", h_show, "get"), 0);
     assert_int_equal(router_add(r, "DELETE", "/v1/sandboxes/{id}", h_show, "delete"), 0);
     assert_int_equal(router_add(r, "GET", "/v1/sandboxes/mine", h_show, "mine"), 0);
@@ -171,6 +205,13 @@ static void test_hooks(void **state)
     expect("GET", "/health", NULL, 404, NULL);
 }
 
+static void test_replay(void **state)
+{
+    park_runs = park_hook_looks = 0;
+    expect("GET", "/park/p%201", NULL, 200, "runs=2 id=p 1");
+    assert_int_equal(park_hook_looks, 1);
+}
+
 /* Shutdown functions: router_free runs them newest first, each once. */
 struct down_log {
     char order[8];
@@ -207,6 +248,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_params, start, stop),
         cmocka_unit_test_setup_teardown(test_errors, start, stop),
         cmocka_unit_test_setup_teardown(test_hooks, start, stop),
+        cmocka_unit_test_setup_teardown(test_replay, start, stop),
         cmocka_unit_test(test_shutdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -201,12 +201,15 @@ class Client:
                 return cur
 
     def create(self, template="python", vcpus=None, memory_mib=None, env=None, metadata=None,
-               timeout=None, on_timeout=None, network=None, idempotency_key=None, wait=True):
-        """Creates a sandbox and (by default) waits until it is running."""
+               timeout=None, on_timeout=None, network=None, idempotency_key=None, wait=True,
+               auto_resume=None):
+        """Creates a sandbox and (by default) waits until it is running. auto_resume=True:
+        once paused or suspended, the next call needing its VM (command, file, port)
+        resumes it and then proceeds."""
         body = {"template": template}
         for k, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("env", env),
                      ("metadata", metadata), ("timeout", timeout), ("on_timeout", on_timeout),
-                     ("network", network)):
+                     ("network", network), ("auto_resume", auto_resume)):
             if v is not None:
                 body[k] = v
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None

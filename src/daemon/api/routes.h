@@ -27,6 +27,7 @@ void routes_network_register(struct router *r, struct spaced *sp);  /* network, 
 void routes_ports_register(struct router *r, struct spaced *sp);    /* sandbox ports proxy */
 void routes_quota_register(struct router *r, struct spaced *sp);    /* per-tenant quotas */
 void routes_logs_register(struct router *r, struct spaced *sp);     /* console log */
+void routes_volumes_register(struct router *r, struct spaced *sp);  /* /v1/volumes */
 /* Per-client rate limiting (routes_ratelimit.c) from sp->opt.rate/burst, as a router
  * hook: register it before any other hook. Nothing when rate is 0. Returns 0, or -1 with
  * a message in err. Its context is freed by router_free. */
@@ -41,10 +42,18 @@ void routes_reply_error(struct spaced *sp, struct http_req *req, int status, con
 /* The running sandbox's agent, or NULL after replying: 409 not_running naming the
  * state when the sandbox is not running, 503 agent_unavailable (Retry-After: 1) when
  * it is running but its agent is not connected yet (spaced just restarted and is
- * re-adopting it, or a restore is completing): nothing was done, so a retry is safe. */
+ * re-adopting it, or a restore is completing): nothing was done, so a retry is safe.
+ * Never waits: for a check after the request's body was claimed. */
 struct sbx;
 struct agentc;
-struct agentc *routes_require_agent(struct http_req *req, struct sbx *x);
+struct agentc *routes_agent_now(struct http_req *req, struct sbx *x);
+
+/* The same, except that a sandbox with auto-resume that is paused or suspended is woken
+ * first (sbx_park_request, sbx.h): then NULL is returned with the request parked, and once
+ * the sandbox runs the route's handler runs again from the top (router_replay), finding
+ * the agent. Callers treat NULL as "answered" either way. Only before the handler claimed
+ * the request's body or started replying. */
+struct agentc *routes_require_agent(struct spaced *sp, struct http_req *req, struct sbx *x);
 
 /* 202 {"operation": op, "sandbox": <sandbox or omitted>} with Location. Takes no
  * ownership of sandbox. */

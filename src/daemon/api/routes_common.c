@@ -29,7 +29,7 @@ void routes_reply_error(struct spaced *sp, struct http_req *req, int status, con
     routes_reply_err(sp, req, &e);
 }
 
-struct agentc *routes_require_agent(struct http_req *req, struct sbx *x)
+struct agentc *routes_agent_now(struct http_req *req, struct sbx *x)
 {
     struct agentc *a = sbx_agent(x);
     if (a)
@@ -45,6 +45,25 @@ struct agentc *routes_require_agent(struct http_req *req, struct sbx *x)
                          sbx_state_name(sbx_state(x)));
     }
     return NULL;
+}
+
+static void replay(struct http_req *req, void *arg)
+{
+    (void)arg;
+    router_replay(req);
+}
+
+static void wake_failed(struct http_req *req, const struct spaced_err *err, void *sp)
+{
+    routes_reply_err(sp, req, err);
+}
+
+struct agentc *routes_require_agent(struct spaced *sp, struct http_req *req, struct sbx *x)
+{
+    struct agentc *a = sbx_agent(x);
+    if (a || sbx_park_request(sp, req, x, replay, wake_failed, sp))
+        return a;
+    return routes_agent_now(req, x);
 }
 
 void routes_reply_op(struct http_req *req, int status, const struct store_op *op,

@@ -278,8 +278,9 @@ static void reply_err(struct http_req *req, const struct spaced_err *e)
     http_reply_error(req, e->status, e->code, "%s", e->message);
 }
 
-/* Authenticates, finds the running sandbox and returns its agent, or replies. */
-static struct agentc *files_agent(struct spaced *sp, struct http_req *req)
+/* Authenticates, finds the running sandbox and returns its agent, or replies. wait: the
+ * body is not claimed yet, so an auto-resume may park the request (routes.h). */
+static struct agentc *files_agent(struct spaced *sp, struct http_req *req, bool wait)
 {
     const char *id = router_param(req, "id");
     struct auth_principal who;
@@ -294,7 +295,7 @@ static struct agentc *files_agent(struct spaced *sp, struct http_req *req)
         http_reply_error(req, 404, "not_found", "no sandbox %s", id);
         return NULL;
     }
-    return routes_require_agent(req, x);
+    return wait ? routes_require_agent(sp, req, x) : routes_agent_now(req, x);
 }
 
 /* Opens the agent channel for `request` (taken) on behalf of req. NULL after replying. */
@@ -374,7 +375,7 @@ static void h_put(struct http_req *req, void *arg)
     struct files_ctx *fc = arg;
     struct spaced_err e;
     int mode = -1;
-    struct agentc *a = files_agent(fc->sp, req);
+    struct agentc *a = files_agent(fc->sp, req, true);
     if (!a)
         return;
     if (sess_req_mode(http_req_query(req, "mode"), &mode, &e) < 0) {
@@ -395,7 +396,7 @@ static void h_put(struct http_req *req, void *arg)
 static void path_op(struct http_req *req, struct files_ctx *fc, const char *op,
                     enum fop_kind kind)
 {
-    struct agentc *a = files_agent(fc->sp, req);
+    struct agentc *a = files_agent(fc->sp, req, true);
     json_t *r = a ? path_request(req, op) : NULL;
     if (r)
         fop_start(fc, req, a, kind, 200, r);
@@ -416,7 +417,7 @@ static void h_list(struct http_req *req, void *arg)
     struct files_ctx *fc = arg;
     struct spaced_err e;
     int64_t depth = 1;
-    struct agentc *a = files_agent(fc->sp, req);
+    struct agentc *a = files_agent(fc->sp, req, true);
     if (!a)
         return;
     if (sess_req_uint(http_req_query(req, "depth"), "depth", 1, SESS_LIST_DEPTH_MAX, &depth,
@@ -436,7 +437,7 @@ static void h_delete(struct http_req *req, void *arg)
     struct files_ctx *fc = arg;
     struct spaced_err e;
     bool recursive = false;
-    struct agentc *a = files_agent(fc->sp, req);
+    struct agentc *a = files_agent(fc->sp, req, true);
     if (!a)
         return;
     if (sess_req_bool(http_req_query(req, "recursive"), "recursive", &recursive, &e) < 0) {
@@ -456,7 +457,7 @@ static void body_op(struct http_req *req, const char *data, size_t len, void *ar
 {
     struct files_ctx *fc = arg;
     struct spaced_err e;
-    struct agentc *a = files_agent(fc->sp, req);
+    struct agentc *a = files_agent(fc->sp, req, false);
     if (!a)
         return;
     json_t *r = parse(data, len, &e);
@@ -479,7 +480,7 @@ static void rename_body(struct http_req *req, const char *data, size_t len, void
 /* Checks auth and sandbox before reading the body (body_op checks again after it). */
 static void with_body(struct http_req *req, struct files_ctx *fc, http_body_fn done)
 {
-    if (files_agent(fc->sp, req))
+    if (files_agent(fc->sp, req, true))
         http_req_read_body(req, FILES_BODY_MAX, done, fc);
 }
 

@@ -75,7 +75,7 @@ static void h_port(struct http_req *req, void *arg)
         http_reply_error(req, 503, "unavailable", "out of memory");
         return;
     }
-    struct agentc *a = routes_require_agent(req, x);
+    struct agentc *a = routes_require_agent(sp, req, x);
     if (a)
         e2b_port_forward(sp->e2b, req, a, port, target, true);
     free(target);

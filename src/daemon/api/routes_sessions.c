@@ -132,7 +132,7 @@ static void create_body(struct http_req *req, const char *data, size_t len, void
     char token[SESS_TOKEN_LEN + 1];
     if (!resolve(R, req, false, &tg))
         return;
-    if (!routes_require_agent(req, tg.x))
+    if (!routes_agent_now(req, tg.x))
         return;
     if (sess_req_create(data, len, &spec, &e) < 0) {
         reply_err(req, &e);
@@ -168,9 +168,19 @@ static void with_body(struct http_req *req, void *arg, bool token_ok, http_body_
         http_req_read_body(req, SESS_BODY_MAX, done, arg);
 }
 
+/* A paused or suspended sandbox with auto-resume is woken before the body is read (the
+ * route then runs again: routes_require_agent); any other answer about the sandbox's
+ * state comes after the body, from create_body, as for every sandbox before. */
 static void h_create(struct http_req *req, void *arg)
 {
-    with_body(req, arg, false, create_body);
+    struct routes_sess *R = arg;
+    struct sess_target tg;
+    if (!resolve(R, req, false, &tg))
+        return;
+    if (!sbx_agent(tg.x) && sbx_record(tg.x)->auto_resume &&
+        !routes_require_agent(R->sp, req, tg.x))
+        return;
+    http_req_read_body(req, SESS_BODY_MAX, create_body, arg);
 }
 
 static void h_list(struct http_req *req, void *arg)
@@ -217,7 +227,7 @@ static void h_attach(struct http_req *req, void *arg)
     }
     /* A process not yet attached needs the agent; a finished one replays without it. */
     if (!sbx_agent(tg.x) && sbx_state(tg.x) == SBX_RUNNING && sess_state(tg.s) < SESS_EXITED) {
-        routes_require_agent(req, tg.x);
+        routes_agent_now(req, tg.x);
         return;
     }
     if (sess_attach(tg.s, sbx_agent(tg.x), req, last, &e) < 0)

@@ -355,11 +355,25 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         rest_error(req, 400, "network must be an object, network.allowPublicTraffic a boolean");
         return;
     }
-    json_t *spec_json = json_pack("{s:s, s:I, s:s}", "template",
+    /* lifecycle: {onTimeout: "pause", autoResume: true} arrives as autoPause and
+     * autoResume {"enabled": bool}; E2B resumes only sandboxes that pause on timeout. */
+    bool pause = json_is_true(json_object_get(body, "autoPause"));
+    json_t *ar = json_object_get(body, "autoResume");
+    json_t *ar_on = json_is_object(ar) ? json_object_get(ar, "enabled") : NULL;
+    if ((ar && !json_is_null(ar) && !json_is_object(ar)) ||
+        (ar_on && !json_is_null(ar_on) && !json_is_boolean(ar_on))) {
+        rest_error(req, 400, "autoResume must be an object {\"enabled\": boolean}");
+        return;
+    }
+    if (json_is_true(ar_on) && !pause) {
+        rest_error(req, 400, "autoResume can only be enabled when the sandbox pauses on "
+                             "timeout (autoPause)");
+        return;
+    }
+    json_t *spec_json = json_pack("{s:s, s:I, s:s, s:b}", "template",
                                   tpl ? json_string_value(tpl) : "base", "timeout",
-                                  (json_int_t)timeout, "on_timeout",
-                                  json_is_true(json_object_get(body, "autoPause")) ? "suspend"
-                                                                                   : "delete");
+                                  (json_int_t)timeout, "on_timeout", pause ? "suspend" : "delete",
+                                  "auto_resume", json_is_true(ar_on));
     if (json_is_object(meta))
         json_object_set(spec_json, "metadata", meta);
     if (json_is_object(env))
@@ -526,7 +540,7 @@ static void h_get(struct http_req *req, void *arg)
     json_object_set_new(d, "lifecycle",
                         json_pack("{s:s, s:b}", "onTimeout",
                                   strcmp(r->on_timeout, "suspend") == 0 ? "pause" : "kill",
-                                  "autoResume", 0));
+                                  "autoResume", r->auto_resume));
     http_reply_json(req, 200, d);
     json_decref(d);
 }

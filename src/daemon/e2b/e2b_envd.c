@@ -11,6 +11,7 @@
 #include "e2b_internal.h"
 #include "e2b_pbjson.h"
 #include "e2b_util.h"
+#include "http_hdr.h"
 
 static const struct e2b_method methods[] = {
     {"/process.Process/Start", true, e2b_proc_start},
@@ -186,6 +187,34 @@ bool e2b_sandbox_traffic(struct http_req *req, char *id, size_t cap, unsigned *p
     return classify(req, port, id, cap) != TRAFFIC_NONE;
 }
 
+/* ---- auto-resume: traffic wakes a sandbox created with lifecycle.autoResume ---- */
+
+static bool rpc_path(const char *path)
+{
+    return path[0] == '/' && strchr(path + 1, '/') && strchr(path, '.');
+}
+
+/* The sandbox is running again: the request goes through this hook from the top. */
+static void hook_again(struct http_req *req, void *e)
+{
+    e2b_envd_hook(req, e);
+}
+
+static void wake_failed(struct http_req *req, const struct spaced_err *err, void *e)
+{
+    (void)e;
+    reply_error(req, rpc_path(http_req_path(req)), E2B_UNAVAILABLE, 502, err->message);
+}
+
+/* Parks req on s's auto-resume (sbx.h) when s has it and no agent; true if taken.
+ * Only traffic that may reach the sandbox wakes it: the caller checked the traffic token
+ * of private ports or the envd access token first. */
+static bool wake_for(struct e2b *e, struct http_req *req, struct sbx *s)
+{
+    return s && !sbx_agent(s) &&
+           sbx_park_request(e->sp, req, s, hook_again, wake_failed, e);
+}
+
 bool e2b_envd_hook(struct http_req *req, void *arg)
 {
     struct e2b *e = arg;
@@ -196,16 +225,21 @@ bool e2b_envd_hook(struct http_req *req, void *arg)
     if (t == TRAFFIC_NONE)
         return false;
     if (t == TRAFFIC_PORT) {
-        e2b_port_proxy(e, req, id, port);
+        struct sbx *ps = sbx_find(e->sp, NULL, id);
+        if (!ps || !sbx_traffic_allowed(ps, http_req_header(req, HH_TRAFFIC_TOKEN_HEADER)) ||
+            !wake_for(e, req, ps))
+            e2b_port_proxy(e, req, id, port);
         return true;
     }
-    bool rpc = path[0] == '/' && strchr(path + 1, '/') && strchr(path, '.');
+    bool rpc = rpc_path(path);
     const char *token = http_req_header(req, "X-Access-Token");
     if (!id[0] && !(strcmp(path, "/files") == 0 && e2b_files_signer(e, req, id, sizeof id))) {
         reply_error(req, rpc, E2B_UNAVAILABLE, 502, "no sandbox addressed (E2b-Sandbox-Id)");
         return true;
     }
     struct sbx *s = sbx_find(e->sp, NULL, id);
+    if (s && token && e2b_token_valid(e, id, token) && wake_for(e, req, s))
+        return true;
     if (!s || !sbx_agent(s)) {
         char msg[160];
         snprintf(msg, sizeof msg, "sandbox %.64s %s", id,

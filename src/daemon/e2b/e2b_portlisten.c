@@ -86,6 +86,7 @@ struct pl_conn {
     struct agentc_chan *ch;    /* the guest connection, NULL before routing / after */
     void *owned;               /* e2b_pipe_adopt's forwarding context, freed with us */
     struct event *timer;       /* head deadline, then idle deadline once piping (owned) */
+    struct sbx_waiter *wake;   /* waiting for the sandbox's auto-resume (sbx.h), or NULL */
     struct pl_conn *next, *prev; /* e->pipes.all: every connection */
     char addr[48];             /* the client's address; "" for adopted pipes */
     bool piping;               /* routed: bytes flow */
@@ -117,6 +118,7 @@ static void pl_free(struct pl_conn *c)
         c->next->prev = c->prev;
     if (c->ch)
         agentc_close(c->ch);
+    sbx_wake_cancel(c->e->sp, c->wake);
     if (c->timer)
         event_free(c->timer);
     bufferevent_free(c->bev);
@@ -361,9 +363,26 @@ static const char *head_field(const struct http_head *h, const char *name)
     return NULL;
 }
 
-/* The connection's first head: pick the sandbox port and open the channel. Returns
- * false after answering an error. */
-static bool pl_route(struct pl_conn *c, const struct http_head *h)
+static void pl_read_cb(struct bufferevent *bev, void *arg);
+
+/* The end of an auto-resume wait: the first head, still buffered, is routed again. */
+static void pl_woken(struct spaced *sp, bool ok, const struct spaced_err *err, void *arg)
+{
+    (void)sp;
+    struct pl_conn *c = arg;
+    c->wake = NULL;
+    if (!ok)
+        return pl_fail(c, 502, "%s", err->message);
+    struct timeval tv = {.tv_sec = PL_HEAD_SECS};
+    event_add(c->timer, &tv);
+    bufferevent_enable(c->bev, EV_READ);
+    pl_read_cb(c->bev, c);
+}
+
+/* The connection's first head: pick the sandbox port and open the channel. Returns 1
+ * when routed, -1 after answering an error, 0 when the head waits for the sandbox's
+ * auto-resume (reading stops; pl_woken routes it again). */
+static int pl_route(struct pl_conn *c, const struct http_head *h)
 {
     unsigned port = 0;
     char id[STORE_ID_MAX];
@@ -375,22 +394,28 @@ static bool pl_route(struct pl_conn *c, const struct http_head *h)
     /* Private ports: the first head carries the traffic token, which binds the whole
      * connection; without it the answer is the one for an unknown sandbox. */
     struct sbx *s = sbx_find(c->e->sp, NULL, id);
-    struct agentc *a = s && sbx_traffic_allowed(s, head_field(h, HH_TRAFFIC_TOKEN_HEADER))
-                           ? sbx_agent(s) : NULL;
+    bool allowed = s && sbx_traffic_allowed(s, head_field(h, HH_TRAFFIC_TOKEN_HEADER));
+    struct agentc *a = allowed ? sbx_agent(s) : NULL;
+    struct spaced_err werr;
+    if (!a && allowed && (c->wake = sbx_wake_wait(c->e->sp, s, pl_woken, c, &werr))) {
+        event_del(c->timer); /* the wait has its own bound */
+        bufferevent_disable(c->bev, EV_READ);
+        return 0;
+    }
     if (!a) {
         pl_fail(c, 502, "sandbox %.64s is not running", id);
-        return false;
+        return -1;
     }
     char why[128];
     c->ch = agentc_open_tcp(a, NULL, port, &e2b_pipe_chan_ops, c, AGENTC_MANUAL_CREDIT, why, sizeof why);
     if (!c->ch) {
         pl_fail(c, 502, "cannot reach the sandbox: %s", why);
-        return false;
+        return -1;
     }
     c->piping = true;
     event_del(c->timer);
     pl_touch(c);
-    return true;
+    return 1;
 }
 
 /* The head re-serialised for the guest without credentials or the fields Connection
@@ -447,9 +472,10 @@ static int pl_next_head(struct pl_conn *c)
     free(raw);
     size_t n = 0;
     char *clean = NULL;
-    if (!c->piping && !pl_route(c, &h)) {
+    int routed = c->piping ? 1 : pl_route(c, &h);
+    if (routed <= 0) {
         http_head_free(&h);
-        return -1;
+        return routed;
     }
     if (!(clean = pl_clean_head(&h, &n))) {
         http_head_free(&h);

@@ -134,6 +134,11 @@ const char *http_req_param(const struct http_req *req, const char *name);
 /* A pointer for the application; the server never touches what it points to. */
 void http_req_set_user(struct http_req *req, void *user);
 void *http_req_user(const struct http_req *req);
+/* The handler a router dispatched the request to (router.c records it; NULL before),
+ * so a request parked before its handler did anything can be run again from the top
+ * (router_replay). */
+void http_req_set_route(struct http_req *req, http_handler_fn fn, void *arg);
+http_handler_fn http_req_route(const struct http_req *req, void **arg);
 
 /* Registers cb to run if the request dies before the reply is finished (client closed,
  * read/write error or timeout, invalid body, server freed). The handle is dead after cb

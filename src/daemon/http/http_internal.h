@@ -73,6 +73,8 @@ struct http_req {
     struct http_kv *params;          /* owned array of router parameters */
     unsigned nparams;
     void *user;                      /* application's; never touched */
+    http_handler_fn route_fn;        /* the handler a router chose (http_req_set_route) */
+    void *route_arg;
     http_close_fn on_close;          /* fired if the request dies before app_done */
     void *close_arg;
     bool app_done;                   /* application's part over: handle is dead */

@@ -230,6 +230,18 @@ void *http_req_user(const struct http_req *r)
     return r->user;
 }
 
+void http_req_set_route(struct http_req *r, http_handler_fn fn, void *arg)
+{
+    r->route_fn = fn;
+    r->route_arg = arg;
+}
+
+http_handler_fn http_req_route(const struct http_req *r, void **arg)
+{
+    *arg = r->route_arg;
+    return r->route_fn;
+}
+
 void http_req_on_close(struct http_req *r, http_close_fn cb, void *arg)
 {
     if (r->app_done)

@@ -308,14 +308,26 @@ void router_dispatch(struct http_req *req, void *arg)
     const struct route *rt = find_route(r, http_req_method(req), &ps, &path_known);
     if (rt && capture_params(req, rt, &ps) < 0)
         http_reply_error(req, 400, "bad_request", "invalid path parameter");
-    else if (rt)
+    else if (rt) {
+        http_req_set_route(req, rt->fn, rt->arg);
         rt->fn(req, rt->arg);
+    }
     else if (path_known)
         reply_not_allowed(r, req, &ps);
     else
         http_reply_error(req, 404, "not_found", "no route for %s", http_req_path(req));
     free(ps.starts);
     free(ps.lens);
+}
+
+void router_replay(struct http_req *req)
+{
+    void *arg;
+    http_handler_fn fn = http_req_route(req, &arg);
+    if (fn)
+        fn(req, arg);
+    else
+        http_reply_error(req, 500, "internal", "request parked outside a route");
 }
 
 const char *router_param(const struct http_req *req, const char *name)

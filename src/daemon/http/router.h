@@ -67,6 +67,12 @@ int router_on_shutdown(struct router *r, router_free_fn fn, void *arg);
  *   http_server_new(base, &lim, router_dispatch, router); */
 void router_dispatch(struct http_req *req, void *router);
 
+/* Runs the route handler this request was dispatched to again, from the top, without
+ * the hooks (a request that waited, e.g. for an auto-resume, continues as if it had just
+ * arrived; the rate limiter does not count it twice). Only for a request whose handler
+ * has not claimed the body or replied; 500 when no route was dispatched to. */
+void router_replay(struct http_req *req);
+
 /* A path parameter captured by the matching route (decoded), or NULL. Valid while the
  * request is. Same as http_req_param(). */
 const char *router_param(const struct http_req *req, const char *name);

@@ -106,6 +106,7 @@ struct sbx_spec {
     int64_t timeout_s;   /* 0 = never */
     char on_timeout[16]; /* "suspend" | "delete" */
     bool private_ports;  /* "ports": {"public": false} */
+    bool auto_resume;    /* "auto_resume": true (sbx_wake.c) */
 };
 
 /* Parses and validates a create body (len bytes, not NUL-terminated). Unknown fields,
@@ -208,6 +209,42 @@ json_t *sbx_record_to_json(const struct store_sbx *r);
  * public ports, constant-time comparison otherwise. */
 int sbx_traffic_token(const struct sbx *s, char *out, size_t cap);
 bool sbx_traffic_allowed(const struct sbx *s, const char *presented);
+
+/* ---- auto-resume (sbx_wake.c) ---------------------------------------------------------- */
+
+/* How long a call waits for an auto-resume: longer than a restore's agent deadline. */
+#define SBX_WAKE_WAIT_S 150
+
+/* The end of a wait, run once from the loop (never inside sbx_wake_wait): ok when the
+ * sandbox is running with its agent connected (look it up again by id: the pointer the
+ * wait began with may be gone), else err says why (409 not_running when the wake failed
+ * or the sandbox was stopped/deleted/paused again meanwhile, 503 resume_timeout after
+ * SBX_WAKE_WAIT_S or at shutdown). */
+typedef void (*sbx_wake_fn)(struct spaced *sp, bool ok, const struct spaced_err *err, void *arg);
+struct sbx_waiter;
+
+/* The shared "wait until running" path of every call that needs the sandbox's agent and
+ * found none (the API's routes_require_agent, E2B's envd and port routes). When s has
+ * auto-resume and is paused, suspended, or on its way to running, returns a waiter: a
+ * wake op is submitted unless one is queued already (concurrent calls share it) and
+ * fn(arg) runs once later. NULL with err->status 0: s does not auto-resume, or is in no
+ * state a wake helps (the caller answers as without auto-resume); NULL with err set:
+ * the wake could not be submitted. */
+struct sbx_waiter *sbx_wake_wait(struct spaced *sp, struct sbx *s, sbx_wake_fn fn, void *arg,
+                                 struct spaced_err *err);
+/* Drops a waiter whose caller went away (fn will not run). NULL is accepted. */
+void sbx_wake_cancel(struct spaced *sp, struct sbx_waiter *w);
+
+/* The same for an HTTP request (sbx_park.c). Returns false with nothing done when s does
+ * not auto-resume or no wake helps (the caller answers as before); true when the request
+ * is taken: ready(req, arg) runs once the sandbox is running with its agent (look it up
+ * again), fail(req, err, arg) must answer when it will not be (already called when the
+ * wake could not even be submitted); neither runs if the client goes away first. */
+struct http_req;
+typedef void (*sbx_ready_fn)(struct http_req *req, void *arg);
+typedef void (*sbx_fail_fn)(struct http_req *req, const struct spaced_err *err, void *arg);
+bool sbx_park_request(struct spaced *sp, struct http_req *req, struct sbx *s, sbx_ready_fn ready,
+                      sbx_fail_fn fail, void *arg);
 
 /* ---- operations (sbx_submit.c, sbx_exec.c) -------------------------------------------- */
 

@@ -63,6 +63,8 @@ struct sbx_table {
     int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
     struct sbx_unsaved *unsaved; /* records of removed sandboxes still to store */
     struct vm_disk_protos *disks; /* overlays remembered per chain (vm.h; made on first use) */
+    struct sbx_waiter *waiters;  /* calls waiting for an auto-resume (sbx_wake.c) */
+    bool wake_listening;         /* sbx_wake.c's state listener is registered */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -101,6 +103,9 @@ void sbx_table_retry(struct spaced *sp);
 /* Unlinks and frees a deleted sandbox (its VM must be gone); an unsaved record is kept
  * for sbx_table_retry. */
 void sbx_table_remove(struct spaced *sp, struct sbx *s);
+
+/* Ends every auto-resume wait with 503 (shutdown; sbx_table_free). */
+void sbx_wake_free_all(struct sbx_table *t);
 
 /* Paths under the data dir for this sandbox (out[cap]). */
 void sbx_path(const struct sbx *s, const char *leaf, char *out, size_t cap);

@@ -160,7 +160,8 @@ static int int_field(json_t *body, const char *name, long long lo, long long hi,
 static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err *err)
 {
     static const char *const known[] = {"template", "vcpus", "memory_mib", "env", "metadata",
-                                        "timeout", "on_timeout", "network", "ports", NULL};
+                                        "timeout", "on_timeout", "network", "ports", "auto_resume",
+                                        NULL};
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
@@ -195,6 +196,10 @@ static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err 
     snprintf(out->on_timeout, sizeof out->on_timeout, "%s", ot);
     if (ports_option(json_object_get(body, "ports"), &out->private_ports, err) < 0)
         return -1;
+    v = json_object_get(body, "auto_resume");
+    if (v && !json_is_boolean(v))
+        return spaced_err_set(err, 400, "invalid_request", "auto_resume must be true or false");
+    out->auto_resume = json_is_true(v);
 
     json_t *empty = json_object();
     json_t *net_default = json_pack("{s:s}", "mode", "none");

@@ -55,6 +55,7 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
     rec.metadata_json = spec->metadata_json;
     rec.network_json = spec->network_json;
     rec.private_ports = spec->private_ports;
+    rec.auto_resume = spec->auto_resume;
     rec.timeout_s = spec->timeout_s;
     snprintf(rec.on_timeout, sizeof rec.on_timeout, "%s", spec->on_timeout);
     snprintf(rec.desired, sizeof rec.desired, "%s", sbx_state_name(SBX_RUNNING));

@@ -50,6 +50,7 @@ void sbx_table_free(struct sbx_table *t)
 {
     if (!t)
         return;
+    sbx_wake_free_all(t);
     while (t->head) {
         struct sbx *s = t->head;
         t->head = s->next;
@@ -303,7 +304,7 @@ static json_t *json_doc(const char *text, const char *fallback)
 
 json_t *sbx_record_to_json(const struct store_sbx *r)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:{s:b}, s:I, s:s, s:o, s:o, s:o, s:o, s:o}",
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:{s:b}, s:I, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
                      "id", r->id, "template", r->template_name, "state", r->state,
                      "desired_state", r->desired, "vcpus", (json_int_t)r->vcpus,
                      "memory_mib", (json_int_t)r->memory_mib, "env", json_doc(r->env_json, "{}"),
@@ -311,6 +312,7 @@ json_t *sbx_record_to_json(const struct store_sbx *r)
                      "network", json_doc(r->network_json, "{\"mode\":\"none\"}"),
                      "ports", "public", !r->private_ports,
                      "timeout", (json_int_t)r->timeout_s, "on_timeout", r->on_timeout,
+                     "auto_resume", r->auto_resume,
                      "expires_at", json_time(r->deadline_ms),
                      "failure", r->failure ? json_string(r->failure) : json_null(),
                      "created_at", json_time(r->created_ms), "updated_at", json_time(r->updated_ms),

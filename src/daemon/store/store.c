@@ -77,6 +77,9 @@ static const char *const store_migrations[] = {
     " id TEXT COLLATE \"C\" PRIMARY KEY, node TEXT NOT NULL, vcpus INTEGER NOT NULL,"
     " memory_mib INTEGER NOT NULL, created_ms BIGINT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS node_reservations_node ON node_reservations(node, created_ms);",
+    /* 8: auto-resume: an API call that needs a paused or suspended sandbox's VM wakes it
+     * (sandbox/sbx_wake.c). */
+    "ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define SQL_CAP 2048

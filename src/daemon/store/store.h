@@ -135,6 +135,8 @@ struct store_sbx {
     bool private_ports;    /* port requests need the sandbox's traffic token */
     unsigned disk_mib;     /* its disk's virtual size, counted against the disk quota
                               (0 for sandboxes created before migration 4) */
+    bool auto_resume;      /* an API call needing its VM wakes it when paused/suspended
+                              (sandbox/sbx_wake.c; migration 7) */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */

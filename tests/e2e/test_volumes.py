@@ -1,0 +1,181 @@
+"""Volumes without a sandbox (/v1/volumes and their files API) on the fake-guest daemon:
+create, list, get, delete, name rules, tenancy; files up and down, listings, removal;
+escape attempts: "..", absolute paths through a link, and symlinks planted in the volume
+directory as a guest (or a second sandbox mounting the volume) would plant them, to
+/etc/shadow, to /etc and to a host directory outside: no request reads, writes, lists or
+deletes anything outside the volume; data survives a spaced restart.
+
+Mounting volumes into sandboxes is not wired yet (no VM test here): a sandbox create
+naming "volumes" is refused as an unknown field, checked below."""
+import glob
+import os
+import shutil
+import subprocess
+import urllib.parse
+
+import pytest
+
+from spacedlib import BUILD, Spaced, make_fake_guest
+
+
+def files(name, path, sub=""):
+    return "/v1/volumes/%s/files%s?%s" % (name, sub, urllib.parse.urlencode({"path": path}))
+
+
+def put(s, name, path, data, key="admin"):
+    return s.request("PUT", files(name, path), raw=data, key=key,
+                     headers={"Content-Type": "application/octet-stream"})
+
+
+@pytest.fixture(scope="module")
+def vs():
+    guest = make_fake_guest()
+    s = Spaced(guest).start()
+    r = s.request("POST", "/v1/keys", {"tenant": "vol-other"})
+    assert r.status == 201, r
+    s.other = r.json["secret"]
+    yield s
+    s.stop()
+    shutil.rmtree(guest, ignore_errors=True)
+
+
+def voldir(s, name):
+    """The volume's directory on the host (where a guest's writes would land)."""
+    found = glob.glob(os.path.join(s.data_dir, "volumes", "*", name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_create_list_get_delete(vs):
+    s = vs
+    r = s.request("POST", "/v1/volumes", {"name": "data-1"})
+    assert r.status == 201 and r.json["volume"]["name"] == "data-1", r
+    assert r.json["volume"]["created_at"]
+    assert s.request("POST", "/v1/volumes", {"name": "data-1"}).status == 409
+    for bad in ("", "Up", "-x", ".", "..", "a/b", "x" * 64, ".hidden"):
+        r = s.request("POST", "/v1/volumes", {"name": bad})
+        assert r.status == 400 and r.error_code() == "invalid_name", (bad, r)
+    assert s.request("POST", "/v1/volumes", {"name": 7}).status == 400
+    assert s.request("POST", "/v1/volumes", {"name": "a", "size": 1}).status == 400
+    names = [v["name"] for v in s.request("GET", "/v1/volumes").json["volumes"]]
+    assert "data-1" in names
+    assert s.request("GET", "/v1/volumes/data-1").json["volume"]["name"] == "data-1"
+    assert s.request("GET", "/v1/volumes/nope").status == 404
+    # another tenant: nothing to see, same answer as a missing volume
+    assert s.request("GET", "/v1/volumes", key=s.other).json["volumes"] == []
+    r = s.request("GET", "/v1/volumes/data-1", key=s.other)
+    assert r.status == 404 and r.error_code() == "not_found"
+    assert put(s, "data-1", "/x", b"y", key=s.other).status == 404
+    assert s.request("DELETE", "/v1/volumes/data-1", key=s.other).status == 404
+    assert s.request("GET", "/v1/volumes", key=None).status == 401
+    assert s.request("DELETE", "/v1/volumes/data-1").status == 204
+    assert s.request("GET", "/v1/volumes/data-1").status == 404
+
+
+def test_files_round_trip(vs):
+    s = vs
+    assert s.request("POST", "/v1/volumes", {"name": "f"}).status == 201
+    data = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4
+    r = put(s, "f", "/deep/er/blob.bin", data)
+    assert r.status == 200 and r.json["file"]["size"] == len(data), r
+    r = s.request("GET", files("f", "/deep/er/blob.bin"))
+    assert r.status == 200 and r.body == data
+    assert put(s, "f", "/deep/small", b"v1").status == 200
+    assert put(s, "f", "/deep/small", b"2").status == 200  # replaced, not appended
+    assert s.request("GET", files("f", "/deep/small")).body == b"2"
+    r = s.request("GET", files("f", "/deep", "/list"))
+    assert [(e["name"], e["type"]) for e in r.json["entries"]] == [("er", "dir"), ("small", "file")]
+    assert s.request("GET", files("f", "/missing")).status == 404
+    assert s.request("GET", files("f", "/deep")).status == 409  # a directory
+    assert s.request("DELETE", files("f", "/deep")).status == 409  # not empty
+    assert s.request("DELETE", files("f", "/deep/small")).status == 204
+    assert s.request("DELETE", files("f", "/deep/small")).status == 404
+    assert s.request("DELETE", files("f", "/")).status == 400
+    r = s.request("GET", "/v1/volumes/f/files")  # no path
+    assert r.status == 400 and r.error_code() == "invalid_path"
+    # the data is on the host, in the volume's directory
+    with open(os.path.join(voldir(s, "f"), "deep", "er", "blob.bin"), "rb") as f:
+        assert f.read() == data
+
+
+def test_escapes_refused(vs, tmp_path):
+    s = vs
+    assert s.request("POST", "/v1/volumes", {"name": "esc"}).status == 201
+    d = voldir(s, "esc")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"host secret")
+    # planted as a guest would: links to host files and directories
+    os.symlink("/etc/shadow", os.path.join(d, "shadow"))
+    os.symlink("/etc", os.path.join(d, "etc"))
+    os.symlink(str(outside), os.path.join(d, "out"))
+    os.symlink("../../../..", os.path.join(d, "up"))
+    for path in ("/shadow", "/etc/passwd", "/etc/shadow", "/out/secret", "/up/etc/passwd",
+                 "/../../etc/passwd", "/a/../../etc/passwd", "/.."):
+        r = s.request("GET", files("esc", path))
+        assert r.status in (400, 404) and b"root:" not in r.body and b"host secret" not in r.body, (path, r)
+    r = s.request("GET", files("esc", "/shadow"))
+    assert r.status == 400 and r.error_code() == "symlink", r
+    r = s.request("GET", files("esc", "/../x"))
+    assert r.status == 400 and r.error_code() == "invalid_path", r
+    for path in ("/etc", "/out", "/up"):
+        r = s.request("GET", files("esc", path, "/list"))
+        assert r.status == 400, (path, r)
+    # writes through a link fail and leave the target alone
+    assert put(s, "esc", "/out/secret", b"overwritten").status == 400
+    assert put(s, "esc", "/out/new", b"x").status == 400
+    assert put(s, "esc", "/shadow", b"x").status == 400
+    assert put(s, "esc", "/../escaped", b"x").status == 400
+    assert (outside / "secret").read_bytes() == b"host secret"
+    assert not (outside / "new").exists() and not (tmp_path / "escaped").exists()
+    # the listing shows the links as links
+    r = s.request("GET", files("esc", "/", "/list"))
+    types = {e["name"]: e["type"] for e in r.json["entries"]}
+    assert types == {"shadow": "symlink", "etc": "symlink", "out": "symlink", "up": "symlink"}
+    # deleting a link removes the link, and deleting the volume never follows one
+    assert s.request("DELETE", files("esc", "/out/secret")).status == 400
+    assert s.request("DELETE", files("esc", "/out")).status == 204
+    assert (outside / "secret").read_bytes() == b"host secret"
+    os.symlink(str(outside), os.path.join(d, "out2"))
+    assert s.request("DELETE", "/v1/volumes/esc").status == 204
+    assert (outside / "secret").read_bytes() == b"host secret"
+    assert os.path.exists("/etc/passwd")
+
+
+def test_cli(vs, tmp_path):
+    env = dict(os.environ, SPACE_URL=vs.url, SPACE_API_KEY=vs.admin_key)
+
+    def space(*args, input=None):
+        return subprocess.run([os.path.join(BUILD, "space"), *args], input=input, env=env,
+                              capture_output=True, timeout=60)
+    assert space("volume", "create", "cli-v").stdout == b"cli-v\n"
+    assert space("volume", "put", "-", "cli-v:dir/a.txt", input=b"from stdin").returncode == 0
+    local = tmp_path / "a.txt"
+    assert space("volume", "get", "cli-v:/dir/a.txt", str(local)).returncode == 0
+    assert local.read_bytes() == b"from stdin"
+    assert b"cli-v" in space("volume", "ls").stdout
+    r = space("volume", "get", "cli-v:/nope", "-")
+    assert r.returncode == 1 and b"no such file" in r.stderr, r
+    assert space("volume", "bogus").returncode == 2
+    assert space("volume", "rm", "cli-v").returncode == 0
+    assert b"cli-v" not in space("volume", "ls").stdout
+
+
+def test_sandbox_volumes_not_accepted_yet(vs):
+    r = vs.request("POST", "/v1/sandboxes", {"template": "fake",
+                                             "volumes": [{"name": "v", "path": "/mnt/v"}]})
+    assert r.status == 400 and r.error_code() == "unknown_field", r
+
+
+def test_data_survives_restart(fresh_spaced):
+    guest = make_fake_guest()
+    try:
+        s = fresh_spaced(guest)
+        assert s.request("POST", "/v1/volumes", {"name": "keep"}).status == 201
+        assert put(s, "keep", "/a.txt", b"kept").status == 200
+        s.stop(cleanup=False)
+        s.start()
+        assert [v["name"] for v in s.request("GET", "/v1/volumes").json["volumes"]] == ["keep"]
+        assert s.request("GET", files("keep", "/a.txt")).body == b"kept"
+    finally:
+        shutil.rmtree(guest, ignore_errors=True)
