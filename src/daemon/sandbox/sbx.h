@@ -91,7 +91,6 @@ int sbx_state_parse(const char *s); /* -1 if unknown */
 #define SBX_META_MAX 64          /* metadata pairs */
 #define SBX_META_KEY_MAX 64
 #define SBX_META_VALUE_MAX 1024
-#define SBX_ALLOW_MAX 256        /* network allowlist entries */
 #define SBX_ID_LEN 18            /* "sb" + 16 hex */
 
 /* A validated create request. Strings are canonical compact JSON, heap, owned by the
