@@ -19,6 +19,7 @@
 #include "daemon/sandbox/sbx.h"
 #include "e2b.h"
 #include "e2b_internal.h"
+#include "e2b_netopts.h"
 #include "e2b_util.h"
 #include "log.h"
 
@@ -345,8 +346,6 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
 {
     json_t *tpl = json_object_get(body, "templateID");
     json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
-    json_t *net = json_object_get(body, "network");
-    json_t *pub = json_is_object(net) ? json_object_get(net, "allowPublicTraffic") : NULL;
     int64_t timeout = body_timeout(req, body, "timeout", TIMEOUT_DEFAULT_S);
     if (timeout < 0)
         return;
@@ -355,9 +354,10 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         rest_error(req, 400, "templateID must be a string, metadata and envVars objects");
         return;
     }
-    if ((net && !json_is_null(net) && !json_is_object(net)) ||
-        (pub && !json_is_null(pub) && !json_is_boolean(pub))) {
-        rest_error(req, 400, "network must be an object, network.allowPublicTraffic a boolean");
+    char msg[256];
+    json_t *netopts = e2b_netopts_spec(body, msg, sizeof msg);
+    if (!netopts) {
+        rest_error(req, 400, "%s", msg);
         return;
     }
     json_t *spec_json = json_pack("{s:s, s:I, s:s}", "template",
@@ -369,15 +369,10 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         json_object_set(spec_json, "metadata", meta);
     if (json_is_object(env))
         json_object_set(spec_json, "env", env);
-    /* Private ports: requests need the trafficAccessToken (sbx_traffic.c). */
-    if (json_is_false(pub))
-        json_object_set_new(spec_json, "ports", json_pack("{s:b}", "public", 0));
-    /* Only an explicit choice changes the daemon's default network policy: "open" is the
-     * public internet through space-gateway (private ranges stay blocked), false none. */
-    json_t *inet = json_object_get(body, "allow_internet_access");
-    if (json_is_boolean(inet))
-        json_object_set_new(spec_json, "network",
-                            json_pack("{s:s}", "mode", json_is_true(inet) ? "open" : "none"));
+    /* network, allow_internet_access, secure, mcp: egress policy and private ports */
+    if (spec_json)
+        json_object_update(spec_json, netopts);
+    json_decref(netopts);
     char *text = spec_json ? json_dumps(spec_json, JSON_COMPACT) : NULL;
     json_decref(spec_json);
     struct sbx_spec spec;

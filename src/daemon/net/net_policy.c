@@ -58,8 +58,7 @@ static bool cidr_ok(const char *s, size_t len)
     return bits <= 32;
 }
 
-/* "name", "*.name", "a.b.c.d/n", each with an optional ":port" (1..65535). */
-static bool rule_ok(const char *s)
+bool net_policy_rule_ok(const char *s)
 {
     size_t len = strlen(s);
     const char *colon = strrchr(s, ':');
@@ -100,7 +99,7 @@ static int check_rules(const json_t *policy, const char *key, json_t *out, struc
     json_t *v;
     json_array_foreach(arr, i, v) {
         const char *s = json_string_value(v);
-        if (!s || strlen(s) != json_string_length(v) || !rule_ok(s)) {
+        if (!s || strlen(s) != json_string_length(v) || !net_policy_rule_ok(s)) {
             json_decref(rules);
             return spaced_err_set(err, 400, "invalid_request",
                                   "network.%s[%zu] is not a name, \"*.\" wildcard or IPv4 CIDR "
