@@ -27,6 +27,17 @@ await main(async () => {
     const no = await get(a, 'api.test')
     assert.notEqual(no.code, 0, no.out)
   })
+  await step('updateNetwork replaces the policy live', async () => {
+    await a.updateNetwork({ denyOut: ['evil.test'] })
+    const ok = await get(a, 'allowed.test')
+    assert.equal(ok.code, 0, ok.out)
+    const dns = await sh(a, 'nslookup api.test')
+    assert.equal(dns.code, 0, dns.out)
+    const no = await get(a, 'evil.test')
+    assert.notEqual(no.code, 0, no.out)
+    await rejectsWith(a.updateNetwork({ denyOut: ['bad name'] }), sdk.SandboxError,
+      (e) => assert.match(e.message, /network\.denyOut\[0\]/))
+  })
   await a.kill()
   await step('denyOut of a name: the rest stays reachable', async () => {
     b = killLater(await Sandbox.create('base', {

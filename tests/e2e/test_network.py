@@ -398,6 +398,19 @@ def test_e2b_deny_all_but_allow_out(net_spaced):
             assert code != 0 and "203.0.113" not in out, out
             code, out = fetch(net_spaced, sid, other)
             assert code != 0 and '"host"' not in out, out
+        # the SDK's updateNetwork replaces the policy live
+        url = "/sandboxes/%s/network" % sid
+        hdr = {"X-API-Key": net_spaced.admin_key}
+        r = net_spaced.request("PUT", url, {"egressProxy": {"address": "p.test:1"}}, key=None, headers=hdr)
+        assert r.status == 400 and r.json["code"] == 400 and "egressProxy" in r.json["message"], r
+        r = net_spaced.request("PUT", url, {"denyOut": ["evil.test"]}, key=None, headers=hdr)
+        assert r.status == 204, r
+        code, out = fetch(net_spaced, sid, "api.test")
+        assert code == 0 and '"authorized": true' in out, out
+        code, out = fetch(net_spaced, sid, "evil.test")
+        assert code != 0 and '"host"' not in out, out
+        r = net_spaced.request("PUT", "/sandboxes/nosuchsandbox/network", {}, key=None, headers=hdr)
+        assert r.status == 404 and r.json["code"] == 404, r
     finally:
         delete(net_spaced, sid)
 

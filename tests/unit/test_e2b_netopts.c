@@ -55,26 +55,49 @@ static const struct row rows[] = {
     {"{\"secure\":1}", NULL, "secure must be a boolean"},
 };
 
-static void test_rows(void **state)
+/* updateNetwork's body: the egress fields at the top level, replacing the policy. */
+static const struct row update_rows[] = {
+    {"{}", "{\"mode\":\"open\"}", NULL},
+    {"{\"allow_internet_access\":false}", "{\"mode\":\"none\"}", NULL},
+    {"{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"a.test\"]}",
+     "{\"allow\":[\"a.test\"],\"mode\":\"allowlist\"}", NULL},
+    {"{\"denyOut\":[\"evil.test\"],\"rules\":{}}", "{\"deny\":[\"evil.test\"],\"mode\":\"open\"}", NULL},
+    {"{\"egressProxy\":{\"address\":\"p.test:1080\"}}", NULL, "network.egressProxy"},
+    {"{\"denyOut\":[\"a b\"]}", NULL, "network.denyOut[0]"},
+    {"{\"allowPublicTraffic\":false}", NULL, "allowPublicTraffic is not a known field"},
+    {"[]", NULL, "must be an object"},
+};
+
+static void run_rows(const struct row *r, size_t n, json_t *(*fn)(const json_t *, char *, size_t))
 {
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    for (size_t i = 0; i < n; i++) {
         char msg[256] = "";
-        json_t *body = json_loads(rows[i].body, 0, NULL);
+        json_t *body = json_loads(r[i].body, 0, NULL);
         assert_non_null(body);
-        json_t *spec = e2b_netopts_spec(body, msg, sizeof msg);
+        json_t *spec = fn(body, msg, sizeof msg);
         json_decref(body);
         char *got = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(spec);
-        bool ok = rows[i].spec ? got && strcmp(got, rows[i].spec) == 0
-                               : !got && strstr(msg, rows[i].err) != NULL;
+        bool ok = r[i].spec ? got && strcmp(got, r[i].spec) == 0
+                            : !got && strstr(msg, r[i].err) != NULL;
         if (!ok)
-            fail_msg("row %zu %s: got %s / %s", i, rows[i].body, got ? got : "NULL", msg);
+            fail_msg("row %zu %s: got %s / %s", i, r[i].body, got ? got : "NULL", msg);
         free(got);
     }
 }
 
+static void test_rows(void **state)
+{
+    run_rows(rows, sizeof rows / sizeof *rows, e2b_netopts_spec);
+}
+
+static void test_update_rows(void **state)
+{
+    run_rows(update_rows, sizeof update_rows / sizeof *update_rows, e2b_netopts_update);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_update_rows)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

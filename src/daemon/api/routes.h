@@ -31,6 +31,13 @@ void routes_quota_register(struct router *r, struct spaced *sp);    /* per-tenan
  * a message in err. Its context is freed by router_free. */
 int routes_ratelimit_register(struct router *r, struct spaced *sp, char *err, size_t errlen);
 
+/* Changes sandbox s's egress policy live (routes_network.c; the body of PUT
+ * /v1/sandboxes/{id}/network, also E2B's network update): checked, recorded, given to the
+ * gateway, which closes connections it now forbids. Returns 0, or -1 with err (400 bad
+ * policy, 409 a sandbox without a NIC, 503 no networking). */
+struct sbx;
+int routes_network_set(struct spaced *sp, struct sbx *s, const json_t *policy,
+                       struct spaced_err *err);
 /* Sends err as the JSON error reply and counts it in the metrics. */
 void routes_reply_err(struct spaced *sp, struct http_req *req, const struct spaced_err *err);
 /* Same from parts. */

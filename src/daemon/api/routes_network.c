@@ -118,30 +118,27 @@ static void h_get_network(struct http_req *req, void *arg)
     json_decref(p);
 }
 
-static void put_network_body(struct http_req *req, const char *data, size_t len, void *arg)
+int routes_network_set(struct spaced *sp, struct sbx *s, const json_t *policy,
+                       struct spaced_err *err)
 {
-    struct spaced *sp = arg;
-    struct net *net;
-    struct sbx *s;
-    json_t *o = sandbox_body(sp, req, data, len, &net, &s);
-    if (!o)
-        return;
+    struct net *net = net_get(sp);
+    if (!net)
+        return spaced_err_set(err, 503, "network_unavailable",
+                              "sandbox networking is not available on this host (see spaced's log)");
     /* net's record first (from the create request's policy), so a sandbox created with
      * `none` is known to have no NIC. Then the sandbox's store record (what GET
      * /v1/sandboxes/{id} shows and its next start uses), then net; a refusal by net puts
      * the store record back. */
-    struct spaced_err err;
     json_t *p = NULL;
     char *before = NULL;
-    int rc = ensure_record(net, s, &err);
-    if (rc == 0 && !(p = net_policy_check(o, &err)))
+    int rc = ensure_record(net, s, err);
+    if (rc == 0 && !(p = net_policy_check(policy, err)))
         rc = -1;
-    json_decref(o);
     if (rc == 0 && sbx_record(s)->network_json && !(before = strdup(sbx_record(s)->network_json)))
-        rc = spaced_err_set(&err, 500, "internal", "out of memory");
+        rc = spaced_err_set(err, 500, "internal", "out of memory");
     if (rc == 0)
-        rc = sbx_set_network(s, p, &err);
-    if (rc == 0 && (rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), p, &err)) != 0) {
+        rc = sbx_set_network(s, p, err);
+    if (rc == 0 && (rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), p, err)) != 0) {
         json_t *back = before ? json_loads(before, 0, NULL) : NULL;
         struct spaced_err ignored;
         if (back || !before)
@@ -150,6 +147,20 @@ static void put_network_body(struct http_req *req, const char *data, size_t len,
     }
     free(before);
     json_decref(p);
+    return rc;
+}
+
+static void put_network_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct spaced *sp = arg;
+    struct net *net;
+    struct sbx *s;
+    json_t *o = sandbox_body(sp, req, data, len, &net, &s);
+    if (!o)
+        return;
+    struct spaced_err err;
+    int rc = routes_network_set(sp, s, o, &err);
+    json_decref(o);
     if (rc != 0) {
         routes_reply_err(sp, req, &err);
         return;

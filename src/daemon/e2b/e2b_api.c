@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "daemon/http/router.h"
+#include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
@@ -499,8 +500,31 @@ static void resume_route(struct e2b *e, struct http_req *req, struct auth_princi
     wake(e, req, who, body, true);
 }
 
+/* The SDK's updateNetwork: the egress fields replace the sandbox's policy, live. */
+static void network_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                          json_t *body, const char *raw, size_t len)
+{
+    struct sbx *s = find_or_404(e, req, who->tenant);
+    if (!s || sbx_desired(s) == SBX_DELETED)
+        return;
+    char msg[256];
+    json_t *policy = e2b_netopts_update(body, msg, sizeof msg);
+    if (!policy) {
+        rest_error(req, 400, "%s", msg);
+        return;
+    }
+    struct spaced_err err;
+    int rc = routes_network_set(e->sp, s, policy, &err);
+    json_decref(policy);
+    if (rc != 0)
+        reply_spaced_err(req, &err);
+    else
+        reply_empty(req, 204);
+}
+
 /* Route table entries that take a JSON body. */
 static struct body_ctx ctx_create, ctx_timeout, ctx_refresh, ctx_pause, ctx_connect, ctx_resume;
+static struct body_ctx ctx_network;
 
 static void h_body(struct http_req *req, void *arg)
 {
@@ -827,6 +851,7 @@ void e2b_register(struct router *r, struct spaced *sp)
     ctx_pause = (struct body_ctx){e, pause_route};
     ctx_connect = (struct body_ctx){e, connect_route};
     ctx_resume = (struct body_ctx){e, resume_route};
+    ctx_network = (struct body_ctx){e, network_route};
     e->pipes.idle_s = sp->opt.proxy_idle_s;
     const char *listen = sp->opt.e2b_port_listen;
     char err[200], q[256];
@@ -844,6 +869,7 @@ void e2b_register(struct router *r, struct spaced *sp)
     router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &ctx_refresh);
     router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &ctx_pause);
     router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &ctx_resume);
+    router_add(r, "PUT", "/sandboxes/{id}/network", h_body, &ctx_network);
     router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &ctx_connect);
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &ctx_connect);
     sbx_listen(sp, on_state, e);

@@ -64,14 +64,12 @@ static json_t *selector(const json_t *net, const char *key, bool *deny_all, char
     return out;
 }
 
-/* The options spaced does not implement: refused when set to something that would
- * matter, accepted (and documented as not applied) when harmless. */
-static bool unsupported_ok(const json_t *body, const json_t *net, char *msg, size_t msglen)
+/* The egress options spaced does not implement, refused when set: ignoring them would
+ * leave the sandbox less confined, or its traffic on another path, than asked. */
+static bool egress_unsupported_ok(const json_t *net, char *msg, size_t msglen)
 {
     const json_t *proxy = json_object_get(net, "egressProxy");
     const json_t *rules = json_object_get(net, "rules");
-    const json_t *mcp = json_object_get(body, "mcp");
-    const json_t *ports = json_object_get(net, "httpsPorts");
     if (proxy && !json_is_null(proxy))
         return fail(msg, msglen, "network.egressProxy is not supported: spaced sends egress "
                     "through its own gateway only, never through a proxy of yours"), false;
@@ -79,6 +77,15 @@ static bool unsupported_ok(const json_t *body, const json_t *net, char *msg, siz
         return fail(msg, msglen, "network.rules (per-host request transforms) is not "
                     "supported; spaced injects credentials through its own credentials API"),
                false;
+    return true;
+}
+
+/* create's other options: mcp refused when set; the harmless ones accepted after a shape
+ * check (documented as not applied). */
+static bool create_unsupported_ok(const json_t *body, const json_t *net, char *msg, size_t msglen)
+{
+    const json_t *mcp = json_object_get(body, "mcp");
+    const json_t *ports = json_object_get(net, "httpsPorts");
     if (mcp && !json_is_null(mcp))
         return fail(msg, msglen, "mcp is not supported: spaced has no mcp-gateway template"),
                false;
@@ -93,6 +100,22 @@ static bool unsupported_ok(const json_t *body, const json_t *net, char *msg, siz
         if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535)
             return fail(msg, msglen, "network.httpsPorts[%zu] is not a port (1..65535)", i),
                    false;
+    return true;
+}
+
+/* Whether every key of obj is in known[0..n); else msg names it. */
+static bool keys_known(const json_t *obj, const char *prefix, const char *const *known, size_t n,
+                       char *msg, size_t msglen)
+{
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)obj, k, v) {
+        size_t i = 0;
+        while (i < n && strcmp(k, known[i]) != 0)
+            i++;
+        if (i == n)
+            return fail(msg, msglen, "%s%.64s is not a known field", prefix, k), false;
+    }
     return true;
 }
 
@@ -116,43 +139,63 @@ static json_t *policy(json_t *allow, json_t *deny, bool deny_all, const json_t *
     return NULL;
 }
 
+/* The egress policy asked by net's allowOut/denyOut/egressProxy/rules and inet: 0 with
+ * *out (NULL when nothing was asked), or -1 with msg. */
+static int egress(const json_t *net, const json_t *inet, json_t **out, char *msg, size_t msglen)
+{
+    *out = NULL;
+    if (!null_or(inet, is_bool))
+        return fail(msg, msglen, "allow_internet_access must be a boolean"), -1;
+    if (!egress_unsupported_ok(net, msg, msglen))
+        return -1;
+    bool deny_all = false;
+    json_t *allow = selector(net, "allowOut", NULL, msg, msglen);
+    json_t *deny = allow ? selector(net, "denyOut", &deny_all, msg, msglen) : NULL;
+    if (deny)
+        *out = policy(allow, deny, deny_all, inet);
+    json_decref(allow);
+    json_decref(deny);
+    return deny ? 0 : -1;
+}
+
 json_t *e2b_netopts_spec(const json_t *body, char *msg, size_t msglen)
 {
     static const char *const known[] = {"allowOut", "denyOut", "allowPublicTraffic",
                                         "maskRequestHost", "httpsPorts", "rules",
                                         "egressProxy"};
     const json_t *net = json_object_get(body, "network");
-    const json_t *inet = json_object_get(body, "allow_internet_access");
     const json_t *pub = json_object_get(net, "allowPublicTraffic");
     if (net && !json_is_null(net) && !json_is_object(net))
         return fail(msg, msglen, "network must be an object");
-    if (!null_or(inet, is_bool) || !null_or(pub, is_bool))
-        return fail(msg, msglen, "allow_internet_access and network.allowPublicTraffic must "
-                    "be booleans");
-    const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)net, k, v) {
-        size_t i = 0;
-        while (i < sizeof known / sizeof *known && strcmp(k, known[i]) != 0)
-            i++;
-        if (i == sizeof known / sizeof *known)
-            return fail(msg, msglen, "network.%.64s is not a known field", k);
-    }
-    if (!unsupported_ok(body, net, msg, msglen))
+    if (!null_or(pub, is_bool))
+        return fail(msg, msglen, "network.allowPublicTraffic must be a boolean");
+    if (!keys_known(net, "network.", known, sizeof known / sizeof *known, msg, msglen) ||
+        !create_unsupported_ok(body, net, msg, msglen))
         return NULL;
-    bool deny_all = false;
-    json_t *allow = selector(net, "allowOut", NULL, msg, msglen);
-    json_t *deny = allow ? selector(net, "denyOut", &deny_all, msg, msglen) : NULL;
-    json_t *out = deny ? json_object() : NULL;
-    json_t *p = out ? policy(allow, deny, deny_all, inet) : NULL;
-    json_decref(allow);
-    json_decref(deny);
-    if (!out)
+    json_t *p;
+    if (egress(net, json_object_get(body, "allow_internet_access"), &p, msg, msglen) != 0)
         return NULL;
+    json_t *out = json_object();
     if (p)
         json_object_set_new(out, "network", p);
     /* Private ports: requests need the trafficAccessToken (sbx_traffic.c). */
     if (json_is_false(pub))
         json_object_set_new(out, "ports", json_pack("{s:b}", "public", 0));
     return out;
+}
+
+json_t *e2b_netopts_update(const json_t *body, char *msg, size_t msglen)
+{
+    static const char *const known[] = {"allowOut", "denyOut", "rules", "egressProxy",
+                                        "allow_internet_access"};
+    if (!json_is_object(body))
+        return fail(msg, msglen, "the body must be an object");
+    if (!keys_known(body, "", known, sizeof known / sizeof *known, msg, msglen))
+        return NULL;
+    json_t *p;
+    if (egress(body, json_object_get(body, "allow_internet_access"), &p, msg, msglen) != 0)
+        return NULL;
+    /* An update replaces the whole egress configuration: nothing left is E2B's default,
+     * the internet (through the gateway, private ranges blocked). */
+    return p ? p : json_pack("{s:s}", "mode", "open");
 }

@@ -2,7 +2,7 @@
  *
  * The SDKs send `allow_internet_access` (bool) and `network: {allowOut, denyOut,
  * allowPublicTraffic, maskRequestHost, httpsPorts, rules, egressProxy}`, plus `secure` and
- * `mcp`. E2B's egress semantics: allowOut wins over denyOut; "0.0.0.0/0" in denyOut denies
+ * `mcp`; updateNetwork sends the egress fields alone. E2B's egress semantics: allowOut wins over denyOut; "0.0.0.0/0" in denyOut denies
  * everything but allowOut; allow_internet_access false is the same as denyOut
  * ["0.0.0.0/0"]. Entries are IPv4 addresses, CIDRs, names or "*." wildcards. Mapping:
  *   deny everything (denyOut has 0.0.0.0/0, or allow_internet_access false)
@@ -24,5 +24,10 @@
 /* The spec fields body asks for (new object, possibly empty: "network" and "ports"),
  * or NULL with a message for a 400 in msg (naming the field or entry). */
 json_t *e2b_netopts_spec(const json_t *body, char *msg, size_t msglen);
+/* The policy for the body of PUT /sandboxes/{id}/network (the SDK's updateNetwork:
+ * allowOut, denyOut, egressProxy, rules, allow_internet_access at the top level), which
+ * replaces the sandbox's egress configuration: {} is `open`, as on E2B. New reference,
+ * or NULL with msg. */
+json_t *e2b_netopts_update(const json_t *body, char *msg, size_t msglen);
 
 #endif
