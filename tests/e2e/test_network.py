@@ -222,7 +222,7 @@ def test_vm_resolves_and_fetches_allowed(net_spaced, vm_sbx):
 def test_vm_blocked_name_and_direct_address(net_spaced, vm_sbx):
     code, out = sh_in(net_spaced, vm_sbx, "nslookup blocked.test")
     assert code != 0 and "203.0.113" not in out, out
-    code, out = sh_in(net_spaced, vm_sbx, "wget -q -T 5 -O - http://203.0.113.20/x")
+    code, out = sh_in(net_spaced, vm_sbx, "timeout 10 wget -q -O - http://203.0.113.20/x")
     assert code != 0 and '"addr"' not in out, out
 
 

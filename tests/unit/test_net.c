@@ -216,6 +216,7 @@ static void test_policy_check(void **state)
         "{\"mode\":\"allowlist\",\"allow\":[\"a.test\"],\"deny\":[\"b.test\"]}",
         "{\"mode\":\"none\",\"deny\":[\"b.test\"]}", "{\"mode\":\"open\",\"deny\":\"b.test\"}",
         "{\"mode\":\"open\",\"deny\":[\"1.2.3.4\"]}", "{\"mode\":\"open\",\"deny\":[\"b.test:0\"]}",
+        "{\"mode\":\"open\",\"deny\":[\"0.0.0.0/00\"]}",
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
         json_t *p = check(good[i]);

@@ -47,8 +47,8 @@ static bool cidr_ok(const char *s, size_t len)
     if (inet_pton(AF_INET, buf, &a) != 1)
         return false;
     size_t plen = len - (size_t)(slash - s) - 1;
-    if (plen == 0 || plen > 2)
-        return false;
+    if (plen == 0 || plen > 2 || (plen == 2 && slash[1] == '0'))
+        return false; /* "/00" is not a length the gateway takes */
     unsigned bits = 0;
     for (size_t i = 0; i < plen; i++) {
         if (!isdigit((unsigned char)slash[1 + i]))
