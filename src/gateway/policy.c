@@ -99,18 +99,35 @@ bool policy_name_internal(const char *name)
     return false;
 }
 
+/* Whether one of rules[0..n) matches: a name rule by name, a CIDR rule by addr (never
+ * when names_only). Port: a rule with a port matches that port only; port 0 (a DNS
+ * answer, any port) matches every rule when !strict (an allow rule: the name is reachable
+ * on some port), and only port-less rules when strict (a deny rule: refuse the answer only
+ * if every port is refused). */
+static bool rules_match(const struct policy_rule *rules, size_t n, const char *name,
+                        uint32_t addr, uint16_t port, bool strict, bool names_only)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct policy_rule *r = &rules[i];
+        if (r->port && r->port != port && (port || strict))
+            continue;
+        if (r->kind == RULE_CIDR ? !names_only && (addr & r->mask) == r->net
+                                 : name_matches(r, name))
+            return true;
+    }
+    return false;
+}
+
 bool policy_name_may_resolve(const struct policy *p, const char *name)
 {
     if (policy_name_internal(name))
         return false;
     if (p->mode == POLICY_OPEN)
-        return true;
+        return !rules_match(p->deny, p->ndeny, name, 0, 0, true, true) ||
+               rules_match(p->rules, p->nrules, name, 0, 0, false, true);
     if (p->mode != POLICY_ALLOWLIST)
         return false;
-    for (size_t i = 0; i < p->nrules; i++)
-        if (name_matches(&p->rules[i], name))
-            return true;
-    return false;
+    return rules_match(p->rules, p->nrules, name, 0, 0, false, true);
 }
 
 bool policy_addr_allowed(const struct policy *p, const char *name, uint32_t addr, uint16_t port)
@@ -120,18 +137,11 @@ bool policy_addr_allowed(const struct policy *p, const char *name, uint32_t addr
      * allows no name by itself. */
     if (policy_addr_forbidden(addr) || !policy_name_may_resolve(p, name))
         return false;
-    if (p->mode == POLICY_OPEN)
+    if (p->mode == POLICY_OPEN && !rules_match(p->deny, p->ndeny, name, addr, port, true, false))
         return true;
-    if (p->mode != POLICY_ALLOWLIST)
+    if (p->mode != POLICY_ALLOWLIST && p->mode != POLICY_OPEN)
         return false;
-    for (size_t i = 0; i < p->nrules; i++) {
-        const struct policy_rule *r = &p->rules[i];
-        if (port && r->port && r->port != port)
-            continue;
-        if (r->kind == RULE_CIDR ? (addr & r->mask) == r->net : name_matches(r, name))
-            return true;
-    }
-    return false;
+    return rules_match(p->rules, p->nrules, name, addr, port, false, false);
 }
 
 static int parse_port(const char *s, uint16_t *port)
@@ -180,6 +190,36 @@ static int parse_rule(const char *s, struct policy_rule *r)
     return policy_name_normalise(name, strlen(name), r->name);
 }
 
+/* Parses the array j[key] (absent: no rules) into a new rules array. */
+static int parse_rules(const json_t *j, const char *key, struct policy_rule **rules, size_t *n,
+                       char *err, size_t errlen)
+{
+    const json_t *arr = json_object_get(j, key);
+    if (!arr)
+        return 0;
+    if (!json_is_array(arr) || json_array_size(arr) > POLICY_RULES_MAX) {
+        snprintf(err, errlen, "\"%s\" must be an array of at most %d rules", key,
+                 POLICY_RULES_MAX);
+        return -1;
+    }
+    *rules = calloc(json_array_size(arr) + 1, sizeof **rules);
+    if (!*rules) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t i;
+    const json_t *v;
+    json_array_foreach(arr, i, v) {
+        const char *s = json_string_value(v);
+        if (!s || parse_rule(s, &(*rules)[*n]) != 0) {
+            snprintf(err, errlen, "bad %s rule #%zu", key, i);
+            return -1;
+        }
+        (*n)++;
+    }
+    return 0;
+}
+
 int policy_parse(const json_t *j, struct policy *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -198,28 +238,14 @@ int policy_parse(const json_t *j, struct policy *out, char *err, size_t errlen)
         snprintf(err, errlen, "unknown policy mode");
         return -1;
     }
-    const json_t *allow = json_object_get(j, "allow");
-    if (!allow)
-        return 0;
-    if (!json_is_array(allow) || json_array_size(allow) > POLICY_RULES_MAX) {
-        snprintf(err, errlen, "\"allow\" must be an array of at most %d rules", POLICY_RULES_MAX);
+    if (json_object_get(j, "deny") && out->mode != POLICY_OPEN) {
+        snprintf(err, errlen, "\"deny\" needs mode \"open\"");
         return -1;
     }
-    out->rules = calloc(json_array_size(allow) + 1, sizeof *out->rules);
-    if (!out->rules) {
-        snprintf(err, errlen, "out of memory");
+    if (parse_rules(j, "allow", &out->rules, &out->nrules, err, errlen) != 0 ||
+        parse_rules(j, "deny", &out->deny, &out->ndeny, err, errlen) != 0) {
+        policy_free(out);
         return -1;
-    }
-    size_t i;
-    const json_t *v;
-    json_array_foreach(allow, i, v) {
-        const char *s = json_string_value(v);
-        if (!s || parse_rule(s, &out->rules[out->nrules]) != 0) {
-            snprintf(err, errlen, "bad allow rule #%zu", i);
-            policy_free(out);
-            return -1;
-        }
-        out->nrules++;
     }
     return 0;
 }
@@ -227,16 +253,16 @@ int policy_parse(const json_t *j, struct policy *out, char *err, size_t errlen)
 void policy_free(struct policy *p)
 {
     free(p->rules);
-    p->rules = NULL;
-    p->nrules = 0;
+    free(p->deny);
+    p->rules = p->deny = NULL;
+    p->nrules = p->ndeny = 0;
 }
 
-json_t *policy_to_json(const struct policy *p)
+static json_t *rules_to_json(const struct policy_rule *rules, size_t n)
 {
-    static const char *const modes[] = {"none", "allowlist", "open"};
-    json_t *allow = json_array();
-    for (size_t i = 0; i < p->nrules; i++) {
-        const struct policy_rule *r = &p->rules[i];
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const struct policy_rule *r = &rules[i];
         char s[POLICY_NAME_MAX + 32], port[8] = "";
         if (r->port)
             snprintf(port, sizeof port, ":%u", r->port);
@@ -247,7 +273,17 @@ json_t *policy_to_json(const struct policy *p)
         } else {
             snprintf(s, sizeof s, "%s%s%s", r->kind == RULE_WILDCARD ? "*." : "", r->name, port);
         }
-        json_array_append_new(allow, json_string(s));
+        json_array_append_new(arr, json_string(s));
     }
-    return json_pack("{s:s, s:o}", "mode", modes[p->mode], "allow", allow);
+    return arr;
+}
+
+json_t *policy_to_json(const struct policy *p)
+{
+    static const char *const modes[] = {"none", "allowlist", "open"};
+    json_t *j = json_pack("{s:s, s:o}", "mode", modes[p->mode], "allow",
+                          rules_to_json(p->rules, p->nrules));
+    if (j && p->ndeny)
+        json_object_set_new(j, "deny", rules_to_json(p->deny, p->ndeny));
+    return j;
 }

@@ -7,7 +7,15 @@
  *              which matches any name *below* example.com but not example.com itself),
  *              IPv4 CIDRs ("203.0.113.0/24"), each optionally restricted to one port
  *              ("api.example.com:443", "203.0.113.0/24:80"),
- *   open       any public name and address.
+ *   open       any public name and address, but those a deny rule matches (same rule
+ *              forms as allow) unless an allow rule matches them too: in `open` mode the
+ *              allow rules are the exceptions to the deny rules. A name a port-less deny
+ *              name rule matches is not resolved (nor dialled by SNI or Host) unless an
+ *              allow *name* rule matches it; a CIDR deny refuses its addresses whatever
+ *              the name the gateway resolved to them, so a second name for a denied
+ *              address does not reach it either (name deny rules cover only the names:
+ *              use a CIDR to deny an address). A deny rule with a port refuses that port
+ *              only. `deny` in another mode is a parse error.
  * Only name rules (and `open`) make a name resolvable: a CIDR rule never does (it
  * would turn the DNS server into a resolver for every name, a tunnel). A CIDR rule
  * allows an address the gateway itself resolved for a name some name rule allows, on
@@ -52,11 +60,13 @@ struct policy_rule {
 struct policy {
     enum policy_mode mode;
     size_t nrules;
-    struct policy_rule *rules; /* owned; freed by policy_free */
+    struct policy_rule *rules; /* the allow rules; owned; freed by policy_free */
+    size_t ndeny;
+    struct policy_rule *deny;  /* `open` only; owned; freed by policy_free */
 };
 
 /* Parses {"mode":"none|allowlist|open","allow":["name","*.suffix","a.b.c.d/n",
- * "rule:port",...]} into *out (which the caller later frees with policy_free).
+ * "rule:port",...],"deny":[same, "open" only]} into *out (which the caller later frees with policy_free).
  * Returns 0, or -1 with a message in err. */
 int policy_parse(const json_t *j, struct policy *out, char *err, size_t errlen);
 void policy_free(struct policy *p);
@@ -68,8 +78,9 @@ json_t *policy_to_json(const struct policy *p);
  * accepts, all-numeric last labels, anything with ':'). Returns 0 or -1. */
 int policy_name_normalise(const char *in, size_t len, char out[POLICY_NAME_MAX + 1]);
 
-/* True if `name` (normalised) may be resolved at all: not internal, and open mode or
- * a name rule matching (the answer is then filtered with policy_addr_allowed). */
+/* True if `name` (normalised) may be resolved at all: not internal, and open mode (but
+ * for a name a port-less deny rule matches and no allow name rule does) or a name rule
+ * matching (the answer is then filtered with policy_addr_allowed). */
 bool policy_name_may_resolve(const struct policy *p, const char *name);
 /* True for names that must never be resolved upstream: single labels and names in
  * special-use or site-local zones (.internal, .local, .localhost, .home.arpa, ...). */

@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -75,6 +76,32 @@ def vm_spaced():
     d.port_listen = listen
     yield d
     d.stop()
+
+
+@pytest.fixture(scope="module")
+def lab_spaced():
+    """A VM spaced whose gateway runs in the network lab of tests/netsec (a fake internet
+    in namespaces this test creates; egress reaches nothing else)."""
+    why = node_missing() or fx.vm_missing()
+    if why:
+        pytest.skip(why)
+    sys.path.insert(0, os.path.join(HERE, "..", "netsec"))
+    import netlab
+    import vmlab
+    why = netlab.can_run()
+    if why:
+        pytest.skip("network lab unavailable: " + why)
+    lab = netlab.Lab()
+    try:
+        lab.start(gateway=False)
+        d = fx.Spaced(fx.GUEST)
+        try:
+            vmlab.start_spaced(lab, d)
+            yield d
+        finally:
+            d.stop()
+    finally:
+        lab.stop()
 
 
 def run_script(spaced, script, sdk, via_control=False):
@@ -148,6 +175,11 @@ def test_sdk(vm_spaced, script, sdk):
 def test_autoresume(vm_spaced):
     """lifecycle.autoResume: a paused sandbox's command and file calls wake it."""
     run_script(vm_spaced, "autoresume.mjs", CURRENT)
+
+
+def test_network_options(lab_spaced):
+    """create({network: {allowOut, denyOut}}): the gateway's decisions seen from inside."""
+    run_script(lab_spaced, "network.mjs", CURRENT)
 
 
 def test_legacy_control_plane(vm_spaced):

@@ -222,7 +222,7 @@ def test_vm_resolves_and_fetches_allowed(net_spaced, vm_sbx):
 def test_vm_blocked_name_and_direct_address(net_spaced, vm_sbx):
     code, out = sh_in(net_spaced, vm_sbx, "nslookup blocked.test")
     assert code != 0 and "203.0.113" not in out, out
-    code, out = sh_in(net_spaced, vm_sbx, "wget -q -T 5 -O - http://203.0.113.20/x")
+    code, out = sh_in(net_spaced, vm_sbx, "timeout 10 wget -q -O - http://203.0.113.20/x")
     assert code != 0 and '"addr"' not in out, out
 
 
@@ -395,3 +395,88 @@ def test_vm_policy_none_has_no_nic(net_spaced):
 def test_vm_network_routes_need_a_key(net_spaced, vm_sbx):
     r = net_spaced.request("GET", "/v1/sandboxes/%s/network" % vm_sbx, key="sk_bogus")
     assert r.status == 401
+
+
+# ---- E2B create options (network.allowOut/denyOut) through the real gateway ----------------
+
+def e2b_create(sp, body):
+    """POST /v2/sandboxes as the E2B SDK sends it (X-API-Key, E2B's body fields)."""
+    return sp.request("POST", "/v2/sandboxes", dict({"templateID": "base", "timeout": 3600}, **body),
+                      key=None, headers={"X-API-Key": sp.admin_key}, timeout=600)
+
+
+def fetch(sp, sid, name):
+    # `timeout`, not wget's -T: the guest's busybox wget dies of SIGSEGV with -T. The
+    # token: api.test answers 401 without it.
+    return sh_in(sp, sid, "timeout 10 wget -q --header 'Authorization: Bearer %s' -O - "
+                 "http://%s/hello" % (netlab.TOKEN, name))
+
+
+def test_e2b_deny_all_but_allow_out(net_spaced):
+    """denyOut ["0.0.0.0/0"] + allowOut: the allowed name only."""
+    r = e2b_create(net_spaced, {"network": {"denyOut": ["0.0.0.0/0"], "allowOut": ["allowed.test"]}})
+    assert r.status == 201, r
+    sid = r.json["sandboxID"]
+    try:
+        p = net_spaced.request("GET", "/v1/sandboxes/%s/network" % sid).json
+        assert p["mode"] == "allowlist" and p["allow"] == ["allowed.test"], p
+        code, out = fetch(net_spaced, sid, "allowed.test")
+        assert code == 0 and '"host": "allowed.test"' in out, out
+        for other in ("api.test", "evil.test"):
+            code, out = sh_in(net_spaced, sid, "nslookup %s" % other)
+            assert code != 0 and "203.0.113" not in out, out
+            code, out = fetch(net_spaced, sid, other)
+            assert code != 0 and '"host"' not in out, out
+        # the SDK's updateNetwork replaces the policy live
+        url = "/sandboxes/%s/network" % sid
+        hdr = {"X-API-Key": net_spaced.admin_key}
+        r = net_spaced.request("PUT", url, {"egressProxy": {"address": "p.test:1"}}, key=None, headers=hdr)
+        assert r.status == 400 and r.json["code"] == 400 and "egressProxy" in r.json["message"], r
+        r = net_spaced.request("PUT", url, {"denyOut": ["evil.test"]}, key=None, headers=hdr)
+        assert r.status == 204, r
+        code, out = fetch(net_spaced, sid, "api.test")
+        assert code == 0 and '"authorized": true' in out, out
+        code, out = fetch(net_spaced, sid, "evil.test")
+        assert code != 0 and '"host"' not in out, out
+        r = net_spaced.request("PUT", "/sandboxes/nosuchsandbox/network", {}, key=None, headers=hdr)
+        assert r.status == 404 and r.json["code"] == 404, r
+    finally:
+        delete(net_spaced, sid)
+
+
+def test_e2b_deny_out_names_and_addresses(net_spaced):
+    """denyOut of names and a CIDR, the rest open: a denied name neither resolves nor is
+    fetched; a CIDR deny also covers another name for that address (echo.allowed.test is
+    evil.test's 203.0.113.20); a name deny covers that name only (blocked.test shares
+    allowed.test's address)."""
+    r = e2b_create(net_spaced, {"allow_internet_access": True, "network": {
+        "denyOut": ["evil.test", "203.0.113.20/32", "blocked.test"]}})
+    assert r.status == 201, r
+    sid = r.json["sandboxID"]
+    try:
+        code, out = fetch(net_spaced, sid, "allowed.test")
+        assert code == 0 and '"host": "allowed.test"' in out, out
+        code, out = fetch(net_spaced, sid, "api.test")  # another address
+        assert code == 0 and '"authorized": true' in out, out
+        for denied in ("evil.test", "blocked.test"):
+            code, out = sh_in(net_spaced, sid, "nslookup %s" % denied)
+            assert code != 0 and "203.0.113" not in out, out
+        for denied in ("evil.test", "echo.allowed.test", "blocked.test"):
+            code, out = fetch(net_spaced, sid, denied)
+            assert code != 0 and '"host"' not in out, (denied, out)
+        # the gateway logged its refusals
+        log = net_spaced.request("GET", "/v1/sandboxes/%s/network/log" % sid).json["entries"]
+        assert any(e["name"] == "evil.test" and not e["allowed"] for e in log), log
+    finally:
+        delete(net_spaced, sid)
+
+
+def test_e2b_network_options_refused(net_spaced):
+    """Bad entries and options spaced cannot honour: 400 in E2B's shape, nothing created."""
+    for body, needle in (
+            ({"network": {"denyOut": ["evil.test", "bad name"]}}, "network.denyOut[1]"),
+            ({"network": {"allowOut": ["10.0.0.1:80"]}}, "network.allowOut[0]"),
+            ({"network": {"egressProxy": {"address": "proxy.test:1080"}}}, "network.egressProxy"),
+            ({"mcp": {"x": {}}}, "mcp")):
+        r = e2b_create(net_spaced, body)
+        assert r.status == 400 and r.json["code"] == 400 and needle in r.json["message"], (body, r)

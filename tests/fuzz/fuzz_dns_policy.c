@@ -1,6 +1,8 @@
 /* Fuzzes the policy matcher: the input is split into a policy (rules separated by
- * '\n') and a name to check. Properties: parsing never crashes; a name that matches
- * is normalised; forbidden addresses are never allowed whatever the rules. */
+ * '\n') and a name to check. The first byte picks the mode: odd allowlist, else open
+ * with the rules as allow rules (bit 1 clear) or as deny rules (bit 1 set). Properties:
+ * parsing never crashes; a name that matches is normalised; forbidden addresses are never
+ * allowed whatever the rules; deny rules only ever take away from `open`. */
 #include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,8 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_array_append_new(allow, json_stringn(p, l));
         p += l + 1;
     }
-    json_t *j = json_pack("{s:s, s:o}", "mode", (data[0] & 1) ? "allowlist" : "open", "allow", allow);
-    struct policy pol;
+    bool deny = !(data[0] & 1) && (data[0] & 2);
+    json_t *j = json_pack("{s:s, s:o}", "mode", (data[0] & 1) ? "allowlist" : "open",
+                          deny ? "deny" : "allow", allow);
+    struct policy pol, open = {.mode = POLICY_OPEN};
     char err[128];
     if (j && policy_parse(j, &pol, err, sizeof err) == 0) {
         char name[POLICY_NAME_MAX + 1];
@@ -39,6 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             assert(!ok || may);
             assert(!policy_addr_allowed(&pol, name, 0x7f000001, 80));
             assert(!policy_addr_allowed(&pol, name, 0xa9fea9fe, 80));
+            assert(!deny || !may || policy_name_may_resolve(&open, name));
+            assert(!deny || !ok || policy_addr_allowed(&open, name, a, 443));
         }
         policy_free(&pol);
     }

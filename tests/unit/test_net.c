@@ -200,6 +200,9 @@ static void test_policy_check(void **state)
         "{\"mode\":\"none\"}", "{\"mode\":\"open\"}", "{\"mode\":\"allowlist\"}",
         "{\"mode\":\"allowlist\",\"allow\":[\"API.Example.com\",\"*.example.org\","
         "\"203.0.113.0/24\",\"api.test:443\",\"198.51.100.7/32:80\",\"_svc.x-y.test\"]}",
+        "{\"mode\":\"open\",\"deny\":[\"Denied.test\",\"*.wild.test\",\"0.0.0.0/0\",\"a.test:25\"]}",
+        "{\"mode\":\"open\",\"deny\":[\"0.0.0.0/0\"],\"allow\":[\"ok.test\",\"192.0.2.0/24:443\"]}",
+        "{\"mode\":\"open\",\"deny\":[]}",
     };
     static const char *const bad[] = {
         "[]", "{}", "{\"mode\":\"all\"}", "{\"mode\":\"open\",\"allow\":[\"a.test\"]}",
@@ -210,6 +213,10 @@ static void test_policy_check(void **state)
         "{\"mode\":\"allowlist\",\"allow\":[\"a.test:65536\"]}", "{\"mode\":\"allowlist\",\"allow\":[\"1.2.3.0/33\"]}",
         "{\"mode\":\"allowlist\",\"allow\":[\"a b.test\"]}", "{\"mode\":\"allowlist\",\"allow\":[\"x.*.test\"]}",
         "{\"mode\":\"allowlist\",\"allow\":[\"a.test\\u0000.evil\"]}", "{\"mode\":\"allowlist\",\"allow\":[\"a.test.\"]}",
+        "{\"mode\":\"allowlist\",\"allow\":[\"a.test\"],\"deny\":[\"b.test\"]}",
+        "{\"mode\":\"none\",\"deny\":[\"b.test\"]}", "{\"mode\":\"open\",\"deny\":\"b.test\"}",
+        "{\"mode\":\"open\",\"deny\":[\"1.2.3.4\"]}", "{\"mode\":\"open\",\"deny\":[\"b.test:0\"]}",
+        "{\"mode\":\"open\",\"deny\":[\"0.0.0.0/00\"]}",
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
         json_t *p = check(good[i]);
@@ -226,6 +233,21 @@ static void test_policy_check(void **state)
     assert_string_equal(json_string_value(json_array_get(json_object_get(p, "allow"), 0)),
                         "api.example.com");
     json_decref(p);
+    p = check(good[4]);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "deny"), 0)),
+                        "denied.test");
+    json_decref(p);
+    /* the 400 names the field */
+    struct spaced_err derr;
+    json_t *in = json_loads("{\"mode\":\"allowlist\",\"deny\":[\"b.test\"]}", 0, NULL);
+    assert_null(net_policy_check(in, &derr));
+    assert_int_equal(derr.status, 400);
+    assert_non_null(strstr(derr.message, "network.deny needs mode \"open\""));
+    json_decref(in);
+    in = json_loads("{\"mode\":\"open\",\"deny\":[\"a.test\",\"1.2.3.4\"]}", 0, NULL);
+    assert_null(net_policy_check(in, &derr));
+    assert_non_null(strstr(derr.message, "network.deny[1]"));
+    json_decref(in);
     /* More rules than the gateway takes. */
     json_t *many = json_pack("{s:s, s:[]}", "mode", "allowlist", "allow");
     for (int i = 0; i <= NET_ALLOW_MAX; i++)

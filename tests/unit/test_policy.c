@@ -180,6 +180,94 @@ static void test_none_mode(void **state)
     policy_free(&p);
 }
 
+/* `open` with deny rules: a name or address a deny rule matches is refused unless an
+ * allow rule matches it too. One row: a policy, then (name, address, port, expected). */
+struct deny_case {
+    const char *name;
+    uint32_t addr;
+    uint16_t port;
+    bool resolves; /* policy_name_may_resolve */
+    bool allowed;  /* policy_addr_allowed(name, addr, port) */
+};
+
+static void check_cases(const char *policy, const struct deny_case *c, size_t n)
+{
+    struct policy p;
+    parse_or_fail(policy, &p);
+    for (size_t i = 0; i < n; i++) {
+        if (policy_name_may_resolve(&p, c[i].name) != c[i].resolves ||
+            policy_addr_allowed(&p, c[i].name, c[i].addr, c[i].port) != c[i].allowed)
+            fail_msg("%s: row %zu (%s, port %u)", policy, i, c[i].name, c[i].port);
+    }
+    policy_free(&p);
+}
+
+static void test_open_deny(void **state)
+{
+    uint32_t pub = ip(198, 51, 100, 7), denied_net = ip(203, 0, 113, 9);
+    /* by name, wildcard, CIDR, port */
+    const struct deny_case deny[] = {
+        {"denied.test", pub, 443, false, false},
+        {"denied.test", pub, 0, false, false},
+        {"other.test", pub, 443, true, true},
+        {"sub.denied.test", pub, 443, true, true}, /* an exact rule is that name only */
+        {"a.wild.test", pub, 80, false, false},
+        {"a.b.wild.test", pub, 80, false, false},
+        {"wild.test", pub, 80, true, true},        /* "*." is below the suffix only */
+        /* a CIDR deny covers its addresses whatever the name that resolved to them */
+        {"other.test", denied_net, 443, true, false},
+        {"other.test", denied_net, 0, true, false},
+        /* a port rule refuses that port only: the name still resolves */
+        {"port.test", pub, 25, true, false},
+        {"port.test", pub, 443, true, true},
+        {"port.test", pub, 0, true, true},
+        {"other.test", ip(192, 0, 2, 1), 22, true, false},
+        {"other.test", ip(192, 0, 2, 1), 80, true, true},
+        {"other.test", ip(192, 0, 2, 1), 0, true, true},
+        /* forbidden addresses and internal names stay refused */
+        {"other.test", ip(10, 0, 0, 1), 443, true, false},
+        {"db.internal", pub, 443, false, false},
+    };
+    check_cases("{\"mode\":\"open\",\"deny\":[\"denied.test\",\"*.wild.test\",\"203.0.113.0/24\","
+                "\"port.test:25\",\"192.0.2.0/24:22\"]}", deny, sizeof deny / sizeof deny[0]);
+    /* allow rules override deny rules */
+    const struct deny_case over[] = {
+        {"denied.test", pub, 443, false, false},
+        {"ok.wild.test", pub, 443, true, true},
+        {"bad.wild.test", pub, 443, false, false},
+        {"ok.wild.test", denied_net, 443, true, true}, /* an allowed name in a denied CIDR */
+        {"other.test", denied_net, 443, true, false},
+        {"other.test", ip(203, 0, 113, 80), 443, true, true}, /* an allowed CIDR inside it */
+        {"api.test", pub, 443, true, true},            /* allowed on 443 only */
+        {"api.test", pub, 80, true, false},
+        {"api.test", pub, 0, true, true},
+        /* an allow CIDR never makes a denied name resolvable */
+        {"blocked.test", ip(203, 0, 113, 80), 443, false, false},
+        {"other.test", ip(10, 0, 0, 1), 443, true, false},
+    };
+    check_cases("{\"mode\":\"open\",\"deny\":[\"denied.test\",\"*.wild.test\",\"203.0.113.0/24\","
+                "\"api.test\",\"blocked.test\"],\"allow\":[\"ok.wild.test\",\"203.0.113.80/32\","
+                "\"api.test:443\"]}", over, sizeof over / sizeof over[0]);
+    /* deny everything but the allow rules (E2B's denyOut ["0.0.0.0/0"]) */
+    const struct deny_case all[] = {
+        {"allowed.test", pub, 443, true, true},
+        {"other.test", pub, 443, true, false},
+        {"other.test", pub, 0, true, false},
+    };
+    check_cases("{\"mode\":\"open\",\"deny\":[\"0.0.0.0/0\"],\"allow\":[\"allowed.test\"]}", all,
+                sizeof all / sizeof all[0]);
+    struct policy p;
+    parse_or_fail("{\"mode\":\"open\",\"deny\":[\"denied.test\",\"10.0.0.0/8:22\"],"
+                  "\"allow\":[\"x.denied.test\"]}", &p);
+    json_t *back = policy_to_json(&p);
+    char *s = json_dumps(back, JSON_COMPACT);
+    assert_string_equal(s, "{\"mode\":\"open\",\"allow\":[\"x.denied.test\"],"
+                           "\"deny\":[\"denied.test\",\"10.0.0.0/8:22\"]}");
+    free(s);
+    json_decref(back);
+    policy_free(&p);
+}
+
 static void test_parse_errors(void **state)
 {
     const char *bad[] = {"[]", "{}", "{\"mode\":\"maybe\"}", "{\"mode\":\"allowlist\",\"allow\":\"x\"}",
@@ -190,7 +278,12 @@ static void test_parse_errors(void **state)
                          "{\"mode\":\"allowlist\",\"allow\":[\"1.2.3/8\"]}",
                          "{\"mode\":\"allowlist\",\"allow\":[\"*.\"]}",
                          "{\"mode\":\"allowlist\",\"allow\":[\"**.a.test\"]}",
-                         "{\"mode\":\"allowlist\",\"allow\":[\"127.0.0.1\"]}"};
+                         "{\"mode\":\"allowlist\",\"allow\":[\"127.0.0.1\"]}",
+                         /* deny rules exist in `open` mode only */
+                         "{\"mode\":\"allowlist\",\"allow\":[\"a.test\"],\"deny\":[\"b.test\"]}",
+                         "{\"mode\":\"none\",\"deny\":[\"b.test\"]}",
+                         "{\"mode\":\"open\",\"deny\":\"b.test\"}",
+                         "{\"mode\":\"open\",\"deny\":[\"b.test:0\"]}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct policy p;
         char err[128];
@@ -199,6 +292,8 @@ static void test_parse_errors(void **state)
         assert_non_null(j);
         assert_int_equal(policy_parse(j, &p, err, sizeof err), -1);
         assert_true(err[0] != '\0');
+        if (strstr(bad[i], "\"deny\":[\"b.test\"]"))
+            assert_non_null(strstr(err, "\"deny\" needs mode \"open\""));
         json_decref(j);
     }
 }
@@ -209,7 +304,7 @@ int main(void)
         cmocka_unit_test(test_normalise), cmocka_unit_test(test_allowlist_matching),
         cmocka_unit_test(test_forbidden_always), cmocka_unit_test(test_none_mode),
         cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_cloud_and_internal),
-        cmocka_unit_test(test_host_addrs_live),
+        cmocka_unit_test(test_host_addrs_live), cmocka_unit_test(test_open_deny),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,29 +71,6 @@ static json_t *sandbox_body(struct spaced *sp, struct http_req *req, const char 
     return *s ? parse_body(sp, req, data, len) : NULL;
 }
 
-/* The sandbox's policy as given at create, for a sandbox whose network was never set
- * up (new reference; {"mode":"none"} if the record holds nothing usable). */
-static json_t *created_policy(const struct sbx *s)
-{
-    const char *text = sbx_record(s)->network_json;
-    json_t *p = text ? json_loads(text, 0, NULL) : NULL;
-    return p ? p : json_pack("{s:s}", "mode", "none");
-}
-
-/* Makes sure the net module has a record (from the create request's policy). */
-static int ensure_record(struct net *net, const struct sbx *s, struct spaced_err *err)
-{
-    json_t *p = net_policy_get(net, sbx_id(s), err);
-    if (p) {
-        json_decref(p);
-        return 0;
-    }
-    json_t *given = created_policy(s);
-    int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), given, err);
-    json_decref(given);
-    return rc;
-}
-
 static void h_get_network(struct http_req *req, void *arg)
 {
     struct spaced *sp = arg;
@@ -106,7 +83,7 @@ static void h_get_network(struct http_req *req, void *arg)
     if (!p) {
         /* Not started yet: what it will get. */
         struct spaced_err ignored;
-        json_t *given = created_policy(s);
+        json_t *given = sbx_network_created(s);
         p = net_policy_check(given, &ignored);
         json_decref(given);
         if (!p)
@@ -126,30 +103,9 @@ static void put_network_body(struct http_req *req, const char *data, size_t len,
     json_t *o = sandbox_body(sp, req, data, len, &net, &s);
     if (!o)
         return;
-    /* net's record first (from the create request's policy), so a sandbox created with
-     * `none` is known to have no NIC. Then the sandbox's store record (what GET
-     * /v1/sandboxes/{id} shows and its next start uses), then net; a refusal by net puts
-     * the store record back. */
     struct spaced_err err;
-    json_t *p = NULL;
-    char *before = NULL;
-    int rc = ensure_record(net, s, &err);
-    if (rc == 0 && !(p = net_policy_check(o, &err)))
-        rc = -1;
+    int rc = sbx_network_set(sp, s, o, &err);
     json_decref(o);
-    if (rc == 0 && sbx_record(s)->network_json && !(before = strdup(sbx_record(s)->network_json)))
-        rc = spaced_err_set(&err, 500, "internal", "out of memory");
-    if (rc == 0)
-        rc = sbx_set_network(s, p, &err);
-    if (rc == 0 && (rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), p, &err)) != 0) {
-        json_t *back = before ? json_loads(before, 0, NULL) : NULL;
-        struct spaced_err ignored;
-        if (back || !before)
-            sbx_set_network(s, back, &ignored);
-        json_decref(back);
-    }
-    free(before);
-    json_decref(p);
     if (rc != 0) {
         routes_reply_err(sp, req, &err);
         return;
@@ -220,7 +176,7 @@ static void put_creds_body(struct http_req *req, const char *data, size_t len, v
     if (!rules)
         return;
     struct spaced_err err;
-    int rc = ensure_record(net, s, &err);
+    int rc = sbx_network_record(net, s, &err);
     if (rc == 0)
         rc = net_set_creds(net, sbx_id(s), rules, &err);
     json_decref(rules);

@@ -19,6 +19,7 @@
 #include "daemon/sandbox/sbx.h"
 #include "e2b.h"
 #include "e2b_internal.h"
+#include "e2b_netopts.h"
 #include "e2b_util.h"
 #include "log.h"
 
@@ -340,8 +341,6 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
 {
     json_t *tpl = json_object_get(body, "templateID");
     json_t *meta = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
-    json_t *net = json_object_get(body, "network");
-    json_t *pub = json_is_object(net) ? json_object_get(net, "allowPublicTraffic") : NULL;
     int64_t timeout = body_timeout(req, body, "timeout", TIMEOUT_DEFAULT_S);
     if (timeout < 0)
         return;
@@ -350,9 +349,10 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         rest_error(req, 400, "templateID must be a string, metadata and envVars objects");
         return;
     }
-    if ((net && !json_is_null(net) && !json_is_object(net)) ||
-        (pub && !json_is_null(pub) && !json_is_boolean(pub))) {
-        rest_error(req, 400, "network must be an object, network.allowPublicTraffic a boolean");
+    char msg[256];
+    json_t *netopts = e2b_netopts_spec(body, msg, sizeof msg);
+    if (!netopts) {
+        rest_error(req, 400, "%s", msg);
         return;
     }
     /* lifecycle: {onTimeout: "pause", autoResume: true} arrives as autoPause and
@@ -378,15 +378,10 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         json_object_set(spec_json, "metadata", meta);
     if (json_is_object(env))
         json_object_set(spec_json, "env", env);
-    /* Private ports: requests need the trafficAccessToken (sbx_traffic.c). */
-    if (json_is_false(pub))
-        json_object_set_new(spec_json, "ports", json_pack("{s:b}", "public", 0));
-    /* Only an explicit choice changes the daemon's default network policy: "open" is the
-     * public internet through space-gateway (private ranges stay blocked), false none. */
-    json_t *inet = json_object_get(body, "allow_internet_access");
-    if (json_is_boolean(inet))
-        json_object_set_new(spec_json, "network",
-                            json_pack("{s:s}", "mode", json_is_true(inet) ? "open" : "none"));
+    /* network, allow_internet_access, secure, mcp: egress policy and private ports */
+    if (spec_json)
+        json_object_update(spec_json, netopts);
+    json_decref(netopts);
     char *text = spec_json ? json_dumps(spec_json, JSON_COMPACT) : NULL;
     json_decref(spec_json);
     struct sbx_spec spec;
@@ -511,6 +506,28 @@ static void resume_route(struct e2b *e, struct http_req *req, struct auth_princi
                          json_t *body, const char *raw, size_t len)
 {
     wake(e, req, who, body, true);
+}
+
+/* The SDK's updateNetwork: the egress fields replace the sandbox's policy, live. */
+static void network_route(struct e2b *e, struct http_req *req, struct auth_principal *who,
+                          json_t *body, const char *raw, size_t len)
+{
+    struct sbx *s = find_or_404(e, req, who->tenant);
+    if (!s || sbx_desired(s) == SBX_DELETED)
+        return;
+    char msg[256];
+    json_t *policy = e2b_netopts_update(body, msg, sizeof msg);
+    if (!policy) {
+        rest_error(req, 400, "%s", msg);
+        return;
+    }
+    struct spaced_err err;
+    int rc = sbx_network_set(e->sp, s, policy, &err);
+    json_decref(policy);
+    if (rc != 0)
+        reply_spaced_err(req, &err);
+    else
+        reply_empty(req, 204);
 }
 
 static void h_body(struct http_req *req, void *arg)
@@ -871,6 +888,7 @@ void e2b_register(struct router *r, struct spaced *sp)
     e->pause = (struct e2b_body_route){e, pause_route};
     e->connect = (struct e2b_body_route){e, connect_route};
     e->resume = (struct e2b_body_route){e, resume_route};
+    e->network = (struct e2b_body_route){e, network_route};
     e->pipes.idle_s = sp->opt.proxy_idle_s;
     const char *listen = sp->opt.e2b_port_listen;
     char err[200], q[256];
@@ -888,6 +906,7 @@ void e2b_register(struct router *r, struct spaced *sp)
     router_add(r, "POST", "/sandboxes/{id}/refreshes", h_body, &e->refresh);
     router_add(r, "POST", "/sandboxes/{id}/pause", h_body, &e->pause);
     router_add(r, "POST", "/sandboxes/{id}/resume", h_body, &e->resume);
+    router_add(r, "PUT", "/sandboxes/{id}/network", h_body, &e->network);
     router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &e->connect);
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &e->connect);
     sbx_listen(sp, on_state, e);

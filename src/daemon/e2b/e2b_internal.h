@@ -62,7 +62,7 @@ struct e2b {
     struct evconnlistener *listener; /* its listener (owned; lives as long as spaced) */
     struct e2b_box *boxes;   /* envd state per sandbox (list) */
     struct e2b_pipes pipes;  /* sandbox-port pipes (e2b_portlisten.c) */
-    struct e2b_body_route create, timeout, refresh, pause, connect, resume;
+    struct e2b_body_route create, timeout, refresh, pause, connect, resume, network;
 };
 
 struct e2b_box {

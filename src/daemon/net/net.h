@@ -98,6 +98,9 @@ void net_exit(struct net *n);
  * names, "*."-wildcards or IPv4 CIDRs, each with an optional ":port") and returns its
  * canonical form (new reference), or NULL with a 400 in err. */
 json_t *net_policy_check(const json_t *policy, struct spaced_err *err);
+/* One rule's shape: "name", "*.name" or "a.b.c.d/n", each with an optional ":port"
+ * (1..65535); a NUL-terminated string. */
+bool net_policy_rule_ok(const char *s);
 
 /* Gives sandbox its network for a VM start (create, start, restore, wake): the
  * namespace (taken from the pool at the first claim, the same one afterwards), a fresh

@@ -47,8 +47,8 @@ static bool cidr_ok(const char *s, size_t len)
     if (inet_pton(AF_INET, buf, &a) != 1)
         return false;
     size_t plen = len - (size_t)(slash - s) - 1;
-    if (plen == 0 || plen > 2)
-        return false;
+    if (plen == 0 || plen > 2 || (plen == 2 && slash[1] == '0'))
+        return false; /* "/00" is not a length the gateway takes */
     unsigned bits = 0;
     for (size_t i = 0; i < plen; i++) {
         if (!isdigit((unsigned char)slash[1 + i]))
@@ -58,8 +58,7 @@ static bool cidr_ok(const char *s, size_t len)
     return bits <= 32;
 }
 
-/* "name", "*.name", "a.b.c.d/n", each with an optional ":port" (1..65535). */
-static bool rule_ok(const char *s)
+bool net_policy_rule_ok(const char *s)
 {
     size_t len = strlen(s);
     const char *colon = strrchr(s, ':');
@@ -84,6 +83,38 @@ static bool rule_ok(const char *s)
     return name_ok(s, len);
 }
 
+/* Copies policy[key] (an array of rules; absent: nothing) into out[key], lower-cased.
+ * Returns 0, or -1 with a 400 naming the entry in err. */
+static int check_rules(const json_t *policy, const char *key, json_t *out, struct spaced_err *err)
+{
+    json_t *arr = json_object_get(policy, key);
+    if (!arr)
+        return 0;
+    if (!json_is_array(arr) || json_array_size(arr) > NET_ALLOW_MAX)
+        return spaced_err_set(err, 400, "invalid_request",
+                              "network.%s must be an array of at most %d rules", key,
+                              NET_ALLOW_MAX);
+    json_t *rules = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) {
+        const char *s = json_string_value(v);
+        if (!s || strlen(s) != json_string_length(v) || !net_policy_rule_ok(s)) {
+            json_decref(rules);
+            return spaced_err_set(err, 400, "invalid_request",
+                                  "network.%s[%zu] is not a name, \"*.\" wildcard or IPv4 CIDR "
+                                  "(each optionally with :port)", key, i);
+        }
+        char *low = strdup(s);
+        for (char *p = low; p && *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+        json_array_append_new(rules, json_string(low ? low : ""));
+        free(low);
+    }
+    json_object_set_new(out, key, rules);
+    return 0;
+}
+
 json_t *net_policy_check(const json_t *policy, struct spaced_err *err)
 {
     if (!json_is_object(policy)) {
@@ -93,7 +124,7 @@ json_t *net_policy_check(const json_t *policy, struct spaced_err *err)
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)policy, k, v) {
-        if (strcmp(k, "mode") != 0 && strcmp(k, "allow") != 0) {
+        if (strcmp(k, "mode") != 0 && strcmp(k, "allow") != 0 && strcmp(k, "deny") != 0) {
             spaced_err_set(err, 400, "unknown_field", "network.%.64s is not a known field", k);
             return NULL;
         }
@@ -104,9 +135,17 @@ json_t *net_policy_check(const json_t *policy, struct spaced_err *err)
                        "network.mode must be \"none\", \"allowlist\" or \"open\"");
         return NULL;
     }
-    json_t *allow = json_object_get(policy, "allow");
-    if (allow && strcmp(mode, "allowlist") != 0) {
-        spaced_err_set(err, 400, "invalid_request", "network.allow needs mode \"allowlist\"");
+    bool open = strcmp(mode, "open") == 0, deny = json_object_get(policy, "deny") != NULL;
+    if (deny && !open) {
+        spaced_err_set(err, 400, "invalid_request", "network.deny needs mode \"open\"");
+        return NULL;
+    }
+    /* In `open` mode the allow rules are the exceptions to the deny rules: alone they
+     * would read as a restriction that is not there. */
+    if (json_object_get(policy, "allow") && strcmp(mode, "allowlist") != 0 && !deny) {
+        spaced_err_set(err, 400, "invalid_request",
+                       "network.allow needs mode \"allowlist\" (or, in mode \"open\", "
+                       "network.deny: allow rules are then its exceptions)");
         return NULL;
     }
     json_t *out = json_pack("{s:s}", "mode", mode);
@@ -114,33 +153,13 @@ json_t *net_policy_check(const json_t *policy, struct spaced_err *err)
         spaced_err_set(err, 500, "internal", "out of memory");
         return NULL;
     }
-    if (strcmp(mode, "allowlist") != 0)
-        return out;
-    if (allow && (!json_is_array(allow) || json_array_size(allow) > NET_ALLOW_MAX)) {
-        spaced_err_set(err, 400, "invalid_request",
-                       "network.allow must be an array of at most %d rules", NET_ALLOW_MAX);
+    if (strcmp(mode, "none") != 0 &&
+        (check_rules(policy, "allow", out, err) != 0 || check_rules(policy, "deny", out, err) != 0)) {
         json_decref(out);
         return NULL;
     }
-    json_t *rules = json_array();
-    size_t i;
-    json_array_foreach(allow, i, v) {
-        const char *s = json_string_value(v);
-        if (!s || strlen(s) != json_string_length(v) || !rule_ok(s)) {
-            spaced_err_set(err, 400, "invalid_request",
-                           "network.allow[%zu] is not a name, \"*.\" wildcard or IPv4 CIDR "
-                           "(each optionally with :port)", i);
-            json_decref(rules);
-            json_decref(out);
-            return NULL;
-        }
-        char *low = strdup(s);
-        for (char *p = low; p && *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-        json_array_append_new(rules, json_string(low ? low : ""));
-        free(low);
-    }
-    json_object_set_new(out, "allow", rules);
+    if (strcmp(mode, "allowlist") == 0 && !json_object_get(out, "allow"))
+        json_object_set_new(out, "allow", json_array());
     return out;
 }
 

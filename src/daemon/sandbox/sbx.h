@@ -91,7 +91,6 @@ int sbx_state_parse(const char *s); /* -1 if unknown */
 #define SBX_META_MAX 64          /* metadata pairs */
 #define SBX_META_KEY_MAX 64
 #define SBX_META_VALUE_MAX 1024
-#define SBX_ALLOW_MAX 256        /* network allowlist entries */
 #define SBX_ID_LEN 18            /* "sb" + 16 hex */
 
 /* A validated create request. Strings are canonical compact JSON, heap, owned by the
@@ -114,6 +113,19 @@ struct sbx_spec {
  * Does not check that the template exists (sbx_submit_create does). */
 int sbx_spec_parse(const char *body, size_t len, struct sbx_spec *out, struct spaced_err *err);
 void sbx_spec_clear(struct sbx_spec *s);
+
+/* ---- sbx_network.c: a sandbox's egress policy, live ----------------------------------- */
+struct net;
+/* Changes s's egress policy live (PUT /v1/sandboxes/{id}/network, E2B's network update):
+ * checked, recorded, given to the gateway, which closes connections it now forbids.
+ * Returns 0, or -1 with err (400 bad policy, 409 a sandbox without a NIC, 503 no
+ * networking). */
+int sbx_network_set(struct spaced *sp, struct sbx *s, const json_t *policy,
+                    struct spaced_err *err);
+/* Makes sure net holds a record for s (from the create request's policy). 0 or -1. */
+int sbx_network_record(struct net *net, const struct sbx *s, struct spaced_err *err);
+/* s's policy as given at create (new reference; {"mode":"none"} if none is usable). */
+json_t *sbx_network_created(const struct sbx *s);
 /* The size of a sandbox made from spec: what the client asked, else what template t's
  * template.json says (a template built for pandas wants more than 256 MiB), else
  * SBX_VCPUS_DEFAULT / SBX_MEM_DEFAULT_MIB; a template's value is kept within the

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sbx.h"
+#include "daemon/net/net.h"
 
 void sbx_spec_clear(struct sbx_spec *s)
 {
@@ -84,61 +85,15 @@ static int ports_option(json_t *v, bool *private_ports, struct spaced_err *err)
     return 0;
 }
 
-/* An allowlist entry: host name (optionally "*." wildcard) or IPv4 CIDR; printable,
- * no spaces, at most 253 bytes. The gateway interprets it; here only the shape. */
-static bool allow_entry_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 253)
-        return false;
-    for (const char *p = s; *p; p++)
-        if (!(isalnum((unsigned char)*p) || strchr(".-*/:_", *p)))
-            return false;
-    return true;
-}
-
+/* The policy checked and in canonical form by the network module (net_policy_check:
+ * the same rules the live PUT accepts), as compact JSON. */
 static char *network_policy(json_t *v, struct spaced_err *err)
 {
-    if (!json_is_object(v)) {
-        spaced_err_set(err, 400, "invalid_request", "network must be an object");
+    json_t *p = net_policy_check(v, err);
+    if (!p)
         return NULL;
-    }
-    const char *k;
-    json_t *x;
-    json_object_foreach(v, k, x) {
-        if (strcmp(k, "mode") != 0 && strcmp(k, "allow") != 0) {
-            spaced_err_set(err, 400, "unknown_field", "network.%.64s is not a known field", k);
-            return NULL;
-        }
-    }
-    const char *mode = json_string_value(json_object_get(v, "mode"));
-    if (!mode || (strcmp(mode, "none") && strcmp(mode, "open") && strcmp(mode, "allowlist"))) {
-        spaced_err_set(err, 400, "invalid_request",
-                       "network.mode must be \"none\", \"open\" or \"allowlist\"");
-        return NULL;
-    }
-    json_t *allow = json_object_get(v, "allow");
-    if (allow && strcmp(mode, "allowlist") != 0) {
-        spaced_err_set(err, 400, "invalid_request", "network.allow needs mode \"allowlist\"");
-        return NULL;
-    }
-    if (allow) {
-        if (!json_is_array(allow) || json_array_size(allow) > SBX_ALLOW_MAX) {
-            spaced_err_set(err, 400, "invalid_request",
-                           "network.allow must be an array of at most %d strings", SBX_ALLOW_MAX);
-            return NULL;
-        }
-        size_t i;
-        json_array_foreach(allow, i, x) {
-            if (!json_is_string(x) || strlen(json_string_value(x)) != json_string_length(x) ||
-                !allow_entry_ok(json_string_value(x))) {
-                spaced_err_set(err, 400, "invalid_request",
-                               "network.allow[%zu] is not a host name, wildcard or CIDR", i);
-                return NULL;
-            }
-        }
-    }
-    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+    char *s = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(p);
     if (!s)
         spaced_err_set(err, 500, "internal", "out of memory");
     return s;
