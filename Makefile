@@ -27,6 +27,9 @@ TEMPLATES ?= base
 # create by default) is left out: its first build debootstraps ~320 packages (about a
 # quarter of an hour); add it with make run RUN_TEMPLATES="base python code-interpreter-v1".
 RUN_TEMPLATES ?= base python
+# Templates `make test` builds: the code interpreter's too, so the unmodified
+# @e2b/code-interpreter SDK runs against it (tests/e2b/code_interpreter.mjs).
+TEST_TEMPLATES ?= base python code-interpreter-v1
 # Warm VMs kept per template shape by `make run` (restored and paused; create = claim).
 POOL     ?= 2
 
@@ -193,13 +196,13 @@ unit-pg:
 # saying so, only when its files are missing.
 test: deps
 	$(MAKE) programs agent
-	$(MAKE) TEMPLATES="base python" templates
+	$(MAKE) TEMPLATES="$(TEST_TEMPLATES)" templates
 	$(MAKE) unit-pg
 	$(MAKE) fuzz
 	$(PYTHON) deploy/check-manifests.py
 	$(PYTHON) scripts/check-includes.py
 	$(PYTHON) scripts/check-statics.py
-	$(MAKE) TEMPLATES="base python" e2e
+	$(MAKE) TEMPLATES="$(TEST_TEMPLATES)" e2e
 
 run: deps
 	$(MAKE) TEMPLATES="$(RUN_TEMPLATES)" templates programs
