@@ -217,6 +217,17 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
                       const char *idem_key, const char *body_hash, struct store_op *out,
                       struct spaced_err *err);
 
+/* Forks running sandbox parent_id of `tenant` into `count` new sandboxes (sbx_fork.c):
+ * writes their rows (state creating, quota checked for all of them) and an OP_FORK op on
+ * the parent in one transaction; ids[0..count-1] receive the forks' ids. 400 for a
+ * count outside 1..SBX_FORK_MAX, 404 unknown parent, 409 "invalid_state" unless it is
+ * running, 409 "chain_too_deep" when a fork would exceed VM_DISK_BACKING_MAX disk
+ * layers, 403 quota_exceeded. Returns 0 with *out filled. */
+#define SBX_FORK_MAX 16
+int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id,
+                    unsigned count, struct store_op *out, char ids[][STORE_ID_MAX],
+                    struct spaced_err *err);
+
 /* Any other verb on an existing sandbox of `tenant`. Checks the transition against the
  * sandbox's desired state (409 "invalid_state" naming the current state if illegal,
  * 404 "not_found" for unknown or other tenants' sandboxes), records intent, schedules.

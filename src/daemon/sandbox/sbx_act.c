@@ -646,6 +646,15 @@ static int stage_template(struct sbx *s, struct sbx_create *c)
         return -1;
     }
     c->nic = wants_network(s);
+    if (s->rec.source[0]) { /* a fork: its parent's capture, not the template's snapshot */
+        if (sbx_fork_source(s, c->snap, sizeof c->snap, &c->chain, &e) < 0) {
+            act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+            return -1;
+        }
+        s->cold_fallback = true; /* a fork booted cold would not be a fork: no fallback */
+        stage_end(s, CS_TEMPLATE);
+        return 0;
+    }
     if (!tpl_snapshot(s->sp, &c->t, s->rec.vcpus, s->rec.memory_mib, c->nic, c->snap,
                       sizeof c->snap, c->overlay, sizeof c->overlay))
         c->snap[0] = '\0';
@@ -714,7 +723,7 @@ static void stage_net_pooled(struct sbx *s, struct sbx_create *c)
  * a restore. False when the pool is off or empty: the caller restores. */
 static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
 {
-    if (!c->snap[0])
+    if (!c->snap[0] || s->rec.source[0]) /* no pool of a fork's capture */
         return false;
     stage_begin(s, CS_VM);
     int64_t t0 = mono_us();

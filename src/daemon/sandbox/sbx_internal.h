@@ -15,6 +15,7 @@ struct agentc_chan;
 struct event;
 struct vmg;
 struct sbx_create;
+struct sbx_fork;
 struct vm_disk_protos;
 
 struct sbx {
@@ -42,6 +43,8 @@ struct sbx {
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
     bool unsaved;                /* rec differs from the store: sbx_table_retry writes it */
+    bool awaiting_capture;       /* a fork whose parent is being captured: no op of its
+                                    own yet (busy, so nothing else acts on it) */
     struct sbx *next;            /* table list */
 };
 
@@ -63,6 +66,7 @@ struct sbx_table {
     int64_t last_reconcile_ms;   /* the tick's last reconciler pass (sbx_exec.c) */
     struct sbx_unsaved *unsaved; /* records of removed sandboxes still to store */
     struct vm_disk_protos *disks; /* overlays remembered per chain (vm.h; made on first use) */
+    struct sbx_fork *forks;      /* forks in progress (sbx_fork.c, owned) */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -117,5 +121,21 @@ struct sbx_chain {
 };
 int sbx_chain_save(const struct sbx *s, const struct sbx_chain *c);
 int sbx_chain_load(const struct sbx *s, struct sbx_chain *c);
+/* The same format at any path (a fork's capture/chain.json). */
+int sbx_chain_write(const char *path, const struct sbx_chain *c);
+int sbx_chain_read(const char *path, struct sbx_chain *c);
+
+/* ---- forks (sbx_fork.c) ---- */
+
+/* Create of a fork (rec.source set): its capture directory (out[cap]) and disk chain
+ * (the capture's overlay copy over its parent's chain). 0, or -1 with err. */
+int sbx_fork_source(struct sbx *s, char *snap, size_t cap, struct sbx_chain *chain,
+                    struct spaced_err *err);
+/* Registers the fork executor (OP_FORK), from sbx_ops_register. */
+void sbx_fork_register(struct spaced *sp);
+/* From the tick, every SBX_RECONCILE_PERIOD_MS: removes the captures nothing uses. */
+void sbx_fork_gc(struct spaced *sp);
+/* Shutdown: frees the forks in progress (their ops resume as "interrupted"). */
+void sbx_fork_forget(struct sbx_table *t);
 
 #endif

@@ -70,6 +70,8 @@ static const char *const store_migrations[] = {
     "ALTER TABLE operations ADD COLUMN seq BIGINT NOT NULL DEFAULT 0;",
     /* 6: an operator drains a node (no new sandbox is placed on it). */
     "ALTER TABLE nodes ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;",
+    /* 7: a fork restores from a capture of its parent, not from its template's snapshot. */
+    "ALTER TABLE sandboxes ADD COLUMN source TEXT NOT NULL DEFAULT '';",
 };
 
 #define SQL_CAP 2048

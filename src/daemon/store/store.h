@@ -134,6 +134,8 @@ struct store_sbx {
     bool private_ports;    /* port requests need the sandbox's traffic token */
     unsigned disk_mib;     /* its disk's virtual size, counted against the disk quota
                               (0 for sandboxes created before migration 4) */
+    char source[STORE_ID_MAX]; /* the capture a fork restores from (sbx_fork.c), "" for a
+                              sandbox made from its template (migration 7) */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */

@@ -57,6 +57,7 @@ static const struct store_col sbx_cols[] = {
     TEXT(struct store_sbx, node, false),
     COL("private_ports", STORE_COL_BOOL, struct store_sbx, private_ports, false),
     COL("disk_mib", STORE_COL_UINT, struct store_sbx, disk_mib, false),
+    TEXT(struct store_sbx, source, false),
 };
 const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
 
