@@ -144,3 +144,109 @@ def test_fork_refusals(spaced):
     r = s.request("POST", "/v1/sandboxes/%s/fork" % sid, {"count": 1})
     assert r.status == 409 and "paused" in r.json["error"]["message"], r
     delete(s, sid)
+
+
+# ---- snapshots --------------------------------------------------------------------------
+
+def snapshot(s, sid, name=None, key="admin"):
+    r = s.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": name} if name else {}, key=key)
+    assert r.status == 202, r
+    snap = r.json["snapshot"]
+    assert snap["state"] == "creating" and snap["source_sandbox"] == sid
+    op = s.wait_op(r.json["operation"]["id"], key=key)
+    assert op["state"] == "succeeded" and op["kind"] == "snapshot", (op, s.log())
+    return snap["id"]
+
+
+def from_snapshot(s, ref, key="admin"):
+    out = s.create({"template": ref}, key=key)
+    op = s.wait_op(out["operation"]["id"], key=key)
+    assert op["state"] == "succeeded", (op, s.log())
+    return out["sandbox"]["id"]
+
+
+def test_snapshot_outlives_its_sandbox_and_is_used_like_a_template(spaced):
+    s = spaced
+    src = running_sandbox(s)
+    pid = run(s, src, COUNTER)
+    run(s, src, "echo kept > ~/snapfile")
+    sn = snapshot(s, src, name="my-snap")
+    listed = {x["id"]: x for x in s.request("GET", "/v1/snapshots").json["snapshots"]}
+    assert listed[sn]["state"] == "ready" and listed[sn]["name"] == "my-snap"
+    assert listed[sn]["size_bytes"] > 0 and listed[sn]["template"] == "base"
+    assert s.request("GET", "/v1/snapshots/my-snap").json["snapshot"]["id"] == sn
+    # the source keeps running, then goes
+    assert run(s, src, "cat ~/snapfile") == "kept"
+    delete(s, src)
+    a = from_snapshot(s, sn)
+    b = from_snapshot(s, "my-snap")
+    for x in (a, b):
+        assert run(s, x, "cat ~/snapfile") == "kept"
+        assert int(run(s, x, "kill -0 %s && cat /tmp/counter" % pid)) > 0
+        assert run(s, x, "hostname") == x
+    run(s, a, "echo a > ~/snapfile")
+    assert run(s, b, "cat ~/snapfile") == "kept"
+    # deleting the snapshot keeps the files the live sandboxes stand on
+    r = s.request("DELETE", "/v1/snapshots/" + sn)
+    assert r.status == 204, r
+    assert s.request("GET", "/v1/snapshots/" + sn).status == 404
+    assert s.request("DELETE", "/v1/snapshots/" + sn).status == 404
+    time.sleep(6)  # a collection pass (every 5 s) ran
+    assert os.path.isdir(os.path.join(s.data_dir, "captures", sn))
+    assert run(s, a, "cat ~/snapfile") == "a"
+    r = s.request("POST", "/v1/sandboxes", {"template": sn})
+    assert r.status == 400 and r.json["error"]["code"] == "unknown_template", r
+    delete(s, a, b)
+    poll_captures_gone(s)
+
+
+def test_snapshot_survives_restart(fresh_spaced):
+    s = fresh_spaced()
+    src = running_sandbox(s)
+    run(s, src, "echo restart > ~/f")
+    sn = snapshot(s, src)
+    delete(s, src)
+    s.stop(cleanup=False)
+    s.start()
+    listed = [x["id"] for x in s.request("GET", "/v1/snapshots").json["snapshots"]]
+    assert listed == [sn]
+    time.sleep(6)  # a collection pass after the restart keeps it
+    x = from_snapshot(s, sn)
+    assert run(s, x, "cat ~/f") == "restart"
+    delete(s, x)
+
+
+def test_snapshot_refusals_and_quota(spaced):
+    s = spaced
+    sid = running_sandbox(s)
+    for name in ("", "-x", "a b", "x" * 64, 5, ["n"]):
+        r = s.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": name})
+        assert r.status == 400 and r.json["error"]["code"] == "invalid_request", (name, r)
+    r = s.request("POST", "/v1/sandboxes/sb0123456789abcdef/snapshots", {})
+    assert r.status == 404, r
+    other = s.request("POST", "/v1/keys", {"tenant": "snap-other"}).json["secret"]
+    r = s.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {}, key=other)
+    assert r.status == 404 and r.json["error"]["code"] == "not_found", r
+    sn = snapshot(s, sid, name="dup")
+    r = s.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": "dup"})
+    assert r.status == 409, r
+    # another tenant neither sees nor uses nor deletes it
+    assert s.request("GET", "/v1/snapshots/" + sn, key=other).status == 404
+    assert s.request("GET", "/v1/snapshots", key=other).json["snapshots"] == []
+    assert s.request("DELETE", "/v1/snapshots/" + sn, key=other).status == 404
+    r = s.request("POST", "/v1/sandboxes", {"template": sn}, key=other)
+    assert r.status == 400 and r.json["error"]["code"] == "unknown_template", r
+    # a create must match the snapshot's network device
+    r = s.request("POST", "/v1/sandboxes", {"template": sn, "network": {"mode": "open"}})
+    assert r.status == 400 and "network" in r.json["error"]["message"], r
+    # counted against the tenant's quota
+    r = s.request("PUT", "/v1/tenants/admin/quota", {"snapshots": 1})
+    assert r.status == 200, r
+    try:
+        assert s.request("GET", "/v1/quota").json["usage"]["snapshots"] == 1
+        r = s.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {})
+        assert r.status == 403 and r.json["error"]["code"] == "quota_exceeded", r
+    finally:
+        s.request("PUT", "/v1/tenants/admin/quota", {"snapshots": None})
+    assert s.request("DELETE", "/v1/snapshots/dup").status == 204
+    delete(s, sid)

@@ -322,6 +322,7 @@ void routes_sandboxes_register(struct router *r, struct spaced *sp)
     router_add(r, "DELETE", "/v1/sandboxes/{id}", h_delete, sp);
     router_add(r, "POST", "/v1/sandboxes/{id}/timeout", h_timeout, sp);
     routes_fork_register(r, sp);
+    routes_snapshots_register(r, sp);
     for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
         char path[64];
         verbs[i].sp = sp;

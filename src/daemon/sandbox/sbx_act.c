@@ -480,14 +480,7 @@ static void mark_net_claimed(struct sbx *s)
 }
 
 /* True unless the sandbox's network policy is "none" (no NIC, no namespace). */
-static bool wants_network(const struct sbx *s)
-{
-    json_t *p = s->rec.network_json ? json_loads(s->rec.network_json, 0, NULL) : NULL;
-    const char *mode = json_string_value(json_object_get(p, "mode"));
-    bool yes = mode && strcmp(mode, "none") != 0;
-    json_decref(p);
-    return yes;
-}
+static bool wants_network(const struct sbx *s) { return sbx_policy_nic(s->rec.network_json); }
 
 /* The net stage before a spawn: the NIC for the VM, a tap inside the sandbox's own
  * namespace with the gateway attached (net.h); none (tap_fd -1) for policy none.

@@ -38,20 +38,6 @@
 
 #define CAPTURE_ID_HEX 16
 
-struct sbx_fork {
-    struct spaced *sp;
-    char op_id[STORE_ID_MAX];
-    char tenant[STORE_ID_MAX];
-    char parent[STORE_ID_MAX];
-    char capture[STORE_ID_MAX];
-    unsigned n, done, failed;
-    char child[SBX_FORK_MAX][STORE_ID_MAX];
-    struct op_watch *watch[SBX_FORK_MAX];
-    struct op_watch *self; /* the fork op: a delete of the parent may cancel it pending */
-    char why[512];       /* the first fork's failure */
-    int64_t started_us;  /* the op's start (CLOCK_MONOTONIC) */
-    struct sbx_fork *next;
-};
 
 static int64_t mono_us(void)
 {
@@ -60,12 +46,12 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void capture_dir(const struct spaced *sp, const char *id, char *out, size_t cap)
+void sbx_capture_dir(const struct spaced *sp, const char *id, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/captures%s%s", sp->opt.data_dir, id ? "/" : "", id ? id : "");
 }
 
-static struct sbx_fork *fork_by_op(struct spaced *sp, const char *op_id)
+static struct sbx_fork *job_by_op(struct spaced *sp, const char *op_id)
 {
     for (struct sbx_fork *f = sp->sbx->forks; f; f = f->next)
         if (strcmp(f->op_id, op_id) == 0)
@@ -73,7 +59,7 @@ static struct sbx_fork *fork_by_op(struct spaced *sp, const char *op_id)
     return NULL;
 }
 
-static void fork_free(struct sbx_fork *f)
+void sbx_job_free(struct sbx_fork *f)
 {
     struct sbx_fork **pp = &f->sp->sbx->forks;
     while (*pp && *pp != f)
@@ -126,9 +112,9 @@ static int write_forks(struct spaced *sp, const struct store_op *op, void *arg,
 
 static void child_fail(struct sbx_fork *f, unsigned i, const char *why);
 
-/* The fork op ended without fork_end (canceled while pending, by a delete of the
- * parent): its forks will never be created. */
-static void on_fork_op(const struct store_op *op, void *arg)
+/* The job's op ended without the job (canceled while pending, by a delete of the
+ * parent): its forks will never be created, its snapshot never taken. */
+static void on_job_op(const struct store_op *op, void *arg)
 {
     struct sbx_fork *f = arg;
     if (!op_state_terminal((enum op_state)op_state_parse(op->state)))
@@ -138,7 +124,35 @@ static void on_fork_op(const struct store_op *op, void *arg)
     for (unsigned i = 0; i < f->n; i++)
         if (!f->watch[i])
             child_fail(f, i, why);
-    fork_free(f);
+    if (f->snapshot[0])
+        sbx_snap_abandon(f->sp, f->snapshot);
+    sbx_job_free(f);
+}
+
+void sbx_job_add(struct spaced *sp, struct sbx_fork *f)
+{
+    f->sp = sp;
+    f->next = sp->sbx->forks;
+    sp->sbx->forks = f;
+    f->self = op_watch(sp, f->op_id, on_job_op, f);
+}
+
+int sbx_capture_check(struct sbx *p, struct spaced_err *err)
+{
+    if (p->state != SBX_RUNNING || p->desired != SBX_RUNNING)
+        return spaced_err_set(err, 409, "invalid_state", "sandbox %s is %s: only a running "
+                              "sandbox can be forked or snapshotted", p->rec.id,
+                              sbx_state_name(p->state));
+    struct sbx_chain chain;
+    if (sbx_chain_load(p, &chain) < 0)
+        return spaced_err_set(err, 409, "invalid_state", "sandbox %s has no disk chain yet",
+                              p->rec.id);
+    if (chain.n + 1 > VM_DISK_BACKING_MAX)
+        return spaced_err_set(err, 409, "chain_too_deep", "sandbox %s stands on %u disk layers: "
+                              "a fork or snapshot of it would need %u, at most %d are allowed "
+                              "(fork or snapshot its ancestor instead)", p->rec.id, chain.n,
+                              chain.n + 1, VM_DISK_BACKING_MAX);
+    return 0;
 }
 
 int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id,
@@ -152,18 +166,8 @@ int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id
     struct sbx *p = sbx_find(sp, tenant, parent_id);
     if (!p)
         return spaced_err_set(err, 404, "not_found", "sandbox %.64s not found", parent_id);
-    if (p->state != SBX_RUNNING || p->desired != SBX_RUNNING)
-        return spaced_err_set(err, 409, "invalid_state", "sandbox %s is %s: only a running "
-                              "sandbox can be forked", parent_id, sbx_state_name(p->state));
-    struct sbx_chain chain;
-    if (sbx_chain_load(p, &chain) < 0)
-        return spaced_err_set(err, 409, "invalid_state", "sandbox %s has no disk chain yet",
-                              parent_id);
-    if (chain.n + 1 > VM_DISK_BACKING_MAX)
-        return spaced_err_set(err, 409, "chain_too_deep", "sandbox %s is a fork %u levels deep: "
-                              "a fork of it would need %u disk layers, at most %d are allowed "
-                              "(fork its ancestor instead)", parent_id, chain.n - 1, chain.n + 1,
-                              VM_DISK_BACKING_MAX);
+    if (sbx_capture_check(p, err) < 0)
+        return -1;
     struct sbx_fork *f = calloc(1, sizeof *f);
     struct store_sbx *recs = calloc(count, sizeof *recs);
     if (!f || !recs || spaced_random_id(f->capture, "cp", CAPTURE_ID_HEX) < 0) {
@@ -193,7 +197,6 @@ int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id
         free(recs);
         return -1;
     }
-    f->sp = sp;
     f->n = count;
     snprintf(f->op_id, sizeof f->op_id, "%s", out->id);
     snprintf(f->tenant, sizeof f->tenant, "%s", tenant);
@@ -208,9 +211,7 @@ int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id
                  "fork_of=%s capture=%s", recs[i].id, tenant, parent_id, f->capture);
     }
     free(recs);
-    f->next = sp->sbx->forks;
-    sp->sbx->forks = f;
-    f->self = op_watch(sp, out->id, on_fork_op, f);
+    sbx_job_add(sp, f);
     return 0;
 }
 
@@ -235,7 +236,7 @@ static void fork_end(struct sbx_fork *f)
 {
     struct spaced *sp = f->sp;
     char dir[SBX_PATH_MAX], p[SBX_PATH_MAX + 32];
-    capture_dir(sp, f->capture, dir, sizeof dir);
+    sbx_capture_dir(sp, f->capture, dir, sizeof dir);
     /* Every fork restored (or never will): the memory image is not needed any more. */
     snprintf(p, sizeof p, "%s/state", dir);
     unlink(p);
@@ -247,16 +248,20 @@ static void fork_end(struct sbx_fork *f)
     snprintf(op, sizeof op, "%s", f->op_id);
     snprintf(msg, sizeof msg, "%u of %u forks failed (first: %s)", f->failed, f->n, f->why);
     bool ok = f->failed == 0;
-    fork_free(f);
+    sbx_job_free(f);
     op_finish(sp, op, ok, ok ? NULL : "fork_failed", ok ? NULL : msg);
 }
 
 static void fork_fail_all(struct sbx_fork *f, const char *why)
 {
+    if (f->snapshot[0]) {
+        sbx_snap_captured(f, VM_E_STATE, why);
+        return;
+    }
     for (unsigned i = 0; i < f->n; i++)
         child_fail(f, i, why);
     char dir[SBX_PATH_MAX];
-    capture_dir(f->sp, f->capture, dir, sizeof dir);
+    sbx_capture_dir(f->sp, f->capture, dir, sizeof dir);
     spaced_rm_rf(dir);
     fork_end(f);
 }
@@ -287,6 +292,10 @@ static void on_captured(struct vm *vm, int err, const char *msg, void *arg)
 {
     struct sbx_fork *f = arg;
     (void)vm;
+    if (f->snapshot[0]) {
+        sbx_snap_captured(f, err, msg);
+        return;
+    }
     if (err != VM_OK) {
         char why[600];
         snprintf(why, sizeof why, "the capture of %s failed: %s", f->parent,
@@ -325,9 +334,9 @@ static void on_captured(struct vm *vm, int err, const char *msg, void *arg)
 static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
 {
     (void)arg;
-    struct sbx_fork *f = fork_by_op(sp, op->id);
+    struct sbx_fork *f = job_by_op(sp, op->id);
     if (!f) {
-        op_finish(sp, op->id, false, "interrupted", "the fork was interrupted by a restart");
+        op_finish(sp, op->id, false, "interrupted", "interrupted by a restart of spaced");
         return;
     }
     f->started_us = mono_us();
@@ -341,7 +350,7 @@ static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
     }
     struct sbx_chain chain, fc;
     char dir[SBX_PATH_MAX - 32], p_chain[SBX_PATH_MAX];
-    capture_dir(sp, f->capture, dir, sizeof dir);
+    sbx_capture_dir(sp, f->capture, dir, sizeof dir);
     snprintf(p_chain, sizeof p_chain, "%s/chain.json", dir);
     memset(&fc, 0, sizeof fc);
     snprintf(fc.path[0], sizeof fc.path[0], "%s/disk.qcow2", dir);
@@ -392,12 +401,22 @@ static bool fork_resumable(struct spaced *sp, const struct store_op *op, void *a
     return false;
 }
 
+static bool snap_resumable(struct spaced *sp, const struct store_op *op, void *arg)
+{
+    (void)arg;
+    sbx_snap_interrupted(sp, op);
+    return false;
+}
+
 static const struct op_executor fork_executor = {
     .run = fork_run, .busy = fork_busy, .resumable = fork_resumable};
+static const struct op_executor snap_executor = {
+    .run = fork_run, .busy = fork_busy, .resumable = snap_resumable};
 
 void sbx_fork_register(struct spaced *sp)
 {
     op_register(sp->ops, OP_FORK, &fork_executor, NULL);
+    op_register(sp->ops, OP_SNAPSHOT, &snap_executor, NULL);
 }
 
 /* ---- the create of a fork ----------------------------------------------------------- */
@@ -406,7 +425,7 @@ int sbx_fork_source(struct sbx *s, char *snap, size_t cap, struct sbx_chain *cha
                     struct spaced_err *err)
 {
     char dir[SBX_PATH_MAX], p[SBX_PATH_MAX + 32];
-    capture_dir(s->sp, s->rec.source, dir, sizeof dir);
+    sbx_capture_dir(s->sp, s->rec.source, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/snapshot.json", dir);
     if (access(p, F_OK) != 0 || snprintf(p, sizeof p, "%s/chain.json", dir) < 0 ||
         sbx_chain_read(p, chain) < 0)
@@ -425,8 +444,10 @@ static bool capture_used(struct spaced *sp, const char *id)
     for (struct sbx_fork *f = sp->sbx->forks; f; f = f->next)
         if (strcmp(f->capture, id) == 0)
             return true;
+    if (sbx_snap_kept(sp, id))
+        return true;
     char dir[SBX_PATH_MAX];
-    capture_dir(sp, id, dir, sizeof dir);
+    sbx_capture_dir(sp, id, dir, sizeof dir);
     size_t dl = strlen(dir);
     for (struct sbx *s = sp->sbx->head; s; s = s->next) {
         if (s->state == SBX_DELETED)
@@ -445,7 +466,7 @@ static bool capture_used(struct spaced *sp, const char *id)
 void sbx_fork_gc(struct spaced *sp)
 {
     char root[SBX_PATH_MAX];
-    capture_dir(sp, NULL, root, sizeof root);
+    sbx_capture_dir(sp, NULL, root, sizeof root);
     DIR *d = opendir(root);
     if (!d)
         return;
@@ -454,7 +475,7 @@ void sbx_fork_gc(struct spaced *sp)
         if (e->d_name[0] == '.' || strlen(e->d_name) >= STORE_ID_MAX || capture_used(sp, e->d_name))
             continue;
         char dir[SBX_PATH_MAX];
-        capture_dir(sp, e->d_name, dir, sizeof dir);
+        sbx_capture_dir(sp, e->d_name, dir, sizeof dir);
         log_info("sandbox.fork", "event=capture_removed capture=%s", e->d_name);
         spaced_rm_rf(dir);
     }
