@@ -28,6 +28,13 @@ static const char usage[] =
     "  network ID none|open        change it on the live sandbox\n"
     "  network ID allow ENTRY...   allow only these names, *.wildcards, CIDRs\n"
     "  network ID log [--since N]  the gateway's decisions (JSON lines)\n"
+    "  fork ID [-n N]              fork a running sandbox into N (default 1); prints\n"
+    "                              the forks' ids once they run\n"
+    "  snapshot create ID [--name NAME]\n"
+    "                              snapshot a running sandbox (memory + disk); prints\n"
+    "                              its id: `create --template ID|NAME` restores it\n"
+    "  snapshot ls                 list snapshots\n"
+    "  snapshot rm ID|NAME...      delete snapshots\n"
     "  template ls                 list templates\n"
     "  template build NAME [--from BASE] --run CMD [--run CMD...]\n"
     "                              build a template\n"
@@ -72,6 +79,10 @@ int main(int argc, char **argv)
         return cli_cmd_template(&x, n, rest);
     if (strcmp(cmd, "network") == 0)
         return cli_cmd_network(&x, n, rest);
+    if (strcmp(cmd, "fork") == 0)
+        return cli_cmd_fork(&x, n, rest);
+    if (strcmp(cmd, "snapshot") == 0)
+        return cli_cmd_snapshot(&x, n, rest);
     fprintf(stderr, "space: unknown command %s\n\n%s", cmd, usage);
     return 2;
 }
