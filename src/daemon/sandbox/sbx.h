@@ -160,7 +160,9 @@ bool sbx_known(const char *id, void *sp);
 
 /* The sandboxes' use of templates (sbx_chain.c), the tpl_users_fn main.c registers with
  * tpl_set_users: use() once per sandbox that is not deleted, with its template and the
- * layers of its disk chain. The template module never reads sandbox files. */
+ * layers of its disk chain, and once per fork or snapshot capture (sbx_fork.c), whose
+ * chain stands on its sandbox's template layers. The template module never reads
+ * sandbox files. */
 void sbx_template_users(struct spaced *sp, tpl_use_fn use, void *arg);
 
 /* Calls fn for every sandbox in the table (any tenant). fn must not delete sandboxes. */

@@ -67,4 +67,5 @@ void sbx_template_users(struct spaced *sp, tpl_use_fn use, void *arg)
             layers[i] = c.path[i];
         use(s->rec.template_name, layers, c.n, arg);
     }
+    sbx_capture_users(sp, use, arg); /* snapshots and forks' captures stand on layers too */
 }

@@ -331,6 +331,19 @@ static void on_captured(struct vm *vm, int err, const char *msg, void *arg)
         fork_end(f);
 }
 
+/* captures/<id>/template: the template whose layers the capture's chain stands on, for
+ * sbx_capture_users. 0 or -1. */
+static int write_template(const char *dir, const char *name)
+{
+    char p[SBX_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/template", dir);
+    FILE *fp = fopen(p, "we");
+    if (!fp)
+        return -1;
+    int ok = fputs(name, fp) >= 0;
+    return fclose(fp) == 0 && ok ? 0 : -1;
+}
+
 static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
 {
     (void)arg;
@@ -365,7 +378,8 @@ static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
         memcpy(fc.format[fc.n], chain.format[i], sizeof fc.format[0]);
     }
     spaced_rm_rf(dir);
-    if (spaced_mkdir_p(dir) < 0 || sbx_chain_write(p_chain, &fc) < 0) {
+    if (spaced_mkdir_p(dir) < 0 || sbx_chain_write(p_chain, &fc) < 0 ||
+        write_template(dir, p->rec.template_name) < 0) {
         fork_fail_all(f, "cannot write the capture directory");
         return;
     }
@@ -461,6 +475,38 @@ static bool capture_used(struct spaced *sp, const char *id)
                 return true;
     }
     return false;
+}
+
+void sbx_capture_users(struct spaced *sp, tpl_use_fn use, void *arg)
+{
+    char root[SBX_PATH_MAX];
+    sbx_capture_dir(sp, NULL, root, sizeof root);
+    DIR *d = opendir(root);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= STORE_ID_MAX)
+            continue;
+        char dir[SBX_PATH_MAX - 32], p[SBX_PATH_MAX], tpl[STORE_ID_MAX] = "";
+        struct sbx_chain c;
+        const char *layers[VM_DISK_BACKING_MAX];
+        sbx_capture_dir(sp, e->d_name, dir, sizeof dir);
+        snprintf(p, sizeof p, "%s/template", dir);
+        FILE *fp = fopen(p, "re");
+        if (fp) {
+            if (!fgets(tpl, sizeof tpl, fp))
+                tpl[0] = '\0';
+            fclose(fp);
+        }
+        snprintf(p, sizeof p, "%s/chain.json", dir);
+        if (!tpl[0] || sbx_chain_read(p, &c) < 0)
+            continue; /* a capture being written: its parent's chain is reported anyway */
+        for (unsigned i = 0; i < c.n; i++)
+            layers[i] = c.path[i];
+        use(tpl, layers, c.n, arg);
+    }
+    closedir(d);
 }
 
 void sbx_fork_gc(struct spaced *sp)

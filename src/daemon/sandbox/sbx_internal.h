@@ -175,6 +175,10 @@ int sbx_fork_source(struct sbx *s, char *snap, size_t cap, struct sbx_chain *cha
 void sbx_fork_register(struct spaced *sp);
 /* From the tick, every SBX_RECONCILE_PERIOD_MS: removes the captures nothing uses. */
 void sbx_fork_gc(struct spaced *sp);
+/* For sbx_template_users: use() once per capture (snapshot, or a fork's) with the
+ * template and layers its chain stands on (captures/<id>/template, chain.json), so the
+ * template module keeps them while a snapshot may still be restored. */
+void sbx_capture_users(struct spaced *sp, tpl_use_fn use, void *arg);
 /* Shutdown: frees the forks in progress (their ops resume as "interrupted"). */
 void sbx_fork_forget(struct sbx_table *t);
 
