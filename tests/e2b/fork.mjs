@@ -18,7 +18,7 @@ await main(async () => {
       killLater(f)
       assert.notEqual(f.sandboxId, a.sandboxId)
       assert.equal((await f.commands.run('cat ~/f')).stdout, 'from-parent\n')
-      assert.equal((await f.commands.run('pgrep -x sleep >/dev/null && echo yes')).stdout, 'yes\n')
+      assert.equal((await f.commands.run('grep -l "^sleep$" /proc/[0-9]*/comm >/dev/null 2>&1 && echo yes')).stdout, 'yes\n')
       assert.equal((await f.commands.run('hostname')).stdout.trim(), f.sandboxId)
       const info = await f.getInfo()
       assert.equal(info.state, 'running')
@@ -49,7 +49,7 @@ await main(async () => {
     await a.kill()
     const b = killLater(await Sandbox.create(snap.snapshotId, { timeoutMs: 300_000 }))
     assert.equal((await b.commands.run('cat ~/f')).stdout, 'from-parent\n')
-    assert.equal((await b.commands.run('pgrep -x sleep >/dev/null && echo yes')).stdout, 'yes\n')
+    assert.equal((await b.commands.run('grep -l "^sleep$" /proc/[0-9]*/comm >/dev/null 2>&1 && echo yes')).stdout, 'yes\n')
   })
   await step('deleteSnapshot', async () => {
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
