@@ -250,3 +250,27 @@ def test_snapshot_refusals_and_quota(spaced):
         s.request("PUT", "/v1/tenants/admin/quota", {"snapshots": None})
     assert s.request("DELETE", "/v1/snapshots/dup").status == 204
     delete(s, sid)
+
+
+def test_fork_with_a_network_device(spaced):
+    s = spaced
+    policy = {"mode": "allowlist", "allow": ["example.com"]}
+    out = s.create({"template": "base", "network": policy})
+    op = s.wait_op(out["operation"]["id"])
+    assert op["state"] == "succeeded", (op, s.log())
+    parent = out["sandbox"]["id"]
+    nic = "cat /sys/class/net/*/operstate | sort | tr '\\n' ' '"
+    want = run(s, parent, nic)
+    assert "up" in want, want
+    (f,) = fork(s, parent)
+    sb = s.request("GET", "/v1/sandboxes/" + f).json["sandbox"]
+    assert sb["network"] == policy and sb["state"] == "running", sb
+    assert run(s, f, nic) == want  # its own namespace and tap, the same guest NIC
+    sn = snapshot(s, parent)
+    r = s.request("POST", "/v1/sandboxes", {"template": sn})  # default policy: none
+    assert r.status == 400 and "network" in r.json["error"]["message"], r
+    x = s.create({"template": sn, "network": {"mode": "open"}})
+    assert s.wait_op(x["operation"]["id"])["state"] == "succeeded"
+    assert run(s, x["sandbox"]["id"], nic) == want
+    assert s.request("DELETE", "/v1/snapshots/" + sn).status == 204
+    delete(s, parent, f, x["sandbox"]["id"])
