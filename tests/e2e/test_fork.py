@@ -219,7 +219,7 @@ def test_snapshot_survives_restart(fresh_spaced):
 def test_snapshot_refusals_and_quota(spaced):
     s = spaced
     sid = running_sandbox(s)
-    for name in ("", "-x", "a b", "x" * 64, 5, ["n"]):
+    for name in ("", "-x", "a b", "x" * 64, 5, ["n"], "sn0123456789abcdef"):
         r = s.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": name})
         assert r.status == 400 and r.json["error"]["code"] == "invalid_request", (name, r)
     r = s.request("POST", "/v1/sandboxes/sb0123456789abcdef/snapshots", {})

@@ -14,11 +14,14 @@
 
 #define SNAP_NAME_MAX 63
 
-/* 1..SNAP_NAME_MAX of [A-Za-z0-9._-], not starting with a dot or dash. */
+/* 1..SNAP_NAME_MAX of [A-Za-z0-9._-], not starting with a dot or dash, and not shaped
+ * like a snapshot id ("sn" + 16 hex): a name never reads as another snapshot's id. */
 static bool name_valid(const char *n)
 {
     size_t len = strlen(n);
     if (len < 1 || len > SNAP_NAME_MAX || n[0] == '.' || n[0] == '-')
+        return false;
+    if (len == 18 && strncmp(n, "sn", 2) == 0 && strspn(n + 2, "0123456789abcdef") == 16)
         return false;
     return strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == len;
 }
@@ -47,7 +50,8 @@ static void create_body(struct http_req *req, const char *data, size_t len, void
     json_decref(o);
     if (bad) {
         routes_reply_error(sp, req, 400, "invalid_request", "name must be 1..%d characters of "
-                           "A-Z a-z 0-9 . _ - not starting with . or -", SNAP_NAME_MAX);
+                           "A-Z a-z 0-9 . _ - not starting with . or -, and not shaped like a "
+                           "snapshot id", SNAP_NAME_MAX);
         return;
     }
     struct store_op op;
