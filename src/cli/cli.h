@@ -165,6 +165,8 @@ int cli_cmd_exec(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_cp(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_template(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_network(struct cli_ctx *x, int argc, char **argv);
+int cli_cmd_fork(struct cli_ctx *x, int argc, char **argv);     /* cli_fork.c */
+int cli_cmd_snapshot(struct cli_ctx *x, int argc, char **argv); /* create|ls|rm */
 int cli_cmd_shell(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_attach(struct cli_ctx *x, int argc, char **argv);
 int cli_cmd_logs(struct cli_ctx *x, int argc, char **argv);

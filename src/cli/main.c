@@ -35,6 +35,13 @@ static const char usage[] =
     "  volume ls                   list your volumes\n"
     "  volume put LOCAL NAME:PATH  upload into a volume ('-' = stdin)\n"
     "  volume get NAME:PATH LOCAL  download from a volume ('-' = stdout)\n"
+    "  fork ID [-n N]              fork a running sandbox into N (default 1); prints\n"
+    "                              the forks' ids once they run\n"
+    "  snapshot create ID [--name NAME]\n"
+    "                              snapshot a running sandbox (memory + disk); prints\n"
+    "                              its id: `create --template ID|NAME` restores it\n"
+    "  snapshot ls                 list snapshots\n"
+    "  snapshot rm ID|NAME...      delete snapshots\n"
     "  template ls                 list templates\n"
     "  template build NAME [--from BASE] --run CMD [--run CMD...]\n"
     "                              build a template\n"
@@ -122,6 +129,10 @@ int main(int argc, char **argv)
         return cli_cmd_network(&x, n, rest);
     if (strcmp(cmd, "volume") == 0)
         return cli_cmd_volume(&x, n, rest);
+    if (strcmp(cmd, "fork") == 0)
+        return cli_cmd_fork(&x, n, rest);
+    if (strcmp(cmd, "snapshot") == 0)
+        return cli_cmd_snapshot(&x, n, rest);
     fprintf(stderr, "space: unknown command %s\n\n%s", cmd, usage);
     return 2;
 }

@@ -182,6 +182,11 @@ def test_network_options(lab_spaced):
     run_script(lab_spaced, "network.mjs", CURRENT)
 
 
+def test_fork_and_snapshots(vm_spaced):
+    """Sandbox.fork and the snapshot calls arrived in the current SDK only."""
+    run_script(vm_spaced, "fork.mjs", CURRENT)
+
+
 def test_legacy_control_plane(vm_spaced):
     run_script(vm_spaced, "legacy_control.mjs", OLDEST)
 

@@ -177,3 +177,26 @@ def test_progress_on_a_terminal(cli, tmp_path):
     assert p.returncode == 0 and re.search(rb"^delete %s: succeeded 100%% \(\d+\.\ds\)\n\Z" % sid.encode(),
                                            p.stderr, re.M), p
     assert b"\r" not in p.stderr and b"\033" not in p.stderr, p
+
+
+def test_fork_and_snapshots(cli):
+    sid = create(cli)
+    ok(cli("exec", sid, "--", "sh", "-c", "echo carried > ~/f"))
+    forks = ok(cli("fork", sid, "-n", "2")).decode().split()
+    assert len(forks) == 2 and all(ID_RE.match((f + "\n").encode()) for f in forks), forks
+    for f in forks:
+        assert ok(cli("exec", f, "--", "sh", "-c", "cat ~/f")) == b"carried\n"
+    bad = cli("fork", sid, "-n", "0")
+    assert bad.returncode == 2 and b"-n" in bad.stderr, bad
+    snap = ok(cli("snapshot", "create", sid, "--name", "cli-snap")).decode().strip()
+    assert snap.startswith("sn"), snap
+    rows = ok(cli("snapshot", "ls")).decode().splitlines()
+    assert rows[0].split()[:3] == ["ID", "NAME", "STATE"]
+    assert any(r.split()[:3] == [snap, "cli-snap", "ready"] for r in rows[1:]), rows
+    ok(cli("rm", sid))
+    restored = ok(cli("create", "--template", "cli-snap", "--timeout", "0")).decode().strip()
+    assert ok(cli("exec", restored, "--", "sh", "-c", "cat ~/f")) == b"carried\n"
+    assert ok(cli("snapshot", "rm", "cli-snap")) == b"snapshot cli-snap deleted\n"
+    missing = cli("snapshot", "rm", "cli-snap")
+    assert missing.returncode == 1 and b"not found" in missing.stderr, missing
+    ok(cli("rm", restored, *forks))

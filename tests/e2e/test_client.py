@@ -149,6 +149,32 @@ def test_lifecycle_verbs(client):
     assert e.value.status == 404
 
 
+def test_fork_and_snapshot(client):
+    s = client.create(template="base", timeout=0)
+    made = []
+    try:
+        s.run("echo from-parent > ~/f")
+        made = s.fork(2)
+        assert [f.state for f in made] == ["running", "running"]
+        for f in made:
+            assert f.run("cat ~/f").stdout == "from-parent\n"
+        snap = s.create_snapshot(name="client-snap")
+        assert snap["state"] == "ready" and snap["name"] == "client-snap"
+        assert snap["id"] in [x["id"] for x in client.snapshots()]
+        made.append(client.create(template="client-snap", timeout=0))
+        assert made[-1].run("cat ~/f").stdout == "from-parent\n"
+        client.delete_snapshot(snap["id"])
+        with pytest.raises(space.SpaceError) as e:
+            client.snapshot(snap["id"])
+        assert e.value.status == 404
+        with pytest.raises(space.SpaceError) as e:
+            s.fork(0)
+        assert e.value.status == 400 and "count" in str(e.value)
+    finally:
+        for x in [s] + made:
+            x.delete()
+
+
 def test_first_sandbox_example(spaced):
     """examples/first_sandbox.py as a newcomer runs it (python template)."""
     if not os.path.exists(os.path.join(GUEST, "templates", "python", "rootfs.ext4")):

@@ -561,6 +561,62 @@ static void check_quotas(void **state)
     store_close(st);
 }
 
+/* Snapshots: round trip, lookup by id or name within the tenant only, listing per
+ * tenant, deletion, the quota usage, and a sandbox's source. */
+static void check_snapshots(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_snap a = {.id = "sn01", .tenant = "A", .name = "first", .source = "sb1",
+                           .template_name = "base", .vcpus = 2, .memory_mib = 512, .nic = true,
+                           .state = "creating", .created_ms = 5};
+    assert_int_equal(store_snap_put(st, &a), 0);
+    snprintf(a.state, sizeof a.state, "ready");
+    a.size_bytes = 123456789012LL;
+    assert_int_equal(store_snap_put(st, &a), 0); /* the upsert updates state and size */
+    struct store_snap b = {.id = "sn02", .tenant = "A", .source = "sb2", .template_name = "base",
+                           .state = "ready"};
+    assert_int_equal(store_snap_put(st, &b), 0);
+    struct store_snap c = {.id = "sn03", .tenant = "B", .name = "first", .state = "ready"};
+    assert_int_equal(store_snap_put(st, &c), 0);
+
+    struct store_snap g;
+    assert_int_equal(store_snap_get(st, "sn01", &g), 0);
+    assert_string_equal(g.name, "first");
+    assert_string_equal(g.template_name, "base");
+    assert_int_equal(g.vcpus, 2);
+    assert_int_equal(g.memory_mib, 512);
+    assert_true(g.nic);
+    assert_string_equal(g.state, "ready");
+    assert_int_equal(g.size_bytes, 123456789012LL);
+    assert_int_equal(g.created_ms, 5);
+    assert_int_equal(store_snap_find(st, "A", "first", &g), 0);
+    assert_string_equal(g.id, "sn01");
+    assert_int_equal(store_snap_find(st, "B", "first", &g), 0);
+    assert_string_equal(g.id, "sn03");
+    assert_int_equal(store_snap_find(st, "A", "sn02", &g), 0);
+    assert_int_equal(store_snap_find(st, "B", "sn02", &g), STORE_NOTFOUND); /* tenancy */
+    assert_int_equal(store_snap_find(st, "A", "", &g), STORE_NOTFOUND); /* "" is no name */
+
+    struct store_quota_vals u;
+    assert_int_equal(store_quota_usage(st, "A", &u), 0);
+    assert_int_equal(u.snapshots, 2);
+    assert_int_equal(store_snap_delete(st, "sn02"), 0);
+    assert_int_equal(store_snap_delete(st, "sn02"), STORE_NOTFOUND);
+    assert_int_equal(store_quota_usage(st, "A", &u), 0);
+    assert_int_equal(u.snapshots, 1);
+
+    struct store_sbx s;
+    fill_sbx(&s, "sbS", "A", "base", "creating", NULL);
+    snprintf(s.source, sizeof s.source, "sn01");
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    struct store_sbx gs;
+    assert_int_equal(store_sbx_get(st, "sbS", &gs), 0);
+    assert_string_equal(gs.source, "sn01");
+    store_sbx_clear(&gs);
+    store_close(st);
+}
+
 static void check_crash_mid_transaction(void **state)
 {
     (void)state;

@@ -104,8 +104,20 @@ static void test_spec_defaults_and_canonical(void **state)
     struct spaced_err err;
     assert_int_equal(sbx_spec_parse("", 0, &s, &err), 0);
     assert_string_equal(s.template_name, "base");
-    assert_int_equal(s.vcpus, SBX_VCPUS_DEFAULT);
-    assert_int_equal(s.memory_mib, SBX_MEM_DEFAULT_MIB);
+    assert_int_equal(s.vcpus, 0); /* not given: the template's (sbx_spec_shape) */
+    assert_int_equal(s.memory_mib, 0);
+    unsigned v, m;
+    sbx_spec_shape(&s, NULL, &v, &m); /* no template known: the defaults */
+    assert_int_equal(v, SBX_VCPUS_DEFAULT);
+    assert_int_equal(m, SBX_MEM_DEFAULT_MIB);
+    struct tpl_info t = {.vcpus = 2, .memory_mib = 512};
+    sbx_spec_shape(&s, &t, &v, &m); /* the template's */
+    assert_int_equal(v, 2);
+    assert_int_equal(m, 512);
+    t = (struct tpl_info){.vcpus = 999, .memory_mib = 1}; /* kept within a client's bounds */
+    sbx_spec_shape(&s, &t, &v, &m);
+    assert_int_equal(v, SBX_VCPUS_MAX);
+    assert_int_equal(m, SBX_MEM_MIN_MIB);
     assert_int_equal(s.timeout_s, SBX_TIMEOUT_DEFAULT_S);
     assert_string_equal(s.on_timeout, "suspend");
     assert_string_equal(s.env_json, "{}");
@@ -116,6 +128,10 @@ static void test_spec_defaults_and_canonical(void **state)
                            "\"network\":{\"allow\":[\"*.pypi.org\",\"10.0.0.0/8\"],\"mode\":\"allowlist\"}}",
                            &s, &err), 0);
     assert_string_equal(s.env_json, "{\"A\":\"1\",\"B\":\"2\"}");
+    t = (struct tpl_info){.vcpus = 2, .memory_mib = 512};
+    sbx_spec_shape(&s, &t, &v, &m); /* the body's size wins over the template's */
+    assert_int_equal(v, 4);
+    assert_int_equal(m, 1024);
     assert_string_equal(s.network_json, "{\"allow\":[\"*.pypi.org\",\"10.0.0.0/8\"],\"mode\":\"allowlist\"}");
     assert_int_equal(s.timeout_s, 0);
     sbx_spec_clear(&s);

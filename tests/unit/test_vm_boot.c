@@ -230,6 +230,63 @@ static void test_template_snapshot_restore(void **state)
     kill_and_wait(vm, &o);
 }
 
+/* Fork capture (vm_fork_capture): the parent keeps running (same process, QMP answers,
+ * pause/resume work), the capture's state and disk copy are sealed root 0444, and a
+ * fork restores from it on the copy over the parent's chain, while the parent runs on. */
+static void test_fork_capture(void **state)
+{
+    NEED_GUEST();
+    make_template();
+    struct vmh_box p, f;
+    struct vmh_obs o, fo;
+    box_init(&p, "fparent", tmpl_overlay);
+    struct vm *vm = restore(&p, &o, tmpl_snap, 0);
+    wait_ready_hello(&o);
+    pid_t pid = vm_pid(vm);
+    char cdir[200], disk[240], st[240];
+    snprintf(cdir, sizeof(cdir), "%s/fparent-capture", vmh_work);
+    struct vmh_done d = { 0 };
+    double t0 = vmh_now_ms();
+    assert_int_equal(vm_fork_capture(vm, cdir, vmh_done_cb, &d), VM_OK);
+    vmh_run_until(vmh_base, &d.done, 60000);
+    if (d.err)
+        fail_msg("fork capture: %s", d.msg);
+    fprintf(stderr, "fork capture (guest paused): %.0f ms\n", vmh_now_ms() - t0);
+    assert_int_equal(o.exited, 0);
+    assert_int_equal(vm_state(vm), VM_STATE_RUNNING);
+    assert_int_equal(vm_pid(vm), pid);
+    snprintf(disk, sizeof(disk), "%s/disk.qcow2", cdir);
+    snprintf(st, sizeof(st), "%s/state", cdir);
+    struct stat sb;
+    assert_int_equal(stat(disk, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0444);
+    assert_int_equal(sb.st_uid, 0);
+    assert_int_equal(stat(st, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0444);
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(vm_pause(vm, vmh_done_cb, &d), VM_OK); /* the monitor still obeys */
+    vmh_run_until(vmh_base, &d.done, 30000);
+    assert_int_equal(d.err, VM_OK);
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(vm_resume(vm, vmh_done_cb, &d), VM_OK);
+    vmh_run_until(vmh_base, &d.done, 30000);
+    assert_int_equal(d.err, VM_OK);
+
+    /* the fork: its own overlay over [capture copy, template overlay, rootfs] */
+    box_init(&f, "fchild", disk);
+    f.cfg.backing[1] = (struct vm_disk_layer){ tmpl_overlay, "qcow2" };
+    f.cfg.backing[2] = (struct vm_disk_layer){ vmh_guest.rootfs, "raw" };
+    f.cfg.n_backing = 3;
+    t0 = vmh_now_ms();
+    struct vm *fv = restore(&f, &fo, cdir, 0);
+    wait_ready_hello(&fo);
+    fprintf(stderr, "fork restore to agent HELLO: %.0f ms\n", fo.hello.at_ms - t0);
+    assert_int_equal(vm_state(fv), VM_STATE_RUNNING);
+    assert_int_equal(o.exited, 0);
+    kill_and_wait(fv, &fo);
+    kill_and_wait(vm, &o);
+}
+
 /* A signal from outside: SIGKILL is a death (noticed through the pidfd, reported as
  * crashed), SIGSTOP a hang (QMP stops answering; killed and reported as hung within
  * about VM_HANG_MS). Either way with the console tail. The delay is printed, not
@@ -688,6 +745,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_boot_pause_kill),
         cmocka_unit_test(test_template_snapshot_restore),
+        cmocka_unit_test(test_fork_capture),
         cmocka_unit_test(test_crash_detected),
         cmocka_unit_test(test_hang_detected),
         cmocka_unit_test(test_adopt),

@@ -245,6 +245,22 @@ class Client:
                 return out
 
 
+    # ---- snapshots ----------------------------------------------------------------------
+
+    def snapshots(self):
+        """This tenant's snapshots (dicts: id, name, state, source_sandbox, template,
+        vcpus, memory_mib, size_bytes, created_at). Create a sandbox from one by passing
+        its id or name as the template."""
+        return self.request("GET", "/v1/snapshots")["snapshots"]
+
+    def snapshot(self, id_or_name):
+        return self.request("GET", "/v1/snapshots/" + id_or_name)["snapshot"]
+
+    def delete_snapshot(self, id_or_name):
+        """Deletes a snapshot; sandboxes made from it keep running on its files."""
+        self.request("DELETE", "/v1/snapshots/" + id_or_name)
+
+
 class Sandbox:
     """One sandbox: lifecycle verbs, commands and files."""
 
@@ -286,6 +302,26 @@ class Sandbox:
     def start(self, wait=True): return self._verb("start", wait)
     def wake(self, wait=True): return self._verb("wake", wait)
     def delete(self, wait=True): return self._verb("delete", wait)
+
+    def fork(self, count=1, wait=True):
+        """Forks this running sandbox into `count` new ones holding its memory, processes
+        and disk at one instant (it is paused only for the capture). Returns the forks
+        (running once the operation succeeded, when wait)."""
+        r = self.client.request("POST", "/v1/sandboxes/%s/fork" % self.id, {"count": count})
+        if wait:
+            self.client.wait_operation(r["operation"])
+        return [self.client.get(i) if wait else Sandbox(self.client, {"id": i, "state": "creating"})
+                for i in r["sandboxes"]]
+
+    def create_snapshot(self, name=None, wait=True):
+        """Snapshots this running sandbox (memory + disk); returns the snapshot's dict.
+        It outlives the sandbox: Client.create(template=<its id or name>) restores it."""
+        r = self.client.request("POST", "/v1/sandboxes/%s/snapshots" % self.id,
+                                {"name": name} if name else {})
+        if not wait:
+            return r["snapshot"]
+        self.client.wait_operation(r["operation"])
+        return self.client.snapshot(r["snapshot"]["id"])
 
     def set_timeout(self, seconds, on_timeout=None):
         body = {"timeout": seconds}

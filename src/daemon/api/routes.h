@@ -19,6 +19,8 @@
 void routes_health_register(struct router *r, struct spaced *sp);
 void routes_keys_register(struct router *r, struct spaced *sp);
 void routes_sandboxes_register(struct router *r, struct spaced *sp);
+void routes_fork_register(struct router *r, struct spaced *sp);     /* fork (from the above) */
+void routes_snapshots_register(struct router *r, struct spaced *sp); /* snapshots (idem) */
 void routes_ops_register(struct router *r, struct spaced *sp);
 void routes_templates_register(struct router *r, struct spaced *sp);
 void routes_sessions_register(struct router *r, struct spaced *sp); /* command sessions */

@@ -321,6 +321,8 @@ void routes_sandboxes_register(struct router *r, struct spaced *sp)
     router_add(r, "GET", "/v1/sandboxes/{id}", h_get, sp);
     router_add(r, "DELETE", "/v1/sandboxes/{id}", h_delete, sp);
     router_add(r, "POST", "/v1/sandboxes/{id}/timeout", h_timeout, sp);
+    routes_fork_register(r, sp);
+    routes_snapshots_register(r, sp);
     struct verb_ctx *verbs = calloc(NVERBS, sizeof *verbs);
     if (!verbs || router_on_shutdown(r, free, verbs) < 0) {
         free(verbs);

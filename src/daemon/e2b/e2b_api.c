@@ -140,6 +140,11 @@ static json_t *sandbox_json(struct e2b *e, const char *id, const char *tpl)
                      priv == 1 ? json_string(traffic) : json_null());
 }
 
+json_t *e2b_sandbox_reply(struct e2b *e, const char *id, const char *tpl)
+{
+    return sandbox_json(e, id, tpl);
+}
+
 /* ListedSandbox / SandboxDetail from a record; NULL for states E2B does not show. */
 static json_t *listed_json(const struct store_sbx *r)
 {
@@ -909,5 +914,6 @@ void e2b_register(struct router *r, struct spaced *sp)
     router_add(r, "PUT", "/sandboxes/{id}/network", h_body, &e->network);
     router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &e->connect);
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &e->connect);
+    e2b_fork_register(r, e);
     sbx_listen(sp, on_state, e);
 }

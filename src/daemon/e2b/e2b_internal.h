@@ -106,6 +106,12 @@ struct e2b_call {
 /* ---- e2b_api.c */
 /* envdAccessToken of sandbox id into out[AUTH_TOKEN_MAX + STORE_ID_MAX]. 0 or -1. */
 int e2b_token_for(struct e2b *e, const char *id, char *out, size_t cap);
+/* E2B's Sandbox object for a running sandbox (create/connect/fork answers; e2b_api.c),
+ * or NULL when no token can be minted. New reference. */
+json_t *e2b_sandbox_reply(struct e2b *e, const char *id, const char *tpl);
+/* The fork and snapshot routes (e2b_fork.c), from e2b_register. */
+struct router;
+void e2b_fork_register(struct router *r, struct e2b *e);
 bool e2b_token_valid(struct e2b *e, const char *id, const char *token);
 
 /* ---- e2b_envd.c */

@@ -8,7 +8,8 @@ static const char *const op_kind_names[OP_KIND_COUNT] = {
     [OP_CREATE] = "create",   [OP_DELETE] = "delete",   [OP_START] = "start",
     [OP_STOP] = "stop",       [OP_PAUSE] = "pause",     [OP_RESUME] = "resume",
     [OP_SUSPEND] = "suspend", [OP_RESTORE] = "restore", [OP_WAKE] = "wake",
-    [OP_TEMPLATE_BUILD] = "template_build",
+    [OP_TEMPLATE_BUILD] = "template_build", [OP_FORK] = "fork",
+    [OP_SNAPSHOT] = "snapshot",
 };
 
 static const char *const op_state_names[OP_STATE_COUNT] = {

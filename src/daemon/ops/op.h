@@ -62,6 +62,8 @@ enum op_kind {
     OP_RESTORE, /* suspended -> running */
     OP_WAKE,    /* any of paused|suspended|stopped|running -> running, by the right path */
     OP_TEMPLATE_BUILD,
+    OP_FORK,    /* a running sandbox captured once, then N new sandboxes restored from it */
+    OP_SNAPSHOT, /* a running sandbox captured into a persistent snapshot (sbx_snap.c) */
     OP_KIND_COUNT
 };
 

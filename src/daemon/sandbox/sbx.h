@@ -179,7 +179,9 @@ bool sbx_known(const char *id, void *sp);
 
 /* The sandboxes' use of templates (sbx_chain.c), the tpl_users_fn main.c registers with
  * tpl_set_users: use() once per sandbox that is not deleted, with its template and the
- * layers of its disk chain. The template module never reads sandbox files. */
+ * layers of its disk chain, and once per fork or snapshot capture (sbx_fork.c), whose
+ * chain stands on its sandbox's template layers. The template module never reads
+ * sandbox files. */
 void sbx_template_users(struct spaced *sp, tpl_use_fn use, void *arg);
 
 /* Calls fn for every sandbox in the table (any tenant). fn must not delete sandboxes. */
@@ -271,6 +273,38 @@ bool sbx_park_request(struct spaced *sp, struct http_req *req, struct sbx *s, sb
 int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_spec *spec,
                       const char *idem_key, const char *body_hash, struct store_op *out,
                       struct spaced_err *err);
+
+/* Forks running sandbox parent_id of `tenant` into `count` new sandboxes (sbx_fork.c):
+ * writes their rows (state creating, quota checked for all of them) and an OP_FORK op on
+ * the parent in one transaction; ids[0..count-1] receive the forks' ids. 400 for a
+ * count outside 1..SBX_FORK_MAX, 404 unknown parent, 409 "invalid_state" unless it is
+ * running, 409 "chain_too_deep" when a fork would exceed VM_DISK_BACKING_MAX disk
+ * layers, 403 quota_exceeded. Returns 0 with *out filled. */
+#define SBX_FORK_MAX 16
+int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id,
+                    unsigned count, struct store_op *out, char ids[][STORE_ID_MAX],
+                    struct spaced_err *err);
+
+/* Snapshots (sbx_snap.c). sbx_submit_snapshot: a snapshot of running sandbox_id of
+ * `tenant` named `name` (NULL or "": none; the caller validated it): the row (state
+ * creating, quota: one snapshot) and an OP_SNAPSHOT op on the sandbox in one
+ * transaction; *snap is the row. 404 unknown sandbox, 409 as sbx_submit_fork, 409
+ * "conflict" for a name the tenant uses already. */
+int sbx_submit_snapshot(struct spaced *sp, const char *tenant, const char *sandbox_id,
+                        const char *name, struct store_op *out, struct store_snap *snap,
+                        struct spaced_err *err);
+/* API representation: {"id","name","tenant","source_sandbox","template","vcpus",
+ * "memory_mib","state","size_bytes","created_at"}. New reference. */
+json_t *sbx_snap_to_json(const struct store_snap *r);
+/* Deletes the tenant's snapshot (id or name): 404 unknown, 409 while being taken. Its
+ * files go once no sandbox stands on them. */
+int sbx_snap_delete(struct spaced *sp, const char *tenant, const char *id_or_name,
+                    struct spaced_err *err);
+/* A create whose template is no template: the tenant's snapshot with that id or name,
+ * ready and taken with (nic) or without a network device like the create asks. 1 with
+ * *out, 0 when there is none, -1 with err (409 not ready, 400 network mismatch, 503). */
+int sbx_snap_for_create(struct spaced *sp, const char *tenant, const char *id_or_name,
+                        bool nic, struct store_snap *out, struct spaced_err *err);
 
 /* Any other verb on an existing sandbox of `tenant`. Checks the transition against the
  * sandbox's desired state (409 "invalid_state" naming the current state if illegal,

@@ -480,14 +480,7 @@ static void mark_net_claimed(struct sbx *s)
 }
 
 /* True unless the sandbox's network policy is "none" (no NIC, no namespace). */
-static bool wants_network(const struct sbx *s)
-{
-    json_t *p = s->rec.network_json ? json_loads(s->rec.network_json, 0, NULL) : NULL;
-    const char *mode = json_string_value(json_object_get(p, "mode"));
-    bool yes = mode && strcmp(mode, "none") != 0;
-    json_decref(p);
-    return yes;
-}
+static bool wants_network(const struct sbx *s) { return sbx_policy_nic(s->rec.network_json); }
 
 /* The net stage before a spawn: the NIC for the VM, a tap inside the sandbox's own
  * namespace with the gateway attached (net.h); none (tap_fd -1) for policy none.
@@ -646,6 +639,15 @@ static int stage_template(struct sbx *s, struct sbx_create *c)
         return -1;
     }
     c->nic = wants_network(s);
+    if (s->rec.source[0]) { /* a fork: its parent's capture, not the template's snapshot */
+        if (sbx_fork_source(s, c->snap, sizeof c->snap, &c->chain, &e) < 0) {
+            act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+            return -1;
+        }
+        s->cold_fallback = true; /* a fork booted cold would not be a fork: no fallback */
+        stage_end(s, CS_TEMPLATE);
+        return 0;
+    }
     if (!tpl_snapshot(s->sp, &c->t, s->rec.vcpus, s->rec.memory_mib, c->nic, c->snap,
                       sizeof c->snap, c->overlay, sizeof c->overlay))
         c->snap[0] = '\0';
@@ -714,7 +716,7 @@ static void stage_net_pooled(struct sbx *s, struct sbx_create *c)
  * a restore. False when the pool is off or empty: the caller restores. */
 static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
 {
-    if (!c->snap[0])
+    if (!c->snap[0] || s->rec.source[0]) /* no pool of a fork's capture */
         return false;
     stage_begin(s, CS_VM);
     int64_t t0 = mono_us();

@@ -1,29 +1,39 @@
-/* sbx_chain.c: a sandbox's disk chain file (sandboxes/<id>/backing.json, sbx_internal.h)
- * and what it tells the template module: which snapshot versions and images the
- * sandboxes' disks still stand on (sbx_template_users, sbx.h). Only this file reads or
- * writes backing.json. */
+/* sbx_chain.c: a sandbox's disk chain file (sandboxes/<id>/backing.json, sbx_internal.h;
+ * a fork's capture keeps one of the same format, sbx_fork.c) and what it tells the
+ * template module: which snapshot versions and images the sandboxes' disks still stand
+ * on (sbx_template_users, sbx.h). Only this file reads or writes chain files. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "sbx_internal.h"
 
-int sbx_chain_save(const struct sbx *s, const struct sbx_chain *c)
+int sbx_chain_write(const char *p, const struct sbx_chain *c)
 {
     json_t *arr = json_array();
     for (unsigned i = 0; i < c->n; i++)
         json_array_append_new(arr, json_pack("{s:s, s:s}", "path", c->path[i], "format", c->format[i]));
-    char p[SBX_PATH_MAX];
-    sbx_path(s, "backing.json", p, sizeof p);
     int rc = json_dump_file(arr, p, JSON_COMPACT);
     json_decref(arr);
     return rc;
+}
+
+int sbx_chain_save(const struct sbx *s, const struct sbx_chain *c)
+{
+    char p[SBX_PATH_MAX];
+    sbx_path(s, "backing.json", p, sizeof p);
+    return sbx_chain_write(p, c);
 }
 
 int sbx_chain_load(const struct sbx *s, struct sbx_chain *c)
 {
     char p[SBX_PATH_MAX];
     sbx_path(s, "backing.json", p, sizeof p);
+    return sbx_chain_read(p, c);
+}
+
+int sbx_chain_read(const char *p, struct sbx_chain *c)
+{
     json_t *arr = json_load_file(p, 0, NULL);
     memset(c, 0, sizeof *c);
     size_t i;
@@ -57,4 +67,5 @@ void sbx_template_users(struct spaced *sp, tpl_use_fn use, void *arg)
             layers[i] = c.path[i];
         use(s->rec.template_name, layers, c.n, arg);
     }
+    sbx_capture_users(sp, use, arg); /* snapshots and forks' captures stand on layers too */
 }

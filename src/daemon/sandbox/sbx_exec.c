@@ -95,6 +95,7 @@ static void on_tick(struct spaced *sp, void *arg)
     if (now - sp->sbx->last_reconcile_ms >= SBX_RECONCILE_PERIOD_MS) {
         sp->sbx->last_reconcile_ms = now;
         sbx_each(sp, reconcile_one, sp);
+        sbx_fork_gc(sp);
     }
 }
 
@@ -102,6 +103,7 @@ int sbx_ops_register(struct spaced *sp)
 {
     for (int k = OP_CREATE; k <= OP_WAKE; k++)
         op_register(sp->ops, (enum op_kind)k, &sbx_executor, NULL);
+    sbx_fork_register(sp);
     if (op_on_recover(sp->ops, on_recover, NULL) < 0 || op_on_tick(sp->ops, on_tick, NULL) < 0)
         return -1;
     return 0;

@@ -15,6 +15,7 @@ struct agentc_chan;
 struct event;
 struct vmg;
 struct sbx_create;
+struct sbx_fork;
 struct vm_disk_protos;
 
 struct sbx {
@@ -42,6 +43,8 @@ struct sbx {
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
     bool unsaved;                /* rec differs from the store: sbx_table_retry writes it */
+    bool awaiting_capture;       /* a fork whose parent is being captured: no op of its
+                                    own yet (busy, so nothing else acts on it) */
     struct sbx *next;            /* table list */
 };
 
@@ -65,6 +68,7 @@ struct sbx_table {
     struct vm_disk_protos *disks; /* overlays remembered per chain (vm.h; made on first use) */
     struct sbx_waiter *waiters;  /* calls waiting for an auto-resume (sbx_wake.c) */
     bool wake_listening;         /* sbx_wake.c's state listener is registered */
+    struct sbx_fork *forks;      /* forks in progress (sbx_fork.c, owned) */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -122,5 +126,65 @@ struct sbx_chain {
 };
 int sbx_chain_save(const struct sbx *s, const struct sbx_chain *c);
 int sbx_chain_load(const struct sbx *s, struct sbx_chain *c);
+/* The same format at any path (a fork's capture/chain.json). */
+int sbx_chain_write(const char *path, const struct sbx_chain *c);
+int sbx_chain_read(const char *path, struct sbx_chain *c);
+
+/* ---- forks (sbx_fork.c) and snapshots (sbx_snap.c) ---- */
+
+/* A fork in progress, or a snapshot being taken (the same capture, kept). */
+struct sbx_fork {
+    struct spaced *sp;
+    char op_id[STORE_ID_MAX];
+    char tenant[STORE_ID_MAX];
+    char parent[STORE_ID_MAX];
+    char capture[STORE_ID_MAX];
+    unsigned n, done, failed;
+    char child[SBX_FORK_MAX][STORE_ID_MAX];
+    struct op_watch *watch[SBX_FORK_MAX];
+    struct op_watch *self; /* the fork op: a delete of the parent may cancel it pending */
+    char why[512];       /* the first fork's failure */
+    char snapshot[STORE_ID_MAX]; /* a snapshot job (sbx_snap.c): its id = the capture's;
+                                    n == 0 */
+    int64_t started_us;  /* the op's start (CLOCK_MONOTONIC) */
+    struct sbx_fork *next;
+};
+
+/* <data_dir>/captures[/id] (out[cap]). */
+void sbx_capture_dir(const struct spaced *sp, const char *id, char *out, size_t cap);
+/* Whether s can be captured now: running, and a capture's chain (s's plus one layer)
+ * within VM_DISK_BACKING_MAX. 0, or -1 with err (409 invalid_state / chain_too_deep). */
+int sbx_capture_check(struct sbx *s, struct spaced_err *err);
+/* Queues job f (its op already enqueued: f->op_id) and follows its op. */
+void sbx_job_add(struct spaced *sp, struct sbx_fork *f);
+/* The snapshot job's capture ended (sbx_snap.c): records it, finishes the op, frees f. */
+void sbx_snap_captured(struct sbx_fork *f, int err, const char *msg);
+/* The snapshot job's op ended before its capture (canceled) or a restart interrupted it:
+ * its row goes. */
+void sbx_snap_abandon(struct spaced *sp, const char *snap_id);
+/* Whether a network policy (canonical JSON, may be NULL) gives the VM a NIC: any mode
+ * but "none". */
+bool sbx_policy_nic(const char *network_json);
+/* Recovery of an OP_SNAPSHOT op (not resumable): removes the rows it left creating. */
+void sbx_snap_interrupted(struct spaced *sp, const struct store_op *op);
+/* Whether capture `id` is a snapshot's (its row exists, or the store cannot say). */
+bool sbx_snap_kept(struct spaced *sp, const char *id);
+/* Frees f (unlinked from the job list, its watches ended). */
+void sbx_job_free(struct sbx_fork *f);
+
+/* Create of a fork (rec.source set): its capture directory (out[cap]) and disk chain
+ * (the capture's overlay copy over its parent's chain). 0, or -1 with err. */
+int sbx_fork_source(struct sbx *s, char *snap, size_t cap, struct sbx_chain *chain,
+                    struct spaced_err *err);
+/* Registers the fork executor (OP_FORK), from sbx_ops_register. */
+void sbx_fork_register(struct spaced *sp);
+/* From the tick, every SBX_RECONCILE_PERIOD_MS: removes the captures nothing uses. */
+void sbx_fork_gc(struct spaced *sp);
+/* For sbx_template_users: use() once per capture (snapshot, or a fork's) with the
+ * template and layers its chain stands on (captures/<id>/template, chain.json), so the
+ * template module keeps them while a snapshot may still be restored. */
+void sbx_capture_users(struct spaced *sp, tpl_use_fn use, void *arg);
+/* Shutdown: frees the forks in progress (their ops resume as "interrupted"). */
+void sbx_fork_forget(struct sbx_table *t);
 
 #endif

@@ -42,8 +42,14 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
     if (rc != 0)
         return rc;
     struct tpl_info t;
-    if (tpl_lookup(sp, tenant, spec->template_name, &t, err) < 0)
-        return -1;
+    struct store_snap snap = {0};
+    if (tpl_lookup(sp, tenant, spec->template_name, &t, err) < 0) {
+        /* no such template: a snapshot of the tenant's (sbx_snap.c) */
+        int found = sbx_snap_for_create(sp, tenant, spec->template_name,
+                                        sbx_policy_nic(spec->network_json), &snap, err);
+        if (found <= 0 || tpl_lookup(sp, tenant, snap.template_name, &t, err) < 0)
+            return -1;
+    }
     struct store_sbx rec;
     memset(&rec, 0, sizeof rec);
     if (spaced_random_id(rec.id, "sb", 16) < 0)
@@ -63,6 +69,12 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
     snprintf(rec.run_dir, sizeof rec.run_dir, "%s/run/%s", sp->opt.data_dir, rec.id);
     snprintf(rec.node, sizeof rec.node, "%s", sp->sbx->node_id);
     rec.disk_mib = disk_mib(t.rootfs);
+    if (snap.id[0]) { /* restored from the snapshot: its template and shape */
+        snprintf(rec.template_name, sizeof rec.template_name, "%s", snap.template_name);
+        snprintf(rec.source, sizeof rec.source, "%s", snap.id);
+        rec.vcpus = snap.vcpus;
+        rec.memory_mib = snap.memory_mib;
+    }
     struct op_intent in = {.write = write_new_sandbox, .arg = &rec, .idem_key = idem_key,
                            .body_hash = body_hash};
     if (op_enqueue(sp, tenant, OP_CREATE, rec.id, &in, out, err) < 0)

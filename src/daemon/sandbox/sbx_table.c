@@ -63,6 +63,7 @@ void sbx_table_free(struct sbx_table *t)
         free(u);
     }
     vm_disk_protos_free(t->disks);
+    sbx_fork_forget(t);
     free(t);
 }
 
@@ -146,7 +147,10 @@ const char *sbx_tenant(const struct sbx *s) { return s->rec.tenant; }
 enum sbx_state sbx_state(const struct sbx *s) { return s->state; }
 enum sbx_state sbx_desired(const struct sbx *s) { return s->desired; }
 const struct store_sbx *sbx_record(const struct sbx *s) { return &s->rec; }
-bool sbx_busy(const struct sbx *s) { return s->op_id[0] != '\0' || s->recovering; }
+bool sbx_busy(const struct sbx *s)
+{
+    return s->op_id[0] != '\0' || s->recovering || s->awaiting_capture;
+}
 
 struct agentc *sbx_agent(struct sbx *s)
 {

@@ -80,6 +80,15 @@ static const char *const store_migrations[] = {
     /* 8: auto-resume: an API call that needs a paused or suspended sandbox's VM wakes it
      * (sandbox/sbx_wake.c). */
     "ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;",
+    /* 9: a fork or a sandbox made from a snapshot restores from a capture (source), not
+     * from its template's snapshot; tenants' persistent snapshots. */
+    "ALTER TABLE sandboxes ADD COLUMN source TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE IF NOT EXISTS snapshots("
+    " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL,"
+    " source TEXT NOT NULL, template TEXT NOT NULL, vcpus INTEGER NOT NULL,"
+    " memory_mib INTEGER NOT NULL, nic INTEGER NOT NULL, state TEXT NOT NULL,"
+    " size_bytes BIGINT NOT NULL, created_ms BIGINT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS snapshots_tenant ON snapshots(tenant, id);",
 };
 
 #define SQL_CAP 2048
@@ -516,8 +525,44 @@ int store_quota_usage(struct store *st, const char *tenant, struct store_quota_v
           " COALESCE(SUM(disk_mib),0) FROM sandboxes WHERE tenant=? AND state<>'deleted'",
           &a, 1, read_sums, out) != 0)
         return -1;
-    return q(st, "SELECT COUNT(*) FROM templates WHERE tenant=? AND state<>'deleted'", &a, 1, read_i64,
-             &out->templates);
+    if (q(st, "SELECT COUNT(*) FROM templates WHERE tenant=? AND state<>'deleted'", &a, 1, read_i64,
+          &out->templates) != 0)
+        return -1;
+    return q(st, "SELECT COUNT(*) FROM snapshots WHERE tenant=?", &a, 1, read_i64, &out->snapshots);
+}
+
+/* ---- snapshots ------------------------------------------------------------------------ */
+
+int store_snap_put(struct store *st, const struct store_snap *s) { return rec_put(st, &store_tbl_snapshots, s); }
+
+int store_snap_get(struct store *st, const char *id, struct store_snap *out)
+{
+    return rec_get(st, &store_tbl_snapshots, "WHERE id=?", id, out);
+}
+
+int store_snap_find(struct store *st, const char *tenant, const char *id_or_name,
+                    struct store_snap *out)
+{
+    struct store_arg a[] = {STORE_ARG_S(tenant), STORE_ARG_S(id_or_name), STORE_ARG_S(id_or_name)};
+    return rec_select(st, &store_tbl_snapshots, "WHERE tenant=? AND (id=? OR (name<>'' AND name=?)) "
+                      "ORDER BY id", a, 3, out, NULL, NULL);
+}
+
+int store_snap_delete(struct store *st, const char *id)
+{
+    struct store_arg a = STORE_ARG_S(id);
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "DELETE FROM snapshots WHERE id=?", &a, 1, NULL, NULL, &changed);
+    return rc == 0 && changed == 0 ? STORE_NOTFOUND : rc;
+}
+
+int store_snap_each(struct store *st, const char *tenant,
+                    int (*fn)(const struct store_snap *, void *), void *arg)
+{
+    struct store_snap s;
+    struct store_arg a = STORE_ARG_S(tenant);
+    return rec_select(st, &store_tbl_snapshots, "WHERE tenant=? ORDER BY id", &a, 1, &s,
+                      (int (*)(const void *, void *))fn, arg);
 }
 
 /* ---- nodes ---------------------------------------------------------------------------- */

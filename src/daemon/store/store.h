@@ -136,7 +136,9 @@ struct store_sbx {
     unsigned disk_mib;     /* its disk's virtual size, counted against the disk quota
                               (0 for sandboxes created before migration 4) */
     bool auto_resume;      /* an API call needing its VM wakes it when paused/suspended
-                              (sandbox/sbx_wake.c; migration 7) */
+                              (sandbox/sbx_wake.c; migration 8) */
+    char source[STORE_ID_MAX]; /* the capture a fork restores from (sbx_fork.c), "" for a
+                              sandbox made from its template (migration 9) */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */
@@ -243,7 +245,7 @@ struct store_quota_vals {
     int64_t memory_mib; /* their memory, summed */
     int64_t disk_mib;   /* their disks' virtual sizes, summed */
     int64_t templates;  /* templates built by the tenant, not deleted (failed ones included) */
-    int64_t snapshots;  /* reserved for tenant snapshots; no feature creates them yet (usage 0) */
+    int64_t snapshots;  /* the tenant's snapshots (any state) */
 };
 
 #define STORE_QUOTA_DEFAULT (-1) /* a limit that follows the daemon's --quota-* default */
@@ -265,6 +267,33 @@ int store_quota_get(struct store *st, const char *tenant, struct store_quota *ou
 int store_quota_lock(struct store *st, const char *tenant);
 /* The tenant's usage now (see the fields of store_quota_vals). */
 int store_quota_usage(struct store *st, const char *tenant, struct store_quota_vals *out);
+
+/* ---- snapshots (a running sandbox captured for later creates: sbx_snap.c) -------------- */
+
+struct store_snap {
+    char id[STORE_ID_MAX];       /* "sn" + 16 hex; also its capture directory's name */
+    char tenant[STORE_ID_MAX];
+    char name[STORE_ID_MAX];     /* optional, unique per tenant; "" = none */
+    char source[STORE_ID_MAX];   /* the sandbox it was taken of (may be deleted since) */
+    char template_name[STORE_ID_MAX]; /* that sandbox's template (env, user, start) */
+    unsigned vcpus;              /* the shape a create from it gets */
+    unsigned memory_mib;
+    bool nic;                    /* taken with a network device (policy not "none") */
+    char state[STORE_STATE_MAX]; /* "creating" | "ready" */
+    int64_t size_bytes;          /* its files on disk (memory image + disk layer) */
+    int64_t created_ms;
+};
+
+int store_snap_put(struct store *st, const struct store_snap *s); /* insert or replace */
+int store_snap_get(struct store *st, const char *id, struct store_snap *out);
+/* The tenant's snapshot whose id or name is id_or_name; STORE_NOTFOUND if none. */
+int store_snap_find(struct store *st, const char *tenant, const char *id_or_name,
+                    struct store_snap *out);
+/* STORE_NOTFOUND for an unknown id. */
+int store_snap_delete(struct store *st, const char *id);
+/* The tenant's snapshots in id order. */
+int store_snap_each(struct store *st, const char *tenant,
+                    int (*fn)(const struct store_snap *, void *), void *arg);
 
 /* ---- nodes (multi-node roles: src/daemon/cluster) ------------------------------------- */
 

@@ -58,6 +58,7 @@ static const struct store_col sbx_cols[] = {
     COL("private_ports", STORE_COL_BOOL, struct store_sbx, private_ports, false),
     COL("disk_mib", STORE_COL_UINT, struct store_sbx, disk_mib, false),
     COL("auto_resume", STORE_COL_BOOL, struct store_sbx, auto_resume, false),
+    TEXT(struct store_sbx, source, false),
 };
 const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
 
@@ -122,6 +123,22 @@ static const struct store_col node_cols[] = {
     COL("draining", STORE_COL_BOOL, struct store_node, draining, true),
     TEXT(struct store_node, shapes, false),
 };
+static const struct store_col snap_cols[] = {
+    TEXT(struct store_snap, id, true),
+    TEXT(struct store_snap, tenant, true),
+    TEXT(struct store_snap, name, false),
+    TEXT(struct store_snap, source, true),
+    {"template", STORE_COL_TEXT, offsetof(struct store_snap, template_name),
+     sizeof(((struct store_snap *)0)->template_name), true},
+    COL("vcpus", STORE_COL_UINT, struct store_snap, vcpus, true),
+    COL("memory_mib", STORE_COL_UINT, struct store_snap, memory_mib, true),
+    COL("nic", STORE_COL_BOOL, struct store_snap, nic, true),
+    TEXT(struct store_snap, state, false),
+    COL("size_bytes", STORE_COL_I64, struct store_snap, size_bytes, false),
+    COL("created_ms", STORE_COL_I64, struct store_snap, created_ms, true),
+};
+const struct store_table store_tbl_snapshots = TABLE("snapshots", "id", true, struct store_snap, snap_cols, NULL);
+
 const struct store_table store_tbl_nodes = TABLE("nodes", "id", true, struct store_node, node_cols, NULL);
 
 static const struct store_col quota_cols[] = {

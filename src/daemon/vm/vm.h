@@ -320,6 +320,15 @@ int vm_resume(struct vm *vm, vm_done_cb cb, void *arg);
  * running (paused state is restored to what it was). */
 int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 
+/* Fork capture: stops the VM, writes its full memory + device state to dir/state (and
+ * dir/snapshot.json, kind "suspend": vm_restore takes the directory like a suspend's),
+ * copies the disk overlay to dir/disk.qcow2 while the guest is stopped, makes both
+ * root-owned 0444, then continues the guest (left paused if it was paused). cb reports
+ * the result with the VM running again; on failure the files are not complete (the
+ * caller removes dir) and the VM runs as before. The pause lasts the migration plus the
+ * copy (a reflink where the filesystem can). */
+int vm_fork_capture(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
+
 /* Template snapshot: only for a VM booted with cfg->mem_path (share=on RAM). Stops the
  * VM, migrates device state only (x-ignore-shared) to dir/state, links the RAM file as
  * dir/mem (same filesystem; or boot with mem_path = dir/mem), writes dir/snapshot.json,

@@ -64,6 +64,7 @@ struct vm {
     /* save (VM_OP_SAVE) */
     char *save_dir;           /* owned */
     int save_template;
+    int save_keep;            /* vm_fork_capture: copy the disk and continue, no quit */
     int save_was_running;
     int save_fd;              /* state.tmp while writing */
 

@@ -3,6 +3,8 @@
  *   vm_suspend            stop, migrate everything (RAM + devices) to dir/state, quit
  *   vm_template_snapshot  stop, migrate devices only (x-ignore-shared skips the share=on
  *                         RAM file, which becomes dir/mem), quit
+ *   vm_fork_capture       stop, migrate everything to dir/state, copy the disk overlay
+ *                         to dir/disk.qcow2 (both sealed 0444), cont: the VM keeps running
  *   vm_restore            new QEMU with -incoming defer -S (template: the RAM file mapped
  *                         share=off, i.e. private copy-on-write), load dir/state, cont
  *
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,6 +76,85 @@ static int write_meta(struct vm *vm, const char *dir, int tmpl, long long state_
     return r;
 }
 
+/* Copies src to dst (new, 0600): a reflink where the filesystem shares blocks, else
+ * copy_file_range (which the kernel may also serve without moving data). 0 or -1. */
+static int copy_file(const char *src, const char *dst)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -1;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) {
+        close(in);
+        return -1;
+    }
+    int rc = 0;
+#ifdef FICLONE
+    if (ioctl(out, FICLONE, in) == 0)
+        goto done;
+#endif
+    for (;;) {
+        ssize_t n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            rc = -1;
+            break;
+        }
+    }
+#ifdef FICLONE
+done:
+#endif
+    if (rc == 0 && fsync(out) < 0)
+        rc = -1;
+    close(in);
+    close(out);
+    if (rc < 0)
+        unlink(dst);
+    return rc;
+}
+
+static void on_cont_capture(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    (void)q;
+    (void)ret;
+    if (err) { /* the guest cannot run again: a VM that stays stopped is a broken one */
+        vm_op_done(vm, err, msg);
+        vm_kill_reason(vm, VM_EXIT_CRASHED, "cont after a fork capture failed");
+        return;
+    }
+    vm->state = VM_STATE_RUNNING;
+    vm_op_done(vm, VM_OK, NULL);
+}
+
+/* A fork capture's state is written: while the guest is still stopped (the migration
+ * flushed its disk and QEMU no longer writes it until cont), the overlay is copied
+ * beside the state and both are sealed, then the guest continues. */
+static void capture_complete(struct vm *vm)
+{
+    char disk[4096];
+    const char *why = NULL;
+    if (snap_path(vm->save_dir, "disk.qcow2", disk, sizeof(disk)) < 0)
+        why = "capture path too long";
+    else if (vm->cfg.disk && copy_file(vm->cfg.disk, disk) < 0)
+        why = "cannot copy the disk overlay into the capture";
+    else if ((vm->cfg.disk && vm_jail_freeze(disk) < 0) ||
+             (snap_path(vm->save_dir, "state", disk, sizeof(disk)) == 0 && vm_jail_freeze(disk) < 0))
+        why = "cannot make the capture read-only";
+    if (why) {
+        save_fail(vm, VM_E_IO, why);
+        return;
+    }
+    if (!vm->save_was_running) {
+        vm->state = VM_STATE_PAUSED;
+        vm_op_done(vm, VM_OK, NULL);
+    } else if (qmp_command(vm->qmp, "cont", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_cont_capture,
+                           vm) < 0) {
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+    }
+}
+
 /* Migration finished: make the files durable and final, then quit QEMU. */
 static void save_complete(struct vm *vm)
 {
@@ -101,6 +183,10 @@ static void save_complete(struct vm *vm)
     }
     if (write_meta(vm, vm->save_dir, vm->save_template, (long long)st.st_size) < 0) {
         save_fail(vm, VM_E_IO, "cannot write snapshot.json");
+        return;
+    }
+    if (vm->save_keep) {
+        capture_complete(vm);
         return;
     }
     vm_set_exit(vm, VM_EXIT_SAVED, "saved to %s", vm->save_dir);
@@ -183,7 +269,8 @@ static void on_stop_save(struct qmp *q, int err, const char *msg, json_t *ret, v
         save_fail(vm, VM_E_QMP, "monitor unavailable");
 }
 
-static int save_begin(struct vm *vm, const char *dir, int tmpl, vm_done_cb cb, void *arg)
+static int save_begin(struct vm *vm, const char *dir, int tmpl, int keep, vm_done_cb cb,
+                      void *arg)
 {
     char p[4096];
     if (vm->detached || vm->state == VM_STATE_EXITED)
@@ -210,6 +297,7 @@ static int save_begin(struct vm *vm, const char *dir, int tmpl, vm_done_cb cb, v
     vm->save_dir = d;
     vm->save_fd = fd;
     vm->save_template = tmpl;
+    vm->save_keep = keep;
     vm->save_was_running = vm->state == VM_STATE_RUNNING;
     vm->op = VM_OP_SAVE;
     vm->op_cb = cb;
@@ -229,12 +317,17 @@ static int save_begin(struct vm *vm, const char *dir, int tmpl, vm_done_cb cb, v
 
 int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg)
 {
-    return save_begin(vm, dir, 0, cb, arg);
+    return save_begin(vm, dir, 0, 0, cb, arg);
+}
+
+int vm_fork_capture(struct vm *vm, const char *dir, vm_done_cb cb, void *arg)
+{
+    return save_begin(vm, dir, 0, 1, cb, arg);
 }
 
 int vm_template_snapshot(struct vm *vm, const char *dir, vm_done_cb cb, void *arg)
 {
-    return save_begin(vm, dir, 1, cb, arg);
+    return save_begin(vm, dir, 1, 0, cb, arg);
 }
 
 /* ---- restoring ---------------------------------------------------------------------- */

@@ -21,6 +21,19 @@
 #include <unistd.h>
 
 #define VM_START_TIMEOUT_MS 30000 /* QEMU up and (restore) state loaded */
+/* A restore that loads a full memory image (a suspend's, a fork's capture: not a
+ * template's, whose RAM is mapped) reads and decodes every page in QEMU's main loop:
+ * its deadline grows by 1 s per VM_START_LOAD_MIB_PER_S MiB of state, so a large or
+ * loaded host's restore is not killed for its size. */
+#define VM_START_LOAD_MIB_PER_S 4
+
+static unsigned start_timeout_ms(const struct vm *vm)
+{
+    struct stat st;
+    if (!vm->snap_dir || vm->snap_template || vm->state_fd < 0 || fstat(vm->state_fd, &st) < 0)
+        return VM_START_TIMEOUT_MS;
+    return VM_START_TIMEOUT_MS + (unsigned)(st.st_size / (VM_START_LOAD_MIB_PER_S << 20)) * 1000;
+}
 
 /* ---- accelerator --------------------------------------------------------------------- */
 
@@ -246,7 +259,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     }
     vm_write_record(vm);
     vm->op = VM_OP_START;
-    vm_arm_kill_timer(vm, VM_START_TIMEOUT_MS);
+    vm_arm_kill_timer(vm, start_timeout_ms(vm));
     char q[200];
     log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d uid=%u",
              vm->cfg.id, (int)vm->pid, vm_accel_name(vm->accel), vm->cfg.vcpus,
