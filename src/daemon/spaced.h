@@ -133,6 +133,14 @@ struct spaced {
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
 };
 
+/* Errors, one convention in src/daemon:
+ *   - what reaches an API client: `struct spaced_err *err` (below), filled by the module
+ *     that knows what went wrong;
+ *   - a failure told as text only: the last two parameters `char *err, size_t errlen`;
+ *   - a failure told as a code and a text (vm/: enum vm_error): `int *err, char *msg,
+ *     size_t msglen`.
+ * The text is one sentence for a human that names the offending value. */
+
 /* An error travelling to the API edge: HTTP status, stable code, human message.
  * Filled by the module that knows what went wrong; route handlers send it as
  * {"error":{"code":..., "message":...}}. */

@@ -58,7 +58,7 @@ static int write_private_file(const char *path, const void *data, size_t len)
     return 0;
 }
 
-static int load_token_secret(struct auth *a, const char *data_dir, char *errbuf, size_t errcap)
+static int load_token_secret(struct auth *a, const char *data_dir, char *err, size_t errlen)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/token.secret", data_dir);
@@ -68,13 +68,13 @@ static int load_token_secret(struct auth *a, const char *data_dir, char *errbuf,
         close(fd);
         if (n == (ssize_t)sizeof a->secret)
             return 0;
-        snprintf(errbuf, errcap, "%s is truncated; remove it to make a new one (tokens "
+        snprintf(err, errlen, "%s is truncated; remove it to make a new one (tokens "
                  "already handed out become invalid)", path);
         return -1;
     }
     if (errno != ENOENT || RAND_bytes(a->secret, sizeof a->secret) != 1 ||
         write_private_file(path, a->secret, sizeof a->secret) != 0) {
-        snprintf(errbuf, errcap, "cannot create %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -89,40 +89,40 @@ static int find_admin(const struct store_key *k, void *arg)
     return 0;
 }
 
-static int ensure_admin_key(struct auth *a, const char *data_dir, char *errbuf, size_t errcap)
+static int ensure_admin_key(struct auth *a, const char *data_dir, char *err, size_t errlen)
 {
     bool have = false;
     if (store_key_each(a->st, find_admin, &have) < 0) {
-        snprintf(errbuf, errcap, "reading keys: %s", store_errmsg(a->st));
+        snprintf(err, errlen, "reading keys: %s", store_errmsg(a->st));
         return -1;
     }
     if (have)
         return 0;
     struct store_key k;
     char secret[AUTH_SECRET_LEN + 1];
-    if (auth_key_create(a, AUTH_ADMIN_TENANT, true, 0, &k, secret, errbuf, errcap) < 0)
+    if (auth_key_create(a, AUTH_ADMIN_TENANT, true, 0, &k, secret, err, errlen) < 0)
         return -1;
     char path[4096], line[AUTH_SECRET_LEN + 2];
     snprintf(path, sizeof path, "%s/admin.key", data_dir);
     int n = snprintf(line, sizeof line, "%s\n", secret);
     if (write_private_file(path, line, (size_t)n) != 0) {
-        snprintf(errbuf, errcap, "cannot write %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         return -1;
     }
     log_info("auth.admin_key", "key_id=%s path=%s", k.id, path);
     return 0;
 }
 
-struct auth *auth_new(struct store *st, const char *data_dir, char *errbuf, size_t errcap)
+struct auth *auth_new(struct store *st, const char *data_dir, char *err, size_t errlen)
 {
     struct auth *a = calloc(1, sizeof *a);
     if (!a) {
-        snprintf(errbuf, errcap, "out of memory");
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
     a->st = st;
-    if (load_token_secret(a, data_dir, errbuf, errcap) < 0 ||
-        ensure_admin_key(a, data_dir, errbuf, errcap) < 0) {
+    if (load_token_secret(a, data_dir, err, errlen) < 0 ||
+        ensure_admin_key(a, data_dir, err, errlen) < 0) {
         auth_free(a);
         return NULL;
     }
@@ -174,27 +174,27 @@ int auth_check_key(struct auth *a, const char *key, struct auth_principal *who, 
 }
 
 /* Finds the tenant by name or creates it ("admin" keeps the fixed id "admin"). */
-static int tenant_ensure(struct auth *a, const char *name, struct store_tenant *t, char *errbuf,
-                         size_t errcap)
+static int tenant_ensure(struct auth *a, const char *name, struct store_tenant *t, char *err,
+                         size_t errlen)
 {
     int rc = store_tenant_by_name(a->st, name, t);
     if (rc == 0)
         return 0;
     if (rc != STORE_NOTFOUND) {
-        snprintf(errbuf, errcap, "tenant lookup: %s", store_errmsg(a->st));
+        snprintf(err, errlen, "tenant lookup: %s", store_errmsg(a->st));
         return -1;
     }
     memset(t, 0, sizeof *t);
     if (strcmp(name, AUTH_ADMIN_TENANT) == 0)
         snprintf(t->id, sizeof t->id, "%s", AUTH_ADMIN_TENANT);
     else if (spaced_random_id(t->id, "tn", 16) < 0) {
-        snprintf(errbuf, errcap, "random source failed");
+        snprintf(err, errlen, "random source failed");
         return -1;
     }
     snprintf(t->name, sizeof t->name, "%s", name);
     t->created_ms = spaced_now_ms();
     if (store_tenant_put(a->st, t) != 0) {
-        snprintf(errbuf, errcap, "creating tenant: %s", store_errmsg(a->st));
+        snprintf(err, errlen, "creating tenant: %s", store_errmsg(a->st));
         return -1;
     }
     log_info("tenant.created", "tenant=%s", t->id);
@@ -202,14 +202,14 @@ static int tenant_ensure(struct auth *a, const char *name, struct store_tenant *
 }
 
 int auth_key_create(struct auth *a, const char *tenant_name, bool admin, int64_t ttl_s,
-                    struct store_key *out, char *secret_out, char *errbuf, size_t errcap)
+                    struct store_key *out, char *secret_out, char *err, size_t errlen)
 {
     struct store_tenant t;
-    if (tenant_ensure(a, tenant_name, &t, errbuf, errcap) < 0)
+    if (tenant_ensure(a, tenant_name, &t, err, errlen) < 0)
         return -1;
     unsigned char raw[24];
     if (RAND_bytes(raw, sizeof raw) != 1) {
-        snprintf(errbuf, errcap, "random source failed");
+        snprintf(err, errlen, "random source failed");
         return -1;
     }
     memcpy(secret_out, AUTH_SECRET_PREFIX, strlen(AUTH_SECRET_PREFIX));
@@ -217,7 +217,7 @@ int auth_key_create(struct auth *a, const char *tenant_name, bool admin, int64_t
     OPENSSL_cleanse(raw, sizeof raw);
     memset(out, 0, sizeof *out);
     if (spaced_random_id(out->id, "ak", 16) < 0) {
-        snprintf(errbuf, errcap, "random source failed");
+        snprintf(err, errlen, "random source failed");
         return -1;
     }
     snprintf(out->tenant, sizeof out->tenant, "%s", t.id);
@@ -227,7 +227,7 @@ int auth_key_create(struct auth *a, const char *tenant_name, bool admin, int64_t
     out->created_ms = spaced_now_ms();
     out->expires_ms = ttl_s > 0 ? out->created_ms + ttl_s * 1000 : 0;
     if (store_key_put(a->st, out) != 0) {
-        snprintf(errbuf, errcap, "storing key: %s", store_errmsg(a->st));
+        snprintf(err, errlen, "storing key: %s", store_errmsg(a->st));
         return -1;
     }
     log_info("key.created", "key_id=%s tenant=%s admin=%d", out->id, out->tenant, (int)admin);

@@ -38,7 +38,7 @@ struct auth_principal {
 
 /* Loads or creates <data_dir>/token.secret and, if no admin key exists yet, creates one
  * and writes <data_dir>/admin.key (0600). Returns NULL with a message on failure. */
-struct auth *auth_new(struct store *st, const char *data_dir, char *errbuf, size_t errcap);
+struct auth *auth_new(struct store *st, const char *data_dir, char *err, size_t errlen);
 void auth_free(struct auth *a);
 
 /* Authenticates req. On success fills *who and returns true. On failure sends 401
@@ -63,7 +63,7 @@ int auth_check_key(struct auth *a, const char *key, struct auth_principal *who, 
  * receives the secret (AUTH_SECRET_LEN + 1 bytes), shown to the user once.
  * ttl_s > 0 sets an expiry. */
 int auth_key_create(struct auth *a, const char *tenant_name, bool admin, int64_t ttl_s,
-                    struct store_key *out, char *secret_out, char *errbuf, size_t errcap);
+                    struct store_key *out, char *secret_out, char *err, size_t errlen);
 
 /* Hex SHA-256 of a secret (65 bytes with NUL), as stored in store_key.hash. */
 void auth_hash_secret(const char *secret, char out[65]);

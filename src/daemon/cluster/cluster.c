@@ -43,30 +43,30 @@ static bool id_ok(const char *id)
     return strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == n;
 }
 
-int cluster_check_opts(struct spaced *sp, char *err, size_t cap)
+int cluster_check_opts(struct spaced *sp, char *err, size_t errlen)
 {
     struct spaced_opts *o = &sp->opt;
     if (o->role == CLUSTER_ALL)
         return 0;
     if (!o->store_url || !store_url_is_pg(o->store_url)) {
-        snprintf(err, cap, "--role=%s needs a PostgreSQL store shared by every daemon (--store postgresql://...)",
+        snprintf(err, errlen, "--role=%s needs a PostgreSQL store shared by every daemon (--store postgresql://...)",
                  cluster_role_name(o->role));
         return -1;
     }
     if (!o->node_token || strlen(o->node_token) < CLUSTER_TOKEN_MIN) {
-        snprintf(err, cap, "--role=%s needs SPACE_NODE_TOKEN, a secret of at least %d characters shared by "
+        snprintf(err, errlen, "--role=%s needs SPACE_NODE_TOKEN, a secret of at least %d characters shared by "
                  "the control and node daemons", cluster_role_name(o->role), CLUSTER_TOKEN_MIN);
         return -1;
     }
     if (o->role != CLUSTER_NODE)
         return 0;
     if (!o->node_id || !id_ok(o->node_id)) {
-        snprintf(err, cap, "--role=node needs --node-id ID (letters, digits, '-', '_', '.'; at most %d)",
+        snprintf(err, errlen, "--role=node needs --node-id ID (letters, digits, '-', '_', '.'; at most %d)",
                  STORE_ID_MAX - 1);
         return -1;
     }
     if (!o->advertise || (strncmp(o->advertise, "http://", 7) != 0) || strlen(o->advertise) >= 256) {
-        snprintf(err, cap, "--role=node needs --advertise http://HOST:PORT, the address the control daemon "
+        snprintf(err, errlen, "--role=node needs --advertise http://HOST:PORT, the address the control daemon "
                  "reaches this node's API at");
         return -1;
     }
@@ -166,23 +166,23 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     heartbeat(arg);
 }
 
-int cluster_start(struct spaced *sp, char *err, size_t cap)
+int cluster_start(struct spaced *sp, char *err, size_t errlen)
 {
     if (cluster_nodes_register(sp) != 0) {
-        snprintf(err, cap, "out of memory registering GET /v1/nodes");
+        snprintf(err, errlen, "out of memory registering GET /v1/nodes");
         return -1;
     }
     if (sp->opt.role == CLUSTER_ALL)
         return 0;
     if (!(sp->cluster = calloc(1, sizeof *sp->cluster))) {
-        snprintf(err, cap, "out of memory");
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
     sp->cluster->started_ms = spaced_now_ms();
     log_info("cluster.role", "role=%s node=%s", cluster_role_name(sp->opt.role), cluster_node_id(sp));
     if (sp->opt.role == CLUSTER_CONTROL) {
         if (cluster_control_start(sp) != 0) {
-            snprintf(err, cap, "out of memory registering the control routes");
+            snprintf(err, errlen, "out of memory registering the control routes");
             return -1;
         }
         return 0;
@@ -190,12 +190,12 @@ int cluster_start(struct spaced *sp, char *err, size_t cap)
     sp->cluster->heartbeat = event_new(sp->base, -1, EV_PERSIST, on_heartbeat, sp);
     struct timeval tv = {CLUSTER_HEARTBEAT_MS / 1000, (CLUSTER_HEARTBEAT_MS % 1000) * 1000};
     if (!sp->cluster->heartbeat || event_add(sp->cluster->heartbeat, &tv) != 0) {
-        snprintf(err, cap, "cannot start the heartbeat timer");
+        snprintf(err, errlen, "cannot start the heartbeat timer");
         return -1;
     }
     heartbeat(sp);
     if (!sp->cluster->reported) {
-        snprintf(err, cap, "cannot register node %s in the store: %s", sp->opt.node_id, store_errmsg(sp->store));
+        snprintf(err, errlen, "cannot register node %s in the store: %s", sp->opt.node_id, store_errmsg(sp->store));
         return -1;
     }
     return 0;

@@ -65,12 +65,12 @@ const char *cluster_role_name(int role);
 /* Checks the options of sp->opt for its role (node id, advertised URL, token) and fills
  * defaults (capacity from the host). Returns 0, or -1 with a message in err. Call
  * before the store is opened. */
-int cluster_check_opts(struct spaced *sp, char *err, size_t cap);
+int cluster_check_opts(struct spaced *sp, char *err, size_t errlen);
 
 /* Starts the role: node: first heartbeat now, then a timer; control: the forwarding
  * hook on sp->router (call before any other route or hook is registered). Every role:
  * GET /v1/nodes. Returns 0, or -1 with a message in err. */
-int cluster_start(struct spaced *sp, char *err, size_t cap);
+int cluster_start(struct spaced *sp, char *err, size_t errlen);
 void cluster_free(struct spaced *sp);
 
 /* Whether this process runs sandboxes (roles all and node): only then does main.c

@@ -211,29 +211,29 @@ fail:
     return -1;
 }
 
-void *store_handle_new(size_t size, const struct store_ops *ops, char *errbuf, size_t errcap)
+void *store_handle_new(size_t size, const struct store_ops *ops, char *err, size_t errlen)
 {
     struct store *st = calloc(1, size);
     if (!st) {
-        snprintf(errbuf, errcap, "out of memory");
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
     st->ops = ops;
     return st;
 }
 
-struct store *store_open(const char *url_or_path, char *errbuf, size_t errcap)
+struct store *store_open(const char *url_or_path, char *err, size_t errlen)
 {
     bool pg = store_url_is_pg(url_or_path);
-    struct store *st = pg ? store_pg_open(url_or_path, errbuf, errcap)
-                          : store_sqlite_open(url_or_path, errbuf, errcap);
+    struct store *st = pg ? store_pg_open(url_or_path, err, errlen)
+                          : store_sqlite_open(url_or_path, err, errlen);
     if (!st)
         return NULL;
     if (store_migrate(st) != 0) {
         if (pg)
-            snprintf(errbuf, errcap, "cannot initialise the PostgreSQL store: %s", st->err);
+            snprintf(err, errlen, "cannot initialise the PostgreSQL store: %s", st->err);
         else
-            snprintf(errbuf, errcap, "cannot initialise %s: %s", url_or_path, st->err);
+            snprintf(err, errlen, "cannot initialise %s: %s", url_or_path, st->err);
         st->ops->close(st);
         return NULL;
     }

@@ -65,9 +65,9 @@ bool store_url_is_pg(const char *url);
 
 /* Opens the store: PostgreSQL when store_url_is_pg(url_or_path), else the SQLite file
  * at that path (created if needed). Creates or upgrades the schema. Returns NULL with a
- * message in errbuf on failure (PostgreSQL: "cannot connect to PostgreSQL: ..." with
+ * message in err on failure (PostgreSQL: "cannot connect to PostgreSQL: ..." with
  * libpq's reason, which names host and user, never the password). */
-struct store *store_open(const char *url_or_path, char *errbuf, size_t errcap);
+struct store *store_open(const char *url_or_path, char *err, size_t errlen);
 void store_close(struct store *st);
 const char *store_errmsg(struct store *st);
 /* "sqlite" or "postgresql". */

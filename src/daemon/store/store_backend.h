@@ -56,12 +56,12 @@ struct store {
 };
 
 /* Allocates a zeroed backend handle of `size` bytes (starting with struct store) bound
- * to ops; NULL with "out of memory" in errbuf. Freed by ops->close (free()). */
-void *store_handle_new(size_t size, const struct store_ops *ops, char *errbuf, size_t errcap);
+ * to ops; NULL with "out of memory" in err. Freed by ops->close (free()). */
+void *store_handle_new(size_t size, const struct store_ops *ops, char *err, size_t errlen);
 
 /* Driver constructors: connect or open, prepare the connection (not the schema: store.c
- * migrates after). NULL with a message in errbuf on failure. */
-struct store *store_sqlite_open(const char *path, char *errbuf, size_t errcap);
-struct store *store_pg_open(const char *url, char *errbuf, size_t errcap);
+ * migrates after). NULL with a message in err on failure. */
+struct store *store_sqlite_open(const char *path, char *err, size_t errlen);
+struct store *store_pg_open(const char *url, char *err, size_t errlen);
 
 #endif

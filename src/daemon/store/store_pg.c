@@ -184,22 +184,22 @@ static const struct store_ops pg_ops = {
     .migrate_lock_sql = "SELECT pg_advisory_xact_lock(1936744803)",
 };
 
-struct store *store_pg_open(const char *url, char *errbuf, size_t errcap)
+struct store *store_pg_open(const char *url, char *err, size_t errlen)
 {
-    struct store_pg *pg = store_handle_new(sizeof *pg, &pg_ops, errbuf, errcap);
+    struct store_pg *pg = store_handle_new(sizeof *pg, &pg_ops, err, errlen);
     if (!pg)
         return NULL;
     pg->conn = PQconnectdb(url);
     if (PQstatus(pg->conn) != CONNECTION_OK) {
         /* libpq's message names host and user, never the password. */
-        pg_msg(errbuf, errcap, "cannot connect to PostgreSQL",
+        pg_msg(err, errlen, "cannot connect to PostgreSQL",
                pg->conn ? PQerrorMessage(pg->conn) : "out of memory");
         pg_close(&pg->base);
         return NULL;
     }
     /* Quiet "already exists, skipping" notices from idempotent DDL; keep warnings. */
     if (pg_script(&pg->base, "SET client_min_messages = warning") != 0) {
-        snprintf(errbuf, errcap, "cannot initialise the PostgreSQL store: %s", pg->base.err);
+        snprintf(err, errlen, "cannot initialise the PostgreSQL store: %s", pg->base.err);
         pg_close(&pg->base);
         return NULL;
     }

@@ -127,14 +127,14 @@ static int collate_c(void *arg, int na, const void *a, int nb, const void *b)
     return n ? n : na - nb;
 }
 
-struct store *store_sqlite_open(const char *path, char *errbuf, size_t errcap)
+struct store *store_sqlite_open(const char *path, char *err, size_t errlen)
 {
-    struct store_sqlite *sq = store_handle_new(sizeof *sq, &sqlite_ops, errbuf, errcap);
+    struct store_sqlite *sq = store_handle_new(sizeof *sq, &sqlite_ops, err, errlen);
     if (!sq)
         return NULL;
     if (sqlite3_open_v2(path, &sq->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
-        snprintf(errbuf, errcap, "cannot open %s: %s", path, sq->db ? sqlite3_errmsg(sq->db) : "out of memory");
+        snprintf(err, errlen, "cannot open %s: %s", path, sq->db ? sqlite3_errmsg(sq->db) : "out of memory");
         sq_close(&sq->base);
         return NULL;
     }
@@ -145,7 +145,7 @@ struct store *store_sqlite_open(const char *path, char *errbuf, size_t errcap)
         sq_fail(&sq->base, "collation");
     else if (sq_script(&sq->base, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;") == 0)
         return &sq->base;
-    snprintf(errbuf, errcap, "cannot initialise %s: %s", path, sq->base.err);
+    snprintf(err, errlen, "cannot initialise %s: %s", path, sq->base.err);
     sq_close(&sq->base);
     return NULL;
 }

@@ -45,7 +45,7 @@ struct qmp_msg {
 
 /* Parses one line (without its newline). Returns 0 and fills *m, or -1 with a reason in
  * err[cap] (too long, not JSON, wrong shape). Never reads beyond line[len]. */
-int qmp_parse(const char *line, size_t len, struct qmp_msg *m, char *err, size_t cap);
+int qmp_parse(const char *line, size_t len, struct qmp_msg *m, char *err, size_t errlen);
 void qmp_msg_clear(struct qmp_msg *m);
 
 /* ---- client ------------------------------------------------------------------------- */

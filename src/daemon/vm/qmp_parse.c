@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static int fail(char *err, size_t cap, const char *why)
+static int fail(char *err, size_t errlen, const char *why)
 {
-    if (cap)
-        snprintf(err, cap, "%s", why);
+    if (errlen)
+        snprintf(err, errlen, "%s", why);
     return -1;
 }
 
@@ -26,13 +26,13 @@ static void parse_id(json_t *root, struct qmp_msg *m)
     }
 }
 
-static int parse_shape(json_t *root, struct qmp_msg *m, char *err, size_t cap)
+static int parse_shape(json_t *root, struct qmp_msg *m, char *err, size_t errlen)
 {
     json_t *v;
 
     if ((v = json_object_get(root, "QMP")) != NULL) {
         if (!json_is_object(v))
-            return fail(err, cap, "greeting: QMP is not an object");
+            return fail(err, errlen, "greeting: QMP is not an object");
         m->kind = QMP_MSG_GREETING;
         return 0;
     }
@@ -45,7 +45,7 @@ static int parse_shape(json_t *root, struct qmp_msg *m, char *err, size_t cap)
     if ((v = json_object_get(root, "error")) != NULL) {
         json_t *cls = json_object_get(v, "class"), *desc = json_object_get(v, "desc");
         if (!json_is_object(v) || !json_is_string(cls) || !json_is_string(desc))
-            return fail(err, cap, "error reply without string class/desc");
+            return fail(err, errlen, "error reply without string class/desc");
         m->kind = QMP_MSG_ERROR;
         m->err_class = json_string_value(cls);
         m->err_desc = json_string_value(desc);
@@ -55,43 +55,43 @@ static int parse_shape(json_t *root, struct qmp_msg *m, char *err, size_t cap)
     if ((v = json_object_get(root, "event")) != NULL) {
         json_t *data = json_object_get(root, "data");
         if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 64)
-            return fail(err, cap, "event name is not a short string");
+            return fail(err, errlen, "event name is not a short string");
         if (data && !json_is_object(data))
-            return fail(err, cap, "event data is not an object");
+            return fail(err, errlen, "event data is not an object");
         m->kind = QMP_MSG_EVENT;
         m->event = json_string_value(v);
         m->data = data;
         return 0;
     }
-    return fail(err, cap, "unknown QMP message shape");
+    return fail(err, errlen, "unknown QMP message shape");
 }
 
-int qmp_parse(const char *line, size_t len, struct qmp_msg *m, char *err, size_t cap)
+int qmp_parse(const char *line, size_t len, struct qmp_msg *m, char *err, size_t errlen)
 {
     json_error_t jerr;
 
     memset(m, 0, sizeof(*m));
     if (len > QMP_LINE_MAX)
-        return fail(err, cap, "line too long");
+        return fail(err, errlen, "line too long");
     /* JSON_REJECT_DUPLICATES: a duplicated key could make two readers of one line
      * disagree about its meaning. */
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
                               &jerr);
     if (!root)
-        return fail(err, cap, "not JSON");
+        return fail(err, errlen, "not JSON");
     /* DISABLE_EOF_CHECK lets a trailing \r pass; anything else after the value is not
      * one message per line. */
     for (size_t i = jerr.position; i < len; i++) {
         if (line[i] != '\r' && line[i] != ' ' && line[i] != '\t') {
             json_decref(root);
-            return fail(err, cap, "trailing bytes after JSON value");
+            return fail(err, errlen, "trailing bytes after JSON value");
         }
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        return fail(err, cap, "not a JSON object");
+        return fail(err, errlen, "not a JSON object");
     }
-    if (parse_shape(root, m, err, cap) < 0) {
+    if (parse_shape(root, m, err, errlen) < 0) {
         json_decref(root);
         memset(m, 0, sizeof(*m));
         return -1;

@@ -400,26 +400,26 @@ int vm_connect_unix(const char *path)
 }
 
 /* Connects QMP (and the console) and starts watching the process. */
-int vm_attach_process(struct vm *vm, char *msg, size_t cap)
+int vm_attach_process(struct vm *vm, char *msg, size_t msglen)
 {
     char p[4096];
     vm->pidfd = vm_pidfd_open(vm->pid);
     if (vm->pidfd < 0) {
-        snprintf(msg, cap, "pidfd_open(%d): %s", (int)vm->pid, strerror(errno));
+        snprintf(msg, msglen, "pidfd_open(%d): %s", (int)vm->pid, strerror(errno));
         return -1;
     }
     vm->pid_ev = event_new(vm->base, vm->pidfd, EV_READ, on_pid, vm);
     vm->ping_timer = event_new(vm->base, -1, EV_PERSIST, on_ping_timer, vm);
     int fd = vm_path(vm, "qmp.sock", p, sizeof(p)) == 0 ? vm_connect_unix(p) : -1;
     if (fd < 0 || !vm->pid_ev || !vm->ping_timer) {
-        snprintf(msg, cap, "connect QMP %s: %s", p, strerror(errno));
+        snprintf(msg, msglen, "connect QMP %s: %s", p, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
     vm->qmp = qmp_new(vm->base, fd, &qmp_h, vm);
     if (!vm->qmp) {
-        snprintf(msg, cap, "out of memory");
+        snprintf(msg, msglen, "out of memory");
         return -1;
     }
     event_add(vm->pid_ev, NULL);

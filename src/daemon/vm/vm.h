@@ -40,7 +40,7 @@
  * internal vm_cgroup.h, vm_cmdline.h, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
  * (accel.h: the KVM probe), pool_ (pool.h: the warm pool), vmg_ (vm_greet.h: boot or
  * restore and wait for the agent's HELLO, with the lost-HELLO retry). Errors travel as
- * enum vm_error plus a message in the caller's msg[msg_cap] (or a callback's msg).
+ * enum vm_error plus a message in the caller's msg[msglen] (or a callback's msg).
  *
  * Disk consistency for templates: the guest page cache inside a template snapshot must
  * match the disk it was taken on. The template VM therefore boots on its own overlay,
@@ -168,7 +168,7 @@ struct vm_jail_policy {
  * NULL with err[cap] for a range that is too large (> VM_JAIL_UIDS_MAX), contains 0 or
  * wraps past the last uid, or when out of memory. */
 #define VM_JAIL_UIDS_MAX (1u << 20)
-struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_t cap);
+struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_t errlen);
 
 /* Frees it once no VM started under it is left (NULL is fine). */
 void vm_jailer_free(struct vm_jailer *jl);
@@ -279,7 +279,7 @@ int vm_disk_flatten_spawn(const char *overlay, const struct vm_disk_layer *chain
  * copied; the caller may free it after the call. */
 struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
                    const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
-                   size_t msg_cap);
+                   size_t msglen);
 
 /* Starts a new QEMU from a snapshot directory (template or suspend). With `paused` the
  * vCPUs stay stopped after the load (vm_resume continues). For template snapshots
@@ -291,7 +291,7 @@ struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
 struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
                       const char *snapshot_dir, int paused,
                       const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
-                      size_t msg_cap);
+                      size_t msglen);
 
 /* Re-attaches to a QEMU still running from a previous spaced (run_dir/vm.json +
  * qemu.pid, process identity checked by start time so a recycled pid is never adopted).
@@ -299,7 +299,7 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
  * success, then on_agent hands a fresh agent connection. */
 struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const char *run_dir,
                     const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
-                    size_t msg_cap);
+                    size_t msglen);
 
 /* SIGKILLs every QEMU started for VM `id` (found by its `-name id,process=space-id,...`
  * argument in /proc/<pid>/cmdline) and returns how many. For a VM that cannot be adopted:

@@ -37,19 +37,19 @@ void vm_adopt_ready(struct vm *vm)
 
 struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const char *run_dir,
                     const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
-                    size_t msg_cap)
+                    size_t msglen)
 {
     char p[4096];
     json_error_t je;
     *err = VM_E_EXITED;
     if (snprintf(p, sizeof(p), "%s/vm.json", run_dir) >= (int)sizeof(p)) {
         *err = VM_E_INVAL;
-        snprintf(msg, msg_cap, "run_dir too long");
+        snprintf(msg, msglen, "run_dir too long");
         return NULL;
     }
     json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
-        snprintf(msg, msg_cap, "%s: no adoption record (VM not running)", p);
+        snprintf(msg, msglen, "%s: no adoption record (VM not running)", p);
         return NULL;
     }
     json_int_t pid = json_integer_value(json_object_get(j, "pid"));
@@ -69,12 +69,12 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
     struct vm *vm = NULL;
     if (pid <= 1 || !vm_id_valid(id) || start <= 0) {
         *err = VM_E_INVAL;
-        snprintf(msg, msg_cap, "%s: malformed adoption record", p);
+        snprintf(msg, msglen, "%s: malformed adoption record", p);
     } else if (vm_proc_starttime((pid_t)pid) != (unsigned long long)start) {
-        snprintf(msg, msg_cap, "QEMU pid %lld is no longer running", (long long)pid);
+        snprintf(msg, msglen, "QEMU pid %lld is no longer running", (long long)pid);
     } else if ((vm = calloc(1, sizeof(*vm))) == NULL || vm_config_copy(&vm->cfg, &cfg) < 0) {
         *err = VM_E_IO;
-        snprintf(msg, msg_cap, "out of memory");
+        snprintf(msg, msglen, "out of memory");
         free(vm);
         vm = NULL;
     }
@@ -93,7 +93,7 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
     vm->adopting = 1;
     vm->op = VM_OP_START;
     vm_jail_uid_hold(vm);
-    if (vm_attach_process(vm, msg, msg_cap) < 0) {
+    if (vm_attach_process(vm, msg, msglen) < 0) {
         *err = VM_E_IO;
         /* attach may have opened the pidfd / events: free through the normal path */
         vm_detach(vm);

@@ -51,7 +51,7 @@ static int v2_offers(const char *dir, const char *name)
  * that root does not offer (e.g. bound to a v1 hierarchy, or not delegated to us) is an
  * error naming it: limits that silently do not apply would be worse. */
 static int v2_enable(const char *root, const char *parent, const struct vm_cgroup_limits *lim,
-                     char *err, size_t cap)
+                     char *err, size_t errlen)
 {
     const char *need[3];
     int n = 0;
@@ -65,12 +65,12 @@ static int v2_enable(const char *root, const char *parent, const struct vm_cgrou
         char plus[16];
         snprintf(plus, sizeof(plus), "+%s", need[i]);
         if (!v2_offers(root, need[i])) {
-            snprintf(err, cap, "cgroup v2 at %s does not offer the %s controller", root, need[i]);
+            snprintf(err, errlen, "cgroup v2 at %s does not offer the %s controller", root, need[i]);
             return -1;
         }
         if ((!v2_offers(parent, need[i]) && write_file(root, "cgroup.subtree_control", plus) < 0) ||
             write_file(parent, "cgroup.subtree_control", plus) < 0) {
-            snprintf(err, cap, "cgroup v2: enabling %s under %s: %s", need[i], parent,
+            snprintf(err, errlen, "cgroup v2: enabling %s under %s: %s", need[i], parent,
                      strerror(errno));
             return -1;
         }
@@ -130,7 +130,7 @@ static int set_limits(int v2, int idx, const char *dir, const struct vm_cgroup_l
 
 int vm_cgroup_create(const char *root, const char *parent, const char *id,
                      const struct vm_cgroup_limits *lim, int procs_fds[3], char *err,
-                     size_t cap)
+                     size_t errlen)
 {
     char dirs[3][512], parents[3][512];
     int v2 = is_v2(root);
@@ -139,26 +139,26 @@ int vm_cgroup_create(const char *root, const char *parent, const char *id,
         procs_fds[i] = -1;
     for (int i = 0; i < n; i++) {
         if (mkdir(parents[i], 0755) < 0 && errno != EEXIST) {
-            snprintf(err, cap, "cgroup %s: %s", parents[i], strerror(errno));
+            snprintf(err, errlen, "cgroup %s: %s", parents[i], strerror(errno));
             goto fail;
         }
-        if (v2 && v2_enable(root, parents[i], lim, err, cap) < 0)
+        if (v2 && v2_enable(root, parents[i], lim, err, errlen) < 0)
             goto fail;
         if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST) {
-            snprintf(err, cap, "cgroup %s: %s", dirs[i], strerror(errno));
+            snprintf(err, errlen, "cgroup %s: %s", dirs[i], strerror(errno));
             goto fail;
         }
         if (set_limits(v2, i, dirs[i], lim) < 0) {
-            snprintf(err, cap, "cgroup %s limits: %s", dirs[i], strerror(errno));
+            snprintf(err, errlen, "cgroup %s limits: %s", dirs[i], strerror(errno));
             goto fail;
         }
         char procs[600];
         if (snprintf(procs, sizeof(procs), "%s/cgroup.procs", dirs[i]) >= (int)sizeof(procs)) {
-            snprintf(err, cap, "cgroup path too long: %s", dirs[i]);
+            snprintf(err, errlen, "cgroup path too long: %s", dirs[i]);
             goto fail;
         }
         if ((procs_fds[i] = open(procs, O_WRONLY | O_CLOEXEC)) < 0) {
-            snprintf(err, cap, "cgroup %s: %s", procs, strerror(errno));
+            snprintf(err, errlen, "cgroup %s: %s", procs, strerror(errno));
             goto fail;
         }
     }

@@ -18,7 +18,7 @@ struct vm_cgroup_limits {
  * (procs_fds[0..2], -1 where unused). Returns 0 or -1 with err[cap] (nothing left). */
 int vm_cgroup_create(const char *root, const char *parent, const char *id,
                      const struct vm_cgroup_limits *lim, int procs_fds[3], char *err,
-                     size_t cap);
+                     size_t errlen);
 
 /* Removes the group(s) once empty; silent if absent. */
 void vm_cgroup_remove(const char *root, const char *parent, const char *id);

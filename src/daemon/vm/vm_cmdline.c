@@ -114,30 +114,30 @@ static int check_backing(const struct vm_config *cfg)
     return 0;
 }
 
-static int check(const struct vm_config *cfg, const struct vm_launch *l, char *err, size_t cap)
+static int check(const struct vm_config *cfg, const struct vm_launch *l, char *err, size_t errlen)
 {
     if (!vm_id_valid(cfg->id))
-        snprintf(err, cap, "invalid sandbox id (want [A-Za-z0-9_-]{1,48})");
+        snprintf(err, errlen, "invalid sandbox id (want [A-Za-z0-9_-]{1,48})");
     else if (cfg->vcpus < 1 || cfg->vcpus > 16)
-        snprintf(err, cap, "vcpus %u out of range 1..16", cfg->vcpus);
+        snprintf(err, errlen, "vcpus %u out of range 1..16", cfg->vcpus);
     else if (cfg->mem_mib < 64 || cfg->mem_mib > 65536)
-        snprintf(err, cap, "memory %u MiB out of range 64..65536", cfg->mem_mib);
+        snprintf(err, errlen, "memory %u MiB out of range 64..65536", cfg->mem_mib);
     else if (!cfg->kernel || !*cfg->kernel || !printable(cfg->kernel))
-        snprintf(err, cap, "no kernel given");
+        snprintf(err, errlen, "no kernel given");
     else if (cfg->cmdline_extra && (strlen(cfg->cmdline_extra) > VM_CMDLINE_EXTRA_MAX ||
                                     !printable(cfg->cmdline_extra)))
-        snprintf(err, cap, "kernel command line extra too long or not printable");
+        snprintf(err, errlen, "kernel command line extra too long or not printable");
     else if ((cfg->initramfs && !printable(cfg->initramfs)) ||
              (cfg->disk && !printable(cfg->disk)) ||
              (l->mem_path && !printable(l->mem_path)))
-        snprintf(err, cap, "path with control characters");
+        snprintf(err, errlen, "path with control characters");
     else if (check_backing(cfg) < 0)
-        snprintf(err, cap, "bad disk backing chain (qcow2 layers, raw only as the base)");
+        snprintf(err, errlen, "bad disk backing chain (qcow2 layers, raw only as the base)");
     else if (cfg->net.tap_fd >= 0 && (!cfg->net.mac || strlen(cfg->net.mac) != 17 ||
                                       strspn(cfg->net.mac, "0123456789abcdefABCDEF:") != 17))
-        snprintf(err, cap, "tap given without a valid MAC address");
+        snprintf(err, errlen, "tap given without a valid MAC address");
     else if (l->accel != VM_ACCEL_KVM && l->accel != VM_ACCEL_TCG)
-        snprintf(err, cap, "accelerator not resolved");
+        snprintf(err, errlen, "accelerator not resolved");
     else
         return 0;
     return -1;
@@ -182,10 +182,10 @@ static int push_disk(struct vm_argv *a, const struct vm_config *cfg)
 }
 
 int vm_cmdline_build(const struct vm_config *cfg, const struct vm_launch *l,
-                     struct vm_argv *out, char *err, size_t cap)
+                     struct vm_argv *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
-    if (check(cfg, l, err, cap) < 0)
+    if (check(cfg, l, err, errlen) < 0)
         return -1;
     struct vm_argv *a = out;
     int kvm = l->accel == VM_ACCEL_KVM;
@@ -281,7 +281,7 @@ int vm_cmdline_build(const struct vm_config *cfg, const struct vm_launch *l,
         r |= push(a, strdup("-S"));
     if (r) {
         vm_argv_free(a);
-        snprintf(err, cap, "out of memory building QEMU command line");
+        snprintf(err, errlen, "out of memory building QEMU command line");
         return -1;
     }
     return 0;

@@ -39,7 +39,7 @@ struct vm_argv {
 /* Checks cfg (id charset/length, vcpus, memory, required paths present as strings) and
  * fills out. Returns 0, or -1 with a reason in err[cap] and out left empty. */
 int vm_cmdline_build(const struct vm_config *cfg, const struct vm_launch *l,
-                     struct vm_argv *out, char *err, size_t cap);
+                     struct vm_argv *out, char *err, size_t errlen);
 void vm_argv_free(struct vm_argv *a);
 
 /* 1 if id is a valid sandbox id ([A-Za-z0-9_-]{1,48}). */

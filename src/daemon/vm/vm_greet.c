@@ -108,11 +108,11 @@ void vmg_begin(struct vmg *g, struct vm *vm, const struct vmg_params *p)
 
 struct vm *vmg_start(struct vmg *g, const struct vm_config *cfg, const char *snapshot_dir,
                      int paused, const struct vmg_params *p, const struct vm_callbacks *cbs,
-                     void *arg, int *err, char *msg, size_t msg_cap)
+                     void *arg, int *err, char *msg, size_t msglen)
 {
     struct vm *vm = snapshot_dir ? vm_restore(g->base, cfg, snapshot_dir, paused, cbs, arg, err,
-                                              msg, msg_cap)
-                                 : vm_boot(g->base, cfg, cbs, arg, err, msg, msg_cap);
+                                              msg, msglen)
+                                 : vm_boot(g->base, cfg, cbs, arg, err, msg, msglen);
     if (vm)
         vmg_begin(g, vm, p);
     return vm;

@@ -68,7 +68,7 @@ void vmg_free(struct vmg *g);
  * (NULL, *err, msg) are vm_boot's / vm_restore's; on failure the greeter stays idle. */
 struct vm *vmg_start(struct vmg *g, const struct vm_config *cfg, const char *snapshot_dir,
                      int paused, const struct vmg_params *p, const struct vm_callbacks *cbs,
-                     void *arg, int *err, char *msg, size_t msg_cap);
+                     void *arg, int *err, char *msg, size_t msglen);
 
 /* Starts waiting for vm's agent (a VM the caller got elsewhere: pool_claim, vm_adopt):
  * arms the deadline, the attempt count starts at 0. p is copied. vm may be NULL (tests):

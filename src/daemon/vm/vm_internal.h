@@ -87,15 +87,15 @@ void vm_op_done(struct vm *vm, int err, const char *msg);
 /* Starts the QEMU process for vm->cfg with launch settings; connects QMP and console.
  * On failure returns -1 with *err/msg (nothing left running). */
 int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int incoming,
-                     int paused, int *err, char *msg, size_t cap);
+                     int paused, int *err, char *msg, size_t msglen);
 
 /* Allocates a vm for cfg after checking it (files readable, id valid, accel usable). */
 struct vm *vm_new(struct event_base *base, const struct vm_config *cfg,
-                  const struct vm_callbacks *cbs, void *arg, int *err, char *msg, size_t cap);
+                  const struct vm_callbacks *cbs, void *arg, int *err, char *msg, size_t msglen);
 /* Frees a vm that never started a process. */
 void vm_free_unstarted(struct vm *vm);
 /* Watches vm->pid (pidfd), connects QMP and the console. */
-int vm_attach_process(struct vm *vm, char *msg, size_t cap);
+int vm_attach_process(struct vm *vm, char *msg, size_t msglen);
 
 /* Adopt side: QMP is up again for an adopted VM. */
 void vm_adopt_ready(struct vm *vm);
@@ -105,7 +105,7 @@ void vm_restore_begin(struct vm *vm);
 /* Save side: the saving QEMU is gone; a template snapshot's RAM file and disk overlay
  * become root-owned 0444 (no VM uid can write them from now on). Returns VM_OK, or
  * VM_E_IO with msg[cap]. */
-int vm_save_seal(struct vm *vm, char *msg, size_t cap);
+int vm_save_seal(struct vm *vm, char *msg, size_t msglen);
 /* Save/restore side: a MIGRATION event (status string). */
 void vm_save_on_migration(struct vm *vm, const char *status);
 
@@ -147,7 +147,7 @@ int vm_connect_unix(const char *path);
 /* vm_jail.c: under cfg.jail.jailer, VM_JAIL_UID_AUTO resolved into vm->cfg.jail.uid/gid
  * (0, or -1 with msg); an adopted VM's uid held; the VM is gone: its files back to
  * root, its uid free; a template file made root-owned 0444 (0 or -1, errno). */
-int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap);
+int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t msglen);
 void vm_jail_uid_hold(struct vm *vm);
 void vm_jail_release(struct vm *vm);
 int vm_jail_freeze(const char *path);

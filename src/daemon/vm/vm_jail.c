@@ -35,12 +35,12 @@ struct vm_jailer {
     unsigned cursor;              /* next offset to try */
 };
 
-struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_t cap)
+struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_t errlen)
 {
     unsigned long long end = (unsigned long long)p->uid_base + p->uid_count;
     if (p->uid_count > VM_JAIL_UIDS_MAX || (p->uid_count && p->uid_base == 0) ||
         end > (unsigned long long)(uid_t)-1) {
-        snprintf(err, cap, "jail uid range %u:%u must be 1..%u uids above 0 and below %u",
+        snprintf(err, errlen, "jail uid range %u:%u must be 1..%u uids above 0 and below %u",
                  (unsigned)p->uid_base, p->uid_count, VM_JAIL_UIDS_MAX, (unsigned)(uid_t)-1);
         return NULL;
     }
@@ -51,7 +51,7 @@ struct vm_jailer *vm_jailer_new(const struct vm_jail_policy *p, char *err, size_
         jl->shim = strdup(p->shim);
     if (!jl || (p->uid_count && !jl->held) || (p->shim && !jl->shim)) {
         vm_jailer_free(jl);
-        snprintf(err, cap, "out of memory");
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
     jl->policy = *p;
@@ -124,21 +124,21 @@ static void scan_processes(const struct vm_jailer *jl, uint8_t *busy)
         closedir(d);
 }
 
-int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap)
+int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t msglen)
 {
     struct vm_jail *j = &vm->cfg.jail;
     struct vm_jailer *jl = j->jailer;
     if (j->uid != VM_JAIL_UID_AUTO)
         return 0;
     if (!vm_jailer_policy(jl)->uid_count) {
-        snprintf(msg, cap, "no jail uid range configured");
+        snprintf(msg, msglen, "no jail uid range configured");
         return -1;
     }
     const struct vm_jail_policy *policy = &jl->policy;
     size_t bytes = (policy->uid_count + 7) / 8;
     uint8_t *busy = malloc(bytes);
     if (!busy) {
-        snprintf(msg, cap, "out of memory");
+        snprintf(msg, msglen, "out of memory");
         return -1;
     }
     memcpy(busy, jl->held, bytes);
@@ -155,7 +155,7 @@ int vm_jail_uid_acquire(struct vm *vm, char *msg, size_t cap)
         return 0;
     }
     free(busy);
-    snprintf(msg, cap, "all %u jail uids from %u are in use", policy->uid_count,
+    snprintf(msg, msglen, "all %u jail uids from %u are in use", policy->uid_count,
              (unsigned)policy->uid_base);
     return -1;
 }

@@ -195,7 +195,7 @@ static void save_complete(struct vm *vm)
     qmp_command(vm->qmp, "quit", NULL, -1, 0, NULL, NULL);
 }
 
-int vm_save_seal(struct vm *vm, char *msg, size_t cap)
+int vm_save_seal(struct vm *vm, char *msg, size_t msglen)
 {
     char mem[4096];
     if (!vm->save_template)
@@ -205,7 +205,7 @@ int vm_save_seal(struct vm *vm, char *msg, size_t cap)
      * open for writing under its uid, is gone. */
     if (snap_path(vm->save_dir, "mem", mem, sizeof(mem)) < 0 || vm_jail_freeze(mem) < 0 ||
         (vm->cfg.disk && vm_jail_freeze(vm->cfg.disk) < 0)) {
-        snprintf(msg, cap, "cannot make the template snapshot read-only: %s", strerror(errno));
+        snprintf(msg, msglen, "cannot make the template snapshot read-only: %s", strerror(errno));
         return VM_E_IO;
     }
     return VM_OK;
@@ -432,17 +432,17 @@ void vm_restore_begin(struct vm *vm)
 
 /* Reads and checks dir/snapshot.json against cfg. Returns 0 with *tmpl set. */
 static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, char *msg,
-                      size_t cap)
+                      size_t msglen)
 {
     char p[4096];
     json_error_t je;
     if (snap_path(dir, "snapshot.json", p, sizeof(p)) < 0) {
-        snprintf(msg, cap, "snapshot path too long");
+        snprintf(msg, msglen, "snapshot path too long");
         return -1;
     }
     json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
-        snprintf(msg, cap, "snapshot %s: missing or corrupt snapshot.json", dir);
+        snprintf(msg, msglen, "snapshot %s: missing or corrupt snapshot.json", dir);
         return -1;
     }
     const char *kind = json_string_value(json_object_get(j, "kind"));
@@ -452,18 +452,18 @@ static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, c
     int r = -1;
     struct stat st;
     if (!kind || (strcmp(kind, "template") && strcmp(kind, "suspend")))
-        snprintf(msg, cap, "snapshot %s: unknown kind", dir);
+        snprintf(msg, msglen, "snapshot %s: unknown kind", dir);
     else if (mem != cfg->mem_mib || cpus != cfg->vcpus)
-        snprintf(msg, cap, "snapshot %s was taken with %lld MiB / %lld vCPUs, config asks "
+        snprintf(msg, msglen, "snapshot %s was taken with %lld MiB / %lld vCPUs, config asks "
                  "%u MiB / %u vCPUs", dir, (long long)mem, (long long)cpus, cfg->mem_mib,
                  cfg->vcpus);
     else if (snap_path(dir, "state", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
              st.st_size != bytes)
-        snprintf(msg, cap, "snapshot %s: state file missing or truncated", dir);
+        snprintf(msg, msglen, "snapshot %s: state file missing or truncated", dir);
     else if ((*tmpl = !strcmp(kind, "template")) &&
              (snap_path(dir, "mem", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
               st.st_size != (off_t)cfg->mem_mib << 20))
-        snprintf(msg, cap, "snapshot %s: RAM file missing or of the wrong size", dir);
+        snprintf(msg, msglen, "snapshot %s: RAM file missing or of the wrong size", dir);
     else
         r = 0;
     json_decref(j);
@@ -473,17 +473,17 @@ static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, c
 struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
                       const char *snapshot_dir, int paused,
                       const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
-                      size_t msg_cap)
+                      size_t msglen)
 {
     char state[4096], mem[4096];
     int tmpl = 0;
-    if (!snapshot_dir || check_meta(snapshot_dir, cfg, &tmpl, msg, msg_cap) < 0) {
+    if (!snapshot_dir || check_meta(snapshot_dir, cfg, &tmpl, msg, msglen) < 0) {
         if (!snapshot_dir)
-            snprintf(msg, msg_cap, "no snapshot directory");
+            snprintf(msg, msglen, "no snapshot directory");
         *err = VM_E_SNAPSHOT;
         return NULL;
     }
-    struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msg_cap);
+    struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msglen);
     if (!vm)
         return NULL;
     snap_path(snapshot_dir, "state", state, sizeof(state));
@@ -494,7 +494,7 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
     vm->state_fd = open(state, O_RDONLY | O_CLOEXEC);
     if (!vm->snap_dir || vm->state_fd < 0) {
         *err = VM_E_SNAPSHOT;
-        snprintf(msg, msg_cap, "open %s: %s", state, strerror(errno));
+        snprintf(msg, msglen, "open %s: %s", state, strerror(errno));
         if (vm->state_fd >= 0)
             close(vm->state_fd);
         vm_free_unstarted(vm);
@@ -504,7 +504,7 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
      * a suspended VM's RAM comes back from the stream into anonymous memory. */
     free((char *)vm->cfg.mem_path);
     vm->cfg.mem_path = NULL;
-    if (vm_start_process(vm, tmpl ? mem : NULL, 0, 1, 1, err, msg, msg_cap) < 0) {
+    if (vm_start_process(vm, tmpl ? mem : NULL, 0, 1, 1, err, msg, msglen) < 0) {
         close(vm->state_fd);
         vm_free_unstarted(vm);
         return NULL;

@@ -187,11 +187,11 @@ static void child_fds(const struct vm_spawn *s, int errfd)
     }
 }
 
-int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
+int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t errlen)
 {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        snprintf(err, cap, "pipe: %s", strerror(errno));
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
         return -1;
     }
     unsigned long flags = SIGCHLD;
@@ -202,7 +202,7 @@ int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
      * descriptor it inherits stays attached to its device in the sandbox's namespace). */
     pid_t c = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (c < 0) {
-        snprintf(err, cap, "clone: %s", strerror(errno));
+        snprintf(err, errlen, "clone: %s", strerror(errno));
         close(pfd[0]);
         close(pfd[1]);
         return -1;
@@ -247,7 +247,7 @@ int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap)
     if (n > 0) {
         buf[n] = 0;
         int jail = buf[0] == FAIL_JAIL;
-        snprintf(err, cap, "%s: %s", jail ? "QEMU jail setup failed" : "QEMU start failed",
+        snprintf(err, errlen, "%s: %s", jail ? "QEMU jail setup failed" : "QEMU start failed",
                  n > 1 ? buf + 1 : "?");
         waitpid(c, NULL, 0);
         return jail ? -2 : -1;

@@ -44,7 +44,7 @@ struct vm_spawn {
 /* Forks and execs QEMU. Returns 0 with *pid set, or -1 with err[cap] (nothing left
  * running), -2 when it was the jail that could not be set up (namespaces, mounts, uid
  * switch, cgroup join). Descriptors in s stay owned by the caller. */
-int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t cap);
+int vm_spawn(const struct vm_spawn *s, pid_t *pid, char *err, size_t errlen);
 
 /* pidfd for pid (Linux >= 5.3), or -1. */
 int vm_pidfd_open(pid_t pid);

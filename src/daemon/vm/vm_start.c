@@ -59,12 +59,12 @@ enum vm_accel vm_accel_resolve(enum vm_accel want)
     return cached;
 }
 
-static int listen_unix(const struct vm *vm, const char *name, char *msg, size_t cap)
+static int listen_unix(const struct vm *vm, const char *name, char *msg, size_t msglen)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     char p[4096];
     if (vm_path(vm, name, p, sizeof(p)) < 0 || strlen(p) >= sizeof(sa.sun_path)) {
-        snprintf(msg, cap, "run_dir too long for a unix socket path");
+        snprintf(msg, msglen, "run_dir too long for a unix socket path");
         return -1;
     }
     memcpy(sa.sun_path, p, strlen(p) + 1);
@@ -72,7 +72,7 @@ static int listen_unix(const struct vm *vm, const char *name, char *msg, size_t 
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(p, 0600) < 0 ||
         listen(fd, 8) < 0) {
-        snprintf(msg, cap, "socket %s: %s", p, strerror(errno));
+        snprintf(msg, msglen, "socket %s: %s", p, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
@@ -137,22 +137,22 @@ static void qemu_env_build(struct qemu_env *e, const char *shim, const char *ro_
 /* The jailed parts of a start: uid, file list and ownership, cgroup. 0 or -1 with msg. */
 static int jail_prepare(struct vm *vm, struct vm_spawn *s, char *root, size_t root_cap,
                         const char *mem_path, int mem_share, const char *shim, char *msg,
-                        size_t cap)
+                        size_t msglen)
 {
     struct vm_jail *j = &vm->cfg.jail;
-    if (vm_jail_uid_acquire(vm, msg, cap) < 0)
+    if (vm_jail_uid_acquire(vm, msg, msglen) < 0)
         return -1;
     if (j->uid == 0) {
-        snprintf(msg, cap, "jail uid must not be 0");
+        snprintf(msg, msglen, "jail uid must not be 0");
         return -1;
     }
     if (vm_path(vm, "root", root, root_cap) < 0 || (mkdir(root, 0700) < 0 && errno != EEXIST)) {
-        snprintf(msg, cap, "jail root: %s", strerror(errno));
+        snprintf(msg, msglen, "jail root: %s", strerror(errno));
         return -1;
     }
     s->jail_root = root;
     if (jail_paths(vm, s, mem_path, mem_share, shim) < 0) {
-        snprintf(msg, cap, "file ownership for the jail: %s", strerror(errno));
+        snprintf(msg, msglen, "file ownership for the jail: %s", strerror(errno));
         return -1;
     }
     if (!j->cgroup_parent)
@@ -164,7 +164,7 @@ static int jail_prepare(struct vm *vm, struct vm_spawn *s, char *root, size_t ro
         .pids_max = j->pids_max ? j->pids_max : 64,
     };
     return vm_cgroup_create(CGROUP_ROOT, j->cgroup_parent, vm->cfg.id, &lim, s->cgroup_fds,
-                            msg, cap);
+                            msg, msglen);
 }
 
 /* The shim a start needs: a clone (template RAM mapped private) that is jailed must have
@@ -172,7 +172,7 @@ static int jail_prepare(struct vm *vm, struct vm_spawn *s, char *root, size_t ro
  * clear message); an unjailed one (development) uses it when configured. Returns 0 with
  * *shim (NULL: none needed or, unjailed, none configured), or -1 with msg. */
 static int shim_for(const struct vm *vm, const char *mem_path, int mem_share,
-                    const char **shim, char *msg, size_t cap)
+                    const char **shim, char *msg, size_t msglen)
 {
     const char *p = vm_jailer_policy(vm->cfg.jail.jailer)->shim;
     *shim = NULL;
@@ -184,17 +184,17 @@ static int shim_for(const struct vm *vm, const char *mem_path, int mem_share,
     }
     if (!vm->cfg.jail.enabled)
         return 0;
-    snprintf(msg, cap, "a clone needs the QEMU shim that opens the template memory read-only: %s",
+    snprintf(msg, msglen, "a clone needs the QEMU shim that opens the template memory read-only: %s",
              p ? strerror(errno) : "none configured");
     if (p) {
         size_t l = strlen(msg);
-        snprintf(msg + l, cap - l, " (%s)", p);
+        snprintf(msg + l, msglen - l, " (%s)", p);
     }
     return -1;
 }
 
 int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int incoming,
-                     int paused, int *err, char *msg, size_t cap)
+                     int paused, int *err, char *msg, size_t msglen)
 {
     static unsigned tsc_khz; /* the host's TSC frequency: a fact, read once */
     if (vm->accel == VM_ACCEL_TCG && !tsc_khz)
@@ -209,34 +209,34 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     *err = VM_E_START;
     for (int i = 0; i < VM_FD_COUNT; i++)
         s.fds[i] = -1;
-    if (vm_cmdline_build(&vm->cfg, &l, &argv, msg, cap) < 0) {
+    if (vm_cmdline_build(&vm->cfg, &l, &argv, msg, msglen) < 0) {
         *err = VM_E_INVAL;
         return -1;
     }
     s.argv = argv.argv;
     s.need_kvm = vm->accel == VM_ACCEL_KVM;
     s.no_thp = vm->accel == VM_ACCEL_TCG;
-    if ((s.fds[VM_FD_QMP] = listen_unix(vm, "qmp.sock", msg, cap)) < 0 ||
-        (s.fds[VM_FD_AGENT] = listen_unix(vm, "agent.sock", msg, cap)) < 0 ||
-        (s.fds[VM_FD_CONSOLE] = listen_unix(vm, "console.sock", msg, cap)) < 0)
+    if ((s.fds[VM_FD_QMP] = listen_unix(vm, "qmp.sock", msg, msglen)) < 0 ||
+        (s.fds[VM_FD_AGENT] = listen_unix(vm, "agent.sock", msg, msglen)) < 0 ||
+        (s.fds[VM_FD_CONSOLE] = listen_unix(vm, "console.sock", msg, msglen)) < 0)
         goto out;
     s.fds[VM_FD_TAP] = vm->cfg.net.tap_fd;
     if (vm_path(vm, "qemu.log", p, sizeof(p)) < 0 ||
         (s.log_fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600)) < 0) {
-        snprintf(msg, cap, "open qemu.log: %s", strerror(errno));
+        snprintf(msg, msglen, "open qemu.log: %s", strerror(errno));
         goto out;
     }
     const char *shim = NULL;
     struct qemu_env env;
     *err = VM_E_JAIL;
     if (!vm->cfg.jail.enabled && vm_jailer_policy(vm->cfg.jail.jailer)->required) {
-        snprintf(msg, cap, "QEMU must run jailed (unjailed QEMUs need spaced --no-jail)");
+        snprintf(msg, msglen, "QEMU must run jailed (unjailed QEMUs need spaced --no-jail)");
         goto out;
     }
-    if (shim_for(vm, mem_path, mem_share, &shim, msg, cap) < 0)
+    if (shim_for(vm, mem_path, mem_share, &shim, msg, msglen) < 0)
         goto out;
     if (vm->cfg.jail.enabled &&
-        jail_prepare(vm, &s, root, sizeof root, mem_path, mem_share, shim, msg, cap) < 0)
+        jail_prepare(vm, &s, root, sizeof root, mem_path, mem_share, shim, msg, msglen) < 0)
         goto out;
     if (!vm->cfg.jail.enabled)
         log_warn("vm.unjailed", "id=%s msg=\"QEMU runs unjailed as spaced's user with spaced's "
@@ -244,7 +244,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     qemu_env_build(&env, shim, mem_path);
     s.envp = env.envp;
     *err = VM_E_START;
-    int sr = vm_spawn(&s, &vm->pid, msg, cap);
+    int sr = vm_spawn(&s, &vm->pid, msg, msglen);
     if (sr < 0) {
         if (sr == -2)
             *err = VM_E_JAIL;
@@ -252,7 +252,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     }
     vm->is_child = 1;
     vm->starttime = vm_proc_starttime(vm->pid);
-    if (vm_attach_process(vm, msg, cap) < 0) {
+    if (vm_attach_process(vm, msg, msglen) < 0) {
         kill(vm->pid, SIGKILL);
         waitpid(vm->pid, NULL, 0);
         goto out;
@@ -306,35 +306,35 @@ int vm_write_record(struct vm *vm)
 
 /* Builds the struct and checks what can be checked before starting anything. */
 struct vm *vm_new(struct event_base *base, const struct vm_config *cfg,
-                  const struct vm_callbacks *cbs, void *arg, int *err, char *msg, size_t cap)
+                  const struct vm_callbacks *cbs, void *arg, int *err, char *msg, size_t msglen)
 {
     const char *files[3 + VM_DISK_BACKING_MAX] = { cfg->kernel, cfg->initramfs, cfg->disk };
     for (unsigned i = 0; i < cfg->n_backing && i < VM_DISK_BACKING_MAX; i++)
         files[3 + i] = cfg->backing[i].path;
     *err = VM_E_INVAL;
     if (!vm_id_valid(cfg->id)) {
-        snprintf(msg, cap, "invalid sandbox id");
+        snprintf(msg, msglen, "invalid sandbox id");
         return NULL;
     }
     if (!cfg->run_dir || access(cfg->run_dir, W_OK) < 0) {
-        snprintf(msg, cap, "run_dir %s not writable", cfg->run_dir ? cfg->run_dir : "(null)");
+        snprintf(msg, msglen, "run_dir %s not writable", cfg->run_dir ? cfg->run_dir : "(null)");
         return NULL;
     }
     if (cfg->n_backing > VM_DISK_BACKING_MAX) {
-        snprintf(msg, cap, "too many backing layers");
+        snprintf(msg, msglen, "too many backing layers");
         return NULL;
     }
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         if (files[i] && access(files[i], R_OK) < 0) {
             *err = VM_E_NOENT;
-            snprintf(msg, cap, "%s: %s", files[i], strerror(errno));
+            snprintf(msg, msglen, "%s: %s", files[i], strerror(errno));
             return NULL;
         }
     }
     struct vm *vm = calloc(1, sizeof(*vm));
     if (!vm || vm_config_copy(&vm->cfg, cfg) < 0) {
         free(vm);
-        snprintf(msg, cap, "out of memory");
+        snprintf(msg, msglen, "out of memory");
         return NULL;
     }
     vm->base = base;
@@ -349,7 +349,7 @@ struct vm *vm_new(struct event_base *base, const struct vm_config *cfg,
         if (accel_probe_kvm("/dev/kvm", "/sys/module/kvm_pvm", why, sizeof(why)) !=
             ACCEL_KVM_USABLE) {
             *err = VM_E_START;
-            snprintf(msg, cap, "accel=kvm forced but %s", why);
+            snprintf(msg, msglen, "accel=kvm forced but %s", why);
             vm_config_free(&vm->cfg);
             free(vm);
             return NULL;
@@ -368,9 +368,9 @@ void vm_free_unstarted(struct vm *vm)
 
 struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
                    const struct vm_callbacks *cbs, void *arg, int *err, char *msg,
-                   size_t msg_cap)
+                   size_t msglen)
 {
-    struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msg_cap);
+    struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msglen);
     if (!vm)
         return NULL;
     if (cfg->mem_path) {
@@ -382,7 +382,7 @@ struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
         int fd = open(cfg->mem_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 || ftruncate(fd, (off_t)cfg->mem_mib << 20) < 0) {
             *err = VM_E_IO;
-            snprintf(msg, msg_cap, "memory file %s: %s", cfg->mem_path, strerror(errno));
+            snprintf(msg, msglen, "memory file %s: %s", cfg->mem_path, strerror(errno));
             if (fd >= 0)
                 close(fd);
             vm_free_unstarted(vm);
@@ -390,7 +390,7 @@ struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
         }
         close(fd);
     }
-    if (vm_start_process(vm, cfg->mem_path, 1, 0, 0, err, msg, msg_cap) < 0) {
+    if (vm_start_process(vm, cfg->mem_path, 1, 0, 0, err, msg, msglen) < 0) {
         vm_free_unstarted(vm);
         return NULL;
     }
