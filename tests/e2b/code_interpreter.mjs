@@ -153,6 +153,9 @@ await main(async () => {
   await step('a sandbox restored from the template\'s snapshot runs code at once (the kernel was up before it)', async () => {
     await eventually(async () => {
       const r = await raw('/v1/templates/code-interpreter-v1', { method: 'GET', headers: { 'X-API-Key': apiKey } })
+      // A snapshot that failed is not retried at the same fingerprint: say so at once.
+      const failed = r.status === 200 && r.json.template.versions.find((v) => v.current && v.state === 'failed')
+      assert.ok(!failed, `the template's snapshot failed: ${JSON.stringify(failed)} (spaced's log says why)`)
       return r.status === 200 && r.json.template.versions.some((v) => v.current && v.state === 'ready')
     }, 'the template\'s snapshot', 900_000)
     const t0 = Date.now()

@@ -18,10 +18,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sbx_spec spec;
     struct spaced_err err;
     if (sbx_spec_parse((const char *)data, size, &spec, &err) == 0) {
-        /* Invariants of an accepted spec. */
-        if (spec.vcpus < 1 || spec.vcpus > SBX_VCPUS_MAX || spec.memory_mib < SBX_MEM_MIN_MIB ||
-            spec.memory_mib > SBX_MEM_MAX_MIB || spec.timeout_s < 0 || !spec.env_json ||
-            !spec.metadata_json || !spec.network_json)
+        /* Invariants of an accepted spec: a size is absent (0: the template's) or in
+         * range, and the size a sandbox gets is in range either way. */
+        unsigned v, m;
+        sbx_spec_shape(&spec, NULL, &v, &m);
+        if ((spec.vcpus && spec.vcpus > SBX_VCPUS_MAX) ||
+            (spec.memory_mib && (spec.memory_mib < SBX_MEM_MIN_MIB ||
+                                 spec.memory_mib > SBX_MEM_MAX_MIB)) ||
+            v < 1 || v > SBX_VCPUS_MAX || m < SBX_MEM_MIN_MIB || m > SBX_MEM_MAX_MIB ||
+            spec.timeout_s < 0 || !spec.env_json || !spec.metadata_json || !spec.network_json)
             abort();
         json_t *env = json_loads(spec.env_json, 0, NULL);
         json_t *net = json_loads(spec.network_json, 0, NULL);
