@@ -259,7 +259,10 @@ def test_fork_with_a_network_device(spaced):
     op = s.wait_op(out["operation"]["id"])
     assert op["state"] == "succeeded", (op, s.log())
     parent = out["sandbox"]["id"]
-    nic = "cat /sys/class/net/*/operstate | sort | tr '\\n' ' '"
+    # After a restore the guest sees eth0's carrier come back within about a second
+    # (the kernel's link watch runs at most once a second): read it once it is up.
+    nic = ("for i in $(seq 50); do grep -q up /sys/class/net/eth0/operstate && break; "
+           "sleep 0.1; done; cat /sys/class/net/*/operstate | sort | tr '\\n' ' '")
     want = run(s, parent, nic)
     assert "up" in want, want
     (f,) = fork(s, parent)
