@@ -426,6 +426,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: cannot listen on %s: %s\n", sp.opt.listen, srv ? err : "out of memory");
         return 1;
     }
+    if (cluster_announce(&sp, err, sizeof err) < 0) { /* a node is placed on once live */
+        fprintf(stderr, "spaced: %s\n", err);
+        return 1;
+    }
     char q1[PATH_MAX + 8], q2[PATH_MAX + 8];
     log_info("listening", "addr=%s port=%d data_dir=%s guest_dir=%s accel=%s", sp.opt.listen,
              http_server_port(srv), log_quote(sp.opt.data_dir, q1, sizeof q1),

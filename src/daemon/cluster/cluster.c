@@ -187,6 +187,13 @@ int cluster_start(struct spaced *sp, char *err, size_t errlen)
         }
         return 0;
     }
+    return 0;
+}
+
+int cluster_announce(struct spaced *sp, char *err, size_t errlen)
+{
+    if (!sp->cluster || sp->opt.role != CLUSTER_NODE)
+        return 0;
     sp->cluster->heartbeat = event_new(sp->base, -1, EV_PERSIST, on_heartbeat, sp);
     struct timeval tv = {CLUSTER_HEARTBEAT_MS / 1000, (CLUSTER_HEARTBEAT_MS % 1000) * 1000};
     if (!sp->cluster->heartbeat || event_add(sp->cluster->heartbeat, &tv) != 0) {

@@ -67,10 +67,16 @@ const char *cluster_role_name(int role);
  * before the store is opened. */
 int cluster_check_opts(struct spaced *sp, char *err, size_t errlen);
 
-/* Starts the role: node: first heartbeat now, then a timer; control: the forwarding
- * hook on sp->router (call before any other route or hook is registered). Every role:
- * GET /v1/nodes. Returns 0, or -1 with a message in err. */
+/* Starts the role: control: the forwarding hook on sp->router (call before any other
+ * route or hook is registered); every role: GET /v1/nodes. A node is not announced yet
+ * (cluster_announce). Returns 0, or -1 with a message in err. */
 int cluster_start(struct spaced *sp, char *err, size_t errlen);
+/* A node's first heartbeat, then one per CLUSTER_HEARTBEAT_MS: call once spaced listens,
+ * since a control places creates on a node as soon as its row says it is live (a node
+ * that announced itself before listening had its first forwarded create refused). No-op
+ * for the other roles. Returns 0, or -1 with a message in err when the store refuses the
+ * node's row. */
+int cluster_announce(struct spaced *sp, char *err, size_t errlen);
 void cluster_free(struct spaced *sp);
 
 /* Whether this process runs sandboxes (roles all and node): only then does main.c
