@@ -813,10 +813,10 @@ static void h_list_v1(struct http_req *req, void *arg)
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
-static void box_free(struct e2b_box *b)
+static void box_free(struct e2b_box *b, bool agent_gone)
 {
-    e2b_box_procs_free(b);
-    e2b_box_watchers_free(b);
+    e2b_box_procs_free(b, agent_gone);
+    e2b_box_watchers_free(b, agent_gone);
     free(b);
 }
 
@@ -833,7 +833,7 @@ static void on_state(struct spaced *sp, struct sbx *s, enum sbx_state old, enum 
         struct e2b_box *b = *pp;
         if (strcmp(b->id, sbx_id(s)) == 0) {
             *pp = b->next;
-            box_free(b);
+            box_free(b, false);
             return;
         }
     }
@@ -848,7 +848,7 @@ static void e2b_free(void *arg)
     while (e->boxes) {
         struct e2b_box *b = e->boxes;
         e->boxes = b->next;
-        box_free(b);
+        box_free(b, true); /* the sandbox table freed the agents first */
     }
     if (e->sp->e2b == e)
         e->sp->e2b = NULL;

@@ -469,11 +469,11 @@ void e2b_fs_remove_watcher(struct e2b_call *c)
     e2b_call_reply(c, json_object());
 }
 
-void e2b_box_watchers_free(struct e2b_box *b)
+void e2b_box_watchers_free(struct e2b_box *b, bool agent_gone)
 {
     while (b->watchers) {
         struct e2b_watcher *w = b->watchers;
-        if (w->ch)
+        if (w->ch && !agent_gone)
             agentc_close(w->ch);
         w->ch = NULL;
         if (w->creating) {

@@ -153,7 +153,10 @@ void e2b_proc_send_input(struct e2b_call *c);
 void e2b_proc_send_signal(struct e2b_call *c);
 void e2b_proc_close_stdin(struct e2b_call *c);
 void e2b_proc_update(struct e2b_call *c);
-void e2b_box_procs_free(struct e2b_box *b);
+/* Ends b's processes (and, below, watchers): their agent channels are closed, unless
+ * agent_gone (spaced's shutdown: the agent connections were freed already, and with them
+ * every channel, without a callback). */
+void e2b_box_procs_free(struct e2b_box *b, bool agent_gone);
 
 void e2b_fs_stat(struct e2b_call *c);
 void e2b_fs_make_dir(struct e2b_call *c);
@@ -164,7 +167,7 @@ void e2b_fs_watch_dir(struct e2b_call *c);
 void e2b_fs_create_watcher(struct e2b_call *c);
 void e2b_fs_get_watcher_events(struct e2b_call *c);
 void e2b_fs_remove_watcher(struct e2b_call *c);
-void e2b_box_watchers_free(struct e2b_box *b);
+void e2b_box_watchers_free(struct e2b_box *b, bool agent_gone);
 
 /* ---- e2b_files.c: GET/POST /files (REST, not RPC) */
 void e2b_files_get(struct e2b *e, struct http_req *req, struct e2b_box *box, const char *user,
@@ -189,7 +192,8 @@ void e2b_metrics(struct http_req *req, struct sbx *s);
 /* ---- e2b_portlisten.c: the raw sandbox-port listener (getHost with WebSocket) */
 /* Listens on addr ("127.0.0.1:7071") on the spaced loop; 0, or -1 with err. */
 int e2b_port_listen(struct e2b *e, const char *addr, char *err, size_t errlen);
-/* Closes the listener and every pipe still open (shutdown). */
+/* Closes the listener and every pipe still open (shutdown: their agent channels are gone
+ * with the agents, so they are dropped, not closed). */
 void e2b_pipes_free(struct e2b *e);
 /* The byte pipe between a client connection and a guest `tcp` channel, for a
  * connection upgraded on spaced's own port (e2b_portproxy.c): takes ownership of `bev`

@@ -711,8 +711,11 @@ void e2b_pipes_free(struct e2b *e)
     if (e->listener)
         evconnlistener_free(e->listener);
     e->listener = NULL;
-    while (e->pipes.all)
-        pl_free(e->pipes.all); /* their guest channels already closed with the agents */
+    while (e->pipes.all) {
+        e->pipes.all->ch = NULL;   /* freed with its agent connection, without a callback */
+        e->pipes.all->wake = NULL; /* ended (and freed) with the sandbox table */
+        pl_free(e->pipes.all);
+    }
     rl_free(e->pipes.rl);
     e->pipes.rl = NULL;
 }

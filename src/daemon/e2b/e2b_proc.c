@@ -607,13 +607,13 @@ void e2b_proc_list(struct e2b_call *c)
     json_decref(r);
 }
 
-void e2b_box_procs_free(struct e2b_box *b)
+void e2b_box_procs_free(struct e2b_box *b, bool agent_gone)
 {
     struct e2b_err err;
     e2b_err_set(&err, E2B_UNAVAILABLE, "sandbox deleted");
     while (b->procs) {
         struct e2b_proc *p = b->procs;
-        if (p->ch)
+        if (p->ch && !agent_gone)
             agentc_close(p->ch);
         p->ch = NULL;
         while (p->subs)
