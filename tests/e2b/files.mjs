@@ -63,6 +63,11 @@ await main(async () => {
     const infos = await fs.write([{ path: '/tmp/m/1.txt', data: 'one' }, { path: '/tmp/m/2.txt', data: 'two' }])
     assert.deepEqual(infos.map((i) => i.path).sort(), ['/tmp/m/1.txt', '/tmp/m/2.txt'])
     assert.equal(await fs.read('/tmp/m/2.txt'), 'two')
+    if (typeof fs.writeFiles === 'function') { // writeFiles arrived in later 2.x SDKs
+      const more = await fs.writeFiles([{ path: '/tmp/wf/3.txt', data: 'three' }, { path: '/tmp/wf/4.txt', data: 'four' }])
+      assert.deepEqual(more.map((i) => i.path).sort(), ['/tmp/wf/3.txt', '/tmp/wf/4.txt'])
+      assert.equal(await fs.read('/tmp/wf/4.txt'), 'four')
+    }
   })
   await step('read a missing file -> FileNotFoundError', async () => {
     await rejectsWith(fs.read('/nope/missing.txt'), sdk.FileNotFoundError ?? sdk.NotFoundError)

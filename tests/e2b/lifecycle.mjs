@@ -24,6 +24,11 @@ await main(async () => {
     assert.equal(info.state, 'running')
     assert.deepEqual(info.metadata, { run: runId, 'odd key': 'v&=1', n: '1' })
     assert.ok(info.endAt.getTime() - Date.now() > 200_000, 'endAt reflects the 300 s timeout')
+    const byId = await Sandbox.getInfo(a.sandboxId)
+    assert.deepEqual(byId.metadata, info.metadata)
+    if (typeof Sandbox.getFullInfo === 'function') { // deprecated alias of the static getInfo
+      assert.equal((await Sandbox.getFullInfo(a.sandboxId)).sandboxId, a.sandboxId)
+    }
   })
   await step('list: metadata filter (encoded keys/values) and paging', async () => {
     const only = await Sandbox.list({ query: { metadata: { run: runId, 'odd key': 'v&=1' } } }).nextItems()

@@ -5,7 +5,8 @@ symlinks, uploads in place, expired signed URLs, setTimeout(0), newest-first lis
 import urllib.error
 import urllib.request
 
-from e2b import CommandExitException, FileType, SandboxQuery
+from e2b import CommandExitException, FileType, PtySize, SandboxQuery
+from e2b.sandbox.filesystem.filesystem import WriteEntry
 from lib import RUN_ID, Sandbox, eventually, kill_later, main, raises, step
 
 
@@ -101,6 +102,41 @@ def body():
         eventually(lambda: fetch(old)[0] != 200, timeout=10, what="the URL expiring")
         status, data = fetch(old)
         assert status == 401 and b"signature is already expired" in data, (status, data)
+
+    @step("connect, getHost, uploadUrl, metrics, stdin, process list, PTY, writeFiles")
+    def _():
+        c = Sandbox.connect(a.sandbox_id)
+        assert c.sandbox_id == a.sandbox_id and c.is_running()
+        assert a.get_host(8080).startswith("8080-" + a.sandbox_id + "."), a.get_host(8080)
+        up = a.upload_url("/tmp/up.txt")
+        assert "signature=v1_" in up, up
+        form = (b'--sb\r\nContent-Disposition: form-data; name="file"; filename="/tmp/up.txt"\r\n'
+                b"\r\nsigned upload\r\n--sb--\r\n")
+        req = urllib.request.Request(up, data=form, method="POST",
+                                     headers={"Content-Type": "multipart/form-data; boundary=sb"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 200, r.status
+        assert a.files.read("/tmp/up.txt") == "signed upload"
+        assert isinstance(a.get_metrics(), list)
+        h = a.commands.run("cat", background=True, stdin=True)
+        assert h.pid in [p.pid for p in a.commands.list()]
+        a.commands.send_stdin(h.pid, "piped\n")
+        if hasattr(a.commands, "close_stdin"):  # closeStdin arrived in later 2.x SDKs
+            a.commands.close_stdin(h.pid)
+            assert h.wait().stdout == "piped\n"
+        else:
+            a.commands.kill(h.pid)
+        out = []
+        t = a.pty.create(PtySize(rows=24, cols=80))
+        a.pty.resize(t.pid, PtySize(rows=30, cols=100))
+        a.pty.send_stdin(t.pid, b"stty size; exit\n")
+        t.wait(on_pty=lambda data: out.append(data))
+        assert b"30 100" in b"".join(out), out
+        assert a.pty.kill(t.pid) is False  # already ended
+        infos = a.files.write_files([WriteEntry(path="/tmp/wf/1", data="one"),
+                                     WriteEntry(path="/tmp/wf/2", data="two")])
+        assert sorted(i.path for i in infos) == ["/tmp/wf/1", "/tmp/wf/2"], infos
+        assert a.files.read("/tmp/wf/2") == "two"
 
     @step("setTimeout(0) ends the sandbox now")
     def _():
