@@ -68,4 +68,16 @@ void routes_reply_op(struct http_req *req, int status, const struct store_op *op
 json_t *routes_parse_object(struct spaced *sp, struct http_req *req, const char *data,
                             size_t len, const char *const *known);
 
+/* The path's {id} as a sandbox id, or NULL after replying 404: a malformed id answers
+ * as an unknown sandbox (it cannot name one). */
+const char *routes_sandbox_param(struct spaced *sp, struct http_req *req);
+
+/* The start of a POST with a JSON body on /v1/sandboxes/{id}/...: authenticates (into
+ * *who), checks {id} (routes_sandbox_param) and parses the body (routes_parse_object).
+ * Returns the object, or NULL after replying. */
+struct auth_principal;
+json_t *routes_sandbox_body(struct spaced *sp, struct http_req *req, const char *data,
+                            size_t len, const char *const *known, struct auth_principal *who,
+                            const char **id);
+
 #endif

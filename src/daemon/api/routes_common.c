@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "daemon/auth/auth.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
@@ -109,4 +110,23 @@ json_t *routes_parse_object(struct spaced *sp, struct http_req *req, const char 
         }
     }
     return o;
+}
+
+const char *routes_sandbox_param(struct spaced *sp, struct http_req *req)
+{
+    const char *id = router_param(req, "id");
+    if (!sbx_id_valid(id)) {
+        routes_reply_error(sp, req, 404, "not_found", "sandbox %.64s not found", id ? id : "");
+        return NULL;
+    }
+    return id;
+}
+
+json_t *routes_sandbox_body(struct spaced *sp, struct http_req *req, const char *data,
+                            size_t len, const char *const *known, struct auth_principal *who,
+                            const char **id)
+{
+    if (!auth_require(sp, req, who) || !(*id = routes_sandbox_param(sp, req)))
+        return NULL;
+    return routes_parse_object(sp, req, data, len, known);
 }

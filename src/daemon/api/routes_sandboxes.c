@@ -16,17 +16,6 @@
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX 1000
 
-/* The path's {id}: 404 for a malformed id too (it cannot name a sandbox). */
-static const char *sandbox_param(struct spaced *sp, struct http_req *req)
-{
-    const char *id = router_param(req, "id");
-    if (!sbx_id_valid(id)) {
-        routes_reply_error(sp, req, 404, "not_found", "sandbox %.64s not found", id ? id : "");
-        return NULL;
-    }
-    return id;
-}
-
 /* ---- create ------------------------------------------------------------------------- */
 
 static void hex_sha256(const char *data, size_t len, char out[65])
@@ -203,7 +192,7 @@ static void h_get(struct http_req *req, void *arg)
     struct auth_principal who;
     if (!auth_require(sp, req, &who))
         return;
-    const char *id = sandbox_param(sp, req);
+    const char *id = routes_sandbox_param(sp, req);
     if (!id)
         return;
     struct sbx *s = sbx_find(sp, who.tenant, id);
@@ -243,7 +232,7 @@ static void verb_body(struct http_req *req, const char *data, size_t len, void *
     struct auth_principal who;
     if (!auth_require(v->sp, req, &who))
         return;
-    const char *id = sandbox_param(v->sp, req);
+    const char *id = routes_sandbox_param(v->sp, req);
     if (!id)
         return;
     static const char *const none[] = {NULL};
@@ -265,7 +254,7 @@ static void h_delete(struct http_req *req, void *arg)
     struct auth_principal who;
     if (!auth_require(sp, req, &who))
         return;
-    const char *id = sandbox_param(sp, req);
+    const char *id = routes_sandbox_param(sp, req);
     if (id)
         submit_verb(sp, req, &who, id, OP_DELETE);
 }
@@ -278,7 +267,7 @@ static void timeout_body(struct http_req *req, const char *data, size_t len, voi
     struct auth_principal who;
     if (!auth_require(sp, req, &who))
         return;
-    const char *id = sandbox_param(sp, req);
+    const char *id = routes_sandbox_param(sp, req);
     if (!id)
         return;
     static const char *const known[] = {"timeout", "on_timeout", NULL};

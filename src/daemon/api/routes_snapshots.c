@@ -30,15 +30,9 @@ static void create_body(struct http_req *req, const char *data, size_t len, void
 {
     struct spaced *sp = arg;
     struct auth_principal who;
-    if (!auth_require(sp, req, &who))
-        return;
-    const char *id = router_param(req, "id");
-    if (!sbx_id_valid(id)) {
-        routes_reply_error(sp, req, 404, "not_found", "sandbox %.64s not found", id ? id : "");
-        return;
-    }
+    const char *id;
     static const char *const known[] = {"name", NULL};
-    json_t *o = routes_parse_object(sp, req, data, len, known);
+    json_t *o = routes_sandbox_body(sp, req, data, len, known, &who, &id);
     if (!o)
         return;
     json_t *jn = json_object_get(o, "name");
