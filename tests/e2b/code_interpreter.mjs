@@ -153,7 +153,7 @@ await main(async () => {
   await step('a sandbox restored from the template\'s snapshot runs code at once (the kernel was up before it)', async () => {
     await eventually(async () => {
       const r = await raw('/v1/templates/code-interpreter-v1', { method: 'GET', headers: { 'X-API-Key': apiKey } })
-      // A snapshot that failed is not retried at the same fingerprint: say so at once.
+      // A snapshot that failed is built again only after a backoff (30 s, doubling): say so at once.
       const failed = r.status === 200 && r.json.template.versions.find((v) => v.current && v.state === 'failed')
       assert.ok(!failed, `the template's snapshot failed: ${JSON.stringify(failed)} (spaced's log says why)`)
       return r.status === 200 && r.json.template.versions.some((v) => v.current && v.state === 'ready')

@@ -309,6 +309,58 @@ static void test_builtin_pin_survives_rebuild(void **state)
     assert_string_equal(buf, "image two");
 }
 
+/* The failed version of template base at shape 1x64 with a NIC: its "failures" count
+ * and "retry_in_ms" (the version list operators see), once the loop has run the build to
+ * its end; fails the test if no failed version shows within 20 s. */
+static void failed_version(json_int_t *failures, json_int_t *retry_in_ms)
+{
+    for (int i = 0; i < 2000; i++) {
+        event_base_loop(sp.base, EVLOOP_NONBLOCK);
+        json_t *vs = tpl_get_json(&sp, "ta", "base");
+        size_t k;
+        json_t *v;
+        json_array_foreach(json_object_get(json_object_get(vs, "template"), "versions"), k, v) {
+            if (strcmp(json_string_value(json_object_get(v, "state")), "failed") == 0 &&
+                strstr(json_string_value(json_object_get(v, "dir")), "1x64-net-")) {
+                *failures = json_integer_value(json_object_get(v, "failures"));
+                *retry_in_ms = json_integer_value(json_object_get(v, "retry_in_ms"));
+                json_decref(vs);
+                return;
+            }
+        }
+        json_decref(vs);
+        usleep(10000);
+    }
+    fail_msg("the snapshot build did not fail");
+}
+
+/* A snapshot build that failed is built again once its backoff has passed (not on every
+ * create before it, and with a doubled wait after a second failure). The build fails
+ * here for want of networking: a NIC is asked and this registry has no network. */
+static void test_failed_snapshot_is_retried_after_backoff(void **state)
+{
+    (void)state;
+    struct tpl_info t;
+    struct spaced_err err;
+    assert_int_equal(tpl_lookup(&sp, "ta", "base", &t, &err), 0);
+    tpl_set_snapshot_retry(&sp, 300);
+    char snap[512], ov[512];
+    json_int_t failures = 0, retry = 0;
+    assert_false(tpl_snapshot(&sp, &t, 1, 64, true, snap, sizeof snap, ov, sizeof ov));
+    failed_version(&failures, &retry);
+    assert_int_equal(failures, 1);
+    assert_true(retry > 0 && retry <= 300);
+    assert_false(tpl_snapshot(&sp, &t, 1, 64, true, snap, sizeof snap, ov, sizeof ov));
+    failed_version(&failures, &retry);
+    assert_int_equal(failures, 1); /* within the backoff: not built again */
+    usleep(350 * 1000);
+    assert_false(tpl_snapshot(&sp, &t, 1, 64, true, snap, sizeof snap, ov, sizeof ov));
+    failed_version(&failures, &retry);
+    assert_int_equal(failures, 2);
+    assert_true(retry > 300 && retry <= 600);
+    tpl_set_snapshot_retry(&sp, 30000);
+}
+
 /* The template module asks the sandbox module what its sandboxes use: a template one
  * names cannot be deleted, and the sweep keeps a pinned image a disk chain names until
  * the sandbox is gone (tpl_user_gone schedules it). */
@@ -362,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_names_across_tenants),
         cmocka_unit_test(test_builtin_pin_survives_rebuild),
         cmocka_unit_test(test_sandbox_users),
+        cmocka_unit_test(test_failed_snapshot_is_retried_after_backoff),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,12 +26,15 @@ struct tpl_registry *tpl_registry_new(struct spaced *sp)
         return NULL;
     snprintf(r->kernel, sizeof r->kernel, "%s/vmlinux", sp->opt.guest_dir);
     snprintf(r->initramfs, sizeof r->initramfs, "%s/initramfs.cpio", sp->opt.guest_dir);
+    r->snap_retry_ms = TPL_SNAP_RETRY_MS;
     tpl_kill_stale_vms(sp->opt.data_dir);
     tpl_snapshots_gc_soon(sp, r); /* first loop turn: the sandbox table is loaded by then */
     return r;
 }
 
 void tpl_set_users(struct spaced *sp, tpl_users_fn users) { sp->tpl->users = users; }
+
+void tpl_set_snapshot_retry(struct spaced *sp, int64_t first_ms) { sp->tpl->snap_retry_ms = first_ms; }
 
 void tpl_users_each(struct spaced *sp, tpl_use_fn use, void *arg)
 {

@@ -83,11 +83,16 @@ int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct t
 
 /* The snapshot for (template, vcpus, mem, nic) at the current fingerprint: true with
  * snap_dir and overlay (the frozen disk to back a clone's overlay, qcow2) filled when
- * ready. Otherwise false, and a background build starts if none is running or failed
- * before at this fingerprint. `nic`: clones with a network device need a snapshot taken
- * with one (net_claim_template), clones without one a snapshot without. */
+ * ready. Otherwise false, and a background build starts if none is running (one that
+ * failed at this fingerprint is tried again after a backoff, 30 s doubling to 1 h).
+ * `nic`: clones with a network device need a snapshot taken with one
+ * (net_claim_template), clones without one a snapshot without. */
 bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, unsigned mem_mib,
                   bool nic, char *snap_dir, size_t snap_cap, char *overlay, size_t overlay_cap);
+
+/* The first wait before a failed snapshot build is tried again (default 30 s; tests
+ * shorten it). */
+void tpl_set_snapshot_retry(struct spaced *sp, int64_t first_ms);
 
 /* Calls fn(template, vcpus, memory_mib, snap_dir, arg) for every snapshot version this
  * process knows to be ready (made or found since it started: a version on disk is found

@@ -12,6 +12,8 @@ struct tpl_snap;  /* one (template, shape, fingerprint) snapshot version (tpl_sn
 struct tpl_build; /* one template build in flight (tpl_build.c) */
 struct event;
 
+#define TPL_SNAP_RETRY_MS 30000 /* first wait before a failed snapshot is built again */
+
 struct tpl_registry {
     char kernel[TPL_PATH_MAX];    /* <guest-dir>/vmlinux */
     char initramfs[TPL_PATH_MAX]; /* <guest-dir>/initramfs.cpio */
@@ -19,6 +21,7 @@ struct tpl_registry {
     struct tpl_build *builds;     /* builds in flight, owned */
     struct event *gc;             /* deferred snapshot-version sweep (owned) */
     tpl_users_fn users;           /* tpl_set_users, NULL = no sandboxes */
+    int64_t snap_retry_ms;        /* first wait before a failed snapshot is built again */
 };
 
 /* Calls r->users (see tpl_users_fn), if one is registered. */

@@ -44,6 +44,11 @@
 
 #define TPL_SNAP_BOOT_TIMEOUT_S 300 /* cold boot under TCG takes seconds; be generous */
 #define TPL_FP_HEX 16               /* fingerprint digits in directory names */
+/* A failed build is tried again after 30 s, doubling up to an hour: a cause that passes
+ * (a loaded host missing the boot deadline, a full disk freed) should not leave every
+ * create of the shape cold-booting for the life of the daemon, and one that stays should
+ * not boot a VM in a loop. */
+#define TPL_SNAP_RETRY_MAX_MS 3600000
 
 enum tpl_snap_state { SNAP_BUILDING, SNAP_READY, SNAP_FAILED };
 static const char *const snap_state_names[] = {"building", "ready", "failed"};
@@ -57,6 +62,8 @@ struct tpl_snap {
     char fp[TPL_FP_HEX + 1];    /* fingerprint (version) */
     char vm_id[64];             /* "t-<name>-<v>x<m>[-net]-<fp8>" */
     enum tpl_snap_state state;
+    unsigned fails;             /* failed builds in a row */
+    int64_t retry_at_ms;        /* a failed one is built again from then on */
     char dir[TPL_PATH_MAX];     /* the version directory */
     char rootfs[TPL_PATH_MAX + 16];
     char tpl_dir[TPL_PATH_MAX]; /* the template's directory (template.json) */
@@ -137,6 +144,11 @@ static void snap_fail(struct tpl_snap *s, const char *why)
     log_warn("template.snapshot", "template=%s shape=%ux%u version=%s result=failed reason=%s",
              s->name, s->vcpus, s->mem_mib, s->fp, log_quote(why, q, sizeof q));
     s->state = SNAP_FAILED;
+    int64_t wait = s->sp->tpl->snap_retry_ms;
+    for (unsigned i = 0; i < s->fails && wait < TPL_SNAP_RETRY_MAX_MS; i++)
+        wait *= 2;
+    s->fails++;
+    s->retry_at_ms = spaced_now_ms() + (wait < TPL_SNAP_RETRY_MAX_MS ? wait : TPL_SNAP_RETRY_MAX_MS);
     tpl_probe_free(s->probe);
     s->probe = NULL;
     if (s->vm && vm_state(s->vm) < VM_STATE_STOPPING)
@@ -441,6 +453,8 @@ bool tpl_snapshot(struct spaced *sp, const struct tpl_info *t, unsigned vcpus, u
             snap_build(s);
     }
     json_decref(inputs);
+    if (s->state == SNAP_FAILED && !s->vm && spaced_now_ms() >= s->retry_at_ms)
+        snap_build(s);
     if (s->state != SNAP_READY)
         return false;
     snap_path(s, "snap", snap_dir, snap_cap);
@@ -624,10 +638,14 @@ static void list_version(const char *dir, const char *leaf, void *arg)
     const char *state = s ? snap_state_names[s->state] : access(ready, F_OK) == 0 ? "ready" : "unknown";
     const char *dash = strrchr(leaf, '-');
     bool has_fp = dash && strlen(dash + 1) == TPL_FP_HEX;
-    json_array_append_new(c->out, json_pack("{s:s, s:s, s:s, s:b, s:I}", "version",
-                                            has_fp ? dash + 1 : "legacy", "dir", leaf, "state", state,
-                                            "current", s && is_current(c->sp, s), "in_use",
-                                            (json_int_t)users_of(c->paths, dir)));
+    json_t *v = json_pack("{s:s, s:s, s:s, s:b, s:I}", "version", has_fp ? dash + 1 : "legacy",
+                          "dir", leaf, "state", state, "current", s && is_current(c->sp, s),
+                          "in_use", (json_int_t)users_of(c->paths, dir));
+    if (v && s && s->state == SNAP_FAILED) { /* when it is built again (tpl_snapshot) */
+        json_object_set_new(v, "failures", json_integer(s->fails));
+        json_object_set_new(v, "retry_in_ms", json_integer(s->retry_at_ms - spaced_now_ms()));
+    }
+    json_array_append_new(c->out, v);
 }
 
 json_t *tpl_snapshots_json(struct spaced *sp, const char *name)
