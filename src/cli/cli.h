@@ -53,6 +53,11 @@ int cli_report_error(struct cli_conn *c);
 json_t *cli_call(struct cli_ctx *x, const char *method, const char *path, const json_t *body,
                  int *status);
 
+/* GET for a listing command: returns the body for the caller's table, or NULL when there
+ * is nothing left to print, with *rc the command's exit code: the call failed (1, error
+ * printed) or --json printed the body whole (cli_print_json's result). */
+json_t *cli_get_listing(struct cli_ctx *x, const char *path, int *rc);
+
 /* Follows an operation until it ends (long-polling GET /v1/operations/{id}?wait=...),
  * showing `what` with state, progress, the current stage (the operation's detail) and
  * the time elapsed: on a terminal one line redrawn in place, otherwise a plain line on

@@ -159,6 +159,18 @@ json_t *cli_call(struct cli_ctx *x, const char *method, const char *path, const 
     return out;
 }
 
+json_t *cli_get_listing(struct cli_ctx *x, const char *path, int *rc)
+{
+    json_t *r = cli_call(x, "GET", path, NULL, NULL);
+    *rc = 1;
+    if (r && x->json) {
+        *rc = cli_print_json(r);
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
 static bool op_terminal(const char *state)
 {
     return state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||

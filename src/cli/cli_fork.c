@@ -112,14 +112,10 @@ static int snap_create(struct cli_ctx *x, int argc, char **argv)
 
 static int snap_ls(struct cli_ctx *x)
 {
-    json_t *r = cli_call(x, "GET", "/v1/snapshots", NULL, NULL);
+    int rc;
+    json_t *r = cli_get_listing(x, "/v1/snapshots", &rc);
     if (!r)
-        return 1;
-    if (x->json) {
-        int rc = cli_print_json(r);
-        json_decref(r);
         return rc;
-    }
     printf("%-20s %-20s %-9s %-20s %-12s %12s  %s\n", "ID", "NAME", "STATE", "SOURCE", "TEMPLATE",
            "SIZE_MIB", "CREATED");
     size_t i;

@@ -54,14 +54,10 @@ static int show_log(struct cli_ctx *x, const char *base, int argc, char **argv)
         }
         snprintf(path, sizeof path, "%s/log?since=%lld", base, since);
     }
-    json_t *r = cli_call(x, "GET", path, NULL, NULL);
+    int rc;
+    json_t *r = cli_get_listing(x, path, &rc);
     if (!r)
-        return 1;
-    if (x->json) {
-        int rc = cli_print_json(r);
-        json_decref(r);
         return rc;
-    }
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(r, "entries"), i, e)

@@ -183,14 +183,10 @@ int cli_cmd_nodes(struct cli_ctx *x, int argc, char **argv)
         cli_err("nodes takes no arguments");
         return 2;
     }
-    json_t *r = cli_call(x, "GET", "/v1/nodes", NULL, NULL);
+    int rc;
+    json_t *r = cli_get_listing(x, "/v1/nodes", &rc);
     if (!r)
-        return 1;
-    if (x->json) {
-        int rc = cli_print_json(r);
-        json_decref(r);
         return rc;
-    }
     printf("%-16s %-13s %11s %17s  %-24s %s\n", "NODE", "STATE", "VCPUS", "MEM_MIB", "HEARTBEAT", "URL");
     size_t i;
     json_t *n;

@@ -7,14 +7,10 @@
 
 static int template_ls(struct cli_ctx *x)
 {
-    json_t *r = cli_call(x, "GET", "/v1/templates", NULL, NULL);
+    int rc;
+    json_t *r = cli_get_listing(x, "/v1/templates", &rc);
     if (!r)
-        return 1;
-    if (x->json) {
-        int rc = cli_print_json(r);
-        json_decref(r);
         return rc;
-    }
     printf("%-20s %-9s %-8s %s\n", "NAME", "STATE", "BUILTIN", "DESCRIPTION");
     size_t i;
     json_t *t;
