@@ -153,12 +153,15 @@ def run_py_script(spaced, script, version):
 
 
 @pytest.mark.parametrize("version", PY_SDKS)
-def test_python_sdk(vm_spaced, version):
-    """The E2B Python SDK (sync API) on the JS scripts' surface plus envd's finer points."""
+@pytest.mark.parametrize("script", ["sdk_envd.py", "sdk_control.py"])
+def test_python_sdk(vm_spaced, script, version):
+    """The E2B Python SDK (sync API) on the JS scripts' surface: envd (commands, files and
+    envd's finer points) and the control plane (pause/connect, auto-resume, fork,
+    snapshots, network options, getHost)."""
     why = py_sdk_missing(version)
     if why:
         pytest.skip(why)
-    run_py_script(vm_spaced, "sdk_envd.py", version)
+    run_py_script(vm_spaced, script, version)
 
 
 @pytest.mark.parametrize("sdk", [CURRENT, OLDER, OLDEST])

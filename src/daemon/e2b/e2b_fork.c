@@ -2,7 +2,7 @@
  * listSnapshots, deleteSnapshot) over ours (sbx_fork.c, sbx_snap.c).
  *
  *   POST   /sandboxes/{id}/fork {"count", "timeout"}  -> one fork op; answers when it
- *          ended: 200 [{"sandbox": <Sandbox>} | {"error": {"code", "message"}}] per fork
+ *          ended: 201 [{"sandbox": <Sandbox>} | {"error": {"code", "message"}}] per fork
  *   POST   /sandboxes/{id}/snapshots {"name"}         -> snapshot op; 201 {"snapshotID",
  *          "names"} once ready
  *   GET    /snapshots?sandboxID=&name=                -> 200 [{"snapshotID", "names"}]
@@ -79,7 +79,7 @@ static void reply_forks(struct fwait *w)
                                                  "message", why));
         }
     }
-    http_reply_json(w->req, 200, out);
+    http_reply_json(w->req, 201, out); /* E2B: anything else means no fork was tried */
     json_decref(out);
 }
 

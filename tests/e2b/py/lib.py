@@ -2,6 +2,7 @@
 lib.mjs: each script is run by test_e2b_sdk.py with a venv's python (one per SDK
 version), E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY pointing at a spaced, prints one
 "ok <step>" line per passed step and exits non-zero naming the failing step."""
+import importlib.metadata
 import os
 import sys
 import time
@@ -9,7 +10,7 @@ import traceback
 
 from e2b import Sandbox
 
-VERSION = __import__("e2b").__version__ if hasattr(__import__("e2b"), "__version__") else "?"
+VERSION = importlib.metadata.version("e2b")
 RUN_ID = "py%d%d" % (os.getpid(), int(time.time()) % 100000)
 _cleanup = []
 _current = ["(setup)"]
@@ -65,4 +66,4 @@ def main(body):
     sys.exit(code)
 
 
-__all__ = ["Sandbox", "RUN_ID", "kill_later", "step", "eventually", "raises", "main"]
+__all__ = ["Sandbox", "VERSION", "RUN_ID", "kill_later", "step", "eventually", "raises", "main"]
