@@ -38,9 +38,11 @@ def free_port():
 class Daemon:
     """A release spaced on a free port with its own data dir (kept across restarts)."""
 
-    def __init__(self, prefix="bench"):
+    def __init__(self, prefix="bench", build=None, guest=None):
         self.data = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
         self.proc = None
+        self.build = build or BUILD  # another checkout's build (bench_ab.py)
+        self.guest = guest or GUEST
 
     def start(self, pool=0, extra=(), env=None):
         """Starts spaced (extra: more arguments; env: more environment variables) and
@@ -48,8 +50,8 @@ class Daemon:
         self.port = free_port()
         self.log = open(os.path.join(self.data, "spaced.log"), "ab")
         self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "spaced"), "--listen", "127.0.0.1:%d" % self.port,
-             "--data-dir", self.data, "--guest-dir", GUEST, "--pool", str(pool)] + list(extra),
+            [os.path.join(self.build, "spaced"), "--listen", "127.0.0.1:%d" % self.port,
+             "--data-dir", self.data, "--guest-dir", self.guest, "--pool", str(pool)] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
         url = "http://127.0.0.1:%d" % self.port
         deadline = time.monotonic() + 60

@@ -67,7 +67,7 @@ static const char bash_script[] =
     "        if [ $pos -eq 0 ]; then\n"
     "            COMPREPLY=($(compgen -W 'ls build' -- \"$cur\"))\n"
     "        elif [[ $cur == -* ]]; then\n"
-    "            COMPREPLY=($(compgen -W '--from --run' -- \"$cur\"))\n"
+    "            COMPREPLY=($(compgen -W '-f --from --run' -- \"$cur\"))\n"
     "        fi ;;\n"
     "    node)\n"
     "        [ $pos -eq 0 ] && COMPREPLY=($(compgen -W 'drain undrain rm' -- \"$cur\")) ;;\n"

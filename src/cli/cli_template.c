@@ -1,6 +1,8 @@
 /* cli_template.c: `space template ls` and
+ * `space template build NAME -f FILE` (cli_spacefile.h) or
  * `space template build NAME [--from BASE] --run CMD [--run CMD...]`. */
 #include "cli.h"
+#include "cli_spacefile.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,14 +30,30 @@ static int template_ls(struct cli_ctx *x)
     return 0;
 }
 
+/* The build request's body from -f FILE, or NULL after printing why. */
+static json_t *body_from_file(const char *name, const char *file)
+{
+    char err[512];
+    json_t *spec = cli_spacefile_parse(file, name, err, sizeof err);
+    if (!spec)
+        cli_err("template build: %s", err);
+    return spec;
+}
+
 static int template_build(struct cli_ctx *x, int argc, char **argv)
 {
     if (argc < 1 || argv[0][0] == '-') {
-        cli_err("usage: space template build NAME [--from BASE] --run CMD [--run CMD...]");
+        cli_err("usage: space template build NAME -f FILE | [--from BASE] --run CMD [--run CMD...]");
         return 2;
     }
     json_t *steps = json_array();
     json_t *body = json_pack("{s:s,s:o}", "name", argv[0], "steps", steps);
+    if (argc == 3 && strcmp(argv[1], "-f") == 0) {
+        json_decref(body);
+        if (!(body = body_from_file(argv[0], argv[2])))
+            return 2;
+        argc = 1; /* nothing else to read */
+    }
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc || (strcmp(argv[i], "--from") != 0 && strcmp(argv[i], "--run") != 0)) {
             cli_err("template build: unknown or incomplete option %s", argv[i]);

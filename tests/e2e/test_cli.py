@@ -121,15 +121,35 @@ def test_network_policy_changes_live(cli, spaced):
     ok(cli("rm", sid))
 
 
-def test_template_build(cli):
-    out = ok(cli("template", "build", "clitpl", "--from", "base", "--run", "echo built-by-cli > /etc/motd",
-                 timeout=1800))
+def test_template_build(cli, tmp_path):
+    """A template from a Dockerfile-like file (-f): RUN, ENV, WORKDIR, USER and COPY (a
+    file and a directory beside the file) reach the image and its sandboxes' defaults."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "hello.sh").write_text("#!/bin/sh\necho hello from app\n")
+    (tmp_path / "app" / "hello.sh").chmod(0o755)
+    (tmp_path / "notes.txt").write_text("copied\n")
+    (tmp_path / "Spacefile").write_text(
+        "# built by test_cli\n"
+        "FROM base\n"
+        "RUN echo built-by-cli > /etc/motd && \\\n"
+        "    mkdir -p /srv/work\n"
+        "ENV GREETING=\"hi there\"\n"
+        "COPY app/ /opt/app/\n"
+        "COPY --chown=user notes.txt /srv/work/\n"
+        "WORKDIR /srv/work\n"
+        "USER user\n")
+    out = ok(cli("template", "build", "clitpl", "-f", str(tmp_path / "Spacefile"), timeout=1800))
     assert out == b"clitpl\n"
     assert re.search(rb"^clitpl\s+ready\s+no", ok(cli("template", "ls")), re.M)
     out = ok(cli("create", "--template", "clitpl", "--timeout", "0"))
     sid = out.decode().strip()
     assert ok(cli("exec", sid, "--", "cat", "/etc/motd")) == b"built-by-cli\n"
+    assert ok(cli("exec", sid, "--", "/opt/app/hello.sh")) == b"hello from app\n"
+    got = ok(cli("exec", sid, "--", "sh", "-c", 'echo "$GREETING"; pwd; id -un; cat notes.txt; stat -c %U notes.txt'))
+    assert got == b"hi there\n/srv/work\nuser\ncopied\nuser\n", got
     ok(cli("rm", sid))
+    p = cli("template", "build", "bad", "-f", str(tmp_path / "app" / "hello.sh"))
+    assert p.returncode == 2 and b"line 2: the first instruction must be FROM" in p.stderr, p  # line 1 is a comment (#!)
     p = cli("template", "build", "clitpl", "--from", "base", "--run", "true")
     assert p.returncode == 1 and b"HTTP 409" in p.stderr, p
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Two builds of spaced side by side, interleaved, for before/after comparisons on a
+shared or busy host.
+
+bench_api.py measures one build; two of its runs minutes apart on a host whose load
+moves (helpers, CI, other VMs) differ by 2-3x for the same code. Here both builds run at
+once (each a release spaced with its own data dir, no pool, jail on), and every sample
+alternates between them - A then B, then B then A - so load that comes and goes falls on
+both alike and the ratio B/A stays meaningful even when the absolute figures do not.
+Per sample: a create by snapshot restore (POST until the operation succeeded), command
+round trips (`true`), a delete; then files API uploads and downloads.
+
+Each side is a checkout: ROOT/build/spaced (`make programs`) and ROOT/build/guest (its
+own initramfs: the agent must match its spaced; templates may be copies). Prints p50 per
+side, the ratio B/A per figure, the accelerator and the load average before and after.
+Not a test: it asserts nothing.
+
+Usage: python3 bench/bench_ab.py A_ROOT B_ROOT [-n SAMPLES] [--rounds R] [--file-mib M]
+  e.g. python3 bench/bench_ab.py /work/before . -n 20   (as root)"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from benchlib import Daemon, pct, wait_snapshot  # noqa: E402
+from space import SpaceError  # noqa: E402
+
+
+def ms_since(t0):
+    return (time.monotonic() - t0) * 1000
+
+
+def sample(c, rounds, out):
+    """One create, `rounds` command round trips, one delete; appended to out."""
+    t0 = time.monotonic()
+    sbx = c.create(template="base", timeout=0)
+    out["create"].append(ms_since(t0))
+    for _ in range(rounds):
+        t0 = time.monotonic()
+        assert sbx.run("true").exit_code == 0
+        out["rtt"].append(ms_since(t0))
+    t0 = time.monotonic()
+    sbx.delete()
+    out["delete"].append(ms_since(t0))
+
+
+def files(c, mib, out):
+    sbx = c.create(template="base", timeout=0)
+    blob = os.urandom(1 << 20) * mib
+    t0 = time.monotonic()
+    sbx.write_file("/tmp/ab.bin", blob)
+    out["upload"].append(mib / (time.monotonic() - t0))
+    t0 = time.monotonic()
+    assert sbx.read_file("/tmp/ab.bin") == blob, "downloaded bytes differ"
+    out["download"].append(mib / (time.monotonic() - t0))
+    sbx.delete()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a_root")
+    ap.add_argument("b_root")
+    ap.add_argument("-n", type=int, default=12, help="create samples per side (default 12)")
+    ap.add_argument("--rounds", type=int, default=5, help="command round trips per sample")
+    ap.add_argument("--file-mib", type=int, default=16, help="files API transfer size")
+    ap.add_argument("--file-samples", type=int, default=3)
+    a = ap.parse_args()
+    roots = [os.path.abspath(a.a_root), os.path.abspath(a.b_root)]
+    load0 = os.getloadavg()
+    daemons, acc = [], "?"
+    try:
+        for i, root in enumerate(roots):
+            d = Daemon("bab%d" % i, build=os.path.join(root, "build"),
+                       guest=os.path.join(root, "build", "guest"))
+            acc = d.start(pool=0).get("accel", "?")
+            daemons.append(d)
+        for d in daemons:  # the first create of the shape makes the snapshot: not counted
+            try:
+                d.client.create(template="base", timeout=0).delete()
+            except SpaceError as e:  # a cold boot may miss its deadline on a loaded host;
+                print("first create (not counted) failed: %s" % e)  # the snapshot goes on
+            wait_snapshot(d.client)
+        res = [{k: [] for k in ("create", "rtt", "delete", "upload", "download")} for _ in roots]
+        for i in range(a.n):
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            for side in order:
+                sample(daemons[side].client, a.rounds, res[side])
+        for i in range(a.file_samples):
+            for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+                files(daemons[side].client, a.file_mib, res[side])
+    finally:
+        for d in daemons:
+            d.stop()
+            d.remove()
+    load1 = os.getloadavg()
+    print("A = %s\nB = %s" % tuple(roots))
+    print("accelerator %s; load average %.1f before, %.1f after (interleaved: load falls on both)"
+          % (acc, load0[0], load1[0]))
+    print("%-28s %12s %12s %8s" % ("p50", "A", "B", "B/A"))
+    summary = {"accel": acc, "load": [load0[0], load1[0]], "n": a.n}
+    for key, unit in (("create", "ms"), ("rtt", "ms"), ("delete", "ms"),
+                      ("upload", "MiB/s"), ("download", "MiB/s")):
+        va, vb = pct(res[0][key], 50), pct(res[1][key], 50)
+        ratio = vb / va if va else 0.0
+        print("%-28s %9.1f %-2s %9.1f %-2s %7.2fx" % ("%s [%s]" % (key, acc), va, unit[:2], vb,
+                                                     unit[:2], ratio))
+        summary[key] = {"a": va, "b": vb, "b_over_a": round(ratio, 3),
+                        "a_p95": pct(res[0][key], 95), "b_p95": pct(res[1][key], 95)}
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
