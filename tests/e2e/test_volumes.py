@@ -10,6 +10,7 @@ naming "volumes" is refused as an unknown field, checked below."""
 import glob
 import os
 import shutil
+import stat
 import subprocess
 import urllib.parse
 
@@ -140,6 +141,23 @@ def test_escapes_refused(vs, tmp_path):
     assert s.request("DELETE", "/v1/volumes/esc").status == 204
     assert (outside / "secret").read_bytes() == b"host secret"
     assert os.path.exists("/etc/passwd")
+
+
+def test_special_files_refused_without_blocking(vs):
+    """A FIFO or a device node a guest leaves in a volume is refused at once (409
+    not_a_file), for reads and writes: opening a FIFO for reading blocks until a writer
+    comes, which stalled spaced's whole event loop before (and every other client)."""
+    s = vs
+    assert s.request("POST", "/v1/volumes", {"name": "fifo"}).status == 201
+    d = voldir(s, "fifo")
+    os.mkfifo(os.path.join(d, "pipe"))
+    os.mknod(os.path.join(d, "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    for path in ("/pipe", "/null"):
+        r = s.request("GET", files("fifo", path), timeout=10)
+        assert r.status == 409 and r.error_code() == "not_a_file", (path, r)
+        r = put(s, "fifo", path, b"data")
+        assert r.status == 409 and r.error_code() == "not_a_file", (path, r)
+    assert s.request("GET", "/healthz").status == 200  # the loop still answers
 
 
 def test_cli(vs, tmp_path):

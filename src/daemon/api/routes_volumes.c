@@ -147,10 +147,14 @@ static struct xfer *xfer_open(struct spaced *sp, struct http_req *req, int flags
         routes_reply_error(sp, req, 503, "unavailable", "out of memory");
         return NULL;
     }
-    x->fd = vol_open(sp, who.tenant, name, path, flags, mkdirs, &err);
+    /* Truncated only once known to be a regular file: O_TRUNC in the open would act on
+     * whatever node a guest left at the path before the check below. */
+    x->fd = vol_open(sp, who.tenant, name, path, flags & ~O_TRUNC, mkdirs, &err);
     struct stat st;
     if (x->fd >= 0 && (fstat(x->fd, &st) != 0 || !S_ISREG(st.st_mode)))
         spaced_err_set(&err, 409, "not_a_file", "%.200s is not a regular file", path);
+    else if (x->fd >= 0 && (flags & O_TRUNC) && ftruncate(x->fd, 0) != 0)
+        spaced_err_set(&err, 500, "internal", "%.200s: cannot truncate: %s", path, strerror(errno));
     else if (x->fd >= 0) {
         x->sp = sp;
         x->req = req;

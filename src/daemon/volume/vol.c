@@ -197,6 +197,8 @@ static int open_beneath(int dirfd, const char *rel, int flags, mode_t mode, cons
         return spaced_err_set(err, 400, "symlink",
                               "%.200s goes through a symlink (volume paths follow none)", shown);
     case EISDIR: return spaced_err_set(err, 409, "is_directory", "%.200s is a directory", shown);
+    case ENXIO: /* a FIFO opened for writing with no reader (O_NONBLOCK), a device gone */
+        return spaced_err_set(err, 409, "not_a_file", "%.200s is not a regular file", shown);
     case ENOTDIR:
         return spaced_err_set(err, 400, "invalid_path", "a parent of %.200s is not a directory",
                               shown);
@@ -238,8 +240,11 @@ int vol_open(struct spaced *sp, const char *tenant, const char *name, const char
     int root = rel ? vol_root(sp, tenant, name, err) : -1;
     if (root < 0)
         return -1;
+    /* O_NONBLOCK: a FIFO a guest left must not block the loop in open (a read open
+     * waits for a writer); the caller then refuses anything but a regular file. On
+     * regular files and directories it changes nothing. */
     int fd = mkdirs && make_parents(root, rel, path, err) < 0
-                 ? -1 : open_beneath(root, rel, flags, 0644, path, err);
+                 ? -1 : open_beneath(root, rel, flags | O_NONBLOCK, 0644, path, err);
     close(root);
     return fd;
 }
