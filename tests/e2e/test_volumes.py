@@ -157,6 +157,12 @@ def test_cli(vs, tmp_path):
     r = space("volume", "get", "cli-v:/nope", "-")
     assert r.returncode == 1 and b"no such file" in r.stderr, r
     assert space("volume", "bogus").returncode == 2
+    # create --volume NAME:/PATH: a malformed one is refused before any request; a
+    # well-formed one reaches the API (which says the volume does not exist)
+    r = space("create", "--template", "fake", "--volume", "cli-v/mnt")
+    assert r.returncode == 2 and b"NAME:/PATH" in r.stderr, r
+    r = space("create", "--template", "fake", "--volume", "nope:/mnt/v")
+    assert r.returncode == 1 and b"volume nope not found" in r.stderr, r
     assert space("volume", "rm", "cli-v").returncode == 0
     assert b"cli-v" not in space("volume", "ls").stdout
 
