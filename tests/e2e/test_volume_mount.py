@@ -17,6 +17,10 @@ def vfiles(name, path):
 
 
 def run(s, sid, cmd):
+    """Runs cmd in the sandbox. Reads of volume files whose output goes straight to the
+    command's stdout are piped through `cat` here: busybox cat sendfile()s into its
+    stdout pipe, holding that pipe's lock while the FUSE read waits, and the agent reading
+    that pipe would then wait too (docs/security.md "Volumes", residual)."""
     out, code = session_output(s, sid, cmd)
     assert code == 0, (sid, cmd, out, s.log())
     return out.decode()
@@ -43,7 +47,7 @@ def test_volume_mounted_in_two_sandboxes(spaced):
     vdir = glob.glob(os.path.join(s.data_dir, "volumes", "*", "shared"))[0]
 
     a = create_mounting(s, [{"name": "shared", "path": "/mnt/data"}])
-    assert run(s, a, "cat /mnt/data/hello.txt") == "from the api\n"
+    assert run(s, a, "cat /mnt/data/hello.txt | cat") == "from the api\n"
     run(s, a, "echo from-a > /mnt/data/a.txt && mkdir -p /mnt/data/d/e && "
               "echo deep > /mnt/data/d/e/f && ln -s /etc/shadow /mnt/data/link && "
               "mount | grep -q ' /mnt/data type fuse' && sync")
@@ -60,9 +64,9 @@ def test_volume_mounted_in_two_sandboxes(spaced):
     assert r.status == 400, r
 
     b = create_mounting(s, [{"name": "shared", "path": "/data"}])
-    assert run(s, b, "cat /data/a.txt") == "from-a\n"
+    assert run(s, b, "cat /data/a.txt | cat") == "from-a\n"
     run(s, b, "echo from-b > /data/b.txt && echo more >> /data/a.txt")
-    assert run(s, a, "cat /mnt/data/b.txt /mnt/data/a.txt") == "from-b\nfrom-a\nmore\n"
+    assert run(s, a, "cat /mnt/data/b.txt /mnt/data/a.txt | cat") == "from-b\nfrom-a\nmore\n"
     # a large file crosses many frames and FUSE messages both ways
     run(s, a, "head -c 3000000 /dev/urandom > /tmp/big && cp /tmp/big /mnt/data/big && "
               "cmp /tmp/big /mnt/data/big")
