@@ -24,7 +24,8 @@ OUT=$1
 FLAVOUR=${SPACE_KERNEL_FLAVOUR:-cloud-amd64}
 META=linux-image-$FLAVOUR
 # Drivers the guest needs; each is loaded with its dependencies, built-in ones are skipped.
-WANTED="virtio_ring virtio virtio_mmio virtio_blk virtio_net virtio_console virtio_rng"
+# fuse: volume mounts (the agent relays /dev/fuse to the host's space-volfs).
+WANTED="virtio_ring virtio virtio_mmio virtio_blk virtio_net virtio_console virtio_rng fuse"
 
 for tool in apt-get apt-cache dpkg-deb od depmod modprobe readelf; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found (see scripts/install-deps.sh)"
@@ -52,6 +53,7 @@ if [ -f "$OUT/kernel.version" ] &&
    grep -qx "version=$VERSION" "$OUT/kernel.version" &&
    grep -qx "package=$PKG" "$OUT/kernel.version" &&
    [ -f "$OUT/modules/order" ] &&
+   [ "$(cat "$OUT/modules/wanted" 2>/dev/null)" = "$WANTED" ] &&
    { [ -f "$OUT/vmlinux" ] || [ -f "$OUT/vmlinuz" ]; }; then
     say "up to date ($OUT/kernel.version), nothing to do"
     exit 0
@@ -125,7 +127,9 @@ else
 fi
 
 # ---- modules: resolve with modprobe against a depmod'ed copy of the package tree
+# (the list asked for is kept in modules/wanted: a changed list makes a re-run redo this)
 # The cloud flavour builds ext4 in; others (amd64) have it as a module the root needs.
+WANTED_BASE=$WANTED
 grep -q '^CONFIG_EXT4_FS=m' "$WORK/kernel.config" && WANTED="$WANTED ext4"
 say "resolving modules: $WANTED"
 depmod -b "$WORK/root" "$RELEASE"
@@ -148,6 +152,7 @@ for mod in $WANTED; do
         grep -qx "$name" "$WORK/modules/order" || echo "$name" >> "$WORK/modules/order"
     done < "$WORK/deps"
 done
+echo "$WANTED_BASE" > "$WORK/modules/wanted"
 say "module load order: $(tr '\n' ' ' < "$WORK/modules/order")"
 
 # ---- install: replace the previous kernel's files only once everything is ready

@@ -14,7 +14,7 @@ static const struct {
     {"remove", agent_op_remove},   {"rename", agent_op_rename},   {"read", agent_op_read},
     {"write", agent_op_write},     {"watch", agent_op_watch},     {"refresh", agent_op_refresh},
     {"health", agent_op_health},   {"shutdown", agent_op_shutdown}, {"tcp", agent_op_tcp},
-    {"metrics", agent_op_metrics},
+    {"metrics", agent_op_metrics}, {"mount", agent_op_mount},
 };
 
 void agent_ops_open(struct agent_chan *ch, json_t *req)

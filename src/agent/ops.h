@@ -7,6 +7,7 @@
  *   xfer.c    read, write (streamed under credits)
  *   watch.c   watch (inotify)
  *   tcp.c     tcp (a byte channel to a TCP port in the guest)
+ *   fuse_relay.c mount (a volume: FUSE requests relayed to the host's space-volfs)
  *   metrics.c metrics (CPU, memory, disk use)
  *   sys.c     refresh, health, shutdown, and our HELLO */
 #ifndef SPACE_AGENT_OPS_H
@@ -34,6 +35,7 @@ void agent_op_read(struct agent_chan *ch, json_t *req);
 void agent_op_write(struct agent_chan *ch, json_t *req);
 void agent_op_watch(struct agent_chan *ch, json_t *req);
 void agent_op_tcp(struct agent_chan *ch, json_t *req);
+void agent_op_mount(struct agent_chan *ch, json_t *req);
 void agent_op_metrics(struct agent_chan *ch, json_t *req);
 void agent_op_refresh(struct agent_chan *ch, json_t *req);
 void agent_op_health(struct agent_chan *ch, json_t *req);

@@ -1,5 +1,6 @@
 /* req.c: request field getters and path normalisation; see req.h. */
 #include "agent/req.h"
+#include "agent/fuse_relay.h"
 
 #include <errno.h>
 #include <string.h>
@@ -132,6 +133,13 @@ int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
     if (strlen(in) >= PATH_MAX || agent_path_resolve(in, u->home, out, PATH_MAX, &why) < 0) {
         agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "%s \"%.200s\": %s", key, in,
                          strlen(in) >= PATH_MAX ? "path too long" : why);
+        return -1;
+    }
+    /* The agent's own file ops on a volume would wait for replies only this loop can
+     * relay (fuse_relay.c): refused. */
+    if (agent_fuse_covers(out)) {
+        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "%s \"%.200s\": inside a volume mount "
+                         "(use the volume files API, or a command in the sandbox)", key, in);
         return -1;
     }
     return 0;

@@ -30,8 +30,22 @@ static int print_sandbox(struct cli_ctx *x, const char *sid)
     return rc;
 }
 
-/* Options with a value: `--allow` may repeat (each adds an allowlist entry); with
- * `--network` or `--allow` the body gets a network policy. */
+/* `--volume NAME:/PATH` into {"name","path"} appended to vols. 0, or -1 after a message
+ * (the API checks the name and path rules themselves). */
+static int volume_arg(json_t *vols, const char *v)
+{
+    const char *colon = strchr(v, ':');
+    if (!colon || colon == v || colon[1] != '/') {
+        cli_err("create: --volume wants NAME:/PATH (e.g. data:/mnt/data), not \"%s\"", v);
+        return -1;
+    }
+    json_array_append_new(vols, json_pack("{s:s#, s:s}", "name", v, (int)(colon - v), "path",
+                                          colon + 1));
+    return 0;
+}
+
+/* Options with a value: `--allow` and `--volume` may repeat (each adds an allowlist entry,
+ * a mounted volume); with `--network` or `--allow` the body gets a network policy. */
 int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
 {
     static const struct {
@@ -66,6 +80,13 @@ int cli_cmd_create(struct cli_ctx *x, int argc, char **argv)
             done = true;
         } else if (!done && v && strcmp(o, "--allow") == 0) {
             allow[n_allow++] = argv[i + 1];
+            done = true;
+        } else if (!done && v && strcmp(o, "--volume") == 0) {
+            json_t *vols = json_object_get(body, "volumes");
+            if (!vols)
+                json_object_set_new(body, "volumes", vols = json_array());
+            if (volume_arg(vols, v) < 0)
+                goto out;
             done = true;
         }
         if (!done) {

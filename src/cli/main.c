@@ -9,7 +9,7 @@ static const char usage[] =
     "usage: space COMMAND [ARGS]\n"
     "\n"
     "  create [--template T] [--cpus N] [--memory MiB] [--timeout S] [--auto-resume]\n"
-    "         [--network none|open] [--allow ENTRY...]\n"
+    "         [--network none|open] [--allow ENTRY...] [--volume NAME:/PATH...]\n"
     "                              create a sandbox (template python unless given);\n"
     "                              prints its id once running\n"
     "  ls                          list sandboxes (with their node, multi-node)\n"

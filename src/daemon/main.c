@@ -382,6 +382,7 @@ int main(int argc, char **argv)
         return 1;
     }
     tpl_set_users(&sp, sbx_template_users);
+    sp.vol_user = sbx_vol_user; /* vol_delete: 409 while a sandbox mounts the volume */
     if (cluster_runs_sandboxes(&sp) && sbx_table_load(&sp) != 0) {
         fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
         return 1;

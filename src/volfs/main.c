@@ -3,9 +3,9 @@
  *     space-volfs DIR        serves DIR on fd 0 (a connected socket: the guest agent's
  *                            relay of /dev/fuse), until the mount goes away
  *
- * volfs.h says what it serves and what it checks. Not started by spaced yet: the jail
- * (the VM's uid, a mount namespace where only the volume directories exist), the
- * virtio-serial port and the agent's relay are still to be wired. */
+ * volfs.h says what it serves and what it checks. spaced starts one per mounted volume
+ * of a sandbox, jailed like QEMU, its fd 0 relayed to the guest agent's `mount` channel
+ * (daemon/volume/vol_mount.h). */
 #include <fcntl.h>
 #include <stdio.h>
 

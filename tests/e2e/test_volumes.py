@@ -5,8 +5,8 @@ directory as a guest (or a second sandbox mounting the volume) would plant them,
 /etc/shadow, to /etc and to a host directory outside: no request reads, writes, lists or
 deletes anything outside the volume; data survives a spaced restart.
 
-Mounting volumes into sandboxes is not wired yet (no VM test here): a sandbox create
-naming "volumes" is refused as an unknown field, checked below."""
+The create field "volumes" is checked here (API only); mounting them into real VMs is
+tests/e2e/test_volume_mount.py."""
 import glob
 import os
 import shutil
@@ -175,14 +175,57 @@ def test_cli(vs, tmp_path):
     r = space("volume", "get", "cli-v:/nope", "-")
     assert r.returncode == 1 and b"no such file" in r.stderr, r
     assert space("volume", "bogus").returncode == 2
+    # create --volume NAME:/PATH: a malformed one is refused before any request; a
+    # well-formed one reaches the API (which says the volume does not exist)
+    r = space("create", "--template", "fake", "--volume", "cli-v/mnt")
+    assert r.returncode == 2 and b"NAME:/PATH" in r.stderr, r
+    r = space("create", "--template", "fake", "--volume", "nope:/mnt/v")
+    assert r.returncode == 1 and b"volume nope not found" in r.stderr, r
     assert space("volume", "rm", "cli-v").returncode == 0
     assert b"cli-v" not in space("volume", "ls").stdout
 
 
-def test_sandbox_volumes_not_accepted_yet(vs):
-    r = vs.request("POST", "/v1/sandboxes", {"template": "fake",
-                                             "volumes": [{"name": "v", "path": "/mnt/v"}]})
-    assert r.status == 400 and r.error_code() == "unknown_field", r
+def test_sandbox_volumes_field(vs):
+    """The create field "volumes": shape, paths and ownership are checked before anything
+    runs; a volume a sandbox mounts cannot be deleted (409 naming the sandbox)."""
+    s = vs
+    assert s.request("POST", "/v1/volumes", {"name": "m1"}).status == 201
+    assert s.request("POST", "/v1/volumes", {"name": "m2"}).status == 201
+
+    def create(vols, key="admin"):
+        return s.request("POST", "/v1/sandboxes", {"template": "fake", "volumes": vols}, key=key)
+
+    bad = [
+        "m1", [{"name": "m1"}], [{"name": "m1", "path": "/mnt/a", "x": 1}],
+        [{"name": "M!", "path": "/mnt/a"}], [{"name": "m1", "path": "mnt"}],
+        [{"name": "m1", "path": "/"}], [{"name": "m1", "path": "/proc/x"}],
+        [{"name": "m1", "path": "/sys"}], [{"name": "m1", "path": "/dev/shm"}],
+        [{"name": "m1", "path": "/mnt/../etc"}], [{"name": "m1", "path": "/mnt/a/"}],
+        [{"name": "m1", "path": "/mnt//a"}], [{"name": "m1", "path": "/mnt/a,b"}],
+        [{"name": "m1", "path": "/mnt/a"}, {"name": "m2", "path": "/mnt/a"}],
+        [{"name": "m1", "path": "/mnt/a"}, {"name": "m2", "path": "/mnt/a/b"}],
+        [{"name": "m1", "path": "/mnt/%d" % i} for i in range(9)],
+    ]
+    for vols in bad:
+        r = create(vols)
+        assert r.status == 400 and r.error_code() == "invalid_request", (vols, r)
+    # a missing volume, and another tenant's, are the same 404
+    r = create([{"name": "nope", "path": "/mnt/a"}])
+    assert r.status == 404 and r.error_code() == "not_found", r
+    r = create([{"name": "m1", "path": "/mnt/a"}], key=s.other)
+    assert r.status == 404 and r.error_code() == "not_found", r
+
+    r = create([{"name": "m1", "path": "/mnt/a"}, {"name": "m2", "path": "/mnt/b"}])
+    assert r.status == 202, r
+    sid = r.json["sandbox"]["id"]
+    got = s.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["volumes"]
+    assert got == [{"name": "m1", "path": "/mnt/a"}, {"name": "m2", "path": "/mnt/b"}]
+    r = s.request("DELETE", "/v1/volumes/m1")
+    assert r.status == 409 and r.error_code() == "volume_in_use" and sid in r.json["error"]["message"], r
+    r = s.request("DELETE", "/v1/sandboxes/" + sid)
+    assert s.wait_op(r.json["operation"]["id"])["state"] in ("succeeded", "failed")
+    assert s.request("DELETE", "/v1/volumes/m1").status == 204
+    assert s.request("DELETE", "/v1/volumes/m2").status == 204
 
 
 def test_data_survives_restart(fresh_spaced):

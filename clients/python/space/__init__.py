@@ -202,16 +202,20 @@ class Client:
 
     def create(self, template="python", vcpus=None, memory_mib=None, env=None, metadata=None,
                timeout=None, on_timeout=None, network=None, idempotency_key=None, wait=True,
-               auto_resume=None):
+               auto_resume=None, volumes=None):
         """Creates a sandbox and (by default) waits until it is running. auto_resume=True:
         once paused or suspended, the next call needing its VM (command, file, port)
-        resumes it and then proceeds."""
+        resumes it and then proceeds. volumes: {name: guest path} (or a list of
+        {"name", "path"}) of the tenant's volumes to mount read-write."""
         body = {"template": template}
         for k, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("env", env),
                      ("metadata", metadata), ("timeout", timeout), ("on_timeout", on_timeout),
                      ("network", network), ("auto_resume", auto_resume)):
             if v is not None:
                 body[k] = v
+        if volumes is not None:
+            body["volumes"] = ([{"name": n, "path": p} for n, p in volumes.items()]
+                               if isinstance(volumes, dict) else list(volumes))
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         r = self.request("POST", "/v1/sandboxes", body, headers=headers)
         sbx = Sandbox(self, r["sandbox"])

@@ -106,6 +106,8 @@ struct sbx_spec {
     char on_timeout[16]; /* "suspend" | "delete" */
     bool private_ports;  /* "ports": {"public": false} */
     bool auto_resume;    /* "auto_resume": true (sbx_wake.c) */
+    char *volumes_json;  /* [{"name","path"}] checked in shape (sbx_vol.c), NULL = none;
+                            that the volumes exist is sbx_submit_create's check */
 };
 
 /* Parses and validates a create body (len bytes, not NUL-terminated). Unknown fields,
@@ -132,6 +134,19 @@ json_t *sbx_network_created(const struct sbx *s);
  * bounds a client may ask. t may be NULL (no template known: defaults). */
 void sbx_spec_shape(const struct sbx_spec *spec, const struct tpl_info *t, unsigned *vcpus,
                     unsigned *memory_mib);
+
+/* ---- sbx_vol.c: volumes mounted into sandboxes ---------------------------------------- */
+/* The create field "volumes" ([{"name","path"}], at most VOLM_MOUNTS_MAX, names of the
+ * volume rule, paths acceptable to volm_path_problem and distinct; absent or [] = none):
+ * *out = compact JSON or NULL for none. 0, or -1 with a 400 naming what is wrong. */
+int sbx_vol_spec(json_t *v, char **out, struct spaced_err *err);
+/* Every volume of volumes_json exists and is the tenant's: 0, or -1 with 404. */
+int sbx_vol_check(struct spaced *sp, const char *tenant, const char *volumes_json,
+                  struct spaced_err *err);
+/* The spaced vol_user hook (main.c registers it): a sandbox of tenant, not deleted,
+ * whose record mounts volume `name`. */
+bool sbx_vol_user(struct spaced *sp, const char *tenant, const char *name, char *id,
+                  size_t idlen);
 
 /* Validates a sandbox id's shape ("sb" + 16 lowercase hex). */
 bool sbx_id_valid(const char *id);

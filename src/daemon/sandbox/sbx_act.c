@@ -181,6 +181,7 @@ static void on_agent_hello(void *arg, json_t *hello)
         vmg_answered(s->greet);
     stage_end(s, CS_VM);
     log_info("sandbox.agent", "sandbox=%s event=ready", s->rec.id);
+    sbx_vol_attach(s); /* before the refresh: the agent handles OPENs in order */
     act_continue_after_agent(s);
 }
 
@@ -194,7 +195,7 @@ static void on_agent_closed(void *arg, const char *code, const char *message)
              log_quote(message, q, sizeof q));
     s->agent_ready = false;
     s->pending = NULL;
-    agentc_free(s->agent);
+    sbx_agent_free(s);
     s->agent = NULL;
     /* An agent cut off for flooding spaced or for not reading what spaced queued toward
      * it (agentc.h) is hostile, not unlucky: no reconnect, the sandbox fails with the
@@ -276,6 +277,7 @@ static const struct agentc_chan_ops refresh_ops = {
 static void send_refresh(struct sbx *s)
 {
     stage_begin(s, CS_REFRESH);
+    sbx_vol_attach(s); /* a pooled VM's agent was ready before it became this sandbox */
     unsigned char raw[64];
     char b64[100];
     if (RAND_bytes(raw, sizeof raw) != 1) {
@@ -335,7 +337,7 @@ static void on_hello_retry(void *arg, struct vm *vm)
     log_warn("sandbox.agent", "sandbox=%s event=hello_retry msg=\"no HELLO from the restored "
              "agent within %d s: reconnecting\"", s->rec.id, VMG_RETRY_MS / 1000);
     s->pending = NULL;
-    agentc_free(s->agent);
+    sbx_agent_free(s);
     s->agent = NULL; /* then on_vm_agent: new connection, HELLO, vmg_sent */
 }
 
@@ -346,7 +348,7 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
 {
     struct sbx *s = arg;
     (void)vm;
-    agentc_free(s->agent);
+    sbx_agent_free(s);
     s->agent_ready = false;
     s->pending = NULL;
     s->agent = agentc_new(s->sp->base, fd, &sbx_agent_cbs, s);
@@ -389,7 +391,7 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
     s->vm = NULL;
     if (s->greet)
         vmg_stop(s->greet); /* it holds the VM, which is freed after this */
-    agentc_free(s->agent);
+    sbx_agent_free(s);
     s->agent = NULL;
     s->agent_ready = false;
     s->pending = NULL;

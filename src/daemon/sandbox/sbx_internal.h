@@ -5,6 +5,7 @@
 #define SPACE_SBX_INTERNAL_H
 
 #include "daemon/vm/vm.h"
+#include "daemon/volume/vol_mount.h"
 #include "sbx.h"
 
 #define SBX_PATH_MAX 600 /* a path under the sandbox's directory */
@@ -45,6 +46,8 @@ struct sbx {
     bool unsaved;                /* rec differs from the store: sbx_table_retry writes it */
     bool awaiting_capture;       /* a fork whose parent is being captured: no op of its
                                     own yet (busy, so nothing else acts on it) */
+    struct volm *mounts[VOLM_MOUNTS_MAX]; /* its volumes, by index in rec.volumes_json,
+                                    live on the current agent connection (sbx_vol.c) */
     struct sbx *next;            /* table list */
 };
 
@@ -186,5 +189,15 @@ void sbx_fork_gc(struct spaced *sp);
 void sbx_capture_users(struct spaced *sp, tpl_use_fn use, void *arg);
 /* Shutdown: frees the forks in progress (their ops resume as "interrupted"). */
 void sbx_fork_forget(struct sbx_table *t);
+
+/* ---- sbx_vol.c ---- */
+/* Mounts the record's volumes that are not live on the current agent connection (called
+ * when the agent is ready and before each refresh; earlier OPENs are served first, so
+ * the mounts exist when the refresh answers). A failure is logged, not fatal. */
+void sbx_vol_attach(struct sbx *s);
+/* Ends every mount (before the agent connection is freed: the channels live on it). */
+void sbx_vol_release(struct sbx *s);
+/* sbx_vol_release, then agentc_free of the sandbox's agent (NULL afterwards). */
+void sbx_agent_free(struct sbx *s);
 
 #endif

@@ -14,6 +14,7 @@ void sbx_spec_clear(struct sbx_spec *s)
     free(s->env_json);
     free(s->metadata_json);
     free(s->network_json);
+    free(s->volumes_json);
     memset(s, 0, sizeof *s);
 }
 
@@ -116,7 +117,7 @@ static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err 
 {
     static const char *const known[] = {"template", "vcpus", "memory_mib", "env", "metadata",
                                         "timeout", "on_timeout", "network", "ports", "auto_resume",
-                                        NULL};
+                                        "volumes", NULL};
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
@@ -155,6 +156,8 @@ static int spec_from_json(json_t *body, struct sbx_spec *out, struct spaced_err 
     if (v && !json_is_boolean(v))
         return spaced_err_set(err, 400, "invalid_request", "auto_resume must be true or false");
     out->auto_resume = json_is_true(v);
+    if (sbx_vol_spec(json_object_get(body, "volumes"), &out->volumes_json, err) < 0)
+        return -1;
 
     json_t *empty = json_object();
     json_t *net_default = json_pack("{s:s}", "mode", "none");

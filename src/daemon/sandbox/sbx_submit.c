@@ -50,6 +50,8 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
         if (found <= 0 || tpl_lookup(sp, tenant, snap.template_name, &t, err) < 0)
             return -1;
     }
+    if (sbx_vol_check(sp, tenant, spec->volumes_json, err) < 0)
+        return -1;
     struct store_sbx rec;
     memset(&rec, 0, sizeof rec);
     if (spaced_random_id(rec.id, "sb", 16) < 0)
@@ -60,6 +62,7 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
     rec.env_json = spec->env_json;
     rec.metadata_json = spec->metadata_json;
     rec.network_json = spec->network_json;
+    rec.volumes_json = spec->volumes_json;
     rec.private_ports = spec->private_ports;
     rec.auto_resume = spec->auto_resume;
     rec.timeout_s = spec->timeout_s;

@@ -37,7 +37,7 @@ static void sbx_free(struct sbx *s)
 {
     if (s->vm)
         vm_detach(s->vm);
-    agentc_free(s->agent);
+    sbx_agent_free(s);
     if (s->timer)
         event_free(s->timer);
     vmg_free(s->greet);
@@ -79,6 +79,7 @@ struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec)
     s->rec.env_json = dup_or_null(rec->env_json);
     s->rec.metadata_json = dup_or_null(rec->metadata_json);
     s->rec.network_json = dup_or_null(rec->network_json);
+    s->rec.volumes_json = dup_or_null(rec->volumes_json);
     s->rec.failure = dup_or_null(rec->failure);
     int st = sbx_state_parse(rec->state), de = sbx_state_parse(rec->desired);
     s->state = st < 0 ? SBX_FAILED : (enum sbx_state)st;
@@ -308,12 +309,13 @@ static json_t *json_doc(const char *text, const char *fallback)
 
 json_t *sbx_record_to_json(const struct store_sbx *r)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:{s:b}, s:I, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:{s:b}, s:I, s:s, s:b, s:o, s:o, s:o, s:o, s:o}",
                      "id", r->id, "template", r->template_name, "state", r->state,
                      "desired_state", r->desired, "vcpus", (json_int_t)r->vcpus,
                      "memory_mib", (json_int_t)r->memory_mib, "env", json_doc(r->env_json, "{}"),
                      "metadata", json_doc(r->metadata_json, "{}"),
                      "network", json_doc(r->network_json, "{\"mode\":\"none\"}"),
+                     "volumes", json_doc(r->volumes_json, "[]"),
                      "ports", "public", !r->private_ports,
                      "timeout", (json_int_t)r->timeout_s, "on_timeout", r->on_timeout,
                      "auto_resume", r->auto_resume,

@@ -89,6 +89,9 @@ static const char *const store_migrations[] = {
     " memory_mib INTEGER NOT NULL, nic INTEGER NOT NULL, state TEXT NOT NULL,"
     " size_bytes BIGINT NOT NULL, created_ms BIGINT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS snapshots_tenant ON snapshots(tenant, id);",
+    /* 10: the volumes a sandbox mounts (sandbox/sbx_vol.c), mounted again after a
+     * restart. */
+    "ALTER TABLE sandboxes ADD COLUMN volumes TEXT;",
 };
 
 #define SQL_CAP 2048

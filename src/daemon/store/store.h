@@ -139,6 +139,8 @@ struct store_sbx {
                               (sandbox/sbx_wake.c; migration 8) */
     char source[STORE_ID_MAX]; /* the capture a fork restores from (sbx_fork.c), "" for a
                               sandbox made from its template (migration 9) */
+    char *volumes_json;    /* [{"name","path"}] volumes it mounts, NULL = none (sandbox/
+                              sbx_vol.c; migration 10) */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */

@@ -59,6 +59,7 @@ static const struct store_col sbx_cols[] = {
     COL("disk_mib", STORE_COL_UINT, struct store_sbx, disk_mib, false),
     COL("auto_resume", STORE_COL_BOOL, struct store_sbx, auto_resume, false),
     TEXT(struct store_sbx, source, false),
+    COL("volumes", STORE_COL_HEAP, struct store_sbx, volumes_json, false),
 };
 const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
 
@@ -160,6 +161,7 @@ void store_sbx_clear(struct store_sbx *s)
     free(s->env_json);
     free(s->metadata_json);
     free(s->network_json);
+    free(s->volumes_json);
     free(s->failure);
     memset(s, 0, sizeof *s);
 }

@@ -578,3 +578,4 @@ enum vm_state vm_state(const struct vm *vm) { return vm->state; }
 enum vm_accel vm_accel(const struct vm *vm) { return vm->accel; }
 const char *vm_id(const struct vm *vm) { return vm->cfg.id; }
 const char *vm_run_dir(const struct vm *vm) { return vm->cfg.run_dir; }
+const struct vm_jail *vm_jail_of(const struct vm *vm) { return &vm->cfg.jail; }

@@ -366,6 +366,8 @@ enum vm_state vm_state(const struct vm *vm);
 enum vm_accel vm_accel(const struct vm *vm);  /* resolved: KVM or TCG */
 const char *vm_id(const struct vm *vm);
 const char *vm_run_dir(const struct vm *vm);
+/* The jail the VM runs under (uid, gid, enabled), for helpers jailed alike (volumes). */
+const struct vm_jail *vm_jail_of(const struct vm *vm);
 /* Copies the last lines of the console log (at most cap-1 bytes, NUL-terminated). */
 size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
 

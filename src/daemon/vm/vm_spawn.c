@@ -9,9 +9,11 @@
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -119,6 +121,32 @@ static int mirror_top(const char *root, const char *top)
 
 static void jail_fail(int errfd, const char *what) { child_fail_kind(errfd, FAIL_JAIL, what); }
 
+/* Before the uid switch: every capability but `keep` leaves the bounding set, and the
+ * permitted set survives the switch (PR_SET_KEEPCAPS). */
+static int keep_caps_before(unsigned long long keep)
+{
+    for (int c = 0; c <= CAP_LAST_CAP; c++)
+        if (!(keep & (1ULL << c)) && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+            return -1;
+    return prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
+}
+
+/* After the uid switch: `keep` becomes permitted, effective, inheritable and ambient (so
+ * the exec'd program holds exactly those, nothing else). */
+static int keep_caps_after(unsigned long long keep)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct d[2] = {{0}};
+    d[0].permitted = d[0].effective = d[0].inheritable = (uint32_t)keep;
+    d[1].permitted = d[1].effective = d[1].inheritable = (uint32_t)(keep >> 32);
+    if (syscall(SYS_capset, &h, d) < 0)
+        return -1;
+    for (int c = 0; c <= CAP_LAST_CAP; c++)
+        if ((keep & (1ULL << c)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, c, 0, 0) < 0)
+            return -1;
+    return 0;
+}
+
 static void jail_child(const struct vm_spawn *s, int errfd)
 {
     const char *root = s->jail_root;
@@ -158,9 +186,13 @@ static void jail_child(const struct vm_spawn *s, int errfd)
         jail_fail(errfd, "pivot_root into jail");
     if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
         jail_fail(errfd, "remount jail root read-only");
+    if (s->keep_caps && keep_caps_before(s->keep_caps) < 0)
+        jail_fail(errfd, "capability bounding set");
     if (setgroups(0, NULL) < 0 || setresgid(s->jail->gid, s->jail->gid, s->jail->gid) < 0 ||
         setresuid(s->jail->uid, s->jail->uid, s->jail->uid) < 0)
         jail_fail(errfd, "drop privileges");
+    if (s->keep_caps && keep_caps_after(s->keep_caps) < 0)
+        jail_fail(errfd, "ambient capabilities");
 }
 
 /* Installs s->fds at their fixed numbers. Sources are first moved above VM_FD_COUNT so
@@ -175,7 +207,7 @@ static void child_fds(const struct vm_spawn *s, int errfd)
             child_fail(errfd, "dup descriptor");
     }
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (nullfd < 0 || dup2(nullfd, 0) < 0 || dup2(s->log_fd, 1) < 0 || dup2(s->log_fd, 2) < 0)
+    if (nullfd < 0 || dup2(s->serve_fd > 0 ? s->serve_fd : nullfd, 0) < 0 || dup2(s->log_fd, 1) < 0 || dup2(s->log_fd, 2) < 0)
         child_fail(errfd, "stdio");
     for (int i = VM_FD_QMP; i < VM_FD_COUNT; i++) {
         if (high[i] < 0) {

@@ -39,6 +39,12 @@ struct vm_spawn {
     int need_kvm;                 /* expose /dev/kvm */
     int no_thp;                   /* no transparent huge pages for QEMU (see vm_spawn.c) */
     int cgroup_fds[3];            /* open cgroup.procs files to join, -1 = unused */
+    int serve_fd;                 /* > 0: installed as the child's fd 0 instead of /dev/null
+                                     (space-volfs serves its stream there) */
+    unsigned long long keep_caps; /* jailed: capabilities (1ULL << CAP_X) the child keeps
+                                     across the uid switch and exec, as ambient ones, all
+                                     others dropped from its bounding set (space-volfs:
+                                     CAP_DAC_OVERRIDE and CAP_FOWNER); 0 for QEMU */
 };
 
 /* Forks and execs QEMU. Returns 0 with *pid set, or -1 with err[cap] (nothing left

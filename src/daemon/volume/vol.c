@@ -158,11 +158,27 @@ int vol_delete(struct spaced *sp, const char *tenant, const char *name, struct s
     if (fd < 0)
         return -1;
     close(fd);
+    char user[64];
+    if (sp->vol_user && sp->vol_user(sp, tenant, name, user, sizeof user))
+        return spaced_err_set(err, 409, "volume_in_use", "volume %s is mounted by sandbox %s "
+                              "(delete the sandbox first)", name, user);
     char vdir[600];
     vol_path(sp, tenant, name, vdir, sizeof vdir);
     spaced_rm_rf(vdir); /* nftw FTW_PHYS: links are removed, never followed */
     if (access(vdir, F_OK) == 0)
         return spaced_err_set(err, 500, "internal", "volume %s could not be removed", name);
+    return 0;
+}
+
+int vol_dir(struct spaced *sp, const char *tenant, const char *name, char *out, size_t cap,
+            struct spaced_err *err)
+{
+    int fd = vol_root(sp, tenant, name, err);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    if (!vol_path(sp, tenant, name, out, cap))
+        return spaced_err_set(err, 500, "internal", "volume path too long");
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* vol: named volumes, per tenant: directories on the host, read and written by the API
- * without a sandbox (api/routes_volumes.c). Mounting them into sandboxes (src/volfs, the
- * guest agent's FUSE relay) is not wired yet.
+ * without a sandbox (api/routes_volumes.c), and mounted into sandboxes (vol_mount.h: the
+ * guest agent relays FUSE to a jailed space-volfs per mount).
  *
  * Layout: <data_dir>/volumes/<tenant>/<name>/ is the volume's content; the directory is
  * the whole truth (no store row), so a volume lives until deleted, across sandbox
@@ -41,8 +41,14 @@ int vol_create(struct spaced *sp, const char *tenant, const char *name, struct s
 json_t *vol_get(struct spaced *sp, const char *tenant, const char *name, struct spaced_err *err);
 /* [{"name","created_at"}...] sorted by name. New reference (NULL: out of memory). */
 json_t *vol_list(struct spaced *sp, const char *tenant);
-/* Deletes the volume and everything in it (symlinks are removed, never followed). */
+/* Deletes the volume and everything in it (symlinks are removed, never followed); 409
+ * volume_in_use naming the sandbox while a live sandbox mounts it (sp->vol_user). */
 int vol_delete(struct spaced *sp, const char *tenant, const char *name, struct spaced_err *err);
+
+/* The volume's directory on the host into out[cap]: 0, or -1 with err (404 no such
+ * volume of this tenant, 400 bad name). */
+int vol_dir(struct spaced *sp, const char *tenant, const char *name, char *out, size_t cap,
+            struct spaced_err *err);
 
 /* Opens `path` ("/a/b", relative to the volume's root) with flags (O_NOFOLLOW and
  * O_CLOEXEC added). mkdirs: create the missing parent directories first. Returns the fd,
