@@ -20,6 +20,10 @@
  * the commit has). SQLite runs with synchronous=FULL; PostgreSQL commits with the
  * server's synchronous_commit (default on: flushed to its WAL). Either way a SIGKILL of
  * spaced (or, for SQLite, power loss) after a successful commit loses nothing.
+ * Exception: SQLite writes session rows (store_session_*) without an fsync (WAL with
+ * synchronous=NORMAL): a SIGKILL of spaced still loses none of them, an OS crash or power
+ * loss may lose the last ones, but such a crash also ends every VM and so every process
+ * a session row describes. A command's round trip writes its row three times.
  *
  * PostgreSQL differences a caller can observe:
  *   - After a failed statement inside store_begin/store_commit, PostgreSQL has aborted
