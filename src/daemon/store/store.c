@@ -411,7 +411,34 @@ int store_sbx_count_by_state(struct store *st, void (*fn)(const char *, int64_t,
 
 /* ---- operations ----------------------------------------------------------------------- */
 
+/* Session rows and op progress are written without an fsync where the backend allows
+ * (store.h says why that is enough): a command wrote its session row three times, a
+ * create its progress once, each an fsync otherwise. */
+static int lazy_begin(struct store *st)
+{
+    return st->ops->lazy ? st->ops->lazy(st, true) : 0;
+}
+
+static int lazy_end(struct store *st, int rc)
+{
+    if (st->ops->lazy && st->ops->lazy(st, false) != 0)
+        return -1; /* a handle left lazy would weaken every later commit */
+    return rc;
+}
+
+static int rec_put_lazy(struct store *st, const struct store_table *t, const void *rec)
+{
+    if (lazy_begin(st) != 0)
+        return lazy_end(st, -1);
+    return lazy_end(st, rec_put(st, t, rec));
+}
+
 int store_op_put(struct store *st, const struct store_op *o) { return rec_put(st, &store_tbl_operations, o); }
+
+int store_op_put_lazy(struct store *st, const struct store_op *o)
+{
+    return rec_put_lazy(st, &store_tbl_operations, o);
+}
 
 int store_op_get(struct store *st, const char *id, struct store_op *out)
 {
@@ -446,25 +473,9 @@ int store_op_list(struct store *st, const char *tenant, const char *target, unsi
 
 /* ---- sessions and templates ----------------------------------------------------------- */
 
-/* Session rows are written without an fsync where the backend allows (store.h says
- * why that is enough): up to four writes per command, each an fsync otherwise. */
-static int lazy_begin(struct store *st)
-{
-    return st->ops->lazy ? st->ops->lazy(st, true) : 0;
-}
-
-static int lazy_end(struct store *st, int rc)
-{
-    if (st->ops->lazy && st->ops->lazy(st, false) != 0)
-        return -1; /* a handle left lazy would weaken every later commit */
-    return rc;
-}
-
 int store_session_put(struct store *st, const struct store_session *s)
 {
-    if (lazy_begin(st) != 0)
-        return lazy_end(st, -1);
-    return lazy_end(st, rec_put(st, &store_tbl_sessions, s));
+    return rec_put_lazy(st, &store_tbl_sessions, s);
 }
 
 int store_session_get(struct store *st, const char *id, struct store_session *out)
