@@ -703,5 +703,66 @@ static void check_crash_loses_nothing_acknowledged(void **state)
     store_close(st);
 }
 
+/* The writes made without an fsync (session rows, op progress: store.h "Durability") are
+ * still in the database after a SIGKILL once the call returned, and the handle is durable
+ * again after them: the transaction that follows each survives too. */
+static void check_crash_keeps_lazy_writes(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        char err[128];
+        struct store *st = checks_open_quiet(err, sizeof err);
+        if (!st)
+            _exit(1);
+        for (int i = 0;; i++) {
+            struct store_session ss = {.sandbox = "sbL", .tenant = "L", .state = "running",
+                                       .spec_json = (char *)"{}", .exit_code = -1};
+            struct store_op o;
+            struct store_sbx s;
+            char id[32];
+            snprintf(ss.id, sizeof ss.id, "ssl%06d", i);
+            snprintf(id, sizeof id, "opl%06d", i);
+            fill_op(&o, id, "L", "running", "", i);
+            snprintf(id, sizeof id, "sbl%06d", i);
+            fill_sbx(&s, id, "L", "base", "creating", "{}");
+            if (store_session_put(st, &ss) || store_op_put_lazy(st, &o) || store_begin(st) ||
+                store_sbx_put(st, &s) || store_commit(st))
+                _exit(3);
+            if (write(fds[1], &i, sizeof i) != (ssize_t)sizeof i)
+                _exit(4);
+        }
+    }
+    close(fds[1]);
+    int last = -1, v;
+    while (last < 40 && read(fds[0], &v, sizeof v) == (ssize_t)sizeof v)
+        last = v;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fds[0]);
+    assert_true(last >= 40);
+    struct store *st = checks_open();
+    for (int i = 0; i <= last; i++) {
+        char id[32];
+        struct store_session ss;
+        struct store_op o;
+        struct store_sbx s;
+        snprintf(id, sizeof id, "ssl%06d", i);
+        assert_int_equal(store_session_get(st, id, &ss), 0);
+        store_session_clear(&ss);
+        snprintf(id, sizeof id, "opl%06d", i);
+        assert_int_equal(store_op_get(st, id, &o), 0);
+        store_op_clear(&o);
+        snprintf(id, sizeof id, "sbl%06d", i);
+        assert_int_equal(store_sbx_get(st, id, &s), 0);
+        store_sbx_clear(&s);
+    }
+    store_close(st);
+}
+
 
 #endif

@@ -108,6 +108,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(check_snapshots, setup, teardown),
         cmocka_unit_test_setup_teardown(check_crash_mid_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(check_crash_loses_nothing_acknowledged, setup, teardown),
+        cmocka_unit_test_setup_teardown(check_crash_keeps_lazy_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upgrades_unversioned_file, setup, teardown),
         cmocka_unit_test(test_open_errors),
     };

@@ -115,6 +115,11 @@ static void test_crash_loses_nothing_acknowledged(void **state)
     NEED_PG();
     check_crash_loses_nothing_acknowledged(state);
 }
+static void test_crash_keeps_lazy_writes(void **state)
+{
+    NEED_PG();
+    check_crash_keeps_lazy_writes(state);
+}
 
 /* Waits for the n forked children; each must have exited 0. */
 static void wait_children(const pid_t *pids, int n)
@@ -398,6 +403,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sessions_templates_tx, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_mid_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_loses_nothing_acknowledged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_keeps_lazy_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservations_race, setup, teardown),

@@ -24,6 +24,10 @@
 #define FILES_BODY_MAX (64u * 1024)
 #define FILES_UPLOAD_HIGH (1024u * 1024)   /* pause the HTTP body above this many queued */
 #define FILES_DOWNLOAD_HIGH (1024u * 1024) /* stop crediting the agent above this pending */
+/* A download's OUT window: larger than the protocol's initial 256 KiB so the agent fills
+ * its output queue (AGENT_OUT_HIGH, 1 MiB) without waiting for each grant; spaced holds
+ * at most FILES_DOWNLOAD_HIGH + this per download. */
+#define FILES_DOWNLOAD_WINDOW (2048u * 1024)
 #define FILES_LIST_MAX 100000              /* entries returned by one list */
 #define FILES_LIST_BYTES_MAX (32u << 20)   /* and their weight (agentc_json_weight) */
 
@@ -142,9 +146,9 @@ static void fop_refill(struct fop *f)
         }
         return;
     }
-    if (f->credit <= FRAME_WINDOW_INITIAL / 2 &&
-        agentc_grant(f->ch, FRAME_STREAM_OUT, FRAME_WINDOW_INITIAL - f->credit) == 0)
-        f->credit = FRAME_WINDOW_INITIAL;
+    if (f->credit <= FILES_DOWNLOAD_WINDOW / 2 &&
+        agentc_grant(f->ch, FRAME_STREAM_OUT, FILES_DOWNLOAD_WINDOW - f->credit) == 0)
+        f->credit = FILES_DOWNLOAD_WINDOW;
 }
 
 /* ---- agent channel callbacks --------------------------------------------------------------- */
@@ -329,6 +333,10 @@ static struct fop *fop_start(struct files_ctx *fc, struct http_req *req, struct 
         http_reply_error(req, 503, "unavailable", "cannot reach the sandbox's agent: %s", why);
         return NULL;
     }
+    /* The whole download window at once: the first bytes need no grant round trip. */
+    if (kind == FOP_READ &&
+        agentc_grant(f->ch, FRAME_STREAM_OUT, FILES_DOWNLOAD_WINDOW - f->credit) == 0)
+        f->credit = FILES_DOWNLOAD_WINDOW;
     http_req_on_close(req, fop_req_closed, f);
     f->nx = fc->head;
     fc->head = f;

@@ -311,7 +311,10 @@ static void op_log(const struct store_op *op)
 static int op_write(struct spaced *sp, struct op_open *o)
 {
     struct op_engine *e = sp->ops;
-    if (store_op_put(sp->store, &o->row) != 0) {
+    /* A progress-only change need not wait for the disk (store.h: store_op_put_lazy). */
+    bool progress_only = !o->state_changed && !o->done;
+    if ((progress_only ? store_op_put_lazy(sp->store, &o->row)
+                       : store_op_put(sp->store, &o->row)) != 0) {
         if (!o->unsaved) {
             char q[300];
             log_warn("operation.unsaved", "op=%s state=%s msg=%s retry=until_stored", o->id,

@@ -414,7 +414,34 @@ int store_sbx_count_by_state(struct store *st, void (*fn)(const char *, int64_t,
 
 /* ---- operations ----------------------------------------------------------------------- */
 
+/* Session rows and op progress are written without an fsync where the backend allows
+ * (store.h says why that is enough): a command wrote its session row three times, a
+ * create its progress once, each an fsync otherwise. */
+static int lazy_begin(struct store *st)
+{
+    return st->ops->lazy ? st->ops->lazy(st, true) : 0;
+}
+
+static int lazy_end(struct store *st, int rc)
+{
+    if (st->ops->lazy && st->ops->lazy(st, false) != 0)
+        return -1; /* a handle left lazy would weaken every later commit */
+    return rc;
+}
+
+static int rec_put_lazy(struct store *st, const struct store_table *t, const void *rec)
+{
+    if (lazy_begin(st) != 0)
+        return lazy_end(st, -1);
+    return lazy_end(st, rec_put(st, t, rec));
+}
+
 int store_op_put(struct store *st, const struct store_op *o) { return rec_put(st, &store_tbl_operations, o); }
+
+int store_op_put_lazy(struct store *st, const struct store_op *o)
+{
+    return rec_put_lazy(st, &store_tbl_operations, o);
+}
 
 int store_op_get(struct store *st, const char *id, struct store_op *out)
 {
@@ -451,7 +478,7 @@ int store_op_list(struct store *st, const char *tenant, const char *target, unsi
 
 int store_session_put(struct store *st, const struct store_session *s)
 {
-    return rec_put(st, &store_tbl_sessions, s);
+    return rec_put_lazy(st, &store_tbl_sessions, s);
 }
 
 int store_session_get(struct store *st, const char *id, struct store_session *out)
@@ -462,7 +489,9 @@ int store_session_get(struct store *st, const char *id, struct store_session *ou
 int store_session_delete(struct store *st, const char *id)
 {
     struct store_arg a = STORE_ARG_S(id);
-    return q(st, "DELETE FROM sessions WHERE id=?", &a, 1, NULL, NULL);
+    if (lazy_begin(st) != 0)
+        return lazy_end(st, -1);
+    return lazy_end(st, q(st, "DELETE FROM sessions WHERE id=?", &a, 1, NULL, NULL));
 }
 
 int store_session_each(struct store *st, const char *sandbox,

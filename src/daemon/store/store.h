@@ -20,6 +20,11 @@
  * the commit has). SQLite runs with synchronous=FULL; PostgreSQL commits with the
  * server's synchronous_commit (default on: flushed to its WAL). Either way a SIGKILL of
  * spaced (or, for SQLite, power loss) after a successful commit loses nothing.
+ * Exception: SQLite writes session rows (store_session_*) and op progress
+ * (store_op_put_lazy) without an fsync (WAL with synchronous=NORMAL): a SIGKILL of spaced
+ * still loses none of them, an OS crash or power loss may lose the last ones, but such a
+ * crash also ends every VM and so every process a session row describes, and an op's
+ * progress is cosmetic (its state writes stay durable, and sync the WAL before them).
  *
  * PostgreSQL differences a caller can observe:
  *   - After a failed statement inside store_begin/store_commit, PostgreSQL has aborted
@@ -189,6 +194,9 @@ struct store_op {
 void store_op_clear(struct store_op *o);
 
 int store_op_put(struct store *st, const struct store_op *o);      /* insert or replace */
+/* The same without an fsync (see Durability above): for a change of progress/detail
+ * only, which the op's next state write makes durable anyway. */
+int store_op_put_lazy(struct store *st, const struct store_op *o);
 int store_op_get(struct store *st, const char *id, struct store_op *out);
 /* Same tenant + idempotency key -> that op (STORE_NOTFOUND if none). */
 int store_op_by_idem(struct store *st, const char *tenant, const char *key, struct store_op *out);

@@ -45,6 +45,11 @@ struct store_ops {
     int (*commit)(struct store *st);
     void (*rollback)(struct store *st); /* no-op outside a transaction */
     void (*close)(struct store *st);    /* frees the handle */
+    /* Optional (NULL: every commit is durable): lazy=true makes the following
+     * autocommit writes survive a crash of spaced but not of the host (SQLite:
+     * synchronous=NORMAL in WAL mode, the commit reaches the OS without an fsync);
+     * lazy=false restores the default. A no-op inside a transaction. */
+    int (*lazy)(struct store *st, bool lazy);
     /* Statement run first inside the migration transaction so that concurrent openers
      * of one database migrate one after the other; NULL when begin already does that. */
     const char *migrate_lock_sql;

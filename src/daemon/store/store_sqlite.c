@@ -101,6 +101,16 @@ static void sq_rollback(struct store *st)
         sq_script(st, "ROLLBACK");
 }
 
+/* WAL + synchronous=NORMAL: a commit is in the WAL file (the OS's page cache) when it
+ * returns, so a SIGKILL of spaced loses nothing; only an OS crash or power loss can roll
+ * it back. The WAL stays ordered: the next FULL commit syncs these rows too. */
+static int sq_lazy(struct store *st, bool lazy)
+{
+    if (!sqlite3_get_autocommit(db_of(st)))
+        return 0; /* inside a transaction: its commit decides */
+    return sq_script(st, lazy ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=FULL");
+}
+
 static void sq_close(struct store *st)
 {
     sqlite3_close(db_of(st));
@@ -115,6 +125,7 @@ static const struct store_ops sqlite_ops = {
     .commit = sq_commit,
     .rollback = sq_rollback,
     .close = sq_close,
+    .lazy = sq_lazy,
     .migrate_lock_sql = NULL,
 };
 

@@ -207,6 +207,14 @@ static int warm_ops(struct pool_entry *e)
                : -1;
 }
 
+/* Once the agent answered the HELLO, the warm-up's commands get this long in all (ms)
+ * and no fresh connection: under load a fresh clone's first `sh -c true` can take longer
+ * than VMG_RETRY_MS, and a reconnect then dropped a live warm-up, whose late output on
+ * the fresh connection failed the next one ("unexpected agent output in warm-up"; the
+ * pool stayed empty, in backoff, while creates restored instead). */
+#define POOL_WARM_MS 60000
+static const struct vmg_params warm_run = {0, 0, POOL_WARM_MS};
+
 /* One frame of the warm-up: 0 to go on, 1 when it is complete, -1 on a protocol breach. */
 static int warm_frame(struct pool_entry *e, const struct frame *f)
 {
@@ -214,6 +222,7 @@ static int warm_frame(struct pool_entry *e, const struct frame *f)
         if (f->type != FRAME_HELLO)
             return -1;
         e->warm_greeted = 1;
+        vmg_begin(e->greet, e->vm, &warm_run); /* greeted: only the deadline is left */
         return warm_ops(e);
     }
     if (f->channel == 0)
@@ -266,9 +275,9 @@ static void on_entry_agent_input(evutil_socket_t fd, short what, void *arg)
         vm_kill_reason(e->vm, VM_EXIT_CRASHED, "pool: cannot pause a warmed-up VM");
 }
 
-/* A HELLO can be lost (vm_greet.h): no answer (HELLO and warm-up done) within
- * VMG_RETRY_MS means a fresh connection and a new greeting (a fresh connection, so no
- * late answer to the old HELLO can reach the claimer); give up after WARM_ATTEMPTS. */
+/* A HELLO can be lost (vm_greet.h): no answer to it within VMG_RETRY_MS means a fresh
+ * connection and a new greeting (a fresh connection, so no late answer to the old HELLO
+ * can reach the claimer); give up after WARM_ATTEMPTS. After the answer, warm_run. */
 #define WARM_ATTEMPTS 12
 
 static void on_warm_retry(void *arg, struct vm *vm)
@@ -281,9 +290,10 @@ static void on_warm_fail(void *arg, struct vm *vm, int err, const char *msg)
 {
     struct pool_entry *e = arg;
     (void)err;
-    (void)msg;
+    char m[160];
     entry_agent_close(e);
-    vm_kill_reason(vm, VM_EXIT_CRASHED, "pool: agent never answered HELLO");
+    snprintf(m, sizeof m, "pool: warm-up: %s", msg);
+    vm_kill_reason(vm, VM_EXIT_CRASHED, m);
 }
 
 static const struct vmg_ops warm_greet_ops = {on_warm_retry, on_warm_fail};
