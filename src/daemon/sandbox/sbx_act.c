@@ -137,6 +137,7 @@ static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
         event_del(s->timer);
     if (s->greet)
         vmg_stop(s->greet);
+    sbx_resv_op_ended(s, op); /* whatever the outcome: the row says what it holds now */
     if (op[0])
         op_finish(s->sp, op, ok, code, msg);
     create_end(s, ok);
