@@ -15,6 +15,7 @@ refused connections); afterwards, once every daemon is back:
 - no daemon crashed and no log holds a sanitizer report.
 
 Bounded: small counts and fixed pauses (a few minutes under TCG); no timing assertion.
+With SPACE_TEST_KEEP set, the daemons' whole logs are kept in the run directory.
 PostgreSQL: a server of its own (it is stopped here), as test_store_pg does; skips,
 saying why, without one or without the guest."""
 import os
@@ -24,7 +25,7 @@ import time
 
 import pytest
 
-from spacedlib import procs_naming, vm_missing
+from spacedlib import RUN_DIR, procs_naming, vm_missing
 from test_cluster import Cluster, sql
 from test_sessions import run
 from test_store_pg import own_pg_server, pg_ctl
@@ -33,7 +34,7 @@ BODY = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
 TERMINAL = ("succeeded", "failed", "canceled")
 SANITIZER = re.compile(r"AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:")
 THREADS = 3
-ROUNDS = 3  # creates per client thread
+ROUNDS = 8  # creates per client thread at most
 
 
 def call(controls, i, method, path, body=None, raw=None, timeout=60):
@@ -71,8 +72,9 @@ def exec_and_files(control, sid, tag):
 
 
 class Client(threading.Thread):
-    """Creates ROUNDS sandboxes one after the other through alternating controls; in each
-    that comes up, runs a command and a file round trip; deletes every second one.
+    """Creates up to ROUNDS sandboxes one after the other (until the chaos is over)
+    through alternating controls; suspends and restores every second one; in each that
+    comes up, runs a command and a file round trip; deletes every other one.
     Records every accepted operation and acknowledged create; failures only counted."""
 
     def __init__(self, n, controls, stop):
@@ -82,7 +84,7 @@ class Client(threading.Thread):
 
     def run(self):
         for k in range(ROUNDS):
-            if self.stop.is_set():
+            if self.stop.is_set():  # the chaos is over: leave the rest
                 return
             i = self.n + k
             r = call(self.controls, i, "POST", "/v1/sandboxes", dict(BODY, metadata={"c": "%d-%d" % (self.n, k)}))
@@ -96,6 +98,17 @@ class Client(threading.Thread):
             if not op or op["state"] != "succeeded":
                 self.errors.append(("create-op", op))
                 continue
+            if k % 2 == 1:  # suspended and restored (its VM leaves and comes back)
+                for verb in ("suspend", "restore"):
+                    v = call(self.controls, i, "POST", "/v1/sandboxes/%s/%s" % (sid, verb))
+                    if v is None or v.status != 202:
+                        self.errors.append((verb, v))
+                        break
+                    self.ops.append(v.json["operation"]["id"])
+                    op = wait_terminal(self.controls, v.json["operation"]["id"], time.monotonic() + 240)
+                    if not op or op["state"] != "succeeded":
+                        self.errors.append((verb + "-op", op))
+                        break
             try:
                 exec_and_files(self.controls[(i + 1) % 2], sid, "%d-%d" % (self.n, k))
             except (AssertionError, OSError, KeyError, ValueError) as e:
@@ -150,6 +163,10 @@ def test_chaos_nodes_controls_and_database_die_in_turns(monkeypatch):
         try:
             _chaos(c, pgdir, url)
         finally:
+            if os.environ.get("SPACE_TEST_KEEP"):  # for reading: stop() removes data dirs
+                for k, d in enumerate(c.made):
+                    with open(os.path.join(RUN_DIR, "chaos-%d-%s.log" % (k, d.role_args[1])), "w") as f:
+                        f.write(full_log(d))
             c.stop()
 
 
@@ -158,6 +175,19 @@ def _chaos(c, pgdir, url):
     node_a, node_b = c.add_node("node-a"), c.add_node("node-b")
     c.wait_live()
     daemons = controls + [node_a, node_b]
+    # Each node starts its template snapshot first (the create cold-boots beside the
+    # build), so that during the chaos most creates are restores and the clients get to
+    # their commands and files; not waited for: a loaded machine may time a build out.
+    warm = []
+    for _ in range(2):  # one per node: the emptier node wins
+        r = controls[0].request("POST", "/v1/sandboxes", BODY)
+        assert r.status == 202, r
+        warm.append((r.headers.get("x-space-node"), r.json))
+    assert sorted(n for n, _ in warm) == ["node-a", "node-b"], warm
+    for _, w in warm:  # a cold boot may outlast the agent's deadline on a loaded machine
+        controls[0].wait_op(w["operation"]["id"])
+        d = controls[1].request("DELETE", "/v1/sandboxes/" + w["sandbox"]["id"])
+        assert d.status == 202 and controls[1].wait_op(d.json["operation"]["id"])["state"] == "succeeded", d
 
     stop = threading.Event()
     clients = [Client(n, controls, stop) for n in range(THREADS)]
@@ -165,8 +195,7 @@ def _chaos(c, pgdir, url):
         t.start()
 
     # The chaos: fixed pauses, so each outage lands while creates, commands and file
-    # transfers run (which ones is not asserted); two rounds at most, fewer when the
-    # clients are done sooner.
+    # transfers run (which ones is not asserted); two rounds.
     def pg_outage():
         pg_ctl("pause", pgdir)
         time.sleep(5)
@@ -179,8 +208,6 @@ def _chaos(c, pgdir, url):
              lambda: c.restart(controls[1], between=lambda: time.sleep(2))]
     time.sleep(8)
     for turn in turns * 2:
-        if not any(t.is_alive() for t in clients):
-            break
         turn()
         time.sleep(6)
     stop.set()
