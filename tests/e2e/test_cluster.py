@@ -39,60 +39,91 @@ def sql(url, query):
     return r.stdout.split()
 
 
+class Cluster:
+    """Control and node daemons on one database (docs/multinode.md), each restartable on
+    the port it first got (a node must advertise the port it listens on; a client of a
+    control finds it again after its restart). Each node offers `vcpus` vCPUs and 4096
+    MiB. stop() stops every daemon started."""
+
+    def __init__(self, store_url, monkeypatch, vcpus=4):
+        self.store = ["--store", store_url]
+        self.vcpus = str(vcpus)
+        self.monkeypatch = monkeypatch
+        self.made = []
+        self.controls, self.nodes = [], []
+        monkeypatch.setitem(spacedlib.SPACED_ENV, "SPACE_NODE_TOKEN", secrets.token_hex(16))
+
+    def _start(self, d):
+        with self.monkeypatch.context() as m:
+            m.setattr(spacedlib, "free_port", lambda: d.fixed_port)
+            d.start(extra=self.store + d.role_args)
+
+    def _new(self, role_args):
+        d = Spaced(GUEST)
+        self.made.append(d)
+        d.fixed_port = spacedlib.free_port()
+        d.role_args = role_args
+        return d
+
+    def add_control(self):
+        """Another control replica (the admin key was written by the first daemon; a
+        later one finds it in the store and writes none)."""
+        c = self._new(["--role", "control"])
+        self._start(c)
+        if self.controls:
+            with open(os.path.join(c.data_dir, "admin.key"), "w") as f:
+                f.write(self.controls[0].admin_key)
+        self.controls.append(c)
+        return c
+
+    def add_node(self, name):
+        n = self._new([])
+        n.node_id = name
+        n.role_args = ["--role", "node", "--node-id", name, "--advertise", "http://127.0.0.1:%d" % n.fixed_port,
+                       "--capacity-vcpus", self.vcpus, "--capacity-mem", "4096"]
+        self._start(n)
+        self.nodes.append(n)
+        return n
+
+    def restart(self, d, graceful=False, between=None):
+        """Stops d (SIGKILL, or SIGTERM when graceful: a node's sandboxes keep running for
+        its next start), calls between() and starts it again with the same options."""
+        if graceful:
+            d.stop(cleanup=False)
+        else:
+            d.kill9()
+        if between:
+            between()
+        self._start(d)
+
+    def wait_live(self, timeout=60):
+        want = {n.node_id for n in self.nodes}
+        deadline = time.monotonic() + timeout
+        while set(live_nodes(self.controls[0])) != want:
+            assert time.monotonic() < deadline, live_nodes(self.controls[0])
+            time.sleep(0.5)
+
+    def stop(self):
+        stop_all(self.made)
+
+
 @pytest.fixture
 def cluster(pg_url, monkeypatch, request):  # noqa: F811 (fixture from test_store_pg)
     """(control, [node-a, node-b], restart, second_control) on one fresh database, all
-    stopped afterwards. restart(node, graceful=False, between=None) stops the node
-    (SIGKILL, or SIGTERM when graceful), calls between() and starts it again with the
-    same options; second_control() starts another control replica. Each node offers 4
-    vCPUs and 4096 MiB, or the "vcpus" of an indirect parameter."""
-    vcpus = str(getattr(request, "param", {}).get("vcpus", 4))
+    stopped afterwards (Cluster: restart(daemon, graceful, between); second_control()
+    starts another control replica). Each node offers 4 vCPUs and 4096 MiB, or the
+    "vcpus" of an indirect parameter."""
     why = vm_missing()
     if why:
         pytest.skip(why)
-    monkeypatch.setitem(spacedlib.SPACED_ENV, "SPACE_NODE_TOKEN", secrets.token_hex(16))
-    store = ["--store", pg_url]
-    made, ports = [], {}
-
-    def start_node(n, name):
-        with monkeypatch.context() as m:  # the node must advertise the port it listens on
-            m.setattr(spacedlib, "free_port", lambda: ports[name])
-            n.start(extra=store + ["--role", "node", "--node-id", name, "--advertise",
-                                   "http://127.0.0.1:%d" % ports[name], "--capacity-vcpus", vcpus,
-                                   "--capacity-mem", "4096"])
-        n.node_id = name
-
-    def restart(n, graceful=False, between=None):
-        if graceful:
-            n.stop(cleanup=False)  # SIGTERM: sandboxes keep running for the next start
-        else:
-            n.kill9()
-        if between:
-            between()
-        start_node(n, n.node_id)
-
+    c = Cluster(pg_url, monkeypatch, getattr(request, "param", {}).get("vcpus", 4))
     try:
-        control = Spaced(GUEST)
-        made.append(control)
-        control.start(extra=store + ["--role", "control"])
+        control = c.add_control()
         for name in ("node-a", "node-b"):
-            ports[name] = spacedlib.free_port()
-            n = Spaced(GUEST)
-            made.append(n)
-            start_node(n, name)
-        def second_control():
-            """Another control replica on the same database (stopped with the rest)."""
-            c2 = Spaced(GUEST)
-            made.append(c2)
-            c2.start(extra=store + ["--role", "control"])
-            # The admin key was written by the first daemon; this one found it in the store.
-            with open(os.path.join(c2.data_dir, "admin.key"), "w") as f:
-                f.write(control.admin_key)
-            return c2
-
-        yield control, made[1:3], restart, second_control
+            c.add_node(name)
+        yield control, c.nodes, c.restart, c.add_control
     finally:
-        stop_all(made)
+        c.stop()
 
 
 def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: F811
@@ -389,5 +420,74 @@ def test_concurrent_creates_on_two_controls_never_overcommit(cluster, pg_url):  
     assert r.status == 202 and r.headers.get("x-space-node") == accepted[0].headers.get("x-space-node"), r
     assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
     for sid in (accepted[1].json["sandbox"]["id"], r.json["sandbox"]["id"]):
+        d = control.request("DELETE", "/v1/sandboxes/" + sid)
+        assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded", d
+
+
+@pytest.mark.parametrize("cluster", [{"vcpus": 1}], indirect=True)
+def test_concurrent_resumes_and_creates_never_overcommit(cluster, pg_url):  # noqa: F811
+    """Two nodes of 1 vCPU, each holding one suspended sandbox (a suspended sandbox holds
+    no capacity). At the same moment both are restored and four creates are sent, spread
+    over two control replicas: a restore reserves its size on its node like a create
+    (store_resv_take), so exactly two of the six are accepted whichever wins, the others
+    get 503 no_capacity, no node holds more vCPUs than it offers, and no reservation is
+    left. Before restores reserved, both restores and two creates were accepted."""
+    import threading
+    control, nodes, _, second_control = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+    control2 = second_control()
+    sids = []
+    for i in range(2):
+        r = control.request("POST", "/v1/sandboxes", BODY)
+        assert r.status == 202, r
+        assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", (nodes[0].log(), nodes[1].log())
+        sids.append(r.json["sandbox"]["id"])
+    for sid in sids:
+        r = control.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+        assert r.status == 202 and control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", r
+    assert sql(pg_url, "SELECT COUNT(*) FROM sandboxes WHERE state NOT IN %s" % NO_VM) == ["0"]
+
+    start = threading.Barrier(6)
+    results = [None] * 6
+
+    def go(i):
+        c = control if i % 2 else control2
+        start.wait()
+        if i < 2:
+            results[i] = c.request("POST", "/v1/sandboxes/%s/restore" % sids[i])
+        else:
+            results[i] = c.request("POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)}))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert None not in results, results
+    accepted = [r for r in results if r.status == 202]
+    assert len(accepted) == 2, results
+    for r in results:
+        if r.status != 202:
+            assert r.status == 503 and r.error_code() == "no_capacity", r
+    for r in accepted:
+        assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", (nodes[0].log(), nodes[1].log())
+    held = sql(pg_url, "SELECT node||'='||SUM(vcpus) FROM sandboxes WHERE state NOT IN %s GROUP BY node "
+                       "ORDER BY node" % NO_VM)
+    assert held == ["node-a=1", "node-b=1"], held
+    assert sql(pg_url, "SELECT COUNT(*) FROM node_reservations") == ["0"]
+    # A refused restore left its sandbox suspended; once room is made it comes back.
+    for sid in sids:
+        got = control.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]
+        assert got["state"] in ("running", "suspended"), got
+    for r in accepted:
+        if "sandbox" in r.json and r.json["operation"]["kind"] == "create":
+            d = control.request("DELETE", "/v1/sandboxes/" + r.json["sandbox"]["id"])
+            assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded", d
+    for sid in sids:
+        r = control.request("POST", "/v1/sandboxes/%s/wake" % sid)
+        assert r.status == 202 and control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", r
         d = control.request("DELETE", "/v1/sandboxes/" + sid)
         assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded", d

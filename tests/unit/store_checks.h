@@ -375,8 +375,8 @@ static int use_of(const struct store_node *n, const struct store_node_use *u, vo
 
 /* Node reservations: a reservation fits when the node's capacity minus its VM-holding
  * sandboxes (suspended, stopped, deleted and failed ones hold nothing) minus its other
- * reservations leaves room; draining, silent and unknown nodes take none; usage sums
- * both; release and expiry free the room. */
+ * reservations leaves room; draining (except for a resume), silent and unknown nodes take
+ * none; usage sums both; release and expiry free the room. */
 static void check_reservations(void **state)
 {
     (void)state;
@@ -402,6 +402,15 @@ static void check_reservations(void **state)
     assert_int_equal(store_resv_take(st, &r, 5001), STORE_FULL); /* silent since 5000 */
     assert_int_equal(store_node_set_draining(st, "nr", true), 0);
     assert_int_equal(store_resv_take(st, &r, 5000), STORE_FULL);
+    /* A sandbox already on the node coming back (resume) is not a new one: a draining
+     * node takes it when it fits, and it still counts. */
+    struct store_resv back = {.id = "rvb", .node = "nr", .vcpus = 1, .memory_mib = 512, .created_ms = 300,
+                              .resume = true};
+    assert_int_equal(store_resv_take(st, &back, 5000), 0);
+    back = (struct store_resv){.id = "rvc", .node = "nr", .vcpus = 1, .memory_mib = 1, .created_ms = 300,
+                               .resume = true};
+    assert_int_equal(store_resv_take(st, &back, 5000), STORE_FULL); /* nothing left */
+    assert_int_equal(store_resv_release(st, "rvb"), 0);
     assert_int_equal(store_node_set_draining(st, "nr", false), 0);
     assert_int_equal(store_resv_take(st, &r, 5000), 0); /* exactly full now */
     snprintf(r.node, sizeof r.node, "nowhere");

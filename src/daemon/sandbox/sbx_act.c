@@ -137,6 +137,7 @@ static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
         event_del(s->timer);
     if (s->greet)
         vmg_stop(s->greet);
+    sbx_resv_op_ended(s, op); /* whatever the outcome: the row says what it holds now */
     if (op[0])
         op_finish(s->sp, op, ok, code, msg);
     create_end(s, ok);
@@ -306,11 +307,32 @@ static void send_refresh(struct sbx *s)
 
 /* ---- VM callbacks ------------------------------------------------------------------- */
 
+/* Whether the sandbox's suspend image is complete on disk (a restore can start from it). */
+static bool suspend_image_kept(const struct sbx *s)
+{
+    char dir[SBX_PATH_MAX], meta[SBX_PATH_MAX + 32];
+    sbx_path(s, "suspend", dir, sizeof dir);
+    snprintf(meta, sizeof meta, "%s/snapshot.json", dir);
+    return file_exists(meta);
+}
+
 static void on_vm_ready(struct vm *vm, int err, const char *msg, void *arg)
 {
     struct sbx *s = arg;
     (void)vm;
     if (s->recovering) {
+        if (err == VM_OK && s->state == SBX_RESTORING && vm_state(vm) == VM_STATE_PAUSED &&
+            suspend_image_kept(s)) {
+            /* spaced died between starting the restore's QEMU and continuing it: the guest
+             * never ran again (its state may not even be loaded), and the saved image is
+             * intact. The VM is ended and the sandbox is suspended again, so its restore
+             * or wake starts over from the image; taken for paused, it waited for an
+             * agent that never came (chaos test: restore failed with agent_timeout). */
+            log_warn("sandbox.recover", "sandbox=%s adopt=half_restored action=restore_again", s->rec.id);
+            sbx_set_state(s, SBX_SUSPENDED, NULL);
+            vm_kill(vm); /* on_exit ends the recovery */
+            return;
+        }
         if (err == VM_OK) {
             s->recovering = false;
             sbx_set_state(s, vm_state(vm) == VM_STATE_PAUSED ? SBX_PAUSED : SBX_RUNNING, NULL);
@@ -399,7 +421,7 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
              vm_exit_reason_name(reason));
     if (s->recovering) {
         s->recovering = false;
-        if (!s->op_id[0] && s->state != SBX_CREATING && s->state != SBX_DELETING)
+        if (!s->op_id[0] && s->state != SBX_CREATING && s->state != SBX_DELETING && s->state != SBX_SUSPENDED)
             sbx_set_state(s, SBX_FAILED, "the VM stopped while spaced was restarting");
         op_reconcile_soon(s->sp);
         return;
@@ -881,11 +903,10 @@ static void act_stop(struct sbx *s)
 
 static void act_suspend(struct sbx *s)
 {
-    char dir[SBX_PATH_MAX], meta[SBX_PATH_MAX + 32];
+    char dir[SBX_PATH_MAX];
     sbx_path(s, "suspend", dir, sizeof dir);
-    snprintf(meta, sizeof meta, "%s/snapshot.json", dir);
     if (!s->vm) {
-        if (file_exists(meta))
+        if (suspend_image_kept(s))
             act_ok(s, SBX_SUSPENDED); /* finished before a restart */
         else
             act_fail(s, SBX_FAILED, "vm_gone", "cannot suspend: the VM is not running");
@@ -1025,10 +1046,8 @@ void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op
 
 void sbx_recover(struct spaced *sp, struct sbx *s)
 {
-    char vmjson[SBX_PATH_MAX + 16], suspended[SBX_PATH_MAX + 32], dir[SBX_PATH_MAX];
+    char vmjson[SBX_PATH_MAX + 16];
     snprintf(vmjson, sizeof vmjson, "%s/vm.json", s->rec.run_dir);
-    sbx_path(s, "suspend", dir, sizeof dir);
-    snprintf(suspended, sizeof suspended, "%s/snapshot.json", dir);
     switch (s->state) {
     case SBX_STOPPED:
     case SBX_SUSPENDED:
@@ -1058,7 +1077,7 @@ void sbx_recover(struct spaced *sp, struct sbx *s)
         return;
     case SBX_SUSPENDING:
     case SBX_RESTORING:
-        if (file_exists(suspended)) {
+        if (suspend_image_kept(s)) {
             sbx_set_state(s, SBX_SUSPENDED, NULL);
             return;
         }

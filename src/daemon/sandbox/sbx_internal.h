@@ -48,6 +48,9 @@ struct sbx {
                                     own yet (busy, so nothing else acts on it) */
     struct volm *mounts[VOLM_MOUNTS_MAX]; /* its volumes, by index in rec.volumes_json,
                                     live on the current agent connection (sbx_vol.c) */
+    char resv_id[STORE_ID_MAX];  /* node capacity reserved for its VM coming back
+                                    (sbx_resv.c), "" when none */
+    char resv_op[STORE_ID_MAX];  /* the op that reservation is for */
     struct sbx *next;            /* table list */
 };
 
@@ -110,6 +113,24 @@ void sbx_table_retry(struct spaced *sp);
 /* Unlinks and frees a deleted sandbox (its VM must be gone); an unsaved record is kept
  * for sbx_table_retry. */
 void sbx_table_remove(struct spaced *sp, struct sbx *s);
+
+/* ---- capacity for a VM coming back, on a cluster node (sbx_resv.c) ---- */
+
+/* Before a verb leading to target is queued on s: when it brings back a VM the node does
+ * not count now (suspended, stopped, failed, or heading there), reserves its size on
+ * the node (store_resv_take). Returns 0 (reserved, or nothing to reserve: single host,
+ * already reserved, VM already counted), or -1 with err: 503 no_capacity when the node
+ * has no room, 503 store_unavailable. */
+int sbx_resv_take(struct sbx *s, enum sbx_state target, struct spaced_err *err);
+/* Ties the reservation just taken to the op queued for it. */
+void sbx_resv_for(struct sbx *s, const char *op_id);
+/* Drops s's reservation (none: no-op): it was deleted, or its row counts. */
+void sbx_resv_release(struct sbx *s);
+/* Op op_id of s ended: drops the reservation taken for it, if any. */
+void sbx_resv_op_ended(struct sbx *s, const char *op_id);
+/* After s's record was written: once the stored state holds a VM, the row counts for
+ * the sandbox and the reservation goes. */
+void sbx_resv_stored(struct sbx *s);
 
 /* Ends every auto-resume wait with 503 (shutdown; sbx_table_free). */
 void sbx_wake_free_all(struct sbx_table *t);

@@ -112,13 +112,20 @@ int sbx_submit(struct spaced *sp, const char *tenant, enum op_kind kind, const c
     struct spaced_err terr;
     if (sbx_transition(sbx_desired(s), sbx_state(s), kind, &target, &terr) < 0)
         return spaced_err_set(err, terr.status, terr.code, "sandbox %s: %s", sandbox_id, terr.message);
+    /* A VM coming back needs room on a cluster node, checked before the op exists. */
+    bool had_resv = s->resv_id[0] != '\0';
+    if (sbx_resv_take(s, target, err) < 0)
+        return -1;
     enum sbx_state old_desired = sbx_desired(s);
     sbx_set_desired(s, target);
     /* A delete cancels the sandbox's still-pending ops in the same transaction. */
     struct op_intent in = {.write = write_desired, .arg = s, .supersede = kind == OP_DELETE};
     if (op_enqueue(sp, tenant, kind, sandbox_id, &in, out, err) < 0) {
         sbx_set_desired(s, old_desired);
+        if (!had_resv)
+            sbx_resv_release(s);
         return -1;
     }
+    sbx_resv_for(s, out->id);
     return 0;
 }

@@ -124,6 +124,7 @@ void sbx_table_remove(struct spaced *sp, struct sbx *s)
     for (struct sbx **pp = &sp->sbx->head; *pp; pp = &(*pp)->next)
         if (*pp == s) {
             *pp = s->next;
+            sbx_resv_release(s);
             if (s->unsaved)
                 keep_unsaved(sp->sbx, s);
             sbx_free(s);
@@ -217,9 +218,13 @@ void sbx_table_retry(struct spaced *sp)
     struct sbx_table *t = sp->sbx;
     if (!spaced_retry_due(&sp->store_retry))
         return;
-    for (struct sbx *s = t->head; s; s = s->next)
-        if (s->unsaved && record_write(sp, &s->rec, &s->unsaved) != 0)
+    for (struct sbx *s = t->head; s; s = s->next) {
+        if (!s->unsaved)
+            continue;
+        if (record_write(sp, &s->rec, &s->unsaved) != 0)
             return;
+        sbx_resv_stored(s);
+    }
     while (t->unsaved) {
         struct sbx_unsaved *u = t->unsaved;
         bool unsaved = true;
@@ -238,7 +243,8 @@ void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
     snprintf(s->rec.state, sizeof s->rec.state, "%s", sbx_state_name(state));
     free(s->rec.failure);
     s->rec.failure = failure ? strdup(failure) : NULL;
-    sbx_persist(s);
+    if (sbx_persist(s) == 0)
+        sbx_resv_stored(s);
     char why[300];
     log_event(state == SBX_FAILED ? LOG_WARN : LOG_INFO, "sandbox.state",
               "sandbox=%s tenant=%s from=%s to=%s desired=%s%s%s", s->rec.id, s->rec.tenant,

@@ -689,15 +689,16 @@ int store_resv_take(struct store *st, const struct store_resv *r, int64_t live_s
     if (rc == 0) {
         struct store_arg a[] = {STORE_ARG_S(r->id),        STORE_ARG_I(r->vcpus),
                                 STORE_ARG_I(r->memory_mib), STORE_ARG_I(r->created_ms),
-                                STORE_ARG_S(r->node),      STORE_ARG_I(live_since_ms),
-                                STORE_ARG_I(r->vcpus),     STORE_ARG_I(r->memory_mib)};
+                                STORE_ARG_S(r->node),      STORE_ARG_I(r->resume),
+                                STORE_ARG_I(live_since_ms), STORE_ARG_I(r->vcpus),
+                                STORE_ARG_I(r->memory_mib)};
         rc = st->ops->query(st,
                             "INSERT INTO node_reservations(id,node,vcpus,memory_mib,created_ms)"
                             " SELECT ?,nodes.id,?,?,? FROM nodes" USE_JOIN
-                            " WHERE nodes.id=? AND nodes.draining=0 AND nodes.heartbeat_ms>=?"
+                            " WHERE nodes.id=? AND (nodes.draining=0 OR ?=1) AND nodes.heartbeat_ms>=?"
                             " AND nodes.vcpus-COALESCE(s.v,0)-COALESCE(r.v,0)>=?"
                             " AND nodes.memory_mib-COALESCE(s.m,0)-COALESCE(r.m,0)>=?",
-                            a, 8, NULL, NULL, &changed);
+                            a, 9, NULL, NULL, &changed);
         if (rc == 0 && changed == 0)
             rc = STORE_FULL;
     }

@@ -350,10 +350,13 @@ struct store_resv {
     unsigned vcpus;
     unsigned memory_mib;
     int64_t created_ms;
+    bool resume;             /* for a sandbox already on the node whose VM comes back
+                                (a node's own, sbx_resv.c): taken on a draining node
+                                too, since the sandbox can run nowhere else */
 };
 /* Atomically reserves r's size on r->node if, counting every sandbox and reservation
  * there (store_node_use), it still fits the node's capacity, and the node is not
- * draining and reported at or after live_since_ms. Concurrent callers on any handle of
+ * draining (unless r->resume) and reported at or after live_since_ms. Concurrent callers on any handle of
  * the database serialise on the node's row (PostgreSQL: a row lock held to commit;
  * SQLite: BEGIN IMMEDIATE), so two never both take the last room. Returns 0 (reserved),
  * STORE_FULL (no room, draining or silent: nothing written), STORE_NOTFOUND (no such
