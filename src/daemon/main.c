@@ -18,6 +18,7 @@
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/console/console.h"
 #include "daemon/e2b/e2b.h"
 #include "daemon/jail/jail.h"
 #include "daemon/metrics/metrics.h"
@@ -55,6 +56,9 @@ static void usage(FILE *f)
             "                       PREFIX/share/space/guest for PREFIX/bin/spaced (make\n"
             "                       install), build/guest for build/spaced or build/san/spaced;\n"
             "                       else /usr/local/share/space/guest)\n"
+            "  --console-dir DIR    the web console's files, served at /console (default:\n"
+            "                       found like the guest dir: PREFIX/share/space/console,\n"
+            "                       build/console from `make console`)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
             "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
@@ -115,35 +119,56 @@ static int parse_quota(int i, const char *arg, struct spaced_opts *o)
 }
 
 
-/* The guest files next to this spaced, so that the default does not depend on the
- * working directory: an installed PREFIX/bin/spaced uses PREFIX/share/space/guest (make
- * install), a built build/spaced or build/san/spaced uses the checkout's build/guest.
- * The first of these holding vmlinux wins; else the documented install path. */
+/* The first of rel[] (relative to the directory of this spaced's binary) that holds
+ * probe, so that a default does not depend on the working directory; NULL if none.
+ * found (PATH_MAX bytes) receives the path. */
+static const char *beside_exe(const char *const *rel, size_t nrel, const char *probe_name, char *found)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    for (size_t i = 0; i < nrel; i++) {
+        char probe[PATH_MAX + 64];
+        snprintf(probe, sizeof probe, "%s/%s/%s", exe, rel[i], probe_name);
+        if (access(probe, F_OK) == 0 && (size_t)snprintf(found, PATH_MAX, "%s/%s", exe, rel[i]) < PATH_MAX)
+            return found;
+    }
+    return NULL;
+}
+
+/* The guest files next to this spaced: an installed PREFIX/bin/spaced uses
+ * PREFIX/share/space/guest (make install), a built build/spaced or build/san/spaced uses
+ * the checkout's build/guest. The first of these holding vmlinux wins; else the
+ * documented install path. */
 static const char *default_guest_dir(void)
 {
     static char found[PATH_MAX];
     static const char *const rel[] = {"../share/space/guest", "guest", "../guest"};
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = '\0';
-        for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-            char probe[PATH_MAX + 64];
-            snprintf(probe, sizeof probe, "%s/%s/vmlinux", exe, rel[i]);
-            if (access(probe, F_OK) == 0 && (size_t)snprintf(found, sizeof found, "%s/%s", exe, rel[i]) < sizeof found)
-                return found;
-        }
-    }
-    return "/usr/local/share/space/guest";
+    const char *d = beside_exe(rel, sizeof rel / sizeof *rel, "vmlinux", found);
+    return d ? d : "/usr/local/share/space/guest";
 }
+
+/* The web console's files, found the same way: PREFIX/share/space/console (make
+ * install) or the checkout's build/console (make console). */
+static const char *default_console_dir(void)
+{
+    static char found[PATH_MAX];
+    static const char *const rel[] = {"../share/space/console", "console", "../console"};
+    const char *d = beside_exe(rel, sizeof rel / sizeof *rel, "index.html", found);
+    return d ? d : "/usr/local/share/space/console";
+}
+
 static int parse_opts(int argc, char **argv, struct spaced_opts *o)
 {
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'}, {"data-dir", required_argument, NULL, 'd'},
         {"guest-dir", required_argument, NULL, 'g'}, {"accel", required_argument, NULL, 'a'},
+        {"console-dir", required_argument, NULL, 'W'},
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
         {"jail-uids", required_argument, NULL, 'U'},
@@ -172,6 +197,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->e2b_port_listen = env_opt("SPACE_E2B_PORT_LISTEN");
     o->node_token = getenv("SPACE_NODE_TOKEN");
     o->guest_dir = default_guest_dir();
+    o->console_dir = default_console_dir();
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
     o->jail = 1; /* required unless --no-jail (jail/jail.c) */
@@ -206,6 +232,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
             break;
         }
         case 'g': o->guest_dir = optarg; break;
+        case 'W': o->console_dir = optarg; break;
         case 'q': o->qemu = optarg; break;
         case 'j': o->jail = 1; break;
         case 'J': o->jail = 0; break;
@@ -415,6 +442,7 @@ int main(int argc, char **argv)
     routes_quota_register(sp.router, &sp);
     routes_logs_register(sp.router, &sp);
     routes_volumes_register(sp.router, &sp);
+    console_register(sp.router, &sp);
     if (cluster_runs_sandboxes(&sp)) /* a control forwards E2B instead (cluster_e2b.c) */
         e2b_register(sp.router, &sp);
 
