@@ -22,8 +22,10 @@ function b64bytes(s) {
 
 export function terminalView(el, id) {
   const status = h("span", { class: "muted", id: "term-status" }, "starting a shell...");
-  const box = h("div", { class: "term", id: "terminal" });
-  el.append(h("div", { class: "toolbar" }, status), box);
+  // The fit addon sizes the terminal to its parent's content box: the padding and
+  // background are on an outer frame.
+  const box = h("div", { class: "term-box", id: "terminal" });
+  el.append(h("div", { class: "toolbar" }, status), h("div", { class: "term" }, box));
   const term = new Terminal({
     cursorBlink: true, fontSize: 14, theme: THEME, scrollback: 5000,
     fontFamily: "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, monospace",

@@ -109,27 +109,43 @@ class Page:
         for domain in ("Page", "Runtime", "Log"):
             self.call(domain + ".enable")
 
-    def call(self, method, **params):
+    def _keep(self, m):
+        # Only what errors() reads: other domains (DOM, once used) talk constantly.
+        if m.get("method", "").startswith(("Runtime.", "Log.")):
+            self.events.append(m)
+
+    def call(self, method, timeout=60, **params):
+        """Sends a command and returns its result; events that arrive meanwhile are kept.
+        Fails after timeout seconds whatever the browser sends meanwhile."""
         self.next_id += 1
         my = self.next_id
         self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
-        while True:
-            m = json.loads(self.ws.recv())
-            if m.get("id") == my:
-                if "error" in m:
-                    raise RuntimeError("%s: %s" % (method, m["error"]))
-                return m.get("result", {})
-            if "method" in m:
-                self.events.append(m)
-
-    def pump(self, seconds):
-        """Reads events for a while (the browser only talks when asked or when events come)."""
-        self.ws.sock.settimeout(seconds)
+        deadline = time.monotonic() + timeout
         try:
             while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("%s: no answer from the browser within %d s" % (method, timeout))
+                self.ws.sock.settimeout(left)
                 m = json.loads(self.ws.recv())
-                if "method" in m:
-                    self.events.append(m)
+                if m.get("id") == my:
+                    if "error" in m:
+                        raise RuntimeError("%s: %s" % (method, m["error"]))
+                    return m.get("result", {})
+                self._keep(m)
+        finally:
+            self.ws.sock.settimeout(60)
+
+    def pump(self, seconds):
+        """Reads events for `seconds` (the browser only talks when asked or when events come)."""
+        deadline = time.monotonic() + seconds
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.ws.sock.settimeout(left)
+                self._keep(json.loads(self.ws.recv()))
         except (socket.timeout, TimeoutError):
             pass
         finally:
@@ -177,6 +193,10 @@ class Page:
         return out
 
     def close(self):
+        try:
+            self.call("Page.close", timeout=10)
+        except (OSError, AssertionError, RuntimeError):
+            pass  # the tab is gone with the browser anyway
         self.ws.close()
 
 
