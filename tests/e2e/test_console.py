@@ -119,6 +119,7 @@ def test_paths_stay_inside_the_asset_dir():
         f.write("SECRET-HIDDEN")
     os.symlink(os.path.join(top, "secret.js"), os.path.join(assets, "leak.js"))
     os.symlink("/etc", os.path.join(assets, "etc"))
+    os.symlink(top, os.path.join(assets, "up"))  # a directory link to where secret.js is
     sp = Spaced(guest).start(extra=["--console-dir", assets])
     try:
         status, _, body = raw_get(sp, "/console/app.js")
@@ -127,7 +128,7 @@ def test_paths_stay_inside_the_asset_dir():
             "/console/../secret.js", "/console/%2e%2e/secret.js", "/console/..%2fsecret.js",
             "/console/vendor/..%2f..%2fsecret.js", "/console/vendor/%2e%2e%2f%2e%2e%2fsecret.js",
             "/console/%2fetc%2fpasswd", "/console/%2Fetc%2Fhostname.js", "/console/.hidden.js",
-            "/console/%2ehidden.js", "/console/leak.js", "/console/etc/hostname.js",
+            "/console/%2ehidden.js", "/console/leak.js", "/console/etc/hostname.js", "/console/up/secret.js",
             "/console/vendor", "/console/vendor/", "/console//app.js", "/console/./app.js",
             "/console/index.html%00.js", "/console/app.js%00", "/console/..%5csecret.js",
             "/console/app.php", "/console/" + "a" * 300 + ".js", "/console/vendor/../../secret.js",

@@ -1,10 +1,12 @@
 /* console.c: the web console's static files (console.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "daemon/api/routes.h"
@@ -73,17 +75,20 @@ static void add_security_headers(struct http_req *req)
 }
 
 /* Reads the whole regular file dir/rel (at most CONSOLE_FILE_MAX bytes). Returns the
- * bytes (caller frees) or NULL with errno set. The final component is not followed if
- * it is a symlink; console_path_ok already ruled out every way out of dir. The read is
- * blocking, on the event loop: the files are small and local. */
+ * bytes (caller frees) or NULL with errno set. rel is resolved beneath dir and through
+ * no symlink at all (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, as volumes do): a
+ * link planted in the directory, to a file or to a directory, is never followed, on top
+ * of the shape console_path_ok already enforces. The read is blocking, on the event
+ * loop: the files are small and local. */
 static char *read_asset(const char *dir, const char *rel, size_t *len)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
         return NULL;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct open_how how = {.flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof how);
+    close(dfd);
     if (fd < 0)
         return NULL;
     struct stat st;

@@ -11,7 +11,9 @@
  *
  * Only a strict path shape is served: segments of [A-Za-z0-9._-] not starting with a dot,
  * at most CONSOLE_PATH_MAX bytes, a known extension; anything else is 404, so nothing
- * outside the directory (.., dot files, encoded slashes) can be named. Every answer
+ * outside the directory (.., dot files, encoded slashes) can be named; and the file is
+ * opened beneath the directory through no symlink (openat2), so a link planted in it
+ * leads nowhere either. Every answer
  * carries a Content-Security-Policy (scripts only from this origin, no inline script),
  * X-Content-Type-Options: nosniff, no framing and no referrer. */
 #ifndef SPACE_CONSOLE_H
