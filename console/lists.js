@@ -151,11 +151,8 @@ export function nodesPage(el) {
   el.append(h("h1", {}, "Nodes"), list);
   return poll(async () => {
     const r = await api.raw("GET", "/v1/nodes");
-    if (r.status === 404 || r.status === 403) {
-      // A single host (--role all) has no node table; a non-admin key may not list nodes.
-      list.replaceChildren(h("p", { class: "empty" }, r.status === 404
-        ? "This spaced runs everything on one host (no nodes: see docs/multinode.md)."
-        : "Listing nodes needs an admin key."));
+    if (r.status === 403) {
+      list.replaceChildren(h("p", { class: "empty" }, "Listing nodes needs an admin key."));
       return;
     }
     if (!r.ok) await api.fail(r);
@@ -168,6 +165,6 @@ export function nodesPage(el) {
         meter(n.used.vcpus, n.capacity.vcpus, "vCPU"),
         meter(n.used.memory_mib, n.capacity.memory_mib, "MiB"),
         ago(n.heartbeat_at), h("span", { class: "mono" }, n.url),
-      ]), "No nodes have registered."));
+      ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md)."));
   });
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # build-console.sh OUT: assembles the web console (docs/console.md) into OUT: our own
 # files from console/ and the third-party ones it uses (xterm.js and its fit addon, ES
-# modules and stylesheet), installed with npm from console/package.json (exact versions)
-# through the machine's own npm configuration into build/console-npm. npm runs only when
-# those versions are not there yet, so a rebuild works offline.
+# modules and stylesheet), installed by `npm ci` from console/package.json and its lock
+# file (exact versions and their sha512 integrity; no registry address: npm uses the
+# machine's own configuration) into build/console-npm. npm runs only when those versions
+# are not there yet, so a rebuild works offline.
 set -euo pipefail
 out=${1:?usage: build-console.sh OUT}
 src=$(cd "$(dirname "$0")/../console" && pwd)
@@ -18,8 +19,8 @@ want() { # version console/package.json pins for package $1
 mkdir -p "$npmdir"
 if [ "$(have @xterm/xterm)" != "$(want @xterm/xterm)" ] || [ "$(have @xterm/addon-fit)" != "$(want @xterm/addon-fit)" ]; then
   command -v npm >/dev/null || { echo "build-console: npm is missing (scripts/install-deps.sh)" >&2; exit 1; }
-  cp "$src/package.json" "$npmdir/package.json"
-  (cd "$npmdir" && npm install --no-audit --no-fund --omit=dev --loglevel=error)
+  cp "$src/package.json" "$src/package-lock.json" "$npmdir/"
+  (cd "$npmdir" && npm ci --no-audit --no-fund --omit=dev --loglevel=error)
 fi
 
 tmp="$out.tmp"
