@@ -17,7 +17,13 @@ export function chart(title, values) {
   for (const y of [0, 50, 100]) s.append(svg("line", { x1: 0, x2: W, y1: H - (y * H) / 100, y2: H - (y * H) / 100, class: "grid" }));
   const step = W / 59;
   const pts = values.map((v, i) => `${(W - (values.length - 1 - i) * step).toFixed(1)},${(H - (Math.min(100, Math.max(0, v)) * H) / 100).toFixed(1)}`);
-  if (pts.length) s.append(svg("polyline", { points: pts.join(" "), class: "line" }));
+  if (pts.length) {
+    const first = pts[0].split(",")[0], lastX = pts[pts.length - 1].split(",")[0];
+    s.append(svg("polygon", { points: `${first},${H} ${pts.join(" ")} ${lastX},${H}`, class: "area" }));
+    s.append(svg("polyline", { points: pts.join(" "), class: "line" }));
+    const [x, y] = pts[pts.length - 1].split(",");
+    s.append(svg("circle", { cx: x, cy: y, r: 3, class: "dot" }));
+  }
   box.append(cap, s);
   return box;
 }

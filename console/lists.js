@@ -109,12 +109,17 @@ export function sandboxesPage(el) {
   return poll(refresh);
 }
 
-export function operationsPage(el) {
+// A page of one polled list: render() returns the list's content (a node).
+function listPage(el, title, render) {
   const list = h("div", {});
-  el.append(h("h1", {}, "Operations"), list);
-  return poll(async () => {
+  el.append(h("h1", {}, title), list);
+  return poll(async () => list.replaceChildren(await render()));
+}
+
+export function operationsPage(el) {
+  return listPage(el, "Operations", async () => {
     const r = await api.get("/v1/operations?limit=100");
-    list.replaceChildren(table(
+    return table(
       ["Operation", "Kind", "Target", "State", "Progress", "Detail", "Created"],
       r.operations.map((o) => [
         h("span", { class: "mono" }, o.id), o.kind,
@@ -122,21 +127,19 @@ export function operationsPage(el) {
         badge(o.state), h("progress", { max: 100, value: o.progress }),
         o.error ? h("span", { class: "error" }, o.error.code + ": " + o.error.message) : (o.detail || ""),
         ago(o.created_at),
-      ]), "No operations yet."));
+      ]), "No operations yet.");
   });
 }
 
 export function templatesPage(el) {
-  const list = h("div", {});
-  el.append(h("h1", {}, "Templates"), list);
-  return poll(async () => {
+  return listPage(el, "Templates", async () => {
     const r = await api.get("/v1/templates");
-    list.replaceChildren(table(
+    return table(
       ["Template", "State", "Kind", "Description", "Snapshots"],
       r.templates.map((t) => [
         h("span", { class: "mono" }, t.name), badge(t.state), t.builtin ? "built-in" : "yours",
         t.failure ? h("span", { class: "error" }, t.failure) : (t.description || ""), String(t.snapshots ?? ""),
-      ]), "No templates."));
+      ]), "No templates.");
   });
 }
 
@@ -147,17 +150,12 @@ function meter(used, total, unit) {
 }
 
 export function nodesPage(el) {
-  const list = h("div", {});
-  el.append(h("h1", {}, "Nodes"), list);
-  return poll(async () => {
+  return listPage(el, "Nodes", async () => {
     const r = await api.raw("GET", "/v1/nodes");
-    if (r.status === 403) {
-      list.replaceChildren(h("p", { class: "empty" }, "Listing nodes needs an admin key."));
-      return;
-    }
+    if (r.status === 403) return h("p", { class: "empty" }, "Listing nodes needs an admin key.");
     if (!r.ok) await api.fail(r);
     const nodes = (await r.json()).nodes;
-    list.replaceChildren(table(
+    return table(
       ["Node", "State", "vCPUs used", "Memory used", "Heartbeat", "URL"],
       nodes.map((n) => [
         h("span", { class: "mono" }, n.id),
@@ -165,6 +163,6 @@ export function nodesPage(el) {
         meter(n.used.vcpus, n.capacity.vcpus, "vCPU"),
         meter(n.used.memory_mib, n.capacity.memory_mib, "MiB"),
         ago(n.heartbeat_at), h("span", { class: "mono" }, n.url),
-      ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md)."));
+      ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md).");
   });
 }

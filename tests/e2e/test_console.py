@@ -45,6 +45,7 @@ def browser():
 
 
 def shot(page, name):
+    page.eval("document.getElementById('flash').hidden = true")  # a passing toast
     path = os.path.join(ART, name + ".png")
     page.screenshot(path)
     if os.environ.get("SPACE_CONSOLE_DOCS") == "1":
@@ -274,8 +275,8 @@ def test_terminal_files_and_actions(spaced, need_vm, browser):
         show(page, "#/sandbox/%s/network" % sid, "!!document.querySelector('#netlog table, #netlog .empty')", "the log")
         show(page, "#/sandbox/%s/metrics" % sid, "document.querySelectorAll('svg.spark polyline').length == 2",
              "the charts")
-        page.wait(lambda: page.eval("document.querySelectorAll('svg.spark polyline')[0].points.length >= 2"),
-                  "a second sample", timeout=30)
+        page.wait(lambda: page.eval("document.querySelectorAll('svg.spark polyline')[0].points.length >= 6"),
+                  "six samples", timeout=60)
         shot(page, "metrics")
 
         # Pause and resume from the list.
