@@ -350,7 +350,7 @@ int main(int argc, char **argv)
     if (make_dirs(sp.opt.data_dir) < 0)
         return 1;
     /* Absolute paths: they end up in QEMU command lines and vm.json for adoption. */
-    char data_abs[PATH_MAX], guest_abs[PATH_MAX]; /* main's: live until it returns */
+    char data_abs[PATH_MAX], guest_abs[PATH_MAX], console_abs[PATH_MAX]; /* main's: live until it returns */
     if (!realpath(sp.opt.data_dir, data_abs)) {
         fprintf(stderr, "spaced: %s: %s\n", sp.opt.data_dir, strerror(errno));
         return 1;
@@ -361,6 +361,8 @@ int main(int argc, char **argv)
     else
         log_warn("guest.missing", "guest_dir=%s msg=\"sandboxes cannot start until `make guest` built it\"",
                  sp.opt.guest_dir);
+    if (realpath(sp.opt.console_dir, console_abs)) /* else /console says it is missing */
+        sp.opt.console_dir = console_abs;
     if (jail_resolve(&sp, cluster_runs_sandboxes(&sp)) < 0)
         return 2;
     char cerr[320];
@@ -458,11 +460,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: %s\n", err);
         return 1;
     }
-    char q1[PATH_MAX + 8], q2[PATH_MAX + 8];
-    log_info("listening", "addr=%s port=%d data_dir=%s guest_dir=%s accel=%s", sp.opt.listen,
+    char q1[PATH_MAX + 8], q2[PATH_MAX + 8], q3[PATH_MAX + 8];
+    log_info("listening", "addr=%s port=%d data_dir=%s guest_dir=%s accel=%s console_dir=%s", sp.opt.listen,
              http_server_port(srv), log_quote(sp.opt.data_dir, q1, sizeof q1),
              log_quote(sp.opt.guest_dir, q2, sizeof q2),
-             vm_accel_name(vm_accel_resolve((enum vm_accel)sp.opt.accel)));
+             vm_accel_name(vm_accel_resolve((enum vm_accel)sp.opt.accel)),
+             log_quote(sp.opt.console_dir, q3, sizeof q3));
 
     struct event *sigint = evsignal_new(sp.base, SIGINT, on_signal, sp.base);
     struct event *sigterm = evsignal_new(sp.base, SIGTERM, on_signal, sp.base);
