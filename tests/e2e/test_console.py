@@ -6,9 +6,10 @@ no path reaches outside the asset directory (.., encoded slashes, dot files, sym
 NUL); a missing asset directory is a clear 404; in the browser, sign-in (a bad key is
 refused), every list page renders without a console error, a create from the page makes
 a sandbox (seen through the API) and two clicks on delete remove it; with a real VM, the
-terminal runs a command typed in the browser and shows its output, leaving the page ends
-its session, the file browser lists and uploads, pause and resume from the page work,
-and the network and metrics tabs render.
+terminal runs a command typed in the browser and shows its output and follows a window
+resize (stty size in the guest), leaving the page ends its session, the file browser
+lists, uploads and downloads, the network and metrics tabs render, and pause, resume,
+fork, suspend and restore from the list work.
 
 Screenshots go to build/test-artifacts/console/ (SPACE_CONSOLE_ARTIFACTS overrides);
 with SPACE_CONSOLE_DOCS=1 they are also copied to docs/console/ for docs/console.md.
@@ -247,6 +248,18 @@ def test_terminal_files_and_actions(spaced, need_vm, browser):
                   "the command's output", timeout=120)
         assert "Linux" in page.eval("document.querySelector('.xterm-rows').innerText")
         shot(page, "terminal")
+        # A smaller window: the terminal refits and the pty follows (POST .../resize).
+        page.call("Emulation.setDeviceMetricsOverride", width=900, height=600, deviceScaleFactor=1, mobile=False)
+        page.wait(lambda: page.eval("document.querySelector('.xterm-rows').children.length") < 30, "the refit")
+        page.pump(1)  # the resize request goes out before the next keystrokes
+        page.call("Input.insertText", text="stty size")
+        page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter",
+                  windowsVirtualKeyCode=13, text="\r")
+        rows = page.eval("document.querySelector('.xterm-rows').children.length")
+        size = page.wait(lambda: re.search(r"\n(\d+) (\d+)\n", page.eval("document.querySelector('.xterm-rows').innerText")),
+                         "stty's answer", timeout=60)
+        assert int(size.group(1)) == rows, (size.group(0), rows)
+        page.call("Emulation.clearDeviceMetricsOverride")
         sessions = sp.request("GET", "/v1/sandboxes/%s/sessions" % sid).json["sessions"]
         assert [s["state"] for s in sessions] == ["running"] and sessions[0]["pty"]
 
@@ -270,6 +283,12 @@ def test_terminal_files_and_actions(spaced, need_vm, browser):
         got = sp.request("GET", "/v1/sandboxes/%s/files?path=/home/user/hello-console.txt" % sid)
         assert got.status == 200 and got.body == b"uploaded from the browser\n"
         shot(page, "files")
+        # Download: a click on the file saves it.
+        dl = tempfile.mkdtemp(prefix="dl", dir=RUN_DIR)
+        page.call("Browser.setDownloadBehavior", behavior="allow", downloadPath=dl)
+        click(page, "#files-list a.file")
+        saved = os.path.join(dl, "hello-console.txt")
+        poll(lambda: os.path.exists(saved) and open(saved, "rb").read() == b"uploaded from the browser\n", timeout=30)
 
         # The gateway log and the CPU/memory charts render (one sample per poll).
         show(page, "#/sandbox/%s/network" % sid, "!!document.querySelector('#netlog table, #netlog .empty')", "the log")
@@ -288,6 +307,19 @@ def test_terminal_files_and_actions(spaced, need_vm, browser):
         poll(lambda: sp.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["state"] == "running", timeout=120)
         page.pump(2.5)
         shot(page, "sandboxes-running")
+
+        # Fork, then suspend and restore, from the list.
+        page.wait(lambda: page.eval("!!document.querySelector('#sandbox-list button[data-verb=fork]')"), "fork")
+        click(page, "#sandbox-list button[data-verb=fork]")
+        forks = poll(lambda: [x["id"] for x in sp.request("GET", "/v1/sandboxes").json["sandboxes"] if x["id"] != sid],
+                     timeout=60)
+        poll(lambda: sp.request("GET", "/v1/sandboxes/" + forks[0]).json["sandbox"]["state"] == "running", timeout=300)
+        sp.wait_op(sp.request("DELETE", "/v1/sandboxes/" + forks[0]).json["operation"]["id"])
+        click(page, "#sandbox-list tr:has(a[href='#/sandbox/%s']) button[data-verb=suspend]" % sid)
+        poll(lambda: sp.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["state"] == "suspended", timeout=300)
+        page.wait(lambda: page.eval("!!document.querySelector('#sandbox-list button[data-verb=restore]')"), "restore")
+        click(page, "#sandbox-list button[data-verb=restore]")
+        poll(lambda: sp.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["state"] == "running", timeout=300)
         assert page.errors() == []
     finally:
         page.close()
