@@ -320,6 +320,10 @@ def test_terminal_files_and_actions(spaced, need_vm, browser):
         page.wait(lambda: page.eval("!!document.querySelector('#sandbox-list button[data-verb=restore]')"), "restore")
         click(page, "#sandbox-list button[data-verb=restore]")
         poll(lambda: sp.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["state"] == "running", timeout=300)
+        for name in ("operations", "templates", "nodes"):
+            show(page, "#/" + name, LIST_READY, "the %s page" % name)
+            page.pump(0.5)
+            shot(page, name)
         assert page.errors() == []
     finally:
         page.close()
