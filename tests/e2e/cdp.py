@@ -114,7 +114,7 @@ class Page:
         if m.get("method", "").startswith(("Runtime.", "Log.")):
             self.events.append(m)
 
-    def call(self, method, timeout=60, **params):
+    def call(self, method, timeout=120, **params):
         """Sends a command and returns its result; events that arrive meanwhile are kept.
         Fails after timeout seconds whatever the browser sends meanwhile."""
         self.next_id += 1
@@ -161,7 +161,7 @@ class Page:
         self.call("Page.navigate", url=url)
         self.wait(lambda: self.eval("document.readyState") == "complete", "page load of " + url)
 
-    def wait(self, cond, what, timeout=60):
+    def wait(self, cond, what, timeout=120):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             v = cond()
