@@ -67,7 +67,7 @@ QEMU_SHIM := $(B)/space-qemu-shim.so
 PROGRAMS := $(B)/spaced $(B)/space-gateway $(B)/space $(B)/space-volfs $(QEMU_SHIM)
 AGENT    := build/guest/space-agent
 
-.PHONY: all programs agent guest run test unit unit-pg fuzz e2e netsec e2b bench install clean deps kernel templates
+.PHONY: all programs agent guest run test unit unit-pg fuzz e2e netsec e2b bench install clean deps kernel templates console
 all: programs agent
 
 programs: $(PROGRAMS)
@@ -160,26 +160,36 @@ templates: guest
 deps:
 	scripts/install-deps.sh
 
+# The web console (docs/console.md): console/ plus the vendored xterm.js (npm, pinned in
+# console/package.json) into build/console, where build/spaced and build/san/spaced find it.
+console: build/console/index.html
+build/console/index.html: $(wildcard console/*) scripts/build-console.sh
+	scripts/build-console.sh build/console
+
 # Installs the release programs into $(DESTDIR)$(PREFIX)/bin (spaced finds space-gateway
 # and the QEMU shim beside itself) and the built guest files (kernel, initramfs,
 # templates) into $(DESTDIR)$(PREFIX)/share/space/guest, where an installed spaced looks
-# by default. Guest files go through deploy/image/sync-guest.sh: a changed file is renamed
+# by default, and the web console into $(DESTDIR)$(PREFIX)/share/space/console. Guest files go through deploy/image/sync-guest.sh: a changed file is renamed
 # into place, never overwritten, so a running sandbox's pinned image keeps its inode.
 # Builds the programs if needed, never the guest (`make guest templates` first).
 GUEST_DEST = $(DESTDIR)$(PREFIX)/share/space/guest
-install: programs
+CONSOLE_DEST = $(DESTDIR)$(PREFIX)/share/space/console
+install: programs console
 	@test -f build/guest/vmlinux -a -f build/guest/initramfs.cpio -a -d build/guest/templates || \
 	  { echo "make install: no guest files in build/guest: run make guest templates first" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 build/spaced build/space-gateway build/space $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 build/space-qemu-shim.so $(DESTDIR)$(PREFIX)/bin/
 	deploy/image/sync-guest.sh build/guest $(GUEST_DEST)
+	rm -rf $(CONSOLE_DEST) && install -d $(CONSOLE_DEST)/vendor
+	install -m 0644 build/console/*.* $(CONSOLE_DEST)/
+	install -m 0644 build/console/vendor/* $(CONSOLE_DEST)/vendor/
 
 # ---- end-to-end tests: real spaced, real VMs, real namespaces, the real E2B SDK (pytest)
 PYTEST_ENV = SPACE_BUILD=$(abspath build/san) SPACE_GUEST=$(abspath build/guest)
 E2E_SUITES ?= tests/e2e tests/netsec tests/e2b deploy
 
-e2e: templates
+e2e: templates console
 	$(MAKE) SAN=1 programs
 	tests/e2b/install.sh
 	$(PYTEST_ENV) $(PYTHON) -m pytest -q -rs $(E2E_SUITES)
@@ -205,7 +215,7 @@ test: deps
 	$(MAKE) TEMPLATES="$(TEST_TEMPLATES)" e2e
 
 run: deps
-	$(MAKE) TEMPLATES="$(RUN_TEMPLATES)" templates programs
+	$(MAKE) TEMPLATES="$(RUN_TEMPLATES)" templates programs console
 	./build/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --guest-dir $(abspath build/guest) --pool $(POOL)
 
 # Benchmarks (not tests): bench/X.c builds into $(B)/X; bench/*.py drive them and print

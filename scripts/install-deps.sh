@@ -18,12 +18,14 @@ PKGS=(
   iproute2 nftables curl openssl socat bind9-dnsutils
   # tests
   python3 python3-pytest python3-yaml sqlite3 procps postgresql tmux
+  # the web console's browser test (tests/e2e/test_console.py)
+  chromium
   # the E2B Python SDK's dependencies (the SDK itself: tests/e2b/install.sh, in a venv)
   python3-venv python3-protobuf python3-dateutil python3-typing-extensions python3-wcmatch
   python3-rich python3-h2 python3-anyio python3-certifi python3-idna python3-sniffio
   python3-attr python3-packaging
 )
-# Node.js (for the E2B SDK tests): any install that provides node and npm will do; some
+# Node.js (for the E2B SDK tests, and npm for the web console build): any install that provides node and npm will do; some
 # images ship a nodejs package that bundles npm and conflicts with Debian's npm.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)

@@ -18,6 +18,7 @@
 #include "daemon/api/routes.h"
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/console/console.h"
 #include "daemon/e2b/e2b.h"
 #include "daemon/jail/jail.h"
 #include "daemon/metrics/metrics.h"
@@ -55,6 +56,9 @@ static void usage(FILE *f)
             "                       PREFIX/share/space/guest for PREFIX/bin/spaced (make\n"
             "                       install), build/guest for build/spaced or build/san/spaced;\n"
             "                       else /usr/local/share/space/guest)\n"
+            "  --console-dir DIR    the web console's files, served at /console (default:\n"
+            "                       found like the guest dir: PREFIX/share/space/console,\n"
+            "                       build/console from `make console`)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
             "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
@@ -115,35 +119,56 @@ static int parse_quota(int i, const char *arg, struct spaced_opts *o)
 }
 
 
-/* The guest files next to this spaced, so that the default does not depend on the
- * working directory: an installed PREFIX/bin/spaced uses PREFIX/share/space/guest (make
- * install), a built build/spaced or build/san/spaced uses the checkout's build/guest.
- * The first of these holding vmlinux wins; else the documented install path. */
+/* The first of rel[] (relative to the directory of this spaced's binary) that holds
+ * probe, so that a default does not depend on the working directory; NULL if none.
+ * found (PATH_MAX bytes) receives the path. */
+static const char *beside_exe(const char *const *rel, size_t nrel, const char *probe_name, char *found)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    for (size_t i = 0; i < nrel; i++) {
+        char probe[PATH_MAX + 64];
+        snprintf(probe, sizeof probe, "%s/%s/%s", exe, rel[i], probe_name);
+        if (access(probe, F_OK) == 0 && (size_t)snprintf(found, PATH_MAX, "%s/%s", exe, rel[i]) < PATH_MAX)
+            return found;
+    }
+    return NULL;
+}
+
+/* The guest files next to this spaced: an installed PREFIX/bin/spaced uses
+ * PREFIX/share/space/guest (make install), a built build/spaced or build/san/spaced uses
+ * the checkout's build/guest. The first of these holding vmlinux wins; else the
+ * documented install path. */
 static const char *default_guest_dir(void)
 {
     static char found[PATH_MAX];
     static const char *const rel[] = {"../share/space/guest", "guest", "../guest"};
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = '\0';
-        for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-            char probe[PATH_MAX + 64];
-            snprintf(probe, sizeof probe, "%s/%s/vmlinux", exe, rel[i]);
-            if (access(probe, F_OK) == 0 && (size_t)snprintf(found, sizeof found, "%s/%s", exe, rel[i]) < sizeof found)
-                return found;
-        }
-    }
-    return "/usr/local/share/space/guest";
+    const char *d = beside_exe(rel, sizeof rel / sizeof *rel, "vmlinux", found);
+    return d ? d : "/usr/local/share/space/guest";
 }
+
+/* The web console's files, found the same way: PREFIX/share/space/console (make
+ * install) or the checkout's build/console (make console). */
+static const char *default_console_dir(void)
+{
+    static char found[PATH_MAX];
+    static const char *const rel[] = {"../share/space/console", "console", "../console"};
+    const char *d = beside_exe(rel, sizeof rel / sizeof *rel, "index.html", found);
+    return d ? d : "/usr/local/share/space/console";
+}
+
 static int parse_opts(int argc, char **argv, struct spaced_opts *o)
 {
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'}, {"data-dir", required_argument, NULL, 'd'},
         {"guest-dir", required_argument, NULL, 'g'}, {"accel", required_argument, NULL, 'a'},
+        {"console-dir", required_argument, NULL, 'W'},
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
         {"jail-uids", required_argument, NULL, 'U'},
@@ -172,6 +197,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->e2b_port_listen = env_opt("SPACE_E2B_PORT_LISTEN");
     o->node_token = getenv("SPACE_NODE_TOKEN");
     o->guest_dir = default_guest_dir();
+    o->console_dir = default_console_dir();
     o->accel = VM_ACCEL_AUTO;
     o->qemu = getenv("SPACE_QEMU");
     o->jail = 1; /* required unless --no-jail (jail/jail.c) */
@@ -206,6 +232,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
             break;
         }
         case 'g': o->guest_dir = optarg; break;
+        case 'W': o->console_dir = optarg; break;
         case 'q': o->qemu = optarg; break;
         case 'j': o->jail = 1; break;
         case 'J': o->jail = 0; break;
@@ -323,7 +350,7 @@ int main(int argc, char **argv)
     if (make_dirs(sp.opt.data_dir) < 0)
         return 1;
     /* Absolute paths: they end up in QEMU command lines and vm.json for adoption. */
-    char data_abs[PATH_MAX], guest_abs[PATH_MAX]; /* main's: live until it returns */
+    char data_abs[PATH_MAX], guest_abs[PATH_MAX], console_abs[PATH_MAX]; /* main's: live until it returns */
     if (!realpath(sp.opt.data_dir, data_abs)) {
         fprintf(stderr, "spaced: %s: %s\n", sp.opt.data_dir, strerror(errno));
         return 1;
@@ -334,6 +361,8 @@ int main(int argc, char **argv)
     else
         log_warn("guest.missing", "guest_dir=%s msg=\"sandboxes cannot start until `make guest` built it\"",
                  sp.opt.guest_dir);
+    if (realpath(sp.opt.console_dir, console_abs)) /* else /console says it is missing */
+        sp.opt.console_dir = console_abs;
     if (jail_resolve(&sp, cluster_runs_sandboxes(&sp)) < 0)
         return 2;
     char cerr[320];
@@ -416,6 +445,7 @@ int main(int argc, char **argv)
     routes_quota_register(sp.router, &sp);
     routes_logs_register(sp.router, &sp);
     routes_volumes_register(sp.router, &sp);
+    console_register(sp.router, &sp);
     if (cluster_runs_sandboxes(&sp)) /* a control forwards E2B instead (cluster_e2b.c) */
         e2b_register(sp.router, &sp);
 
@@ -431,11 +461,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: %s\n", err);
         return 1;
     }
-    char q1[PATH_MAX + 8], q2[PATH_MAX + 8];
-    log_info("listening", "addr=%s port=%d data_dir=%s guest_dir=%s accel=%s", sp.opt.listen,
+    char q1[PATH_MAX + 8], q2[PATH_MAX + 8], q3[PATH_MAX + 8];
+    log_info("listening", "addr=%s port=%d data_dir=%s guest_dir=%s accel=%s console_dir=%s", sp.opt.listen,
              http_server_port(srv), log_quote(sp.opt.data_dir, q1, sizeof q1),
              log_quote(sp.opt.guest_dir, q2, sizeof q2),
-             vm_accel_name(vm_accel_resolve((enum vm_accel)sp.opt.accel)));
+             vm_accel_name(vm_accel_resolve((enum vm_accel)sp.opt.accel)),
+             log_quote(sp.opt.console_dir, q3, sizeof q3));
 
     struct event *sigint = evsignal_new(sp.base, SIGINT, on_signal, sp.base);
     struct event *sigterm = evsignal_new(sp.base, SIGTERM, on_signal, sp.base);

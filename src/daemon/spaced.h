@@ -72,6 +72,7 @@ struct spaced_opts {
     unsigned node_vcpus;   /* --capacity-vcpus / --capacity-mem: what a node offers */
     unsigned node_memory_mib; /* (default: the host's CPUs and memory) */
     const char *guest_dir; /* vmlinux, initramfs.cpio, templates/<name>/ */
+    const char *console_dir; /* the web console's files (console/console.h) */
     int accel;             /* enum vm_accel (vm.h) */
     unsigned pool;         /* warm pool size per template (0 disables) */
     const char *qemu;      /* QEMU binary override (SPACE_QEMU), NULL = from PATH */

@@ -1,0 +1,168 @@
+// lists.js: the list pages (sandboxes, operations, templates, nodes). The API has no
+// event stream for lists (only per operation), so each page polls its list every
+// POLL_MS while it is shown; a poll that is still running is not started again.
+import * as api from "./api.js";
+import { h, table, badge, flash, ago } from "./ui.js";
+
+const POLL_MS = 2000;
+
+// Runs fn now and every POLL_MS; returns the stop function.
+export function poll(fn) {
+  let busy = false, stopped = false;
+  const tick = async () => {
+    if (busy || stopped) return;
+    busy = true;
+    try { await fn(); } catch (e) { if (e.status === 401) throw e; flash(e.message, true); }
+    finally { busy = false; }
+  };
+  tick();
+  const t = setInterval(tick, POLL_MS);
+  return () => { stopped = true; clearInterval(t); };
+}
+
+// Verbs a sandbox in this state accepts (docs/api.md, "Lifecycle verbs").
+const VERBS = {
+  running: ["pause", "suspend", "fork"],
+  paused: ["resume", "suspend"],
+  suspended: ["restore"],
+  stopped: ["start"],
+  failed: ["start"],
+};
+
+// Delete takes two clicks: the first arms the sandbox's delete button for ARM_MS (kept
+// here, not in the button, since the list is redrawn at every poll).
+const ARM_MS = 4000;
+const armed = new Map(); // sandbox id -> time its delete button disarms
+
+// Starts a verb on a sandbox and reports it; the list shows the new state at its next poll.
+export async function act(id, verb) {
+  if (verb === "delete") {
+    if (!(armed.get(id) > Date.now())) {
+      armed.set(id, Date.now() + ARM_MS);
+      flash("click delete again to delete " + id + " (its disk and files are removed)");
+      return;
+    }
+    armed.delete(id);
+    await api.call("DELETE", "/v1/sandboxes/" + id);
+  } else if (verb === "fork") {
+    const r = await api.call("POST", "/v1/sandboxes/" + id + "/fork", { count: 1 });
+    flash("fork of " + id + ": " + r.sandboxes.join(", "));
+    return;
+  } else {
+    await api.call("POST", "/v1/sandboxes/" + id + "/" + verb);
+  }
+  flash(verb + " " + id + " accepted");
+}
+
+export function actions(s) {
+  const btn = (verb, cls) => h("button", {
+    class: "small " + (cls || ""), "data-verb": verb,
+    onclick: () => act(s.id, verb).catch((e) => flash(e.message, true)),
+  }, verb);
+  return h("span", { class: "actions" },
+    (VERBS[s.state] || []).map((v) => btn(v)),
+    s.state === "running" && h("a", { class: "button small", href: "#/sandbox/" + s.id + "/terminal" }, "terminal"),
+    s.state !== "deleting" && btn("delete", armed.get(s.id) > Date.now() ? "danger armed" : "danger"));
+}
+
+function createForm(onCreated) {
+  const tpl = h("select", { id: "create-template", name: "template" });
+  const vcpus = h("input", { id: "create-vcpus", type: "number", min: 1, max: 16, placeholder: "default" });
+  const mem = h("input", { id: "create-memory", type: "number", min: 128, max: 65536, step: 128, placeholder: "default" });
+  const net = h("select", { id: "create-network" },
+    h("option", { value: "none" }, "no network"), h("option", { value: "open" }, "open network"));
+  api.get("/v1/templates").then((r) => {
+    for (const t of r.templates.filter((x) => x.state === "ready"))
+      tpl.append(h("option", { value: t.name }, t.name));
+  }).catch((e) => flash(e.message, true));
+  const form = h("form", { id: "create", class: "toolbar" },
+    h("label", {}, "Template ", tpl), h("label", {}, "vCPUs ", vcpus),
+    h("label", {}, "Memory MiB ", mem), h("label", {}, "Network ", net),
+    h("button", { type: "submit" }, "Create sandbox"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = { template: tpl.value, network: { mode: net.value } };
+    if (vcpus.value) body.vcpus = Number(vcpus.value);
+    if (mem.value) body.memory_mib = Number(mem.value);
+    try {
+      const r = await api.call("POST", "/v1/sandboxes", body);
+      flash("creating " + r.sandbox.id);
+      onCreated();
+    } catch (e) { flash(e.message, true); }
+  });
+  return form;
+}
+
+export function sandboxesPage(el) {
+  const list = h("div", { id: "sandbox-list" });
+  const refresh = async () => {
+    const r = await api.get("/v1/sandboxes?limit=1000");
+    list.replaceChildren(table(
+      ["Sandbox", "Template", "State", "Size", "Node", "Created", ""],
+      r.sandboxes.map((s) => [
+        h("a", { href: "#/sandbox/" + s.id, class: "mono" }, s.id), s.template,
+        h("span", {}, badge(s.state), s.failure ? h("span", { class: "muted" }, " " + s.failure) : null),
+        s.vcpus + " vCPU, " + s.memory_mib + " MiB", s.node || "local", ago(s.created_at), actions(s),
+      ]), "No sandboxes yet: create one above."));
+  };
+  el.append(h("h1", {}, "Sandboxes"), createForm(refresh), list);
+  return poll(refresh);
+}
+
+// A page of one polled list: render() returns the list's content (a node).
+function listPage(el, title, render) {
+  const list = h("div", {});
+  el.append(h("h1", {}, title), list);
+  return poll(async () => list.replaceChildren(await render()));
+}
+
+export function operationsPage(el) {
+  return listPage(el, "Operations", async () => {
+    const r = await api.get("/v1/operations?limit=100");
+    return table(
+      ["Operation", "Kind", "Target", "State", "Progress", "Detail", "Created"],
+      r.operations.map((o) => [
+        h("span", { class: "mono" }, o.id), o.kind,
+        o.sandbox_id ? h("a", { href: "#/sandbox/" + o.sandbox_id, class: "mono" }, o.sandbox_id) : (o.template || ""),
+        badge(o.state), h("progress", { max: 100, value: o.progress }),
+        o.error ? h("span", { class: "error" }, o.error.code + ": " + o.error.message) : (o.detail || ""),
+        ago(o.created_at),
+      ]), "No operations yet.");
+  });
+}
+
+export function templatesPage(el) {
+  return listPage(el, "Templates", async () => {
+    const r = await api.get("/v1/templates");
+    return table(
+      ["Template", "State", "Kind", "Description", "Snapshots"],
+      r.templates.map((t) => [
+        h("span", { class: "mono" }, t.name), badge(t.state), t.builtin ? "built-in" : "yours",
+        t.failure ? h("span", { class: "error" }, t.failure) : (t.description || ""), String(t.snapshots ?? ""),
+      ]), "No templates.");
+  });
+}
+
+// A used/total bar: "3 / 8 vCPU".
+function meter(used, total, unit) {
+  const pct = total ? Math.min(100, Math.round((100 * used) / total)) : 0;
+  return h("span", { class: "meter" }, h("meter", { min: 0, max: 100, value: pct }), " " + used + " / " + total + " " + unit);
+}
+
+export function nodesPage(el) {
+  return listPage(el, "Nodes", async () => {
+    const r = await api.raw("GET", "/v1/nodes");
+    if (r.status === 403) return h("p", { class: "empty" }, "Listing nodes needs an admin key.");
+    if (!r.ok) await api.fail(r);
+    const nodes = (await r.json()).nodes;
+    return table(
+      ["Node", "State", "vCPUs used", "Memory used", "Heartbeat", "URL"],
+      nodes.map((n) => [
+        h("span", { class: "mono" }, n.id),
+        badge(n.live ? (n.draining ? "draining" : "live") : "down"),
+        meter(n.used.vcpus, n.capacity.vcpus, "vCPU"),
+        meter(n.used.memory_mib, n.capacity.memory_mib, "MiB"),
+        ago(n.heartbeat_at), h("span", { class: "mono" }, n.url),
+      ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md).");
+  });
+}
