@@ -398,7 +398,7 @@ static int stream_head(struct mm *m, uint32_t *id)
 
 static int stream_split(struct mm *m)
 {
-    uint32_t id, sid;
+    uint32_t id = 0, sid;
     uint8_t t;
     if (stream_head(m, &id) < 0)
         return -1;
