@@ -70,6 +70,8 @@ struct mm {
     size_t errlen;
 };
 
+static int mm_fail(struct mm *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static int mm_fail(struct mm *m, const char *fmt, ...)
 {
     va_list ap;
