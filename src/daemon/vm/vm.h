@@ -40,7 +40,8 @@
  *                 vm_restore refuses a snapshot whose shape differs from the config.
  *
  * Files and prefixes of src/daemon/vm/ (one prefix per header): vm_ (this header, and the
- * internal vm_cgroup.h, vm_cmdline.h, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
+ * internal vm_cgroup.h, vm_cmdline.h, vm_memmap.h: a capture's stream split into a RAM
+ * file, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
  * (accel.h: the KVM probe), pool_ (pool.h: the warm pool), vmg_ (vm_greet.h: boot or
  * restore and wait for the agent's HELLO, with the lost-HELLO retry). Errors travel as
  * enum vm_error plus a message in the caller's msg[msglen] (or a callback's msg).
