@@ -251,6 +251,38 @@ def _sha256(path):
     return h.hexdigest()
 
 
+def _ram_file_of(sid, expect=None):
+    """The RAM file a clone's QEMU maps, checked: memory-backend-file share=off, the file
+    root-owned 0444, every descriptor of it in the QEMU read-only (the shim), every mapping
+    private copy-on-write. expect: the path it must be."""
+    pid, argv = _qemu_of(sid)
+    opt = [a for a in argv if a.startswith(b"memory-backend-file,")]
+    assert opt, ("RAM not mapped from a file", argv)
+    path = opt[0].split(b"mem-path=")[1].split(b",")[0].decode()
+    assert b"share=off" in opt[0], opt
+    assert expect is None or path == expect, (path, expect)
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o444), (path, st)
+    fds = [fd for fd in os.listdir("/proc/%d/fd" % pid)
+           if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path]
+    assert fds, "the clone's QEMU holds no descriptor of %s" % path
+    for fd in fds:
+        with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+            flags = int([l.split()[1] for l in f if l.startswith("flags:")][0], 8)
+        assert flags & os.O_ACCMODE == os.O_RDONLY, ("RAM file open for writing", oct(flags))
+    with open("/proc/%d/maps" % pid) as f:
+        maps = [l.split() for l in f if l.rstrip().endswith(path)]
+    assert maps and all(m[1][3] == "p" for m in maps), maps  # private copy-on-write
+    return path
+
+
+def _write_guest_memory(sp, sid):
+    """The guest writes its memory (page cache of a 24 MB file, a process's heap)."""
+    _, res = run(sp, sid, {"cmd": "head -c 24000000 /dev/urandom > /tmp/fill && "
+                                  "md5sum /tmp/fill >/dev/null && echo wrote"})
+    assert res["stdout"] == b"wrote\n", res
+
+
 def test_clone_maps_template_memory_read_only(fresh_spaced):
     """A clone's QEMU holds the template RAM file open read-only (the shim), the file is
     root-owned 0444 like the frozen template overlay, and its bytes do not change while
@@ -273,36 +305,44 @@ def test_clone_maps_template_memory_read_only(fresh_spaced):
         assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded", sp.log()
         sid = r["sandbox"]["id"]
         sids.append(sid)
-        pid, argv = _qemu_of(sid)
-        opt = [a for a in argv if a.startswith(b"memory-backend-file,")]
-        assert opt, ("not a restore from the template", argv)
-        path = opt[0].split(b"mem-path=")[1].split(b",")[0].decode()
-        assert b"share=off" in opt[0], opt
         if mem is None:
-            mem = path
+            mem = _ram_file_of(sid)
             before = _sha256(mem)
-            st = os.stat(mem)
-            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o444), st
             overlay = os.path.join(os.path.dirname(os.path.dirname(mem)), "disk.qcow2")
             st = os.stat(overlay)
             assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o444), (overlay, st)
-        assert path == mem
-        fds = [fd for fd in os.listdir("/proc/%d/fd" % pid)
-               if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == mem]
-        assert fds, "the clone's QEMU holds no descriptor of %s" % mem
-        for fd in fds:
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                flags = int([l.split()[1] for l in f if l.startswith("flags:")][0], 8)
-            assert flags & os.O_ACCMODE == os.O_RDONLY, ("template RAM open for writing", oct(flags))
-        with open("/proc/%d/maps" % pid) as f:
-            maps = [l.split() for l in f if l.rstrip().endswith(mem)]
-        assert maps and all(m[1][3] == "p" for m in maps), maps  # private copy-on-write
-        # The guest writes its memory (page cache of a 24 MB file, a process's heap).
-        _, res = run(sp, sid, {"cmd": "head -c 24000000 /dev/urandom > /tmp/fill && "
-                                      "md5sum /tmp/fill >/dev/null && echo wrote"})
-        assert res["stdout"] == b"wrote\n", res
+        _ram_file_of(sid, mem)
+        _write_guest_memory(sp, sid)
     assert _sha256(mem) == before, "the template RAM file changed while clones ran"
     for sid in sids:
+        assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
+
+
+def test_fork_maps_capture_memory_read_only(fresh_spaced):
+    """A fork maps its capture's RAM file (captures/<id>/mem, full guest size) like a
+    template clone maps the template's: root-owned 0444, open read-only, mapped private;
+    its bytes do not change while the forks run and write their memory."""
+    why = jail_missing()
+    if why:
+        pytest.skip(why)
+    sp = fresh_spaced()
+    r = sp.create({"template": "base", "timeout": 0})
+    assert sp.wait_op(r["operation"]["id"])["state"] == "succeeded", sp.log()
+    parent = r["sandbox"]["id"]
+    f = sp.request("POST", "/v1/sandboxes/%s/fork" % parent, {"count": 2})
+    assert f.status == 202, f
+    op = sp.wait_op(f.json["operation"]["id"], timeout=600)
+    assert op["state"] == "succeeded", (op, sp.log())
+    forks = f.json["sandboxes"]
+    mem = _ram_file_of(forks[0])
+    assert mem.startswith(os.path.join(sp.data_dir, "captures") + "/") and mem.endswith("/mem"), mem
+    assert os.stat(mem).st_size == 256 << 20, os.stat(mem)
+    before = _sha256(mem)
+    for sid in forks:
+        _ram_file_of(sid, mem)
+        _write_guest_memory(sp, sid)
+    assert _sha256(mem) == before, "the capture's RAM file changed while forks ran"
+    for sid in forks + [parent]:
         assert sp.request("DELETE", "/v1/sandboxes/" + sid).status == 202
 
 

@@ -231,8 +231,9 @@ static void test_template_snapshot_restore(void **state)
 }
 
 /* Fork capture (vm_fork_capture): the parent keeps running (same process, QMP answers,
- * pause/resume work), the capture's state and disk copy are sealed root 0444, and a
- * fork restores from it on the copy over the parent's chain, while the parent runs on. */
+ * pause/resume work), the capture's state, RAM file and disk copy are sealed root 0444,
+ * the capture is mapped (a RAM file + a small state), and a fork restores from it on the
+ * copy over the parent's chain, while the parent runs on. */
 static void test_fork_capture(void **state)
 {
     NEED_GUEST();
@@ -263,6 +264,14 @@ static void test_fork_capture(void **state)
     assert_int_equal(sb.st_uid, 0);
     assert_int_equal(stat(st, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0444);
+    /* mapped (vm_memmap.c): the RAM in a file of the guest's size, root 0444, and a
+     * state without its pages (a full one is tens of MB) */
+    assert_true(sb.st_size < (1 << 20));
+    snprintf(st, sizeof(st), "%s/mem", cdir);
+    assert_int_equal(stat(st, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0444);
+    assert_int_equal(sb.st_uid, 0);
+    assert_int_equal(sb.st_size, (off_t)p.cfg.mem_mib << 20);
     memset(&d, 0, sizeof(d));
     assert_int_equal(vm_pause(vm, vmh_done_cb, &d), VM_OK); /* the monitor still obeys */
     vmh_run_until(vmh_base, &d.done, 30000);

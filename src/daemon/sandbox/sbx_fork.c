@@ -19,10 +19,17 @@
  * VM_DISK_BACKING_MAX: a fork that would exceed it is refused (409 chain_too_deep), and
  * the parent's own chain never grows (its overlay is copied, not frozen).
  *
+ * The capture is mapped (vm_memmap.c): its memory is a RAM file, mem, that each fork
+ * maps private copy-on-write like a template clone maps the template's (read-only for
+ * every VM: root-owned 0444, bound read-only), plus a small device state; a fork's
+ * restore loads no page. Should the split fail, the capture keeps the full stream and
+ * the forks load it (slower, same result).
+ *
  * Captures are garbage-collected (sbx_fork_gc, from the tick): a capture nothing
  * references (no sandbox in the table names it as source or stands on its overlay, no
- * fork in progress) is removed. Its memory image (state) is removed as soon as the forks
- * are created: only the overlay copy stays in use. A restart during a fork fails the op
+ * fork in progress) is removed. Its device state is removed as soon as the forks are
+ * created; the overlay copy and the RAM file stay in use while a fork lives (its pages
+ * are shared by the forks through the page cache). A restart during a fork fails the op
  * ("interrupted") and its forks (failed, deletable). */
 #include <dirent.h>
 #include <errno.h>
@@ -237,7 +244,8 @@ static void fork_end(struct sbx_fork *f)
     struct spaced *sp = f->sp;
     char dir[SBX_PATH_MAX], p[SBX_PATH_MAX + 32];
     sbx_capture_dir(sp, f->capture, dir, sizeof dir);
-    /* Every fork restored (or never will): the memory image is not needed any more. */
+    /* Every fork restored (or never will): the device state is not needed any more (the
+     * RAM file is: the forks map it until they are gone and the collection removes it). */
     snprintf(p, sizeof p, "%s/state", dir);
     unlink(p);
     snprintf(p, sizeof p, "%s/snapshot.json", dir);

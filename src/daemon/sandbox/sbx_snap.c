@@ -3,8 +3,9 @@
  *
  * A snapshot is a fork's capture that is kept (sbx_fork.c does the capturing: one
  * OP_SNAPSHOT op on the sandbox, the guest stopped only for the capture): the directory
- * <data_dir>/captures/<snapshot id>/ holds the memory + device state, the disk overlay
- * copy and chain.json, and the store row (store_snap) says whose it is. The row is
+ * <data_dir>/captures/<snapshot id>/ holds the memory (a RAM file that creates from the
+ * snapshot map copy-on-write, like a template's) + device state, the disk overlay copy
+ * and chain.json, and the store row (store_snap) says whose it is. The row is
  * written "creating" with the op (quota: one snapshot, checked in that transaction) and
  * becomes "ready" with its size when the capture is complete; a failed or interrupted
  * capture removes it.
@@ -112,7 +113,8 @@ void sbx_snap_captured(struct sbx_fork *f, int err, const char *msg)
     else if (store_snap_get(sp->store, id, &r) != 0)
         snprintf(why, sizeof why, "the snapshot's row is gone or unreadable (deleted meanwhile?)");
     if (!why[0]) {
-        r.size_bytes = file_bytes(dir, "state") + file_bytes(dir, "disk.qcow2");
+        r.size_bytes = file_bytes(dir, "state") + file_bytes(dir, "mem") +
+                       file_bytes(dir, "disk.qcow2");
         snprintf(r.state, sizeof r.state, "ready");
         if (store_snap_put(sp->store, &r) != 0)
             snprintf(why, sizeof why, "the store refused the snapshot's row");

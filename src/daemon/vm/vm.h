@@ -28,16 +28,20 @@
  *   qemu.pid      QEMU's pid as seen from spaced's namespace
  *   vm.json       what vm_adopt needs: pid, start time, accel, config summary
  *
- * Snapshot directory (written by vm_template_snapshot / vm_suspend, read by vm_restore):
+ * Snapshot directory (written by vm_template_snapshot / vm_suspend / vm_fork_capture,
+ * read by vm_restore):
  *   state         QEMU migration stream (device state; plus all RAM for a suspend)
- *   mem           guest RAM file (template snapshots only; mapped private copy-on-write
- *                 by every clone, so it must never be written after the snapshot: it is
- *                 root-owned 0444 from then on, and clones open it read-only)
- *   snapshot.json kind ("template" | "suspend"), mem_mib, vcpus, qemu version, sizes;
+ *   mem           guest RAM file (template snapshots and mapped fork captures; mapped
+ *                 private copy-on-write by every clone, so it must never be written
+ *                 after the snapshot: it is root-owned 0444 from then on, and clones open
+ *                 it read-only)
+ *   snapshot.json kind ("template" | "suspend" | "mapped": a capture split by
+ *                 vm_memmap.h), mem_mib, vcpus, qemu version, sizes;
  *                 vm_restore refuses a snapshot whose shape differs from the config.
  *
  * Files and prefixes of src/daemon/vm/ (one prefix per header): vm_ (this header, and the
- * internal vm_cgroup.h, vm_cmdline.h, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
+ * internal vm_cgroup.h, vm_cmdline.h, vm_memmap.h: a capture's stream split into a RAM
+ * file, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
  * (accel.h: the KVM probe), pool_ (pool.h: the warm pool), vmg_ (vm_greet.h: boot or
  * restore and wait for the agent's HELLO, with the lost-HELLO retry). Errors travel as
  * enum vm_error plus a message in the caller's msg[msglen] (or a callback's msg).
@@ -323,10 +327,13 @@ int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 /* Fork capture: stops the VM, writes its full memory + device state to dir/state (and
  * dir/snapshot.json, kind "suspend": vm_restore takes the directory like a suspend's),
  * copies the disk overlay to dir/disk.qcow2 while the guest is stopped, makes both
- * root-owned 0444, then continues the guest (left paused if it was paused). cb reports
- * the result with the VM running again; on failure the files are not complete (the
- * caller removes dir) and the VM runs as before. The pause lasts the migration plus the
- * copy (a reflink where the filesystem can). */
+ * root-owned 0444, then continues the guest (left paused if it was paused). Then, with
+ * the guest running, the stream is split (vm_memmap_capture, synchronously) into
+ * dir/mem, root-owned 0444, and a small dir/state, kind "mapped": a restore maps the RAM
+ * like a template clone's instead of loading it; if the split fails, the full stream
+ * stays (logged). cb reports the result with the VM running again; on failure the files
+ * are not complete (the caller removes dir) and the VM runs as before. The pause lasts
+ * the migration plus the copy (a reflink where the filesystem can). */
 int vm_fork_capture(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
 
 /* Template snapshot: only for a VM booted with cfg->mem_path (share=on RAM). Stops the

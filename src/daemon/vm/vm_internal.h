@@ -55,7 +55,8 @@ struct vm {
 
     /* restore (VM_OP_START with a snapshot) */
     char *snap_dir;           /* owned */
-    int snap_template;        /* snapshot kind: template (x-ignore-shared) or suspend */
+    int snap_mapped;          /* RAM mapped from snap_dir/mem (template, mapped capture) */
+    int snap_ignore_shared;   /* the stream was taken with x-ignore-shared (template) */
     int restore_paused;
     int adopting;             /* VM_OP_START is a re-attach (vm_adopt) */
     int start_timed_out;      /* the start deadline killed it */

@@ -4,9 +4,12 @@
  *   vm_template_snapshot  stop, migrate devices only (x-ignore-shared skips the share=on
  *                         RAM file, which becomes dir/mem), quit
  *   vm_fork_capture       stop, migrate everything to dir/state, copy the disk overlay
- *                         to dir/disk.qcow2 (both sealed 0444), cont: the VM keeps running
- *   vm_restore            new QEMU with -incoming defer -S (template: the RAM file mapped
- *                         share=off, i.e. private copy-on-write), load dir/state, cont
+ *                         to dir/disk.qcow2 (both sealed 0444), cont: the VM keeps running;
+ *                         then the stream is split into a RAM file dir/mem + a state
+ *                         without its pages (vm_memmap.c: kind "mapped")
+ *   vm_restore            new QEMU with -incoming defer -S (template or mapped capture:
+ *                         the RAM file mapped share=off, i.e. private copy-on-write),
+ *                         load dir/state, cont
  *
  * A template snapshot is sealed once the template's QEMU has exited (vm_save_seal): the
  * RAM file and the frozen overlay become root-owned 0444, out of reach of every VM uid.
@@ -15,6 +18,8 @@
  * or a command: QEMU's -sandbox spawn=deny forbids exec: migration, and the jailed QEMU
  * cannot see the snapshot directory at all. */
 #include "vm_internal.h"
+#include "log.h"
+#include "vm_memmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -114,6 +119,29 @@ done:
     return rc;
 }
 
+/* The capture is complete and the guest runs again (or stays paused): its full stream is
+ * split into a mappable RAM file + device state, so that each restore maps the memory
+ * instead of loading it. Done after cont, so the parent's pause does not grow by it. A
+ * failed split leaves the full stream, which restores too (slower): only logged. */
+static void capture_done(struct vm *vm)
+{
+    char why[300];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = vm_memmap_capture(vm->save_dir, vm->cfg.mem_mib, why, sizeof(why));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long long ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    if (r < 0) {
+        char q[400];
+        log_warn("vm.capture", "vm=%s event=map_failed ms=%lld msg=%s note=\"the capture keeps "
+                 "its full stream: its restores load every page\"", vm->cfg.id, ms,
+                 log_quote(why, q, sizeof(q)));
+    } else {
+        log_info("vm.capture", "vm=%s event=mapped ms=%lld", vm->cfg.id, ms);
+    }
+    vm_op_done(vm, VM_OK, NULL);
+}
+
 static void on_cont_capture(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
 {
     struct vm *vm = arg;
@@ -125,7 +153,7 @@ static void on_cont_capture(struct qmp *q, int err, const char *msg, json_t *ret
         return;
     }
     vm->state = VM_STATE_RUNNING;
-    vm_op_done(vm, VM_OK, NULL);
+    capture_done(vm);
 }
 
 /* A fork capture's state is written: while the guest is still stopped (the migration
@@ -148,7 +176,7 @@ static void capture_complete(struct vm *vm)
     }
     if (!vm->save_was_running) {
         vm->state = VM_STATE_PAUSED;
-        vm_op_done(vm, VM_OK, NULL);
+        capture_done(vm);
     } else if (qmp_command(vm->qmp, "cont", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_cont_capture,
                            vm) < 0) {
         save_fail(vm, VM_E_QMP, "monitor unavailable");
@@ -425,14 +453,16 @@ static void on_caps_load(struct qmp *q, int err, const char *msg, json_t *ret, v
 
 void vm_restore_begin(struct vm *vm)
 {
-    if (qmp_command(vm->qmp, "migrate-set-capabilities", caps_args(vm->snap_template), -1,
+    if (qmp_command(vm->qmp, "migrate-set-capabilities", caps_args(vm->snap_ignore_shared), -1,
                     SAVE_STEP_TIMEOUT_MS, on_caps_load, vm) < 0)
         restore_fail(vm, "monitor unavailable");
 }
 
-/* Reads and checks dir/snapshot.json against cfg. Returns 0 with *tmpl set. */
-static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, char *msg,
-                      size_t msglen)
+/* Reads and checks dir/snapshot.json against cfg. Returns 0 with *mapped set (the RAM
+ * comes from dir/mem: a template's, x-ignore-shared, or a mapped capture's, whose stream
+ * was taken without it) and *ignore_shared. */
+static int check_meta(const char *dir, const struct vm_config *cfg, int *mapped,
+                      int *ignore_shared, char *msg, size_t msglen)
 {
     char p[4096];
     json_error_t je;
@@ -451,7 +481,7 @@ static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, c
     json_int_t bytes = json_integer_value(json_object_get(j, "state_bytes"));
     int r = -1;
     struct stat st;
-    if (!kind || (strcmp(kind, "template") && strcmp(kind, "suspend")))
+    if (!kind || (strcmp(kind, "template") && strcmp(kind, "suspend") && strcmp(kind, "mapped")))
         snprintf(msg, msglen, "snapshot %s: unknown kind", dir);
     else if (mem != cfg->mem_mib || cpus != cfg->vcpus)
         snprintf(msg, msglen, "snapshot %s was taken with %lld MiB / %lld vCPUs, config asks "
@@ -460,7 +490,8 @@ static int check_meta(const char *dir, const struct vm_config *cfg, int *tmpl, c
     else if (snap_path(dir, "state", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
              st.st_size != bytes)
         snprintf(msg, msglen, "snapshot %s: state file missing or truncated", dir);
-    else if ((*tmpl = !strcmp(kind, "template")) &&
+    else if ((*ignore_shared = !strcmp(kind, "template"),
+              *mapped = *ignore_shared || !strcmp(kind, "mapped")) &&
              (snap_path(dir, "mem", p, sizeof(p)) < 0 || stat(p, &st) < 0 ||
               st.st_size != (off_t)cfg->mem_mib << 20))
         snprintf(msg, msglen, "snapshot %s: RAM file missing or of the wrong size", dir);
@@ -476,8 +507,8 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
                       size_t msglen)
 {
     char state[4096], mem[4096];
-    int tmpl = 0;
-    if (!snapshot_dir || check_meta(snapshot_dir, cfg, &tmpl, msg, msglen) < 0) {
+    int mapped = 0, ignore_shared = 0;
+    if (!snapshot_dir || check_meta(snapshot_dir, cfg, &mapped, &ignore_shared, msg, msglen) < 0) {
         if (!snapshot_dir)
             snprintf(msg, msglen, "no snapshot directory");
         *err = VM_E_SNAPSHOT;
@@ -489,7 +520,8 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
     snap_path(snapshot_dir, "state", state, sizeof(state));
     snap_path(snapshot_dir, "mem", mem, sizeof(mem));
     vm->snap_dir = strdup(snapshot_dir);
-    vm->snap_template = tmpl;
+    vm->snap_mapped = mapped;
+    vm->snap_ignore_shared = ignore_shared;
     vm->restore_paused = paused;
     vm->state_fd = open(state, O_RDONLY | O_CLOEXEC);
     if (!vm->snap_dir || vm->state_fd < 0) {
@@ -500,11 +532,12 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
         vm_free_unstarted(vm);
         return NULL;
     }
-    /* A restored VM keeps no RAM file of its own: the template's is mapped private,
-     * a suspended VM's RAM comes back from the stream into anonymous memory. */
+    /* A restored VM keeps no RAM file of its own: the template's (or a mapped capture's)
+     * is mapped private, a suspended VM's RAM comes back from the stream into anonymous
+     * memory. */
     free((char *)vm->cfg.mem_path);
     vm->cfg.mem_path = NULL;
-    if (vm_start_process(vm, tmpl ? mem : NULL, 0, 1, 1, err, msg, msglen) < 0) {
+    if (vm_start_process(vm, mapped ? mem : NULL, 0, 1, 1, err, msg, msglen) < 0) {
         close(vm->state_fd);
         vm_free_unstarted(vm);
         return NULL;

@@ -21,16 +21,16 @@
 #include <unistd.h>
 
 #define VM_START_TIMEOUT_MS 30000 /* QEMU up and (restore) state loaded */
-/* A restore that loads a full memory image (a suspend's, a fork's capture: not a
- * template's, whose RAM is mapped) reads and decodes every page in QEMU's main loop:
- * its deadline grows by 1 s per VM_START_LOAD_MIB_PER_S MiB of state, so a large or
- * loaded host's restore is not killed for its size. */
+/* A restore that loads a full memory image (a suspend's, a capture that could not be
+ * mapped: not a template's or a mapped capture's, whose RAM is mapped) reads and decodes
+ * every page in QEMU's main loop: its deadline grows by 1 s per VM_START_LOAD_MIB_PER_S
+ * MiB of state, so a large or loaded host's restore is not killed for its size. */
 #define VM_START_LOAD_MIB_PER_S 4
 
 static unsigned start_timeout_ms(const struct vm *vm)
 {
     struct stat st;
-    if (!vm->snap_dir || vm->snap_template || vm->state_fd < 0 || fstat(vm->state_fd, &st) < 0)
+    if (!vm->snap_dir || vm->snap_mapped || vm->state_fd < 0 || fstat(vm->state_fd, &st) < 0)
         return VM_START_TIMEOUT_MS;
     return VM_START_TIMEOUT_MS + (unsigned)(st.st_size / (VM_START_LOAD_MIB_PER_S << 20)) * 1000;
 }
