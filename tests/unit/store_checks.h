@@ -660,11 +660,11 @@ static void check_crash_mid_transaction(void **state)
     store_close(st);
 }
 
-/* The child acknowledges each commit on a pipe, like spaced answering 202; the parent
- * kills it at an arbitrary point. Every acknowledged row must survive. */
-static void check_crash_loses_nothing_acknowledged(void **state)
+/* Runs write_one(st, i) for i = 0, 1, ... in a child process on a handle of its own;
+ * the child acknowledges each call that returned 0 on a pipe, like spaced answering 202,
+ * and is SIGKILLed at an arbitrary point after 40. Returns the last acknowledged i. */
+static int crash_writer(int (*write_one)(struct store *st, int i))
 {
-    (void)state;
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
@@ -676,14 +676,7 @@ static void check_crash_loses_nothing_acknowledged(void **state)
         if (!st)
             _exit(1);
         for (int i = 0;; i++) {
-            struct store_sbx s;
-            struct store_op o;
-            char id[32];
-            snprintf(id, sizeof id, "sbk%06d", i);
-            fill_sbx(&s, id, "K", "base", "creating", "{}");
-            snprintf(id, sizeof id, "opk%06d", i);
-            fill_op(&o, id, "K", "pending", "", i);
-            if (store_begin(st) || store_sbx_put(st, &s) || store_op_put(st, &o) || store_commit(st))
+            if (write_one(st, i))
                 _exit(3);
             if (write(fds[1], &i, sizeof i) != (ssize_t)sizeof i)
                 _exit(4);
@@ -697,6 +690,26 @@ static void check_crash_loses_nothing_acknowledged(void **state)
     waitpid(pid, NULL, 0);
     close(fds[0]);
     assert_true(last >= 40);
+    return last;
+}
+
+static int write_acknowledged(struct store *st, int i)
+{
+    struct store_sbx s;
+    struct store_op o;
+    char id[32];
+    snprintf(id, sizeof id, "sbk%06d", i);
+    fill_sbx(&s, id, "K", "base", "creating", "{}");
+    snprintf(id, sizeof id, "opk%06d", i);
+    fill_op(&o, id, "K", "pending", "", i);
+    return store_begin(st) || store_sbx_put(st, &s) || store_op_put(st, &o) || store_commit(st);
+}
+
+/* Every acknowledged row survives a SIGKILL. */
+static void check_crash_loses_nothing_acknowledged(void **state)
+{
+    (void)state;
+    int last = crash_writer(write_acknowledged);
     struct store *st = checks_open();
     for (int i = 0; i <= last; i++) {
         char id[32];
@@ -712,48 +725,29 @@ static void check_crash_loses_nothing_acknowledged(void **state)
     store_close(st);
 }
 
+static int write_lazy_then_durable(struct store *st, int i)
+{
+    struct store_session ss = {.sandbox = "sbL", .tenant = "L", .state = "running",
+                               .spec_json = (char *)"{}", .exit_code = -1};
+    struct store_op o;
+    struct store_sbx s;
+    char id[32];
+    snprintf(ss.id, sizeof ss.id, "ssl%06d", i);
+    snprintf(id, sizeof id, "opl%06d", i);
+    fill_op(&o, id, "L", "running", "", i);
+    snprintf(id, sizeof id, "sbl%06d", i);
+    fill_sbx(&s, id, "L", "base", "creating", "{}");
+    return store_session_put(st, &ss) || store_op_put_lazy(st, &o) || store_begin(st) ||
+           store_sbx_put(st, &s) || store_commit(st);
+}
+
 /* The writes made without an fsync (session rows, op progress: store.h "Durability") are
  * still in the database after a SIGKILL once the call returned, and the handle is durable
  * again after them: the transaction that follows each survives too. */
 static void check_crash_keeps_lazy_writes(void **state)
 {
     (void)state;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        char err[128];
-        struct store *st = checks_open_quiet(err, sizeof err);
-        if (!st)
-            _exit(1);
-        for (int i = 0;; i++) {
-            struct store_session ss = {.sandbox = "sbL", .tenant = "L", .state = "running",
-                                       .spec_json = (char *)"{}", .exit_code = -1};
-            struct store_op o;
-            struct store_sbx s;
-            char id[32];
-            snprintf(ss.id, sizeof ss.id, "ssl%06d", i);
-            snprintf(id, sizeof id, "opl%06d", i);
-            fill_op(&o, id, "L", "running", "", i);
-            snprintf(id, sizeof id, "sbl%06d", i);
-            fill_sbx(&s, id, "L", "base", "creating", "{}");
-            if (store_session_put(st, &ss) || store_op_put_lazy(st, &o) || store_begin(st) ||
-                store_sbx_put(st, &s) || store_commit(st))
-                _exit(3);
-            if (write(fds[1], &i, sizeof i) != (ssize_t)sizeof i)
-                _exit(4);
-        }
-    }
-    close(fds[1]);
-    int last = -1, v;
-    while (last < 40 && read(fds[0], &v, sizeof v) == (ssize_t)sizeof v)
-        last = v;
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    close(fds[0]);
-    assert_true(last >= 40);
+    int last = crash_writer(write_lazy_then_durable);
     struct store *st = checks_open();
     for (int i = 0; i <= last; i++) {
         char id[32];
