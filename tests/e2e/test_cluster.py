@@ -374,32 +374,38 @@ def test_drain_and_remove_nodes(cluster):
 
 
 @pytest.mark.parametrize("cluster", [{"vcpus": 1}], indirect=True)
+def at_once(n, call):
+    """call(i) for i in 0..n-1 from n threads released together; their results (None for
+    a thread still stuck after 120 s)."""
+    import threading
+    start, results = threading.Barrier(n), [None] * n
+
+    def run_one(i):
+        start.wait()
+        results[i] = call(i)
+
+    threads = [threading.Thread(target=run_one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results
+
+
 def test_concurrent_creates_on_two_controls_never_overcommit(cluster, pg_url):  # noqa: F811
     """Two control replicas each get four creates at the same moment, against two nodes
     that offer 1 vCPU each: capacity is reserved in the database before a create is
     forwarded, so exactly two are accepted (one per node) and the six others get 503
     no_capacity naming the largest free shape; no node ever holds more vCPUs than it
     offers, and no reservation outlives its create."""
-    import threading
     control, nodes, _, second_control = cluster
     deadline = time.monotonic() + 60
     while set(live_nodes(control)) != {"node-a", "node-b"}:
         assert time.monotonic() < deadline, live_nodes(control)
         time.sleep(0.5)
     control2 = second_control()
-    start = threading.Barrier(8)
-    results = [None] * 8
-
-    def create(i):
-        c = control if i % 2 else control2
-        start.wait()
-        results[i] = c.request("POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)}))
-
-    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = at_once(8, lambda i: (control if i % 2 else control2).request(
+        "POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)})))
     accepted = [r for r in results if r is not None and r.status == 202]
     refused = [r for r in results if r is not None and r.status != 202]
     assert len(accepted) + len(refused) == 8, results
@@ -432,7 +438,6 @@ def test_concurrent_resumes_and_creates_never_overcommit(cluster, pg_url):  # no
     (store_resv_take), so exactly two of the six are accepted whichever wins, the others
     get 503 no_capacity, no node holds more vCPUs than it offers, and no reservation is
     left. Before restores reserved, both restores and two creates were accepted."""
-    import threading
     control, nodes, _, second_control = cluster
     deadline = time.monotonic() + 60
     while set(live_nodes(control)) != {"node-a", "node-b"}:
@@ -450,22 +455,13 @@ def test_concurrent_resumes_and_creates_never_overcommit(cluster, pg_url):  # no
         assert r.status == 202 and control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", r
     assert sql(pg_url, "SELECT COUNT(*) FROM sandboxes WHERE state NOT IN %s" % NO_VM) == ["0"]
 
-    start = threading.Barrier(6)
-    results = [None] * 6
-
     def go(i):
         c = control if i % 2 else control2
-        start.wait()
         if i < 2:
-            results[i] = c.request("POST", "/v1/sandboxes/%s/restore" % sids[i])
-        else:
-            results[i] = c.request("POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)}))
+            return c.request("POST", "/v1/sandboxes/%s/restore" % sids[i])
+        return c.request("POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)}))
 
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = at_once(6, go)
     assert None not in results, results
     accepted = [r for r in results if r.status == 202]
     assert len(accepted) == 2, results

@@ -83,10 +83,10 @@ static int mm_fail(struct mm *m, const char *fmt, ...)
 
 /* ---- input ------------------------------------------------------------------------------ */
 
-static int rd_fill(struct mm *m)
+/* The next chunk of the capture into ibuf: 0, 1 at its end when eof_ok, or -1 (mm_fail)
+ * on an error or an end that comes early. */
+static int rd_chunk(struct mm *m, bool eof_ok)
 {
-    if (m->ipos < m->ilen)
-        return 0;
     ssize_t n;
     do
         n = read(m->in, m->ibuf, MM_BUF);
@@ -94,10 +94,15 @@ static int rd_fill(struct mm *m)
     if (n < 0)
         return mm_fail(m, "reading the capture: %s", strerror(errno));
     if (n == 0)
-        return mm_fail(m, "the capture's stream ends early");
+        return eof_ok ? 1 : mm_fail(m, "the capture's stream ends early");
     m->ipos = 0;
     m->ilen = (size_t)n;
     return 0;
+}
+
+static int rd_fill(struct mm *m)
+{
+    return m->ipos < m->ilen ? 0 : rd_chunk(m, false);
 }
 
 /* Hands out the next n bytes of input: dst may be NULL (skip). */
@@ -415,16 +420,11 @@ static int stream_split(struct mm *m)
     /* The rest (device state, EOF, the JSON description) as it is. */
     for (;;) {
         if (m->ipos == m->ilen) {
-            ssize_t n;
-            do
-                n = read(m->in, m->ibuf, MM_BUF);
-            while (n < 0 && errno == EINTR);
-            if (n < 0)
-                return mm_fail(m, "reading the capture: %s", strerror(errno));
-            if (n == 0)
+            int r = rd_chunk(m, true);
+            if (r < 0)
+                return -1;
+            if (r == 1)
                 break;
-            m->ipos = 0;
-            m->ilen = (size_t)n;
         }
         if (copy(m, m->ilen - m->ipos) < 0)
             return -1;
