@@ -373,7 +373,6 @@ def test_drain_and_remove_nodes(cluster):
         assert control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
 
 
-@pytest.mark.parametrize("cluster", [{"vcpus": 1}], indirect=True)
 def at_once(n, call):
     """call(i) for i in 0..n-1 from n threads released together; their results (None for
     a thread still stuck after 120 s)."""
@@ -392,6 +391,7 @@ def at_once(n, call):
     return results
 
 
+@pytest.mark.parametrize("cluster", [{"vcpus": 1}], indirect=True)
 def test_concurrent_creates_on_two_controls_never_overcommit(cluster, pg_url):  # noqa: F811
     """Two control replicas each get four creates at the same moment, against two nodes
     that offer 1 vCPU each: capacity is reserved in the database before a create is
