@@ -51,6 +51,17 @@ void spaced_retry_failed(struct spaced_retry *r)
 
 void spaced_retry_ok(struct spaced_retry *r) { r->next_ms = r->wait_ms = 0; }
 
+void spaced_retry_mark(struct spaced_retry *r, bool *unsaved, bool now_unsaved)
+{
+    if (now_unsaved && !*unsaved)
+        r->first++;
+    else if (!now_unsaved && *unsaved && r->first > 0)
+        r->first--;
+    *unsaved = now_unsaved;
+}
+
+bool spaced_retry_ops_due(const struct spaced_retry *r) { return r->first == 0 && spaced_retry_due(r); }
+
 int spaced_random_id(char *out, const char *prefix, unsigned nhex)
 {
     unsigned char raw[64];

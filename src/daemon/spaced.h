@@ -101,12 +101,20 @@ struct spaced_opts {
 
 /* Backoff for writes retried while the store is down (the op engine's outcomes, the
  * sandbox records): each failed attempt doubles the wait before the next one, from
- * SPACED_RETRY_MIN_MS up to SPACED_RETRY_MAX_MS; a success ends it. Zeroed = no wait. */
+ * SPACED_RETRY_MIN_MS up to SPACED_RETRY_MAX_MS; a success ends it. Zeroed = no wait.
+ *
+ * Order: records an operation's outcome describes (a sandbox's state) are stored before
+ * that outcome, so nobody reads "succeeded" next to a stale record. The modules owning
+ * such records count theirs that wait for the store in `first` (spaced_retry_mark), and
+ * the op engine writes no operation row while it is non-zero: the backoff alone cannot
+ * order them, as it may run out between the tick's sandbox pass and its op pass, or a
+ * success elsewhere may end it before the tick has written the records. */
 #define SPACED_RETRY_MIN_MS 500
 #define SPACED_RETRY_MAX_MS 4000
 struct spaced_retry {
     int64_t next_ms;  /* no attempt before this wall-clock time */
     int64_t wait_ms;  /* the last wait, 0 after a success */
+    unsigned first;   /* refused records to store before any operation row */
 };
 
 struct spaced {
@@ -170,6 +178,11 @@ int64_t spaced_now_ms(void);
 bool spaced_retry_due(const struct spaced_retry *r);
 void spaced_retry_failed(struct spaced_retry *r);
 void spaced_retry_ok(struct spaced_retry *r);
+/* Sets *unsaved (the flag of one record counted in r->first) and keeps the count. */
+void spaced_retry_mark(struct spaced_retry *r, bool *unsaved, bool now_unsaved);
+/* Whether an operation row may be written now: the backoff has run out and no record
+ * that comes first waits. */
+bool spaced_retry_ops_due(const struct spaced_retry *r);
 
 /* rm -rf of path: no symlink followed, no mount point crossed; failures are logged
  * (event=cleanup), never fatal. A missing path is not an error. */

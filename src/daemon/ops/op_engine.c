@@ -354,10 +354,11 @@ static int op_write(struct spaced *sp, struct op_open *o)
 }
 
 /* Writes o's changed row now, or leaves it to op_retry while the store is failing
- * (another op's write failed and the backoff has not run out, or o's own did). */
+ * (another write failed and the backoff has not run out, or o's own did) or while a
+ * record that must be stored first waits (spaced.h: spaced_retry). */
 static void op_save(struct spaced *sp, struct op_open *o)
 {
-    if (o->unsaved || !spaced_retry_due(&sp->store_retry)) {
+    if (o->unsaved || !spaced_retry_ops_due(&sp->store_retry)) {
         if (!o->unsaved) {
             log_warn("operation.unsaved", "op=%s state=%s msg=\"the store refused a write: "
                      "waiting for the retry\" retry=until_stored", o->id, o->row.state);
@@ -370,12 +371,13 @@ static void op_save(struct spaced *sp, struct op_open *o)
 }
 
 /* From the tick: writes the unsaved rows in queue order, stopping at the first failure
- * (the store is still down) until the backoff runs out. Rescans after each write: its
- * watchers may have finished (and freed) other ops. */
+ * (the store is still down) until the backoff runs out, and not before the records that
+ * come first are stored. Rescans after each write: its watchers may have finished (and
+ * freed) other ops. */
 static void op_retry(struct spaced *sp)
 {
     struct op_engine *e = sp->ops;
-    while (spaced_retry_due(&sp->store_retry)) {
+    while (spaced_retry_ops_due(&sp->store_retry)) {
         struct op_open *o = e->open;
         while (o && !o->unsaved)
             o = o->next;

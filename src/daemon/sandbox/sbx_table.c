@@ -109,6 +109,7 @@ static void keep_unsaved(struct sbx_table *t, struct sbx *s)
     if (!u) {
         log_error("store.error", "sandbox=%s msg=\"out of memory: its record stays unsaved\"",
                   s->rec.id);
+        spaced_retry_mark(&s->sp->store_retry, &s->unsaved, false); /* given up: no longer waited for */
         return;
     }
     u->rec = s->rec;
@@ -194,14 +195,14 @@ static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *un
         if (!*unsaved)
             log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
                       rec->id, rec->state, log_quote(store_errmsg(sp->store), q, sizeof q));
-        *unsaved = true;
+        spaced_retry_mark(&sp->store_retry, unsaved, true);
         spaced_retry_failed(&sp->store_retry);
         return -1;
     }
     spaced_retry_ok(&sp->store_retry);
     if (*unsaved)
         log_info("sandbox.saved", "sandbox=%s state=%s", rec->id, rec->state);
-    *unsaved = false;
+    spaced_retry_mark(&sp->store_retry, unsaved, false);
     return 0;
 }
 
