@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "vol.h"
+#include "vol_quota.h"
 
 #define VOL_CHUNK (64 * 1024)
 
@@ -19,7 +20,10 @@ struct xfer {
     const struct vol_xfer_ops *ops;
     void *arg;
     int fd;
+    int64_t size;               /* the file's size when opened */
     int64_t done;
+    int64_t paid;               /* bytes taken from the quota charge so far */
+    struct vol_charge *charge;  /* uploads only */
     char path[VOL_PATH_MAX];
 };
 
@@ -27,6 +31,7 @@ static void xfer_free(struct xfer *x)
 {
     if (x->fd >= 0)
         close(x->fd);
+    vol_quota_end(x->charge);
     free(x);
 }
 
@@ -49,7 +54,8 @@ static void xfer_fail(struct xfer *x, int status, const char *code, const char *
     ops->fail(req, &err, arg);
 }
 
-/* Opens path in the volume for a transfer, or NULL after replying. */
+/* Opens path in the volume for a transfer (a regular file: nothing else is read or
+ * written), or NULL after replying. */
 static struct xfer *xfer_open(struct spaced *sp, struct http_req *req, const char *tenant,
                               const char *name, const char *path, int flags, bool mkdirs,
                               const struct vol_xfer_ops *ops, void *arg)
@@ -61,15 +67,12 @@ static struct xfer *xfer_open(struct spaced *sp, struct http_req *req, const cha
         ops->fail(req, &err, arg);
         return NULL;
     }
-    /* Truncated only once known to be a regular file: O_TRUNC in the open would act on
-     * whatever node a guest left at the path before the check below. */
-    x->fd = vol_open(sp, tenant, name, path, flags & ~O_TRUNC, mkdirs, &err);
+    x->fd = vol_open(sp, tenant, name, path, flags, mkdirs, &err);
     struct stat st;
     if (x->fd >= 0 && (fstat(x->fd, &st) != 0 || !S_ISREG(st.st_mode)))
         spaced_err_set(&err, 409, "not_a_file", "%.200s is not a regular file", path);
-    else if (x->fd >= 0 && (flags & O_TRUNC) && ftruncate(x->fd, 0) != 0)
-        spaced_err_set(&err, 500, "internal", "%.200s: cannot truncate: %s", path, strerror(errno));
     else if (x->fd >= 0) {
+        x->size = st.st_size;
         x->req = req;
         x->ops = ops;
         x->arg = arg;
@@ -86,10 +89,18 @@ static void upload_chunk(struct http_req *req, const char *data, size_t len, voi
 {
     (void)req;
     struct xfer *x = arg;
+    struct spaced_err err;
     if (x->done + (int64_t)len > VOL_FILE_MAX) {
         xfer_fail(x, 413, "too_large", "a volume file holds at most 1 GiB");
         return;
     }
+    int64_t need = x->done + (int64_t)len - x->paid;
+    if (need > 0 && vol_quota_take(x->charge, need, &err) < 0) {
+        xfer_fail(x, err.status, err.code, err.message);
+        return;
+    }
+    if (need > 0)
+        x->paid += need;
     for (size_t off = 0; off < len;) {
         ssize_t n = write(x->fd, data + off, len - off);
         if (n < 0 && errno == EINTR)
@@ -121,9 +132,22 @@ void vol_xfer_upload(struct spaced *sp, struct http_req *req, const char *tenant
         ops->fail(req, &err, arg);
         return;
     }
-    struct xfer *x = xfer_open(sp, req, tenant, name, path, O_WRONLY | O_CREAT | O_TRUNC, true,
-                               ops, arg);
-    if (x && http_req_stream_body(req, upload_chunk, upload_end, x) < 0)
+    /* Not O_TRUNC: that would act on whatever node a guest left at the path before
+     * xfer_open's check, and on a file the quota then refuses to replace. */
+    struct xfer *x = xfer_open(sp, req, tenant, name, path, O_WRONLY | O_CREAT, true, ops, arg);
+    if (!x)
+        return;
+    struct spaced_err err;
+    int64_t len = http_req_content_length(req);
+    if (!(x->charge = vol_quota_begin(sp, tenant, x->size, &err)) ||
+        (len > 0 && vol_quota_take(x->charge, len, &err) < 0)) {
+        xfer_fail(x, err.status, err.code, err.message); /* the file is untouched */
+        return;
+    }
+    x->paid = len > 0 ? len : 0;
+    if (ftruncate(x->fd, 0) != 0)
+        xfer_fail(x, 500, "internal", strerror(errno));
+    else if (http_req_stream_body(req, upload_chunk, upload_end, x) < 0)
         xfer_fail(x, 500, "internal", "request body already claimed");
 }
 
