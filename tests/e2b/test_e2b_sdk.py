@@ -175,6 +175,11 @@ def test_volumes(api_spaced):
     run_script(api_spaced, "volumes.mjs", CURRENT)
 
 
+def test_volume_mounts(vm_spaced):
+    """Sandbox.create({volumeMounts}) mounts E2B volumes (native mounts underneath)."""
+    run_script(vm_spaced, "volume_mounts.mjs", CURRENT)
+
+
 @pytest.mark.parametrize("sdk", [CURRENT, OLDER])
 @pytest.mark.parametrize("script", ["lifecycle.mjs", "commands.mjs", "files.mjs", "bad_input.mjs"])
 def test_sdk(vm_spaced, script, sdk):

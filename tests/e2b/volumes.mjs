@@ -44,6 +44,19 @@ await main(async () => {
     for await (const c of await vol.readFile('/a/b/hello.txt', { format: 'stream' })) chunks.push(c)
     assert.equal(Buffer.concat(chunks).toString(), 'hello volume')
   })
+  await step('writeFile from a stream and a blob, with uid and gid; readFile as blob', async () => {
+    const enc = new TextEncoder()
+    const parts = ['str', 'eam', 'ed']
+    const stream = new ReadableStream({ pull(c) { parts.length ? c.enqueue(enc.encode(parts.shift())) : c.close() } })
+    assert.equal((await vol.writeFile('/s.txt', stream)).size, 8)
+    assert.equal(await vol.readFile('/s.txt'), 'streamed')
+    const st = await vol.writeFile('/own.txt', new Blob(['owned']), { uid: 1234, gid: 4321 })
+    assert.equal(st.uid, 1234)
+    assert.equal(st.gid, 4321)
+    assert.equal(await (await vol.readFile('/own.txt', { format: 'blob' })).text(), 'owned')
+    await vol.remove('/s.txt')
+    await vol.remove('/own.txt')
+  })
   await step('writeFile with mode, getInfo, exists', async () => {
     const st = await vol.writeFile('/x.sh', 'echo hi\n', { mode: 0o750 })
     assert.equal(st.mode, 0o750)
@@ -112,6 +125,21 @@ await main(async () => {
     const x = await raw(`/volumecontent/${name}/file?path=/a/b/hello.txt`, { method: 'GET', headers: { Authorization: `Bearer ${theirs.token}` } })
     assert.equal(x.status, 404)
     assert.equal(await Volume.destroy(name, { apiKey: otherKey }), true)
+  })
+  await step('over the volume_mib quota: writeFile -> VolumeError (507)', async () => {
+    const admin = { Authorization: `Bearer ${apiKey}` }
+    const set = (v) => raw('/v1/tenants/admin/quota', { method: 'PUT', headers: admin, body: JSON.stringify({ volume_mib: v }) })
+    assert.equal((await set(1)).status, 200)
+    try {
+      // this SDK sends bytes without a Content-Length: cut when it passes the quota, the
+      // file left empty (a sized body is refused before the file is touched:
+      // tests/e2e/test_volumes.py)
+      await rejectsWith(vol.writeFile('/big', new Uint8Array(2 << 20)), VolumeError, (e) => assert.match(e.message, /quota exceeded: volume_mib/))
+      assert.equal((await vol.getInfo('/big')).size, 0)
+      await vol.remove('/big')
+    } finally {
+      assert.equal((await set(null)).status, 200)
+    }
   })
   await step('connect gets a fresh token that works', async () => {
     const again = await Volume.connect(name)

@@ -215,6 +215,7 @@ def test_byte_quota(vs):
                   raw=iter([b"d" * 64 * kib] * 4),
                   headers={"Content-Type": "application/octet-stream"})
     assert r.status == 507 and r.error_code() == "quota_exceeded", r
+    assert s.request("GET", files("q2", "/chunked"), key=k).body == b""  # left empty
     got = s.request("GET", "/v1/quota", key=k).json
     assert got["limits"]["volume_mib"] == 1 and got["usage"]["volume_mib"] == 1, got
     # other tenants: no limit

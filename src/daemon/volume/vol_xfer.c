@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "vol.h"
 #include "vol_quota.h"
 
@@ -96,6 +97,11 @@ static void upload_chunk(struct http_req *req, const char *data, size_t len, voi
     }
     int64_t need = x->done + (int64_t)len - x->paid;
     if (need > 0 && vol_quota_take(x->charge, need, &err) < 0) {
+        /* A body without a length passed the quota: the file was truncated already; it is
+         * left empty, so the refused upload holds none of the tenant's bytes. */
+        if (ftruncate(x->fd, 0) != 0)
+            log_warn("volume.upload", "path=%.200s msg=\"cannot empty a refused upload: %s\"",
+                     x->path, strerror(errno));
         xfer_fail(x, err.status, err.code, err.message);
         return;
     }

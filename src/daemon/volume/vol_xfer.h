@@ -6,7 +6,9 @@
  * Paths are resolved beneath the volume (vol_open: no "..", no symlinks); only regular
  * files are read or written (409 not_a_file otherwise: a guest may leave a FIFO or a
  * device node at a path). Uploads are bounded by VOL_FILE_MAX (413 too_large) and by the
- * tenant's volume quota (vol_quota.h: 507 quota_exceeded), and
+ * tenant's volume quota (vol_quota.h: 507 quota_exceeded; by its Content-Length before the
+ * file is touched, or, for a body without one, when it passes the quota: the file is then
+ * left empty), and
  * written synchronously on the loop, 64 KiB at a time (local files); downloads are
  * paced by the client (at most VOL_XFER_PENDING_MAX queued). Prefix vol_xfer_. */
 #ifndef SPACE_VOL_XFER_H
