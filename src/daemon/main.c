@@ -76,7 +76,7 @@ static void usage(FILE *f)
             "  --proxy-idle-timeout SECS  close a proxied (upgraded or sandbox-port) connection\n"
             "                       on which no byte moved for this long (default 600; 0 = never)\n"
             "  --quota-sandboxes N, --quota-vcpus N, --quota-mem-mib N, --quota-disk-mib N,\n"
-            "  --quota-templates N, --quota-snapshots N\n"
+            "  --quota-templates N, --quota-snapshots N, --quota-volume-mib N\n"
             "                       per-tenant limits for tenants whose own quota (PUT\n"
             "                       /v1/tenants/{tenant}/quota) does not set them\n"
             "                       (default 0 = unlimited)\n"
@@ -107,7 +107,8 @@ static const char *env_opt(const char *name)
 static int parse_quota(int i, const char *arg, struct spaced_opts *o)
 {
     int64_t *f[] = {&o->quota.sandboxes, &o->quota.vcpus,     &o->quota.memory_mib,
-                    &o->quota.disk_mib,  &o->quota.templates, &o->quota.snapshots};
+                    &o->quota.disk_mib,  &o->quota.templates, &o->quota.snapshots,
+                    &o->quota.volume_mib};
     char *end = NULL;
     long long n = strtoll(arg, &end, 10);
     if (*end || end == arg || n < 0 || n > (1LL << 40)) {
@@ -185,6 +186,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"quota-disk-mib", required_argument, NULL, QUOTA_OPT + 3},
         {"quota-templates", required_argument, NULL, QUOTA_OPT + 4},
         {"quota-snapshots", required_argument, NULL, QUOTA_OPT + 5},
+        {"quota-volume-mib", required_argument, NULL, QUOTA_OPT + 6},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     o->listen = "127.0.0.1:7070";
@@ -284,7 +286,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
             break;
         }
         case QUOTA_OPT + 0: case QUOTA_OPT + 1: case QUOTA_OPT + 2:
-        case QUOTA_OPT + 3: case QUOTA_OPT + 4: case QUOTA_OPT + 5:
+        case QUOTA_OPT + 3: case QUOTA_OPT + 4: case QUOTA_OPT + 5: case QUOTA_OPT + 6:
             if (parse_quota(c - QUOTA_OPT, optarg, o) < 0)
                 return -1;
             break;

@@ -1,20 +1,30 @@
 /* space-volfs: serves one volume directory to one guest mount over a byte stream.
  *
- *     space-volfs DIR        serves DIR on fd 0 (a connected socket: the guest agent's
- *                            relay of /dev/fuse), until the mount goes away
+ *     space-volfs DIR [MAX_BYTES]   serves DIR on fd 0 (a connected socket: the guest
+ *                                   agent's relay of /dev/fuse), until the mount goes
+ *                                   away; with MAX_BYTES, the mount may grow the volume
+ *                                   by at most that many bytes (ENOSPC past it)
  *
  * volfs.h says what it serves and what it checks. spaced starts one per mounted volume
  * of a sandbox, jailed like QEMU, its fd 0 relayed to the guest agent's `mount` channel
- * (daemon/volume/vol_mount.h). */
+ * (daemon/volume/vol_mount.h), MAX_BYTES the tenant's volume quota left (vol_quota.h). */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "volfs/volfs.h"
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: space-volfs DIR  (serves DIR on fd 0)\n");
+    char *end = NULL;
+    long long max = -1;
+    if (argc == 3) {
+        errno = 0;
+        max = strtoll(argv[2], &end, 10);
+    }
+    if ((argc != 2 && argc != 3) || (argc == 3 && (!argv[2][0] || *end || errno || max < 0))) {
+        fprintf(stderr, "usage: space-volfs DIR [MAX_BYTES]  (serves DIR on fd 0)\n");
         return 2;
     }
     int root = open(argv[1], O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -27,6 +37,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "space-volfs: out of memory\n");
         return 1;
     }
+    volfs_set_budget(v, max);
     int rc = volfs_serve(v, 0);
     volfs_free(v);
     return rc == 0 ? 0 : 1;

@@ -27,7 +27,8 @@
  * the volume belongs to the tenant, not to a guest user. chown is accepted and ignored;
  * setuid/setgid bits are dropped; only regular files, directories and symlinks can be
  * made (MKNOD of anything else is EPERM). Shared writable mmap of a file is not
- * supported (direct I/O).
+ * supported (direct I/O). A mount may have a byte budget (volfs_set_budget): past it,
+ * writes that grow files fail with ENOSPC.
  *
  * Ops: INIT, LOOKUP, FORGET, BATCH_FORGET, GETATTR, SETATTR, OPEN, READ, WRITE, RELEASE,
  * FLUSH, FSYNC, OPENDIR, READDIR, RELEASEDIR, FSYNCDIR, CREATE, MKDIR, MKNOD, UNLINK,
@@ -54,6 +55,15 @@ struct volfs;
  * failure (root_fd is closed then too). */
 struct volfs *volfs_new(int root_fd);
 void volfs_free(struct volfs *v);
+
+/* Byte budget: how much this mount may grow its volume (the tenant's volume quota left
+ * when the mount started, daemon/volume/vol_quota.h), -1 (the default) for no limit.
+ * Growth is counted by file sizes: a WRITE past a file's end, a SETATTR that extends it;
+ * truncating, unlinking or replacing (rename, open with O_TRUNC) a file with one link
+ * counts its bytes back. A request that would pass the budget fails with ENOSPC and
+ * changes nothing; STATFS shows the budget left as the free space. Starts counting from
+ * zero. */
+void volfs_set_budget(struct volfs *v, int64_t bytes);
 
 /* Handles one request message msg[len] (fuse_in_header + arguments) and writes the
  * reply (fuse_out_header + payload) to out[cap], cap >= VOLFS_REPLY_MAX. Returns the

@@ -33,6 +33,8 @@ struct volfs {
     struct volfs_fh *fhs;      /* [VOLFS_HANDLES_MAX] */
     unsigned nnodes, nfhs;     /* slots in use */
     bool inited, destroyed;
+    int64_t budget;            /* bytes this mount may add (volfs_set_budget); -1: no limit */
+    int64_t grown;             /* bytes it added since (net: freed bytes count back) */
 };
 
 /* One request being answered: its header and the bytes after it, the reply payload. */
@@ -75,6 +77,17 @@ void volfs_renamed(struct volfs *v, uint64_t newparent, const char *newname);
 uint64_t volfs_fh_new(struct volfs *v, int fd, bool is_dir);
 struct volfs_fh *volfs_fh_get(struct volfs *v, uint64_t fh);
 void volfs_fh_close(struct volfs *v, uint64_t fh);
+
+/* ---- volfs_budget.c ---- */
+/* 0 if the mount may add `growth` bytes now, else -ENOSPC (nothing charged). */
+int volfs_budget_grow(struct volfs *v, int64_t growth);
+/* Charges delta bytes (negative: freed). */
+void volfs_budget_add(struct volfs *v, int64_t delta);
+/* The bytes removing or replacing name in dirfd frees: its size when it is a regular
+ * file with one link, else 0. Read before the operation, credited after it succeeded. */
+int64_t volfs_budget_freed(int dirfd, const char *name);
+/* Bytes still allowed (-1: no limit). */
+int64_t volfs_budget_left(const struct volfs *v);
 
 /* ---- volfs_ops.c ---- */
 /* Runs the operation of r->h->opcode; ENOSYS for unknown ones. */

@@ -177,11 +177,18 @@ static int op_setattr(struct volfs *v, struct volfs_req *r)
         int fd = setattr_fd(v, in, n, O_WRONLY, &owned);
         if (fd < 0)
             return fd;
-        int rc = ftruncate(fd, (off_t)in->size) == 0 ? 0 : -errno;
+        struct stat st;
+        int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+        int64_t delta = rc == 0 ? (int64_t)in->size - st.st_size : 0;
+        if (rc == 0)
+            rc = volfs_budget_grow(v, delta);
+        if (rc == 0)
+            rc = ftruncate(fd, (off_t)in->size) == 0 ? 0 : -errno;
         if (owned)
             close(fd);
         if (rc < 0)
             return rc;
+        volfs_budget_add(v, delta);
     }
     if (in->valid & (FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW)) {
         struct timespec ts[2] = {
@@ -226,6 +233,8 @@ static int op_open(struct volfs *v, struct volfs_req *r)
     if (!S_ISREG(st.st_mode))
         return S_ISDIR(st.st_mode) ? -EISDIR : -ELOOP;
     int fd = volfs_node_open(v, n, open_flags(in->flags));
+    if (fd >= 0 && (in->flags & O_TRUNC))
+        volfs_budget_add(v, -st.st_size); /* the inode's bytes are gone, whatever its links */
     return fd < 0 ? fd : open_reply(v, r, fd, false, 0);
 }
 
@@ -270,9 +279,21 @@ static int op_write(struct volfs *v, struct volfs_req *r)
     size_t data = r->arglen - sizeof *in;
     if (in->size > VOLFS_MAX_IO || in->size > data || in->offset > (uint64_t)INT64_MAX - in->size)
         return -EINVAL;
+    /* What the write adds: past the file's end (an O_APPEND fd writes at the end whatever
+     * the offset says). */
+    struct stat st;
+    int fl = fcntl(f->fd, F_GETFL);
+    if (fstat(f->fd, &st) != 0 || fl < 0)
+        return -errno;
+    int64_t at = (fl & O_APPEND) ? st.st_size : (int64_t)in->offset;
+    int rc = volfs_budget_grow(v, at + (int64_t)in->size - st.st_size);
+    if (rc < 0)
+        return rc;
     ssize_t n = pwrite(f->fd, r->arg + sizeof *in, in->size, (off_t)in->offset);
     if (n < 0)
         return -errno;
+    if (at + n > st.st_size)
+        volfs_budget_add(v, at + n - st.st_size);
     struct fuse_write_out *o = reply(r, sizeof *o);
     o->size = (uint32_t)n;
     return 0;
@@ -350,11 +371,13 @@ static int op_create(struct volfs *v, struct volfs_req *r)
     int dfd = named_in_dir(v, r, sizeof *in, &name);
     if (dfd < 0)
         return dfd;
+    int64_t freed = (in->flags & O_TRUNC) ? volfs_budget_freed(dfd, name) : 0;
     int fd = volfs_open_beneath(dfd, name,
                                 open_flags(in->flags) | O_CREAT | (int)(in->flags & O_EXCL),
                                 in->mode & ~in->umask & VOLFS_MODE_MASK & ~S_ISVTX);
     if (fd < 0)
         return fd;
+    volfs_budget_add(v, -freed);
     uint64_t id;
     struct stat st;
     int rc = volfs_lookup(v, r->h->nodeid, name, &id, &st);
@@ -404,7 +427,11 @@ static int op_remove(struct volfs *v, struct volfs_req *r, int flags)
     int dfd = named_in_dir(v, r, 0, &name);
     if (dfd < 0)
         return dfd;
-    return unlinkat(dfd, name, flags) == 0 ? 0 : -errno;
+    int64_t freed = volfs_budget_freed(dfd, name);
+    if (unlinkat(dfd, name, flags) != 0)
+        return -errno;
+    volfs_budget_add(v, -freed);
+    return 0;
 }
 
 static int do_rename(struct volfs *v, struct volfs_req *r, uint64_t newdir, unsigned flags,
@@ -421,8 +448,16 @@ static int do_rename(struct volfs *v, struct volfs_req *r, uint64_t newdir, unsi
     int nfd = ofd < 0 ? ofd : volfs_dir_fd(v, newdir);
     if (nfd < 0)
         return nfd;
+    /* A replaced file's bytes are freed, unless it is the moved file itself. */
+    struct stat os, ns;
+    int64_t freed = 0;
+    if (!(flags & RENAME_EXCHANGE) && fstatat(ofd, oldname, &os, AT_SYMLINK_NOFOLLOW) == 0 &&
+        fstatat(nfd, newname, &ns, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (os.st_dev != ns.st_dev || os.st_ino != ns.st_ino))
+        freed = volfs_budget_freed(nfd, newname);
     if (renameat2(ofd, oldname, nfd, newname, flags) != 0)
         return -errno;
+    volfs_budget_add(v, -freed);
     volfs_renamed(v, newdir, newname);
     if (flags & RENAME_EXCHANGE)
         volfs_renamed(v, r->h->nodeid, oldname);
@@ -508,6 +543,12 @@ static int op_statfs(struct volfs *v, struct volfs_req *r)
     o->st.bsize = (uint32_t)s.f_bsize;
     o->st.namelen = NAME_MAX;
     o->st.frsize = (uint32_t)s.f_frsize;
+    int64_t left = volfs_budget_left(v);
+    uint64_t lb = left >= 0 && s.f_bsize > 0 ? (uint64_t)left / (uint64_t)s.f_bsize : UINT64_MAX;
+    if (lb < o->st.bavail)
+        o->st.bavail = lb; /* df in the guest shows the quota left */
+    if (lb < o->st.bfree)
+        o->st.bfree = lb;
     return 0;
 }
 

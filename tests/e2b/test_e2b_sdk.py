@@ -108,6 +108,7 @@ def run_script(spaced, script, sdk, via_control=False):
     env = dict(os.environ, SPACE_TEST_VIA_CONTROL="1" if via_control else "",
                E2B_API_URL=spaced.url, E2B_SANDBOX_URL=spaced.url,
                E2B_API_KEY=spaced.admin_key, E2B_DOMAIN="localhost",
+               E2B_VOLUME_API_URL=spaced.url,
                SPACE_TEST_PORT_LISTEN=getattr(spaced, "port_listen", ""))
     env.pop("E2B_DEBUG", None)
     path = os.path.join(HERE, script)
@@ -167,6 +168,16 @@ def test_python_sdk(vm_spaced, script, version):
 @pytest.mark.parametrize("sdk", [CURRENT, OLDER, OLDEST])
 def test_api_errors(api_spaced, sdk):
     run_script(api_spaced, "api_errors.mjs", sdk)
+
+
+def test_volumes(api_spaced):
+    """E2B's Volume API (SDK 2.51; older SDKs have none) over native volumes: no VM."""
+    run_script(api_spaced, "volumes.mjs", CURRENT)
+
+
+def test_volume_mounts(vm_spaced):
+    """Sandbox.create({volumeMounts}) mounts E2B volumes (native mounts underneath)."""
+    run_script(vm_spaced, "volume_mounts.mjs", CURRENT)
 
 
 @pytest.mark.parametrize("sdk", [CURRENT, OLDER])

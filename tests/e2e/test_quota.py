@@ -95,7 +95,7 @@ def test_admin_quota_api(q):
     r = q.request("GET", "/v1/tenants/qd/quota")
     assert r.status == 200 and r.json["tenant"] == tenant, r
     assert r.json["limits"] == {"sandboxes": 2, "vcpus": 3, "memory_mib": 0, "disk_mib": 0,
-                                "templates": 1, "snapshots": 0}, r.json
+                                "templates": 1, "snapshots": 0, "volume_mib": 0}, r.json
     r = q.request("PUT", "/v1/tenants/qd/quota", {"sandboxes": 5, "snapshots": 4})
     assert r.status == 200, r
     assert r.json["limits"]["sandboxes"] == 5 and r.json["limits"]["snapshots"] == 4, r.json

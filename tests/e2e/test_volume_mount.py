@@ -3,7 +3,8 @@ jailed space-volfs): a file put through the volume files API is read in the gues
 guest's writes are read back through the API, a second sandbox mounting the same volume
 sees the first one's writes and the other way round (no caching), the agent refuses its
 own file ops inside a mount, a mounted volume cannot be deleted, the data outlives the
-sandboxes, and no space-volfs is left behind. Needs a guest whose initramfs has fuse.ko
+sandboxes, and no space-volfs is left behind; the tenant's byte quota (volume_mib) holds
+inside a sandbox (ENOSPC). Needs a guest whose initramfs has fuse.ko
 (guest/fetch-kernel.sh); skips (saying why) when guest artifacts are missing."""
 import glob
 import os
@@ -83,3 +84,30 @@ def test_volume_mounted_in_two_sandboxes(spaced):
     # the data outlives the sandboxes
     assert s.request("GET", vfiles("shared", "/b.txt")).body == b"from-b\n"
     assert s.request("DELETE", "/v1/volumes/shared").status == 204
+
+
+def test_byte_quota_in_sandbox(spaced):
+    """volume_mib inside a sandbox: the mount's space-volfs gets the bytes the tenant has
+    left as its budget: a write past it fails with ENOSPC in the guest and the host file
+    stays within the quota; deleting a file makes room again."""
+    s = spaced
+    r = s.request("PUT", "/v1/tenants/admin/quota", {"volume_mib": 1})
+    assert r.status == 200, r
+    try:
+        assert s.request("POST", "/v1/volumes", {"name": "quota"}).status == 201
+        vdir = glob.glob(os.path.join(s.data_dir, "volumes", "*", "quota"))[0]
+        a = create_mounting(s, [{"name": "quota", "path": "/mnt/q"}])
+        run(s, a, "head -c 700000 /dev/zero > /mnt/q/a")
+        # dd, not head: busybox head reports any write error as "I/O error"
+        out, code = session_output(s, a, "dd if=/dev/zero of=/mnt/q/b bs=100000 count=7 "
+                                         "2>/tmp/err; echo rc=$?; cat /tmp/err")
+        out = out.decode()
+        assert code == 0 and "rc=0" not in out and "No space left" in out, (out, s.log())
+        assert os.path.getsize(os.path.join(vdir, "b")) <= (1 << 20) - 700000
+        run(s, a, "rm /mnt/q/b && head -c 300000 /dev/zero > /mnt/q/c")
+        got = s.request("GET", "/v1/quota").json
+        assert got["usage"]["volume_mib"] == 1, got
+        delete(s, a)
+        assert s.request("DELETE", "/v1/volumes/quota").status == 204
+    finally:
+        s.request("PUT", "/v1/tenants/admin/quota", {"volume_mib": None})

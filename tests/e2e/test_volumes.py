@@ -3,7 +3,8 @@ create, list, get, delete, name rules, tenancy; files up and down, listings, rem
 escape attempts: "..", absolute paths through a link, and symlinks planted in the volume
 directory as a guest (or a second sandbox mounting the volume) would plant them, to
 /etc/shadow, to /etc and to a host directory outside: no request reads, writes, lists or
-deletes anything outside the volume; data survives a spaced restart.
+deletes anything outside the volume; the tenant's byte quota (volume_mib) on uploads;
+data survives a spaced restart.
 
 The create field "volumes" is checked here (API only); mounting them into real VMs is
 tests/e2e/test_volume_mount.py."""
@@ -183,6 +184,50 @@ def test_cli(vs, tmp_path):
     assert r.returncode == 1 and b"volume nope not found" in r.stderr, r
     assert space("volume", "rm", "cli-v").returncode == 0
     assert b"cli-v" not in space("volume", "ls").stdout
+
+
+def test_byte_quota(vs):
+    """volume_mib: uploads that would take the tenant's volumes past it get 507
+    quota_exceeded (by Content-Length before the file is touched, or mid-stream for a
+    chunked body); a replaced file's bytes count back; usage shows in /v1/quota; other
+    tenants are unaffected."""
+    s = vs
+    r = s.request("POST", "/v1/keys", {"tenant": "vol-quota"})
+    assert r.status == 201, r
+    k = r.json["secret"]
+    r = s.request("PUT", "/v1/tenants/vol-quota/quota", {"volume_mib": 1})
+    assert r.status == 200 and r.json["limits"]["volume_mib"] == 1, r
+    assert s.request("POST", "/v1/volumes", {"name": "q1"}, key=k).status == 201
+    assert s.request("POST", "/v1/volumes", {"name": "q2"}, key=k).status == 201
+    kib = 1024
+    assert put(s, "q1", "/a", b"a" * 600 * kib, key=k).status == 200
+    r = put(s, "q2", "/b", b"b" * 600 * kib, key=k)  # the quota spans all its volumes
+    assert r.status == 507 and r.error_code() == "quota_exceeded", r
+    assert "volume_mib" in r.json["error"]["message"], r
+    # refused by its length: the existing file is not touched
+    r = put(s, "q1", "/a", b"A" * 2048 * kib, key=k)
+    assert r.status == 507, r
+    assert s.request("GET", files("q1", "/a"), key=k).body == b"a" * 600 * kib
+    # replacing /a frees its 600 KiB first
+    assert put(s, "q1", "/a", b"c" * 900 * kib, key=k).status == 200
+    # a chunked body (no length) is cut when it passes the quota
+    r = s.request("PUT", files("q2", "/chunked"), key=k,
+                  raw=iter([b"d" * 64 * kib] * 4),
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 507 and r.error_code() == "quota_exceeded", r
+    assert s.request("GET", files("q2", "/chunked"), key=k).body == b""  # left empty
+    got = s.request("GET", "/v1/quota", key=k).json
+    assert got["limits"]["volume_mib"] == 1 and got["usage"]["volume_mib"] == 1, got
+    # other tenants: no limit
+    assert s.request("POST", "/v1/volumes", {"name": "q-admin"}).status == 201
+    assert put(s, "q-admin", "/big", b"x" * 2048 * kib).status == 200
+    assert s.request("DELETE", files("q-admin", "/big")).status == 204
+    # deleting makes room again
+    assert s.request("DELETE", files("q1", "/a"), key=k).status == 204
+    assert put(s, "q2", "/b", b"b" * 900 * kib, key=k).status == 200
+    r = s.request("PUT", "/v1/tenants/vol-quota/quota", {"volume_mib": None})
+    assert r.status == 200 and r.json["limits"]["volume_mib"] == 0, r
+    assert put(s, "q2", "/c", b"c" * 900 * kib, key=k).status == 200
 
 
 def test_sandbox_volumes_field(vs):

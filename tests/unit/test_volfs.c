@@ -5,7 +5,7 @@
  * (absolute, to /etc, to a directory outside) are stored and read back as links and
  * never followed: nothing outside the directory is opened, listed or created; nodes and
  * handles are released; a renamed file can still be opened by its node; the stream
- * loop frames messages by their headers. */
+ * loop frames messages by their headers; a byte budget is kept (ENOSPC past it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -376,6 +376,67 @@ static void test_nodes_handles_rename_readdir(void **state)
     assert_int_equal(volfs_handles(V), 0);
 }
 
+/* A byte budget: writes and extensions past it fail with ENOSPC and change nothing (a
+ * sparse write far out counts its apparent size); truncating, unlinking, replacing and
+ * O_TRUNC give bytes back; statfs shows what is left. */
+static void test_budget(void **state)
+{
+    volfs_set_budget(V, 10);
+    uint64_t fh;
+    uint64_t a = create(FUSE_ROOT_ID, "a", 0644, &fh);
+    assert_int_equal(write_at(fh, 0, "12345678"), 0);
+    assert_int_equal(write_at(fh, 8, "abc"), -ENOSPC);      /* 11 > 10 */
+    assert_int_equal(write_at(fh, 0, "ABCDEFGH"), 0);        /* rewriting adds nothing */
+    assert_int_equal(write_at(fh, 8, "ab"), 0);              /* exactly 10 */
+    assert_int_equal(write_at(fh, 1000000, "x"), -ENOSPC);   /* sparse: its size counts */
+    struct fuse_setattr_in si = {.valid = FATTR_SIZE, .size = 4096};
+    assert_int_equal(call(FUSE_SETATTR, a, &si, sizeof si, NULL, NULL), -ENOSPC);
+    struct stat st;
+    char path[128];
+    snprintf(path, sizeof path, "%s/a", dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 10);
+    si.size = 4; /* truncating frees 6 */
+    assert_int_equal(call(FUSE_SETATTR, a, &si, sizeof si, NULL, NULL), 0);
+    assert_int_equal(write_at(fh, 4, "xyzuvw"), 0);
+    assert_int_equal(write_at(fh, 10, "!"), -ENOSPC);
+    release(fh);
+    /* statfs: nothing left */
+    assert_int_equal(call(FUSE_STATFS, FUSE_ROOT_ID, NULL, 0, NULL, NULL), 0);
+    assert_int_equal(((struct fuse_statfs_out *)payload())->st.bavail, 0);
+    /* O_TRUNC frees the file's 10 bytes */
+    fh = open_node(a, O_RDWR | O_TRUNC, 0);
+    assert_int_equal(write_at(fh, 0, "0123456789"), 0);
+    release(fh);
+    /* a second file cannot grow until the first is unlinked */
+    uint64_t fh2;
+    create(FUSE_ROOT_ID, "b", 0644, &fh2);
+    assert_int_equal(write_at(fh2, 0, "q"), -ENOSPC);
+    assert_int_equal(call(FUSE_UNLINK, FUSE_ROOT_ID, NULL, 0, "a", NULL), 0);
+    assert_int_equal(write_at(fh2, 0, "qqqqq"), 0);
+    release(fh2);
+    /* renaming b over c frees c's bytes; renaming a file onto itself frees nothing */
+    uint64_t fh3;
+    create(FUSE_ROOT_ID, "c", 0644, &fh3);
+    assert_int_equal(write_at(fh3, 0, "ccccc"), 0);
+    release(fh3);
+    struct fuse_rename_in ri = {.newdir = FUSE_ROOT_ID};
+    char same[] = "c"; /* a distinct pointer: call() walks s1 then s2 */
+    assert_int_equal(call(FUSE_RENAME, FUSE_ROOT_ID, &ri, sizeof ri, "c", same), 0);
+    assert_int_equal(call(FUSE_STATFS, FUSE_ROOT_ID, NULL, 0, NULL, NULL), 0);
+    assert_int_equal(((struct fuse_statfs_out *)payload())->st.bavail, 0);
+    assert_int_equal(call(FUSE_RENAME, FUSE_ROOT_ID, &ri, sizeof ri, "b", "c"), 0);
+    fh = open_node(lookup(FUSE_ROOT_ID, "c", 0), O_RDWR | O_APPEND, 0);
+    assert_int_equal(write_at(fh, 0, "12345"), 0);       /* appended: 10 in all */
+    assert_int_equal(write_at(fh, 0, "6"), -ENOSPC);     /* O_APPEND: at the end, not 0 */
+    release(fh);
+    /* no budget: no limit */
+    volfs_set_budget(V, -1);
+    fh = open_node(lookup(FUSE_ROOT_ID, "c", 0), O_RDWR, 0);
+    assert_int_equal(write_at(fh, 100000, "x"), 0);
+    release(fh);
+}
+
 static void test_serve_stream(void **state)
 {
     int sv[2];
@@ -418,6 +479,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_symlinks_never_followed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_ids_sizes_framing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes_handles_rename_readdir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_serve_stream, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

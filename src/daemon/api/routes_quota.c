@@ -63,7 +63,7 @@ static void put_body(struct http_req *req, const char *data, size_t len, void *a
     json_t *body = routes_parse_object(sp, req, data, len,
                                        (const char *const[]){"sandboxes", "vcpus", "memory_mib",
                                                              "disk_mib", "templates", "snapshots",
-                                                             NULL});
+                                                             "volume_mib", NULL});
     if (!body)
         return;
     struct store_quota q;
@@ -73,7 +73,8 @@ static void put_body(struct http_req *req, const char *data, size_t len, void *a
         memset(&q, 0, sizeof q);
         snprintf(q.tenant, sizeof q.tenant, "%s", id);
         q.limit = (struct store_quota_vals){STORE_QUOTA_DEFAULT, STORE_QUOTA_DEFAULT, STORE_QUOTA_DEFAULT,
-                                            STORE_QUOTA_DEFAULT, STORE_QUOTA_DEFAULT, STORE_QUOTA_DEFAULT};
+                                            STORE_QUOTA_DEFAULT, STORE_QUOTA_DEFAULT, STORE_QUOTA_DEFAULT,
+                                            STORE_QUOTA_DEFAULT};
         rc = 0;
     }
     if (rc != 0)

@@ -383,6 +383,11 @@ static void create(struct e2b *e, struct http_req *req, struct auth_principal *w
         json_object_set(spec_json, "metadata", meta);
     if (json_is_object(env))
         json_object_set(spec_json, "env", env);
+    /* volumeMounts [{name, path}] is the native "volumes" field as it is (the name is the
+     * E2B volume id, e2b_volume.c); sbx_spec_parse checks it. */
+    json_t *mounts = json_object_get(body, "volumeMounts");
+    if (mounts && !json_is_null(mounts))
+        json_object_set(spec_json, "volumes", mounts);
     /* network, allow_internet_access, secure, mcp: egress policy and private ports */
     if (spec_json)
         json_object_update(spec_json, netopts);
@@ -915,5 +920,6 @@ void e2b_register(struct router *r, struct spaced *sp)
     router_add(r, "POST", "/sandboxes/{id}/connect", h_body, &e->connect);
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &e->connect);
     e2b_fork_register(r, e);
+    e2b_volume_register(r, e);
     sbx_listen(sp, on_state, e);
 }

@@ -114,6 +114,17 @@ struct router;
 void e2b_fork_register(struct router *r, struct e2b *e);
 bool e2b_token_valid(struct e2b *e, const char *id, const char *token);
 
+/* ---- e2b_volume.c: E2B's /volumes over native volumes, and volume tokens */
+void e2b_volume_register(struct router *r, struct e2b *e);
+/* A token for the content API of the tenant's volume into out[STORE_ID_MAX +
+ * AUTH_TOKEN_MAX + 2]: 0, or -1 (no such volume, or no room). */
+int e2b_volume_token(struct e2b *e, const char *tenant, const char *name, char *out, size_t cap);
+/* Whether token (may be NULL) is a valid, unexpired token for volume `name`; if so its
+ * tenant is in tenant[]. */
+bool e2b_volume_token_tenant(struct e2b *e, const char *token, const char *name,
+                             char tenant[STORE_ID_MAX]);
+/* ---- e2b_volcontent.c: /volumecontent/{id}/... (from e2b_volume_register) */
+void e2b_volcontent_register(struct router *r, struct e2b *e);
 /* ---- e2b_envd.c */
 /* The router hook: takes envd and port-proxy requests. */
 bool e2b_envd_hook(struct http_req *req, void *arg);

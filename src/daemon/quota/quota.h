@@ -1,6 +1,7 @@
 /* quota: per-tenant limits on what a tenant may hold at once (sandboxes and their vCPUs,
- * memory and disk; templates; snapshots, reserved for a later feature), checked when a
- * sandbox is created or a template build is submitted.
+ * memory and disk; templates; snapshots; the bytes in its volumes), checked when a
+ * sandbox is created or a template build is submitted; the volume bytes are enforced
+ * where volumes are written (volume/vol_quota.h).
  *
  * Limits: the tenant's row in the store (store_quota, set by an admin through
  * PUT /v1/tenants/{tenant}/quota), where each value STORE_QUOTA_DEFAULT follows the
@@ -38,7 +39,8 @@ int quota_check(struct spaced *sp, const char *tenant, const struct store_quota_
                 struct spaced_err *err);
 
 /* {"tenant": id, "limits": {...}, "usage": {...}} with a key per resource ("sandboxes",
- * "vcpus", "memory_mib", "disk_mib", "templates", "snapshots"); a limit 0 is unlimited.
+ * "vcpus", "memory_mib", "disk_mib", "templates", "snapshots", "volume_mib"); a limit 0
+ * is unlimited.
  * NULL with err when the store fails. New reference. */
 json_t *quota_json(struct spaced *sp, const char *tenant, struct spaced_err *err);
 

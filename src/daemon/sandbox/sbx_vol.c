@@ -14,6 +14,7 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/volume/vol.h"
+#include "daemon/volume/vol_quota.h"
 #include "log.h"
 #include "sbx_internal.h"
 
@@ -137,8 +138,18 @@ void sbx_vol_attach(struct sbx *s)
             log_warn("volume.mount", "mount=%s event=failed msg=\"the volume is gone\"", label);
             continue;
         }
+        /* The tenant's volume quota left, as this mount's budget (vol_quota.h: mounts do
+         * not share it). Unknown (the store failed): nothing, rather than no limit. */
+        int64_t left;
+        if (vol_quota_left(s->sp, s->rec.tenant, &left, &e) < 0) {
+            char q[400];
+            log_warn("volume.mount", "mount=%s event=no_budget msg=%s", label,
+                     log_quote(e.message, q, sizeof q));
+            left = 0;
+        }
         struct volm_spec spec = {.dir = dir, .guest_path = path, .volfs = bin,
-                                 .jail_root = root, .jail = vm_jail_of(s->vm), .label = label};
+                                 .jail_root = root, .jail = vm_jail_of(s->vm), .label = label,
+                                 .has_budget = left >= 0, .budget = left};
         s->mounts[i] = volm_start(s->sp->base, s->agent, &spec, err, sizeof err);
         if (!s->mounts[i]) {
             char q[400];

@@ -92,6 +92,8 @@ static const char *const store_migrations[] = {
     /* 10: the volumes a sandbox mounts (sandbox/sbx_vol.c), mounted again after a
      * restart. */
     "ALTER TABLE sandboxes ADD COLUMN volumes TEXT;",
+    /* 11: a quota on the bytes of a tenant's volumes (volume/vol_quota.c). */
+    "ALTER TABLE tenant_quotas ADD COLUMN max_volume_mib BIGINT NOT NULL DEFAULT -1;",
 };
 
 #define SQL_CAP 2048

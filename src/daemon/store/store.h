@@ -256,6 +256,8 @@ struct store_quota_vals {
     int64_t disk_mib;   /* their disks' virtual sizes, summed */
     int64_t templates;  /* templates built by the tenant, not deleted (failed ones included) */
     int64_t snapshots;  /* the tenant's snapshots (any state) */
+    int64_t volume_mib; /* its volumes' file bytes, in MiB rounded up: measured on disk by
+                           volume/vol_quota.c, not here (store_quota_usage leaves it 0) */
 };
 
 #define STORE_QUOTA_DEFAULT (-1) /* a limit that follows the daemon's --quota-* default */

@@ -150,6 +150,7 @@ static const struct store_col quota_cols[] = {
     COL("max_disk_mib", STORE_COL_I64, struct store_quota, limit.disk_mib, false),
     COL("max_templates", STORE_COL_I64, struct store_quota, limit.templates, false),
     COL("max_snapshots", STORE_COL_I64, struct store_quota, limit.snapshots, false),
+    COL("max_volume_mib", STORE_COL_I64, struct store_quota, limit.volume_mib, false),
     COL("updated_ms", STORE_COL_I64, struct store_quota, updated_ms, false),
 };
 const struct store_table store_tbl_quotas = TABLE("tenant_quotas", "tenant", true, struct store_quota, quota_cols, NULL);

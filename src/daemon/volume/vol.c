@@ -182,6 +182,23 @@ int vol_dir(struct spaced *sp, const char *tenant, const char *name, char *out, 
     return 0;
 }
 
+int vol_ident(struct spaced *sp, const char *tenant, const char *name, char *out, size_t cap,
+              struct spaced_err *err)
+{
+    int fd = vol_root(sp, tenant, name, err);
+    if (fd < 0)
+        return -1;
+    struct statx sx;
+    int rc = statx(fd, "", AT_EMPTY_PATH, STATX_INO | STATX_BTIME, &sx);
+    close(fd);
+    if (rc != 0)
+        return spaced_err_set(err, 500, "internal", "volume %s: statx: %s", name, strerror(errno));
+    long long bt = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime.tv_sec * 1000000000LL +
+                                                     sx.stx_btime.tv_nsec : 0;
+    int n = snprintf(out, cap, "%llu-%lld", (unsigned long long)sx.stx_ino, bt);
+    return n < 0 || (size_t)n >= cap ? spaced_err_set(err, 500, "internal", "no room") : 0;
+}
+
 /* The path relative to the volume's root ("." for "/"), or NULL after err 400. */
 static const char *rel_path(const char *path, struct spaced_err *err)
 {
@@ -258,39 +275,54 @@ int vol_open(struct spaced *sp, const char *tenant, const char *name, const char
         return -1;
     /* O_NONBLOCK: a FIFO a guest left must not block the loop in open (a read open
      * waits for a writer); the caller then refuses anything but a regular file. On
-     * regular files and directories it changes nothing. */
+     * regular files and directories it changes nothing. (O_PATH opens nothing and
+     * openat2 takes no other flag with it.) */
     int fd = mkdirs && make_parents(root, rel, path, err) < 0
-                 ? -1 : open_beneath(root, rel, flags | O_NONBLOCK, 0644, path, err);
+                 ? -1 : open_beneath(root, rel, (flags & O_PATH) ? flags : flags | O_NONBLOCK,
+                                     0644, path, err);
     close(root);
     return fd;
+}
+
+/* The parent directory of path (O_PATH, resolved beneath the volume; missing ones made
+ * first when mkdirs) and its last component in leaf[VOL_PATH_MAX]: the fd, or -1 with
+ * err. The leaf is then used as itself (unlinkat and mkdirat never follow a link). */
+static int open_parent(struct spaced *sp, const char *tenant, const char *name,
+                       const char *path, bool mkdirs, char *leaf, struct spaced_err *err)
+{
+    const char *rel = rel_path(path, err);
+    if (rel && strcmp(rel, ".") == 0)
+        return spaced_err_set(err, 400, "invalid_path", "the volume's root is not a file "
+                                                        "(DELETE /v1/volumes/{name} removes it)");
+    int root = rel ? vol_root(sp, tenant, name, err) : -1;
+    if (root < 0)
+        return -1;
+    if (mkdirs && make_parents(root, rel, path, err) < 0) {
+        close(root);
+        return -1;
+    }
+    char parent[VOL_PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", rel);
+    char *slash = strrchr(parent, '/');
+    snprintf(leaf, VOL_PATH_MAX, "%s", slash ? slash + 1 : rel);
+    if (slash)
+        *slash = '\0';
+    int pfd = open_beneath(root, slash ? parent : ".", O_PATH | O_DIRECTORY, 0, path, err);
+    close(root);
+    if (pfd >= 0 && (!leaf[0] || strcmp(leaf, "..") == 0 || strcmp(leaf, ".") == 0)) {
+        close(pfd);
+        return spaced_err_set(err, 400, "invalid_path", "%.200s is not a file name", path);
+    }
+    return pfd;
 }
 
 int vol_remove(struct spaced *sp, const char *tenant, const char *name, const char *path,
                struct spaced_err *err)
 {
-    const char *rel = rel_path(path, err);
-    if (rel && strcmp(rel, ".") == 0)
-        return spaced_err_set(err, 400, "invalid_path", "the volume's root cannot be removed "
-                                                        "(DELETE /v1/volumes/{name})");
-    int root = rel ? vol_root(sp, tenant, name, err) : -1;
-    if (root < 0)
-        return -1;
-    /* The parent is resolved beneath the root; the last component is removed as itself
-     * (unlinkat never follows a link). */
-    char parent[VOL_PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", rel);
-    char *slash = strrchr(parent, '/');
-    const char *leaf = slash ? slash + 1 : rel;
-    if (slash)
-        *slash = '\0';
-    int pfd = open_beneath(root, slash ? parent : ".", O_PATH | O_DIRECTORY, 0, path, err);
-    close(root);
+    char leaf[VOL_PATH_MAX];
+    int pfd = open_parent(sp, tenant, name, path, false, leaf, err);
     if (pfd < 0)
         return -1;
-    if (strcmp(leaf, "..") == 0 || strcmp(leaf, ".") == 0) {
-        close(pfd);
-        return spaced_err_set(err, 400, "invalid_path", "%.200s is not a file name", path);
-    }
     int rc = unlinkat(pfd, leaf, 0);
     if (rc != 0 && errno == EISDIR)
         rc = unlinkat(pfd, leaf, AT_REMOVEDIR);
@@ -302,6 +334,23 @@ int vol_remove(struct spaced *sp, const char *tenant, const char *name, const ch
         return spaced_err_set(err, 404, "not_found", "no such file: %.200s", path);
     if (e == ENOTEMPTY)
         return spaced_err_set(err, 409, "not_empty", "directory %.200s is not empty", path);
+    return spaced_err_set(err, 500, "internal", "%.200s: %s", path, strerror(e));
+}
+
+int vol_mkdir(struct spaced *sp, const char *tenant, const char *name, const char *path,
+              bool parents, mode_t mode, struct spaced_err *err)
+{
+    char leaf[VOL_PATH_MAX];
+    int pfd = open_parent(sp, tenant, name, path, parents, leaf, err);
+    if (pfd < 0)
+        return -1;
+    int rc = mkdirat(pfd, leaf, mode & 07777);
+    int e = errno;
+    close(pfd);
+    if (rc == 0)
+        return 0;
+    if (e == EEXIST)
+        return spaced_err_set(err, 409, "exists", "%.200s exists", path);
     return spaced_err_set(err, 500, "internal", "%.200s: %s", path, strerror(e));
 }
 

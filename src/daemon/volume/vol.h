@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "daemon/spaced.h"
 
@@ -50,6 +51,13 @@ int vol_delete(struct spaced *sp, const char *tenant, const char *name, struct s
 int vol_dir(struct spaced *sp, const char *tenant, const char *name, char *out, size_t cap,
             struct spaced_err *err);
 
+/* A string naming this very volume directory ("<inode>-<birth ns>", birth 0 where the
+ * filesystem keeps none): it changes when the volume is deleted and made again under the
+ * same name (unless, without birth times, the new directory reuses the inode). 0, or -1
+ * with err (404). */
+int vol_ident(struct spaced *sp, const char *tenant, const char *name, char *out, size_t cap,
+              struct spaced_err *err);
+
 /* Opens `path` ("/a/b", relative to the volume's root) with flags (O_NOFOLLOW and
  * O_CLOEXEC added). mkdirs: create the missing parent directories first. Returns the fd,
  * or -1 with err (404 no such volume or file, 400 invalid_path / symlink, 409 is a
@@ -59,6 +67,10 @@ int vol_open(struct spaced *sp, const char *tenant, const char *name, const char
 /* Removes the file or empty directory at path. 0 or -1 with err. */
 int vol_remove(struct spaced *sp, const char *tenant, const char *name, const char *path,
                struct spaced_err *err);
+/* Makes the directory at path with mode (the missing directories above it too when
+ * parents). 0, or -1 with err (409 exists, 404 a parent missing, 400 as vol_open). */
+int vol_mkdir(struct spaced *sp, const char *tenant, const char *name, const char *path,
+              bool parents, mode_t mode, struct spaced_err *err);
 /* The entries of the directory at path: [{"name","type","size"}] (type file, dir,
  * symlink, other), sorted by name. NULL with err. */
 json_t *vol_list_dir(struct spaced *sp, const char *tenant, const char *name, const char *path,

@@ -163,7 +163,10 @@ static void volfs_exited(evutil_socket_t fd, short what, void *arg)
 static int spawn_volfs(const struct volm_spec *spec, int fd, pid_t *pid, char *err,
                        size_t errlen)
 {
-    char *argv[] = {(char *)spec->volfs, (char *)spec->dir, NULL};
+    char budget[24];
+    snprintf(budget, sizeof budget, "%lld", (long long)spec->budget);
+    char *argv[] = {(char *)spec->volfs, (char *)spec->dir, spec->has_budget ? budget : NULL,
+                    NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
     struct vm_spawn s = {.argv = argv, .envp = envp, .log_fd = 2, .jail = spec->jail,
                          .jail_root = spec->jail_root, .serve_fd = fd,

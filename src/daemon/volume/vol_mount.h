@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct event_base;
@@ -48,6 +49,8 @@ struct volm_spec {
     const struct vm_jail *jail; /* the VM's jail (enabled, uid, gid); NULL or disabled:
                                    unjailed, only with --no-jail */
     const char *label;        /* for logs: "<sandbox>:<volume>" */
+    bool has_budget;          /* the mount may grow the volume by at most budget bytes */
+    int64_t budget;           /* (space-volfs DIR MAX_BYTES: ENOSPC past it; vol_quota.h) */
 };
 
 /* Starts space-volfs and sends the `mount` request on agent. NULL with err on failure
