@@ -1,8 +1,9 @@
 """Volumes mounted into real sandboxes (create field "volumes"; the agent's FUSE relay to a
 jailed space-volfs): a file put through the volume files API is read in the guest, a
 guest's writes are read back through the API, a second sandbox mounting the same volume
-sees the first one's writes and the other way round (no caching), the agent refuses its
-own file ops inside a mount, a mounted volume cannot be deleted, the data outlives the
+sees the first one's writes and the other way round (no caching), a command that
+sendfile()s a volume file straight into its stdout pipe neither hangs nor stops the agent,
+the agent refuses its own file ops inside a mount, a mounted volume cannot be deleted, the data outlives the
 sandboxes, and no space-volfs is left behind. Needs a guest whose initramfs has fuse.ko
 (guest/fetch-kernel.sh); skips (saying why) when guest artifacts are missing."""
 import glob
@@ -16,12 +17,9 @@ def vfiles(name, path):
     return "/v1/volumes/%s/files?%s" % (name, urllib.parse.urlencode({"path": path}))
 
 
-def run(s, sid, cmd):
-    """Runs cmd in the sandbox. Reads of volume files whose output goes straight to the
-    command's stdout are piped through `cat` here: busybox cat sendfile()s into its
-    stdout pipe, holding that pipe's lock while the FUSE read waits, and the agent reading
-    that pipe would then wait too (docs/security.md "Volumes", residual)."""
-    out, code = session_output(s, sid, cmd)
+def run(s, sid, cmd, timeout=300):
+    """Runs cmd in the sandbox; returns its stdout (text), asserting exit code 0."""
+    out, code = session_output(s, sid, cmd, timeout=timeout)
     assert code == 0, (sid, cmd, out, s.log())
     return out.decode()
 
@@ -83,3 +81,26 @@ def test_volume_mounted_in_two_sandboxes(spaced):
     # the data outlives the sandboxes
     assert s.request("GET", vfiles("shared", "/b.txt")).body == b"from-b\n"
     assert s.request("DELETE", "/v1/volumes/shared").status == 204
+
+
+def test_sendfile_from_volume_into_stdout_pipe(spaced):
+    """busybox cat (the base template's) sendfile()s the file into its stdout pipe: the
+    kernel holds the pipe's lock while the FUSE read waits for the agent's relay, so an
+    agent reading that pipe on the thread that relays FUSE would wait forever (issue 12).
+    The output must arrive whole, and the agent must answer the next command. The
+    bounded timeout makes a hang fail instead of blocking the run."""
+    s = spaced
+    assert s.request("POST", "/v1/volumes", {"name": "sendfile"}).status == 201
+    data = os.urandom(3 * 1024 * 1024)
+    r = s.request("PUT", vfiles("sendfile", "/bigfile"), raw=data,
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 200, r
+    sid = create_mounting(s, [{"name": "sendfile", "path": "/mnt/v"}])
+    out, code = session_output(s, sid, "cat /mnt/v/bigfile", timeout=120)
+    assert code == 0 and len(out) == len(data), (code, len(out), s.log())
+    assert out == data
+    # stdout and stderr both direct, twice over, while other commands run
+    assert run(s, sid, "cat /mnt/v/bigfile /mnt/v/bigfile >&2; echo done", timeout=120) == "done\n"
+    assert run(s, sid, "echo still-answering", timeout=60) == "still-answering\n"
+    delete(s, sid)
+    assert s.request("DELETE", "/v1/volumes/sendfile").status == 204

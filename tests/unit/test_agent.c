@@ -1,5 +1,5 @@
 /* test_agent: the agent's serve loop as a host process, driven through agentc:
- * processes (output, stdin, signals, exit status, PTY, 100 at once, backpressure,
+ * processes (output, stdin, pipes ending with the process, signals, exit status, PTY, 100 at once, backpressure,
  * reattach after disconnect) and system ops (health, refresh, unknown ops). */
 #include "test_agent_harness.h"
 
@@ -77,6 +77,38 @@ static void test_exec_stdin(void **state)
     unsigned lines, words, bytes;
     assert_int_equal(sscanf(k.buf[FRAME_STREAM_OUT], "%u %u %u", &lines, &words, &bytes), 3);
     assert_int_equal(bytes, 1000000);
+    col_free(&k);
+    ah_stop(&h);
+}
+
+/* The pipes' relay threads (relay.c) end with the process: a background child that
+ * keeps stdout open does not hold back the exit, and a process that stops reading its
+ * stdin while the host keeps writing still exits (the rest of the input is dropped). */
+static void test_exec_pipe_ends(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    struct col k;
+    time_t t0 = time(NULL);
+    col_open(&h, &k, json_pack("{s:s, s:s}", "op", "exec", "cmd", "sleep 20 & echo up"), 0, true);
+    ah_wait(&h, &k.closed);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], "up\n");
+    assert_int_equal(col_exit(&k), 0);
+    assert_true(time(NULL) - t0 < 15); /* not after the sleep */
+    col_free(&k);
+
+    col_open(&h, &k, json_pack("{s:s, s:s, s:b}", "op", "exec", "cmd", "head -c 5", "stdin", 1),
+             0, true);
+    static char chunk[100000];
+    memset(chunk, 'y', sizeof chunk);
+    for (int i = 0; i < 10 && !k.closed; i++) {
+        if (agentc_write(k.ch, chunk, sizeof chunk) < 0)
+            break;
+        ah_step(&h);
+    }
+    ah_wait(&h, &k.closed);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], "yyyyy");
+    assert_int_equal(col_exit(&k), 0);
     col_free(&k);
     ah_stop(&h);
 }
@@ -372,7 +404,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_exec_output),    cmocka_unit_test(test_exec_errors),
-        cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_signal),
+        cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_pipe_ends),
+        cmocka_unit_test(test_exec_signal),
         cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_many),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_detach_attach),
         cmocka_unit_test(test_close_detaches), cmocka_unit_test(test_refresh_health),
