@@ -520,12 +520,13 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
     errp[1] = -1;
     if (slave >= 0)
         close(slave);
-    if (in[0] >= 0)
-        close(in[0]);
-    if (out[1] >= 0)
-        close(out[1]);
-    if (err[1] >= 0)
-        close(err[1]);
+    /* The child's ends, marked closed so the failure path's close_pair skips them. */
+    int *childs[] = {&in[0], &out[1], &err[1]};
+    for (size_t i = 0; i < sizeof childs / sizeof childs[0]; i++)
+        if (*childs[i] >= 0) {
+            close(*childs[i]);
+            *childs[i] = -1;
+        }
     int report[2] = {0, 0};
     ssize_t n = 0;
     if (pid > 0) {
