@@ -8,6 +8,7 @@ sandboxes, and no space-volfs is left behind. Needs a guest whose initramfs has 
 (guest/fetch-kernel.sh); skips (saying why) when guest artifacts are missing."""
 import glob
 import os
+import threading
 import urllib.parse
 
 from spacedlib import procs_naming, session_output
@@ -17,11 +18,31 @@ def vfiles(name, path):
     return "/v1/volumes/%s/files?%s" % (name, urllib.parse.urlencode({"path": path}))
 
 
-def run(s, sid, cmd, timeout=300):
+def run(s, sid, cmd):
     """Runs cmd in the sandbox; returns its stdout (text), asserting exit code 0."""
-    out, code = session_output(s, sid, cmd, timeout=timeout)
+    out, code = session_output(s, sid, cmd)
     assert code == 0, (sid, cmd, out, s.log())
     return out.decode()
+
+
+def output_within(s, sid, cmd, seconds):
+    """session_output with a deadline on the whole run: the attach stream's keep-alive
+    comments would keep a plain socket timeout from ever firing on a hung agent."""
+    box = {}
+
+    def work():
+        try:
+            box["out"] = session_output(s, sid, cmd, timeout=seconds)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            box["err"] = e
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "%r: no exit after %d s: the agent hangs (%s)" % (cmd, seconds, s.log())
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 def create_mounting(s, vols):
@@ -96,11 +117,12 @@ def test_sendfile_from_volume_into_stdout_pipe(spaced):
                   headers={"Content-Type": "application/octet-stream"})
     assert r.status == 200, r
     sid = create_mounting(s, [{"name": "sendfile", "path": "/mnt/v"}])
-    out, code = session_output(s, sid, "cat /mnt/v/bigfile", timeout=120)
+    out, code = output_within(s, sid, "cat /mnt/v/bigfile", 180)
     assert code == 0 and len(out) == len(data), (code, len(out), s.log())
     assert out == data
-    # stdout and stderr both direct, twice over, while other commands run
-    assert run(s, sid, "cat /mnt/v/bigfile /mnt/v/bigfile >&2; echo done", timeout=120) == "done\n"
-    assert run(s, sid, "echo still-answering", timeout=60) == "still-answering\n"
+    # straight to stderr too, twice over, then the agent still answers
+    out, code = output_within(s, sid, "cat /mnt/v/bigfile /mnt/v/bigfile >&2; echo done", 180)
+    assert (out, code) == (b"done\n", 0), (out, code)
+    assert output_within(s, sid, "echo still-answering", 60) == (b"still-answering\n", 0)
     delete(s, sid)
     assert s.request("DELETE", "/v1/volumes/sendfile").status == 204
