@@ -102,7 +102,7 @@ build/guest/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(AGENT_CFLAGS) -c $< -o $@
 $(AGENT): $(patsubst src/%.c,build/guest/obj/%.o,src/agent/main.c $(AGENT_LIB) $(COMMON_SRC))
-	$(CC) -static -o $@ $^ -ljansson -lutil
+	$(CC) -static -o $@ $^ -ljansson -lutil -lpthread
 
 # ---- library archives: tests link against these so a test pulls in only the modules it
 # uses (a half-finished module elsewhere cannot break an unrelated test's link).

@@ -1,6 +1,7 @@
-/* agent_loop: the agent's single-threaded event loop (epoll). Everything in the agent is
- * nonblocking and driven from here: the host connection, process pipes and PTYs,
- * inotify, SIGCHLD (signalfd) and retry timers (timerfd).
+/* agent_loop: the agent's event loop (epoll). Everything in the agent is nonblocking and
+ * driven from here: the host connection, process output and input (PTYs directly, pipes
+ * through their relay threads' sockets, relay.h), inotify, SIGCHLD (signalfd) and retry
+ * timers (timerfd). The loop is the agent's only thread apart from those relays.
  *
  * A watch is owned by whoever embeds it; the loop only points at it. Removing a watch
  * (agent_loop_del) from inside any callback is safe: pending events for it in the

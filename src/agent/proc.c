@@ -17,6 +17,7 @@
 
 #include "agent/loop.h"
 #include "agent/ops.h"
+#include "agent/relay.h"
 #include "agent/req.h"
 #include "log.h"
 
@@ -29,7 +30,9 @@ struct proc;
 struct proc_out {
     struct proc *p;          /* owner */
     enum frame_stream id;    /* FRAME_STREAM_OUT or FRAME_STREAM_ERR */
-    int fd;                  /* read end (or the PTY master), -1 once ended */
+    int fd;                  /* a relay socket (relay.h) or the PTY master, -1 once ended */
+    bool relayed;            /* fd is a relay socket (pipes; a PTY is read directly) */
+    bool finish_sent;        /* relayed: agent_relay_finish told it the process exited */
     struct agent_watch w;    /* EPOLLIN while there is room in buf */
     struct agent_buf buf;    /* read, not yet sent (<= AGENT_PROC_OUTBUF) */
     bool ended;              /* no more bytes will come from fd */
@@ -40,7 +43,7 @@ struct proc {
     pid_t pid;
     json_t *info;            /* what `ps` shows (owned) */
     bool pty;
-    int in_fd;               /* stdin write end (PTY: a dup of the master), -1 if none */
+    int in_fd;               /* stdin: a relay socket (PTY: a dup of the master), -1 if none */
     struct agent_watch in_w; /* EPOLLOUT while in_buf has bytes */
     struct agent_buf in_buf; /* stdin accepted from the host, not yet written */
     bool in_eof;             /* host closed stdin: finish after in_buf */
@@ -135,16 +138,20 @@ static bool proc_out_fill(struct proc_out *o)
 {
     if (o->fd < 0 || o->buf.len >= AGENT_PROC_OUTBUF)
         return false;
+    if (o->relayed && o->p->exited && !o->finish_sent) {
+        agent_relay_finish(o->fd);
+        o->finish_sent = true;
+    }
     uint8_t tmp[AGENT_PROC_OUTBUF];
     ssize_t n = read(o->fd, tmp, AGENT_PROC_OUTBUF - o->buf.len);
     if (n > 0)
         return agent_buf_add(&o->buf, tmp, (size_t)n) == 0;
     if (n < 0 && errno == EINTR)
         return true;
-    /* EAGAIN while running: wait. EAGAIN after exit: whatever still holds the pipe (a
-     * background child) must not keep the exit from being reported. EIO is how a PTY
-     * master says the last slave closed. */
-    if (n < 0 && (errno == EAGAIN) && !o->p->exited)
+    /* EAGAIN while running: wait. EAGAIN after exit: whatever still holds the PTY (a
+     * background child) must not keep the exit from being reported; a relay ends by
+     * itself once finished (EOF). EIO is how a PTY master says the last slave closed. */
+    if (n < 0 && errno == EAGAIN && (!o->p->exited || o->relayed))
         return false;
     proc_out_close(o);
     return true;
@@ -493,9 +500,14 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
             fcntl(slave, F_SETFD, FD_CLOEXEC);
         }
     } else if (ok) {
+        /* The loop gets relay sockets instead of the pipes' own ends (relay.c: a
+         * command's pipe must never block the loop that relays FUSE). */
         ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0 &&
              (s->stdin_pipe ? pipe2(in, O_CLOEXEC) == 0
-                            : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+                            : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) &&
+             (out[0] = agent_relay_start(out[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
+             (err[0] = agent_relay_start(err[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
+             (!s->stdin_pipe || (in[1] = agent_relay_start(in[1], AGENT_RELAY_TO_CMD)) >= 0);
     }
     pid_t pid = ok ? fork() : -1;
     int e = errno;
@@ -508,12 +520,13 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
     errp[1] = -1;
     if (slave >= 0)
         close(slave);
-    if (in[0] >= 0)
-        close(in[0]);
-    if (out[1] >= 0)
-        close(out[1]);
-    if (err[1] >= 0)
-        close(err[1]);
+    /* The child's ends, marked closed so the failure path's close_pair skips them. */
+    int *childs[] = {&in[0], &out[1], &err[1]};
+    for (size_t i = 0; i < sizeof childs / sizeof childs[0]; i++)
+        if (*childs[i] >= 0) {
+            close(*childs[i]);
+            *childs[i] = -1;
+        }
     int report[2] = {0, 0};
     ssize_t n = 0;
     if (pid > 0) {
@@ -548,6 +561,7 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
         p->out[0].fd = out[0];
         p->out[1].fd = err[0];
         p->in_fd = in[1];
+        p->out[0].relayed = p->out[1].relayed = true;
     }
     for (int i = 0; i < 2; i++)
         if (p->out[i].fd >= 0)

@@ -1,13 +1,15 @@
 """Volumes mounted into real sandboxes (create field "volumes"; the agent's FUSE relay to a
 jailed space-volfs): a file put through the volume files API is read in the guest, a
 guest's writes are read back through the API, a second sandbox mounting the same volume
-sees the first one's writes and the other way round (no caching), the agent refuses its
-own file ops inside a mount, a mounted volume cannot be deleted, the data outlives the
-sandboxes, and no space-volfs is left behind; the tenant's byte quota (volume_mib) holds
-inside a sandbox (ENOSPC). Needs a guest whose initramfs has fuse.ko
+sees the first one's writes and the other way round (no caching), a command that
+sendfile()s a volume file straight into its stdout pipe neither hangs nor stops the agent,
+the agent refuses its own file ops inside a mount, a mounted volume cannot be deleted, the
+data outlives the sandboxes, and no space-volfs is left behind; the tenant's byte quota
+(volume_mib) holds inside a sandbox (ENOSPC). Needs a guest whose initramfs has fuse.ko
 (guest/fetch-kernel.sh); skips (saying why) when guest artifacts are missing."""
 import glob
 import os
+import threading
 import urllib.parse
 
 from spacedlib import procs_naming, session_output
@@ -18,13 +20,30 @@ def vfiles(name, path):
 
 
 def run(s, sid, cmd):
-    """Runs cmd in the sandbox. Reads of volume files whose output goes straight to the
-    command's stdout are piped through `cat` here: busybox cat sendfile()s into its
-    stdout pipe, holding that pipe's lock while the FUSE read waits, and the agent reading
-    that pipe would then wait too (docs/security.md "Volumes", residual)."""
+    """Runs cmd in the sandbox; returns its stdout (text), asserting exit code 0."""
     out, code = session_output(s, sid, cmd)
     assert code == 0, (sid, cmd, out, s.log())
     return out.decode()
+
+
+def output_within(s, sid, cmd, seconds):
+    """session_output with a deadline on the whole run: the attach stream's keep-alive
+    comments would keep a plain socket timeout from ever firing on a hung agent."""
+    box = {}
+
+    def work():
+        try:
+            box["out"] = session_output(s, sid, cmd, timeout=seconds)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            box["err"] = e
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "%r: no exit after %d s: the agent hangs (%s)" % (cmd, seconds, s.log())
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 def create_mounting(s, vols):
@@ -111,3 +130,27 @@ def test_byte_quota_in_sandbox(spaced):
         assert s.request("DELETE", "/v1/volumes/quota").status == 204
     finally:
         s.request("PUT", "/v1/tenants/admin/quota", {"volume_mib": None})
+
+
+def test_sendfile_from_volume_into_stdout_pipe(spaced):
+    """busybox cat (the base template's) sendfile()s the file into its stdout pipe: the
+    kernel holds the pipe's lock while the FUSE read waits for the agent's relay, so an
+    agent reading that pipe on the thread that relays FUSE would wait forever (issue 12).
+    The output must arrive whole, and the agent must answer the next command. The
+    bounded timeout makes a hang fail instead of blocking the run."""
+    s = spaced
+    assert s.request("POST", "/v1/volumes", {"name": "sendfile"}).status == 201
+    data = os.urandom(3 * 1024 * 1024)
+    r = s.request("PUT", vfiles("sendfile", "/bigfile"), raw=data,
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 200, r
+    sid = create_mounting(s, [{"name": "sendfile", "path": "/mnt/v"}])
+    out, code = output_within(s, sid, "cat /mnt/v/bigfile", 180)
+    assert code == 0 and len(out) == len(data), (code, len(out), s.log())
+    assert out == data
+    # straight to stderr too, twice over, then the agent still answers
+    out, code = output_within(s, sid, "cat /mnt/v/bigfile /mnt/v/bigfile >&2; echo done", 180)
+    assert (out, code) == (b"done\n", 0), (out, code)
+    assert output_within(s, sid, "echo still-answering", 60) == (b"still-answering\n", 0)
+    delete(s, sid)
+    assert s.request("DELETE", "/v1/volumes/sendfile").status == 204

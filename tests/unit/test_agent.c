@@ -1,5 +1,5 @@
 /* test_agent: the agent's serve loop as a host process, driven through agentc:
- * processes (output, stdin, signals, exit status, PTY, 100 at once, backpressure,
+ * processes (output, stdin, pipes ending with the process, signals, exit status, PTY, 100 at once, backpressure,
  * reattach after disconnect) and system ops (health, refresh, unknown ops). */
 #include "test_agent_harness.h"
 
@@ -77,6 +77,38 @@ static void test_exec_stdin(void **state)
     unsigned lines, words, bytes;
     assert_int_equal(sscanf(k.buf[FRAME_STREAM_OUT], "%u %u %u", &lines, &words, &bytes), 3);
     assert_int_equal(bytes, 1000000);
+    col_free(&k);
+    ah_stop(&h);
+}
+
+/* The pipes' relay threads (relay.c) end with the process: a background child that
+ * keeps stdout open does not hold back the exit, and a process that stops reading its
+ * stdin while the host keeps writing still exits (the rest of the input is dropped). */
+static void test_exec_pipe_ends(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    struct col k;
+    time_t t0 = time(NULL);
+    col_open(&h, &k, json_pack("{s:s, s:s}", "op", "exec", "cmd", "sleep 20 & echo up"), 0, true);
+    ah_wait(&h, &k.closed);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], "up\n");
+    assert_int_equal(col_exit(&k), 0);
+    assert_true(time(NULL) - t0 < 15); /* not after the sleep */
+    col_free(&k);
+
+    col_open(&h, &k, json_pack("{s:s, s:s, s:b}", "op", "exec", "cmd", "head -c 5", "stdin", 1),
+             0, true);
+    static char chunk[100000];
+    memset(chunk, 'y', sizeof chunk);
+    for (int i = 0; i < 10 && !k.closed; i++) {
+        if (agentc_write(k.ch, chunk, sizeof chunk) < 0)
+            break;
+        ah_step(&h);
+    }
+    ah_wait(&h, &k.closed);
+    assert_string_equal(k.buf[FRAME_STREAM_OUT], "yyyyy");
+    assert_int_equal(col_exit(&k), 0);
     col_free(&k);
     ah_stop(&h);
 }
@@ -165,6 +197,22 @@ static json_t *health(struct ah *h)
     return ah_ok(h, json_pack("{s:s}", "op", "health"));
 }
 
+/* Bytes process pid has written (/proc/PID/io wchar). */
+static long long proc_wchar(pid_t pid)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/%d/io", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long long n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "wchar: %lld", &n) == 1)
+            break;
+    fclose(f);
+    assert_true(n >= 0);
+    return n;
+}
+
 /* A process writing 50 MiB while the host grants credit slowly (and at first not at
  * all): the agent's buffers stay bounded and every byte arrives. */
 static void test_backpressure(void **state)
@@ -173,8 +221,8 @@ static void test_backpressure(void **state)
     ah_start(&h);
     struct col k;
     const size_t total = 50u << 20;
-    col_open(&h, &k, json_pack("{s:s, s:s}", "op", "exec", "cmd", "head -c 52428800 /dev/zero"),
-             AGENTC_MANUAL_CREDIT, false);
+    col_open(&h, &k, json_pack("{s:s, s:[ssss]}", "op", "exec", "argv", "head", "-c", "52428800",
+                               "/dev/zero"), AGENTC_MANUAL_CREDIT, false);
     /* Without grants only the initial window arrives, then the process blocks. */
     while (k.len[FRAME_STREAM_OUT] < FRAME_WINDOW_INITIAL)
         ah_step(&h);
@@ -182,6 +230,16 @@ static void test_backpressure(void **state)
     assert_true(json_integer_value(json_object_get(hl, "buffered")) < 1024 * 1024);
     json_decref(hl);
     assert_int_equal(k.len[FRAME_STREAM_OUT], FRAME_WINDOW_INITIAL);
+    /* ... blocked, through the pipe's relay thread (relay.c): what it wrote is the window
+     * plus the buffers on the way (loop 64 KiB, thread 16 KiB, socket, pipe 64 KiB). */
+    ah_step(&h);
+    ah_step(&h);
+    json_int_t pid = json_integer_value(json_object_get(json_array_get(k.events, 0), "pid"));
+    assert_true(pid > 0);
+    long long wrote = proc_wchar((pid_t)pid);
+    print_message("blocked process wrote %lld bytes with a %d-byte window\n", wrote,
+                  FRAME_WINDOW_INITIAL);
+    assert_true(wrote < 1024 * 1024);
     /* Then grant in small steps, as a slow HTTP client would drain. */
     size_t granted = FRAME_WINDOW_INITIAL;
     while (!k.closed) {
@@ -372,7 +430,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_exec_output),    cmocka_unit_test(test_exec_errors),
-        cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_signal),
+        cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_pipe_ends),
+        cmocka_unit_test(test_exec_signal),
         cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_many),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_detach_attach),
         cmocka_unit_test(test_close_detaches), cmocka_unit_test(test_refresh_health),
