@@ -17,6 +17,10 @@ const char *sess_event_name(enum sess_ev_kind kind)
         return "stderr";
     case SESS_EV_EXIT:
         return "exit";
+    case SESS_EV_STAGE:
+        return "stage";
+    case SESS_EV_END:
+        return "end";
     case SESS_EV_ERROR:
         break;
     }
