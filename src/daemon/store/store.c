@@ -92,6 +92,9 @@ static const char *const store_migrations[] = {
     /* 10: the volumes a sandbox mounts (sandbox/sbx_vol.c), mounted again after a
      * restart. */
     "ALTER TABLE sandboxes ADD COLUMN volumes TEXT;",
+    /* 11: each node's measured host load (load averages, CPU %, memory available) from
+     * its heartbeat, for operators (GET /v1/nodes). */
+    "ALTER TABLE nodes ADD COLUMN host_load TEXT NOT NULL DEFAULT '';",
 };
 
 #define SQL_CAP 2048
