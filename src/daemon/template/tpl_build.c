@@ -671,7 +671,7 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
     sp->tpl->builds = b;
     b->started_ms = spaced_now_ms();
     snprintf(b->op_id, sizeof b->op_id, "%s", op_id);
-    b->log = tpl_log_new(sp, op_id);
+    b->log = tpl_log_new(sp, op_id, name);
     snprintf(b->name, sizeof b->name, "%s", name);
     snprintf(b->base_name, sizeof b->base_name, "%s", base);
     snprintf(b->dir, sizeof b->dir, "%s/templates/%s", sp->opt.data_dir, name);

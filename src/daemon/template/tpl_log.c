@@ -28,6 +28,7 @@ struct log_reader {
 struct tpl_log {
     struct tpl_registry *r;
     char op_id[STORE_ID_MAX];
+    char name[64];           /* the template built */
     struct sess_ring ring;
     bool done;
     struct log_reader *readers;
@@ -138,7 +139,7 @@ static void log_free(struct tpl_log *l)
     free(l);
 }
 
-struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id)
+struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id, const char *name)
 {
     struct tpl_registry *r = sp->tpl;
     struct tpl_log *l = calloc(1, sizeof *l);
@@ -149,6 +150,7 @@ struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id)
     l->keepalive = event_new(sp->base, -1, EV_PERSIST, on_keepalive, l);
     l->r = r;
     snprintf(l->op_id, sizeof l->op_id, "%s", op_id);
+    snprintf(l->name, sizeof l->name, "%s", name);
     l->next = r->logs;
     r->logs = l;
     /* Keep the newest TPL_LOGS_KEEP finished logs (and every build in flight). */
@@ -262,6 +264,55 @@ int tpl_log_attach(struct spaced *sp, const char *op_id, struct http_req *req, i
     http_req_on_close(req, reader_on_close, rd);
     reader_pump(rd);
     return 0;
+}
+
+/* Bytes as a JSON string: invalid UTF-8 becomes U+FFFD, byte by byte. */
+static json_t *text_of(const uint8_t *p, size_t n)
+{
+    json_t *j = json_stringn((const char *)p, n);
+    if (j)
+        return j;
+    char *out = malloc(n * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; out && i < n; i++) {
+        if (p[i] < 0x80) {
+            out[o++] = (char)p[i];
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+        }
+    }
+    j = out ? json_stringn(out, o) : NULL;
+    free(out);
+    return j;
+}
+
+json_t *tpl_log_entries(struct spaced *sp, const char *name, size_t offset)
+{
+    struct tpl_log *l = sp->tpl->logs;
+    while (l && strcmp(l->name, name) != 0)
+        l = l->next; /* newest first */
+    if (!l)
+        return NULL;
+    json_t *out = json_array();
+    for (uint64_t id = sess_ring_first_id(&l->ring) + offset; out && id < sess_ring_next_id(&l->ring); id++) {
+        const struct sess_rec *rec = sess_ring_get(&l->ring, id);
+        json_t *text = NULL;
+        if (!rec || rec->kind == SESS_EV_END)
+            continue;
+        if (rec->kind == SESS_EV_STAGE) {
+            json_t *j = json_loadb((const char *)rec->data, rec->len, 0, NULL);
+            text = json_incref(json_object_get(j, "stage"));
+            json_decref(j);
+        } else {
+            size_t n = rec->len;
+            while (n && rec->data[n - 1] == '\n')
+                n--; /* one entry is one line's worth: no trailing newline */
+            text = text_of(rec->data, n);
+        }
+        json_array_append_new(out, json_pack("{s:s, s:o?}", "kind", sess_event_name(rec->kind), "text", text));
+    }
+    return out;
 }
 
 void tpl_logs_free(struct tpl_registry *r)

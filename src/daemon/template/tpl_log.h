@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "daemon/session/sess_ring.h"
 #include "daemon/spaced.h"
 
@@ -30,9 +32,10 @@ struct tpl_log;
 struct tpl_registry;
 struct http_req;
 
-/* A new, empty log for operation op_id (the build's), or NULL when out of memory (the
- * build then runs without one). Drops the oldest finished logs beyond TPL_LOGS_KEEP. */
-struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id);
+/* A new, empty log for operation op_id (the build of template `name`), or NULL when out
+ * of memory (the build then runs without one). Drops the oldest finished logs beyond
+ * TPL_LOGS_KEEP. */
+struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id, const char *name);
 
 /* Output of a run step (kind SESS_EV_STDOUT or SESS_EV_STDERR). NULL log: no-op. */
 void tpl_log_output(struct tpl_log *l, enum sess_ev_kind kind, const void *data, size_t len);
@@ -50,6 +53,12 @@ void tpl_log_end(struct tpl_log *l, const char *code, const char *message);
  * many readers. */
 int tpl_log_attach(struct spaced *sp, const char *op_id, struct http_req *req, int64_t last,
                    struct spaced_err *err);
+
+/* The events of the newest build of template `name` from the offset-th one kept on, as
+ * [{"kind": "stage"|"stdout"|"stderr", "text"}] (output bytes as text, invalid UTF-8
+ * replaced; `end` left out), for polling clients (E2B's build status). NULL when no
+ * build of that name is kept. */
+json_t *tpl_log_entries(struct spaced *sp, const char *name, size_t offset);
 
 /* Ends every reader and frees every log (spaced is stopping). */
 void tpl_logs_free(struct tpl_registry *r);
