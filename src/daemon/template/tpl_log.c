@@ -80,33 +80,26 @@ static void reader_drain(struct http_req *req, void *arg)
  * when the log is complete or the reader fell behind what is kept. */
 static void reader_pump(struct log_reader *rd)
 {
-    struct tpl_log *l = rd->l;
-    while (rd->next < sess_ring_next_id(&l->ring)) {
-        if (http_stream_pending(rd->req) > LOG_READER_HIGH) {
-            if (!rd->waiting) {
-                rd->waiting = true;
-                http_stream_on_drain(rd->req, reader_drain, rd);
-            }
-            return;
+    switch (sess_event_pump(&rd->l->ring, rd->req, &rd->next, LOG_READER_HIGH)) {
+    case SESS_PUMP_FULL:
+        if (!rd->waiting) {
+            rd->waiting = true;
+            http_stream_on_drain(rd->req, reader_drain, rd);
         }
-        const struct sess_rec *rec = sess_ring_get(&l->ring, rd->next);
-        char *data = NULL;
-        long n = rec ? sess_event_data(rec, &data) : -1;
-        if (n < 0) {
-            free(data);
-            reader_end(rd, rec ? "{\"code\":\"internal\",\"message\":\"out of memory\"}"
-                               : "{\"code\":\"gone\",\"message\":\"the build wrote more than is "
-                                 "kept while this stream lagged; reconnect without "
-                                 "Last-Event-ID for what is left\"}");
-            return;
-        }
-        int rc = sse_send(rd->req, (int64_t)rec->id, sess_event_name(rec->kind), data, (size_t)n);
-        free(data);
-        if (rc < 0)
-            return; /* the stream is dying; on_close frees the reader */
-        rd->next++;
+        return;
+    case SESS_PUMP_GONE:
+        reader_end(rd, "{\"code\":\"gone\",\"message\":\"the build wrote more than is kept while "
+                       "this stream lagged; reconnect without Last-Event-ID for what is left\"}");
+        return;
+    case SESS_PUMP_NOMEM:
+        reader_end(rd, "{\"code\":\"internal\",\"message\":\"out of memory\"}");
+        return;
+    case SESS_PUMP_DEAD:
+        return; /* the stream is dying; on_close frees the reader */
+    case SESS_PUMP_CAUGHT_UP:
+        break;
     }
-    if (l->done)
+    if (rd->l->done)
         reader_end(rd, NULL);
 }
 
@@ -222,24 +215,9 @@ int tpl_log_attach(struct spaced *sp, const char *op_id, struct http_req *req, i
                               "operation %s has no build output here (not a template build, or "
                               "its output is no longer kept: only the last %d builds' are, until "
                               "spaced restarts)", op_id, TPL_LOGS_KEEP);
-    uint64_t from = sess_ring_first_id(&l->ring);
-    if (last >= 0) {
-        switch (sess_ring_resume(&l->ring, (uint64_t)last)) {
-        case SESS_RING_GONE:
-            return spaced_err_set(err, 410, "events_gone",
-                                  "events after id %lld are no longer kept (the oldest is %llu); "
-                                  "reconnect without Last-Event-ID for what is left",
-                                  (long long)last, (unsigned long long)from);
-        case SESS_RING_FUTURE:
-            return spaced_err_set(err, 400, "invalid_request",
-                                  "Last-Event-ID %lld is beyond the newest event of the build (%llu)",
-                                  (long long)last,
-                                  (unsigned long long)(sess_ring_next_id(&l->ring) - 1));
-        case SESS_RING_OK:
-            from = (uint64_t)last + 1;
-            break;
-        }
-    }
+    uint64_t from;
+    if (sess_event_resume(&l->ring, last, "the build", &from, err) < 0)
+        return -1;
     if (l->nreaders >= LOG_READERS_MAX)
         return spaced_err_set(err, 429, "too_many_requests",
                               "the build of operation %s already has %d readers", op_id,
