@@ -2,7 +2,7 @@
 // event stream for lists (only per operation), so each page polls its list every
 // POLL_MS while it is shown; a poll that is still running is not started again.
 import * as api from "./api.js";
-import { h, table, badge, flash, ago } from "./ui.js";
+import { h, table, badge, flash, ago, bytes } from "./ui.js";
 
 const POLL_MS = 2000;
 
@@ -149,20 +149,32 @@ function meter(used, total, unit) {
   return h("span", { class: "meter" }, h("meter", { min: 0, max: 100, value: pct }), " " + used + " / " + total + " " + unit);
 }
 
+// Measured load (GET /v1/nodes: `host`, each node's `load`), not allocation: "load 0.52
+// 0.40 0.31, CPU 12.5 % of 2, 1.2 GiB of 3.8 GiB free".
+function load(l) {
+  if (!l) return h("span", { class: "muted" }, "not reported yet");
+  return h("span", { class: "load" }, "load " + [l.load1, l.load5, l.load15].map((v) => v.toFixed(2)).join(" ") +
+    ", CPU " + l.cpu_pct.toFixed(1) + " % of " + l.cpus + ", " + bytes(l.mem_available) + " of " +
+    bytes(l.mem_total) + " free");
+}
+
 export function nodesPage(el) {
   return listPage(el, "Nodes", async () => {
     const r = await api.raw("GET", "/v1/nodes");
     if (r.status === 403) return h("p", { class: "empty" }, "Listing nodes needs an admin key.");
     if (!r.ok) await api.fail(r);
-    const nodes = (await r.json()).nodes;
-    return table(
-      ["Node", "State", "vCPUs used", "Memory used", "Heartbeat", "URL"],
-      nodes.map((n) => [
-        h("span", { class: "mono" }, n.id),
-        badge(n.live ? (n.draining ? "draining" : "live") : "down"),
-        meter(n.used.vcpus, n.capacity.vcpus, "vCPU"),
-        meter(n.used.memory_mib, n.capacity.memory_mib, "MiB"),
-        ago(n.heartbeat_at), h("span", { class: "mono" }, n.url),
-      ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md).");
+    const body = await r.json();
+    return h("div", {},
+      h("p", { id: "host-load" }, "This host: ", load(body.host)),
+      table(
+        ["Node", "State", "vCPUs used", "Memory used", "Host load", "Heartbeat", "URL"],
+        body.nodes.map((n) => [
+          h("span", { class: "mono" }, n.id),
+          badge(n.live ? (n.draining ? "draining" : "live") : "down"),
+          meter(n.used.vcpus, n.capacity.vcpus, "vCPU"),
+          meter(n.used.memory_mib, n.capacity.memory_mib, "MiB"),
+          load(n.load),
+          ago(n.heartbeat_at), h("span", { class: "mono" }, n.url),
+        ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md)."));
   });
 }

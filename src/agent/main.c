@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/init.h"
+#include "agent/ops.h"
 #include "agent/serve.h"
 #include "agent/sys.h"
 #include "log.h"
@@ -30,6 +31,7 @@ static int run_pid1(void)
     /* PID 1 must never exit (the kernel panics): retry the boot's last step forever. */
     while (agent_init_boot(port, sizeof port) < 0)
         sleep(1);
+    agent_metrics_start();
     while (!agent_sys_shutdown_requested())
         if (agent_serve_port(port) < 0) {
             log_error("agent.serve", "errno=%d", errno);
@@ -46,6 +48,7 @@ int main(int argc, char **argv)
     if (argc != 3)
         return usage();
     agent_sys_init(false);
+    agent_metrics_start();
     int rc;
     if (strcmp(argv[1], "--serve-fd") == 0) {
         char *end;

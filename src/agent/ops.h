@@ -37,6 +37,9 @@ void agent_op_watch(struct agent_chan *ch, json_t *req);
 void agent_op_tcp(struct agent_chan *ch, json_t *req);
 void agent_op_mount(struct agent_chan *ch, json_t *req);
 void agent_op_metrics(struct agent_chan *ch, json_t *req);
+/* The CPU baseline of `metrics` (metrics.c): once /proc is mounted, before serving,
+ * and again when a restored clone is refreshed (its window starts at the restore). */
+void agent_metrics_start(void);
 void agent_op_refresh(struct agent_chan *ch, json_t *req);
 void agent_op_health(struct agent_chan *ch, json_t *req);
 void agent_op_shutdown(struct agent_chan *ch, json_t *req);

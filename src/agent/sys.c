@@ -199,8 +199,10 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
         sys_token = strdup(token);
         json_array_append_new(applied, json_string("token"));
     }
-    /* A restored clone is a new machine: give it a new identity. */
+    /* A restored clone is a new machine: give it a new identity, and CPU use counted
+     * from now (not the template VM's time before its snapshot). */
     sys_new_boot_id();
+    agent_metrics_start();
     agent_op_result(ch, json_pack("{s:o, s:o, s:s}", "applied", applied, "skipped", skipped,
                                   "boot_id", sys_boot_id));
 }

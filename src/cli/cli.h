@@ -136,6 +136,13 @@ int cli_session_attach(struct cli_session *s, const struct cli_sse *sse, struct 
  * ended, -1 bad event or closed output (message printed). */
 int cli_session_event(const struct cli_ctx *x, const char *event, const char *id,
                       const char *data, size_t len, int *status);
+/* Writes the bytes of an stdout/stderr event's data ({"data": base64}) to fd. 0 or -1. */
+int cli_emit_output(int fd, const json_t *data);
+/* Follows a template build's output (GET /v1/operations/{id}/logs, cli_buildlog.c): its
+ * stages and its run steps' stdout and stderr, all on stderr as they come. Returns 0 when
+ * the build's end was seen, -1 when the stream could not be had (the caller still waits
+ * for the operation, which reports the outcome). */
+int cli_follow_build(struct cli_ctx *x, const char *op_id);
 /* Runs the session body describes (argv or cmd; pty, stdin and TERM are added) on the
  * local terminal (cli_shell.c); takes body. Returns the remote exit status. */
 int cli_shell_run(struct cli_ctx *x, const char *sandbox, json_t *body);

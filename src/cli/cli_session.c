@@ -203,8 +203,7 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Writes the base64 payload of an stdout/stderr event to fd. */
-static int emit(int fd, const json_t *data)
+int cli_emit_output(int fd, const json_t *data)
 {
     const char *b = json_string_value(json_object_get(data, "data"));
     if (!b)
@@ -244,7 +243,7 @@ int cli_session_event(const struct cli_ctx *x, const char *event, const char *id
         free(text);
         json_decref(line);
     } else if (strcmp(event, "stdout") == 0 || strcmp(event, "stderr") == 0) {
-        if (emit(event[3] == 'o' ? STDOUT_FILENO : STDERR_FILENO, j) < 0) {
+        if (cli_emit_output(event[3] == 'o' ? STDOUT_FILENO : STDERR_FILENO, j) < 0) {
             cli_err("bad %s event or closed output", event);
             rc = -1;
         }

@@ -1,6 +1,7 @@
 /* cli_template.c: `space template ls` and
  * `space template build NAME -f FILE` (cli_spacefile.h) or
- * `space template build NAME [--from BASE] --run CMD [--run CMD...]`. */
+ * `space template build NAME [--from BASE] --run CMD [--run CMD...]`; the build's stages
+ * and output are shown as it runs (cli_buildlog.c), except with --json. */
 #include "cli.h"
 #include "cli_spacefile.h"
 
@@ -72,8 +73,12 @@ static int template_build(struct cli_ctx *x, int argc, char **argv)
     char what[96];
     snprintf(what, sizeof what, "building template %s", argv[0]);
     json_t *op = NULL;
-    int rc = cli_wait_op(x, json_string_value(json_object_get(json_object_get(r, "operation"), "id")),
-                         what, x->json ? &op : NULL);
+    const char *op_id = json_string_value(json_object_get(json_object_get(r, "operation"), "id"));
+    /* The output as it comes; then the operation says how it ended (and waits for it
+     * when the stream could not be followed). */
+    if (!x->json)
+        cli_follow_build(x, op_id);
+    int rc = cli_wait_op(x, op_id, what, x->json ? &op : NULL);
     if (rc == 0 && op)
         rc = cli_print_op(op);
     else if (rc == 0)

@@ -21,6 +21,7 @@
 #include "daemon/console/console.h"
 #include "daemon/e2b/e2b.h"
 #include "daemon/jail/jail.h"
+#include "daemon/metrics/hostload.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/net/net.h"
 #include "daemon/ops/op.h"
@@ -389,11 +390,12 @@ int main(int argc, char **argv)
         return 1;
     }
     sp.metrics = metrics_new();
+    sp.hostload = hostload_new(NULL);
     sp.sbx = sbx_table_new(&sp);
     sp.tpl = tpl_registry_new(&sp);
     sp.ops = op_engine_new(&sp);
     sp.router = router_new();
-    if (!sp.metrics || !sp.sbx || !sp.tpl || !sp.ops || !sp.router) {
+    if (!sp.metrics || !sp.hostload || !sp.sbx || !sp.tpl || !sp.ops || !sp.router) {
         fprintf(stderr, "spaced: out of memory\n");
         return 1;
     }
@@ -491,6 +493,7 @@ int main(int argc, char **argv)
     vm_jailer_free(sp.jailer); /* after every VM: a freed VM gives its uid back */
     auth_free(sp.auth);
     metrics_free(sp.metrics);
+    hostload_free(sp.hostload);
     cluster_free(&sp);
     store_close(sp.store);
     event_base_free(sp.base);

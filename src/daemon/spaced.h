@@ -51,6 +51,7 @@ struct op_engine;
 struct sbx_table;
 struct tpl_registry;
 struct metrics;
+struct hostload;
 struct sbx_pools;
 struct cluster;
 struct e2b;
@@ -130,6 +131,7 @@ struct spaced {
     struct sbx_table *sbx;     /* live sandboxes by id (sbx.h) */
     struct tpl_registry *tpl;  /* templates found under guest_dir and in the store */
     struct metrics *metrics;   /* Prometheus counters (metrics.h) */
+    struct hostload *hostload; /* this host's measured load (metrics/hostload.h) */
     struct sbx_pools *pools;   /* warm pools per clone shape (sandbox/sbx_pool.h) */
     struct router *router;     /* HTTP routes (http/router.h) */
     struct cluster *cluster;   /* multi-node role state (cluster/cluster.h), NULL for all */

@@ -205,6 +205,13 @@ def test_legacy_control_plane(vm_spaced):
     run_script(vm_spaced, "legacy_control.mjs", OLDEST)
 
 
+def test_template_builder(vm_spaced):
+    """E2B's template builder (Template().fromTemplate(...).runCmd(...), Template.build
+    with onBuildLogs) builds a space template a sandbox then starts from; Docker images,
+    registries and copy() are refused naming why."""
+    run_script(vm_spaced, "template.mjs", CURRENT)
+
+
 def test_ports(vm_spaced):
     """getHost: keep-alive, streamed bodies both ways, WebSocket (python template)."""
     if not os.path.exists(os.path.join(fx.GUEST, "templates", "python", "rootfs.ext4")):

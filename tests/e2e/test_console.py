@@ -197,6 +197,9 @@ def test_sign_in_lists_and_create(api_spaced, browser):
         signed_in(page, api_spaced)
         for name in ("sandboxes", "operations", "templates", "nodes"):
             show(page, "#/" + name, LIST_READY, "the %s page" % name)
+        # The nodes page shows the host's measured load (GET /v1/nodes `host`).
+        host = page.eval("document.getElementById('host-load').textContent")
+        assert re.search(r"This host: load [\d.]+ [\d.]+ [\d.]+, CPU [\d.]+ % of \d+, .* free", host), host
         assert page.errors() == []
 
         # Create from the page: the API sees the sandbox.

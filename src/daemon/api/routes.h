@@ -80,4 +80,9 @@ json_t *routes_sandbox_body(struct spaced *sp, struct http_req *req, const char 
                             size_t len, const char *const *known, struct auth_principal *who,
                             const char **id);
 
+/* Where an event stream resumes: the Last-Event-ID header, else ?last_event_id= (a
+ * browser's EventSource cannot set headers on a new stream), as a decimal id, or -1 when
+ * neither is given. Returns 0, or -1 after replying 400 to a malformed one. */
+int routes_last_event_id(struct spaced *sp, struct http_req *req, int64_t *last);
+
 #endif

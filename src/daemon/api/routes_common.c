@@ -1,9 +1,12 @@
 /* routes_common.c: error replies, operation replies and strict JSON body parsing shared
  * by the control-plane route files. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/auth/auth.h"
+#include "daemon/http/sse.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/ops/op.h"
 #include "daemon/sandbox/sbx.h"
@@ -129,4 +132,21 @@ json_t *routes_sandbox_body(struct spaced *sp, struct http_req *req, const char 
     if (!auth_require(sp, req, who) || !(*id = routes_sandbox_param(sp, req)))
         return NULL;
     return routes_parse_object(sp, req, data, len, known);
+}
+
+int routes_last_event_id(struct spaced *sp, struct http_req *req, int64_t *last)
+{
+    *last = sse_last_event_id(req);
+    const char *q = http_req_query(req, "last_event_id");
+    if (*last >= 0 || (!q && !http_req_header(req, "Last-Event-ID")))
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    long long v = q && *q >= '0' && *q <= '9' ? strtoll(q, &end, 10) : -1;
+    if (v < 0 || errno || *end) {
+        routes_reply_error(sp, req, 400, "invalid_request", "Last-Event-ID must be a decimal event id");
+        return -1;
+    }
+    *last = v;
+    return 0;
 }

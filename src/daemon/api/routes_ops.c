@@ -1,4 +1,5 @@
-/* routes_ops.c: /v1/operations — get (with ?wait= long-poll), follow over SSE, list. */
+/* routes_ops.c: /v1/operations — get (with ?wait= long-poll), follow over SSE, list, and
+ * a template build's output as it runs (logs, tpl_log.h). */
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 #include "daemon/auth/auth.h"
 #include "daemon/ops/op.h"
 #include "daemon/http/sse.h"
+#include "daemon/template/tpl_log.h"
 #include "routes.h"
 
 #define SSE_KEEPALIVE_S 15
@@ -200,6 +202,24 @@ static void h_events(struct http_req *req, void *arg)
     store_op_clear(&op);
 }
 
+/* GET /v1/operations/{id}/logs: the build's stages and output over SSE (tpl_log.h). */
+static void h_logs(struct http_req *req, void *arg)
+{
+    struct spaced *sp = arg;
+    struct auth_principal who;
+    if (!auth_require(sp, req, &who))
+        return;
+    struct store_op op;
+    int64_t last;
+    if (routes_last_event_id(sp, req, &last) < 0 ||
+        load_op(sp, req, who.tenant, router_param(req, "id"), &op) < 0)
+        return;
+    struct spaced_err e;
+    if (tpl_log_attach(sp, op.id, req, last, &e) < 0)
+        routes_reply_err(sp, req, &e);
+    store_op_clear(&op);
+}
+
 /* ---- list ---------------------------------------------------------------------------- */
 
 static int list_one(const struct store_op *op, void *arg)
@@ -241,4 +261,5 @@ void routes_ops_register(struct router *r, struct spaced *sp)
     router_add(r, "GET", "/v1/operations", h_list, sp);
     router_add(r, "GET", "/v1/operations/{id}", h_get, sp);
     router_add(r, "GET", "/v1/operations/{id}/events", h_events, sp);
+    router_add(r, "GET", "/v1/operations/{id}/logs", h_logs, sp);
 }

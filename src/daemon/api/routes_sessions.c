@@ -14,7 +14,6 @@
 
 #include "daemon/http/router.h"
 #include "daemon/api/routes.h"
-#include "daemon/http/sse.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/session/sess.h"
@@ -214,17 +213,9 @@ static void h_attach(struct http_req *req, void *arg)
     struct spaced_err e;
     if (!resolve(arg, req, true, &tg))
         return;
-    int64_t last = sse_last_event_id(req);
-    const char *q = http_req_query(req, "last_event_id");
-    if (last < 0 && (http_req_header(req, "Last-Event-ID") || q)) {
-        int64_t v = -1;
-        if (!q || sess_req_uint(q, "last_event_id", 0, INT64_MAX, &v, &e) < 0 || v < 0) {
-            http_reply_error(req, 400, "invalid_request",
-                             "Last-Event-ID must be a decimal event id");
-            return;
-        }
-        last = v;
-    }
+    int64_t last;
+    if (routes_last_event_id(((struct routes_sess *)arg)->sp, req, &last) < 0)
+        return;
     /* A process not yet attached needs the agent; a finished one replays without it. */
     if (!sbx_agent(tg.x) && sbx_state(tg.x) == SBX_RUNNING && sess_state(tg.s) < SESS_EXITED) {
         routes_agent_now(req, tg.x);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon/http/router.h"
+#include "daemon/metrics/hostload.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/sandbox/sbx_pool.h"
 #include "daemon/template/tpl.h"
@@ -147,6 +148,11 @@ static void heartbeat(struct spaced *sp)
     snprintf(n.url, sizeof n.url, "%s", sp->opt.advertise);
     struct shapes_scan scan = {sp, &n};
     tpl_snapshots_each_ready(sp, add_shape, &scan);
+    const json_t *load = hostload_get(sp->hostload, n.heartbeat_ms, 0);
+    char *text = load ? json_dumps(load, JSON_COMPACT) : NULL;
+    if (text && strlen(text) < sizeof n.host_load)
+        memcpy(n.host_load, text, strlen(text) + 1);
+    free(text);
     bool ok = store_node_put(sp->store, &n) == 0;
     int64_t gone = 0;
     if (!ok)

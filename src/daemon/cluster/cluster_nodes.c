@@ -1,7 +1,9 @@
 /* cluster_nodes.c: the node daemons as operators see and manage them (admin key, every
  * role; the rows live in the shared store, so any control daemon answers):
  *   GET    /v1/nodes               each node: url, live, draining, capacity, use (sandboxes'
- *                                   and reservations'), the shapes it has ready
+ *                                   and reservations'), the shapes it has ready, its host's
+ *                                   measured load at its heartbeat; and `host`: the load of
+ *                                   the host this daemon runs on (metrics/hostload.h)
  *   POST   /v1/nodes/{id}/drain    no new sandbox is placed there (running ones stay): 204
  *   POST   /v1/nodes/{id}/undrain  placement uses it again: 204
  *   DELETE /v1/nodes/{id}           forgets a node that is down and holds no sandbox: 204
@@ -16,6 +18,7 @@
 #include "cluster_internal.h"
 #include "daemon/auth/auth.h"
 #include "daemon/http/router.h"
+#include "daemon/metrics/hostload.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
@@ -23,12 +26,16 @@
 static json_t *node_json(const struct store_node *n, const struct store_node_use *u, bool live)
 {
     char hb[32];
-    return json_pack("{s:s, s:s, s:b, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:s, s:s}", "id", n->id,
-                     "url", n->url, "live", live, "draining", n->draining, "capacity", "vcpus",
-                     (json_int_t)n->vcpus, "memory_mib", (json_int_t)n->memory_mib, "used", "vcpus",
-                     (json_int_t)u->used_vcpus, "memory_mib", (json_int_t)u->used_memory_mib, "reserved",
-                     "vcpus", (json_int_t)u->reserved_vcpus, "memory_mib", (json_int_t)u->reserved_memory_mib,
-                     "shapes", n->shapes, "heartbeat_at", spaced_fmt_time(n->heartbeat_ms, hb));
+    /* Measured by the node itself at its heartbeat (metrics/hostload.h); null before. */
+    json_t *load = n->host_load[0] ? json_loads(n->host_load, 0, NULL) : NULL;
+    return json_pack("{s:s, s:s, s:b, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:s, s:s, s:o}",
+                     "id", n->id, "url", n->url, "live", live, "draining", n->draining, "capacity",
+                     "vcpus", (json_int_t)n->vcpus, "memory_mib", (json_int_t)n->memory_mib, "used",
+                     "vcpus", (json_int_t)u->used_vcpus, "memory_mib", (json_int_t)u->used_memory_mib,
+                     "reserved", "vcpus", (json_int_t)u->reserved_vcpus, "memory_mib",
+                     (json_int_t)u->reserved_memory_mib, "shapes", n->shapes, "heartbeat_at",
+                     spaced_fmt_time(n->heartbeat_ms, hb), "load",
+                     json_is_object(load) ? load : (json_decref(load), json_null()));
 }
 
 static void add_node(const struct store_node *n, const struct store_node_use *u, bool live, void *arg)
@@ -48,7 +55,10 @@ static void h_nodes(struct http_req *req, void *arg)
         http_reply_error(req, 503, "store_unavailable", "reading nodes: %s", store_errmsg(sp->store));
         return;
     }
-    json_t *body = json_pack("{s:o}", "nodes", list);
+    /* The host this daemon runs on (a single-host spaced has no node rows), sampled at
+     * most once a second so cpu_pct averages over at least that. */
+    const json_t *host = hostload_get(sp->hostload, spaced_now_ms(), 1000);
+    json_t *body = json_pack("{s:o, s:O}", "nodes", list, "host", host ? host : json_null());
     http_reply_json(req, 200, body);
     json_decref(body);
 }

@@ -921,5 +921,6 @@ void e2b_register(struct router *r, struct spaced *sp)
     router_add(r, "POST", "/v2/sandboxes/{id}/connect", h_body, &e->connect);
     e2b_fork_register(r, e);
     e2b_volume_register(r, e);
+    e2b_template_register(r, e);
     sbx_listen(sp, on_state, e);
 }

@@ -114,8 +114,7 @@ static void follow(struct fwait *w, const char *op_id)
     http_req_on_close(w->req, fwait_close, w);
 }
 
-/* The body: a JSON object, or empty. NULL after replying 400. */
-static json_t *body_object(struct http_req *req, const char *data, size_t len)
+json_t *e2b_body_object(struct http_req *req, const char *data, size_t len)
 {
     json_t *j = len ? json_loadb(data, len, 0, NULL) : json_object();
     if (!json_is_object(j)) {
@@ -130,7 +129,7 @@ static struct fwait *begin(struct e2b *e, struct http_req *req, const char *data
                            json_t **body)
 {
     struct auth_principal who;
-    if (!e2b_api_authenticate(e->sp, req, &who) || !(*body = body_object(req, data, len)))
+    if (!e2b_api_authenticate(e->sp, req, &who) || !(*body = e2b_body_object(req, data, len)))
         return NULL;
     struct fwait *w = calloc(1, sizeof *w);
     if (!w) {

@@ -112,6 +112,11 @@ json_t *e2b_sandbox_reply(struct e2b *e, const char *id, const char *tpl);
 /* The fork and snapshot routes (e2b_fork.c), from e2b_register. */
 struct router;
 void e2b_fork_register(struct router *r, struct e2b *e);
+/* A REST body that must be a JSON object, or empty ({}); NULL after replying 400
+ * (e2b_fork.c). */
+json_t *e2b_body_object(struct http_req *req, const char *data, size_t len);
+/* E2B's template builder routes (e2b_template.c). */
+void e2b_template_register(struct router *r, struct e2b *e);
 bool e2b_token_valid(struct e2b *e, const char *id, const char *token);
 
 /* ---- e2b_volume.c: E2B's /volumes over native volumes, and volume tokens */

@@ -2,6 +2,7 @@
  * uploads into its process; see sess.h. */
 #include "daemon/session/sess_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,30 +61,27 @@ static void reader_end_error(struct sess_reader *rd, const char *json)
 static int reader_pump(struct sess_reader *rd)
 {
     struct sess *s = rd->s;
-    while (rd->next < sess_ring_next_id(&s->ring)) {
-        if (http_stream_pending(rd->req) > SESS_READER_HIGH) {
-            if (!rd->waiting) {
-                rd->waiting = true;
-                http_stream_on_drain(rd->req, reader_drain, rd);
-            }
-            return 0;
+    enum sess_pump p = sess_event_pump(&s->ring, rd->req, &rd->next, SESS_READER_HIGH);
+    if (rd->next > 1)
+        sess_ring_seal(&s->ring, rd->next - 1); /* what was sent never changes */
+    switch (p) {
+    case SESS_PUMP_FULL:
+        if (!rd->waiting) {
+            rd->waiting = true;
+            http_stream_on_drain(rd->req, reader_drain, rd);
         }
-        const struct sess_rec *rec = sess_ring_get(&s->ring, rd->next);
-        char *data = NULL;
-        long n = rec ? sess_event_data(rec, &data) : -1;
-        if (n < 0) {
-            free(data);
-            reader_end_error(rd, rec ? "{\"code\":\"internal\",\"message\":\"out of memory\"}"
-                                     : "{\"code\":\"gone\",\"message\":\"events were dropped; "
-                                       "reattach to see what is left\"}");
-            return 1;
-        }
-        int rc = sse_send(rd->req, (int64_t)rec->id, sess_event_name(rec->kind), data, (size_t)n);
-        free(data);
-        if (rc < 0)
-            return 0; /* the stream is dying; on_close frees the reader */
-        sess_ring_seal(&s->ring, rec->id);
-        rd->next++;
+        return 0;
+    case SESS_PUMP_GONE:
+    case SESS_PUMP_NOMEM:
+        reader_end_error(rd, p == SESS_PUMP_NOMEM
+                                 ? "{\"code\":\"internal\",\"message\":\"out of memory\"}"
+                                 : "{\"code\":\"gone\",\"message\":\"events were dropped; "
+                                   "reattach to see what is left\"}");
+        return 1;
+    case SESS_PUMP_DEAD:
+        return 0; /* the stream is dying; on_close frees the reader */
+    case SESS_PUMP_CAUGHT_UP:
+        break;
     }
     if (sess_finished(s)) {
         http_stream_end(rd->req);
@@ -121,26 +119,11 @@ void sess_readers_keepalive(struct sess *s)
 int sess_attach(struct sess *s, struct agentc *agent, struct http_req *req, int64_t last,
                 struct spaced_err *err)
 {
-    uint64_t from = sess_ring_first_id(&s->ring);
-    if (last >= 0) {
-        switch (sess_ring_resume(&s->ring, (uint64_t)last)) {
-        case SESS_RING_GONE:
-            return spaced_err_set(err, 410, "events_gone",
-                                  "events after id %lld are no longer buffered (the oldest kept "
-                                  "is %llu); reattach without Last-Event-ID to get the rest",
-                                  (long long)last,
-                                  (unsigned long long)sess_ring_first_id(&s->ring));
-        case SESS_RING_FUTURE:
-            return spaced_err_set(err, 400, "invalid_request",
-                                  "Last-Event-ID %lld is beyond the newest event of session %s "
-                                  "(%llu)",
-                                  (long long)last, s->id,
-                                  (unsigned long long)(sess_ring_next_id(&s->ring) - 1));
-        case SESS_RING_OK:
-            from = (uint64_t)last + 1;
-            break;
-        }
-    }
+    uint64_t from;
+    char what[96];
+    snprintf(what, sizeof what, "session %s", s->id);
+    if (sess_event_resume(&s->ring, last, what, &from, err) < 0)
+        return -1;
     if (s->nreaders >= SESS_READERS_MAX)
         return spaced_err_set(err, 429, "too_many_requests",
                               "session %s already has %d attached clients", s->id,

@@ -35,6 +35,9 @@ enum sess_ev_kind {
     SESS_EV_STDERR = 2, /* payload: raw bytes */
     SESS_EV_EXIT = 3,   /* payload: JSON {"code":N|null,"signal":N|null} */
     SESS_EV_ERROR = 4,  /* payload: JSON {"code":"...","message":"..."}; session failed */
+    /* Template build logs (tpl_log.h) reuse the ring with two more control kinds: */
+    SESS_EV_STAGE = 5,  /* payload: JSON {"stage":"...","progress":N,"elapsed_ms":N} */
+    SESS_EV_END = 6,    /* payload: JSON {"state":"succeeded|failed","error":{...}|null} */
 };
 
 /* One event. Owned by the ring; valid until the next append or evict. */

@@ -94,6 +94,9 @@ static const char *const store_migrations[] = {
     "ALTER TABLE sandboxes ADD COLUMN volumes TEXT;",
     /* 11: a quota on the bytes of a tenant's volumes (volume/vol_quota.c). */
     "ALTER TABLE tenant_quotas ADD COLUMN max_volume_mib BIGINT NOT NULL DEFAULT -1;",
+    /* 12: each node's measured host load (load averages, CPU %, memory available) from
+     * its heartbeat, for operators (GET /v1/nodes). */
+    "ALTER TABLE nodes ADD COLUMN host_load TEXT NOT NULL DEFAULT '';",
 };
 
 #define SQL_CAP 2048

@@ -321,6 +321,8 @@ struct store_node {
     char shapes[1024];     /* what it has ready, from its heartbeat: "tpl/VxM:W,..." one
                               entry per template snapshot (vCPUs x MiB) with W warm clones
                               ready; complete entries only (cluster.h) */
+    char host_load[512];   /* the host's measured load at its heartbeat: JSON text of
+                              metrics/hostload.h, "" before the first (or unreadable) */
 };
 
 int store_node_put(struct store *st, const struct store_node *n); /* insert or replace */

@@ -123,6 +123,7 @@ static const struct store_col node_cols[] = {
     COL("started_ms", STORE_COL_I64, struct store_node, started_ms, false),
     COL("draining", STORE_COL_BOOL, struct store_node, draining, true),
     TEXT(struct store_node, shapes, false),
+    TEXT(struct store_node, host_load, false),
 };
 static const struct store_col snap_cols[] = {
     TEXT(struct store_snap, id, true),

@@ -18,6 +18,7 @@
 #include "daemon/vm/vm.h"
 #include "log.h"
 #include "tpl_internal.h"
+#include "tpl_log.h"
 
 struct tpl_registry *tpl_registry_new(struct spaced *sp)
 {
@@ -50,6 +51,7 @@ void tpl_registry_free(struct tpl_registry *r)
         return;
     tpl_snapshots_free(r);
     tpl_builds_free(r);
+    tpl_logs_free(r);
     if (r->gc)
         event_free(r->gc);
     free(r);

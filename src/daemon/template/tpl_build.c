@@ -39,6 +39,7 @@
 #include "daemon/vm/vm_greet.h"
 #include "log.h"
 #include "tpl_internal.h"
+#include "tpl_log.h"
 
 #define BUILD_MEM_MIB 512
 #define BUILD_BOOT_TIMEOUT_S 300
@@ -65,6 +66,8 @@ struct tpl_build {
                                         workdir, user; start/ready of the spec (owned) */
     char run_user[64];               /* who run steps run as: root until a user step */
     struct tpl_probe *probe;         /* start + ready check in flight */
+    struct tpl_log *log;             /* stages and run output as they happen; NULL once
+                                        ended (the registry keeps it) or without memory */
     bool steps_done;                 /* every step and the probe passed */
     struct vm *vm;
     struct agentc *agent;
@@ -119,6 +122,13 @@ static void store_state(struct tpl_build *b, const char *state, const char *fail
     store_tpl_clear(&t);
 }
 
+/* A new stage: the operation's progress and detail, and a `stage` event in the log. */
+static void stage(struct tpl_build *b, int progress, const char *detail)
+{
+    op_progress(b->sp, b->op_id, progress, detail);
+    tpl_log_stage(b->log, detail, progress, b->started_ms);
+}
+
 static void build_end(struct tpl_build *b, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void build_end(struct tpl_build *b, const char *code, const char *fmt, ...)
@@ -146,6 +156,8 @@ static void build_end(struct tpl_build *b, const char *code, const char *fmt, ..
         log_warn("template.build", "template=%s result=failed code=%s msg=%s", b->name, code,
                  log_quote(msg, q, sizeof q));
     }
+    tpl_log_end(b->log, code, code ? msg : NULL);
+    b->log = NULL; /* the registry owns it and may drop it from now on */
     op_finish(b->sp, b->op_id, code == NULL, code, code ? msg : NULL);
     if (b->vm && vm_state(b->vm) < VM_STATE_STOPPING)
         vm_kill(b->vm);
@@ -269,7 +281,7 @@ static void on_convert_poll(evutil_socket_t fd, short what, void *arg)
 
 static void publish(struct tpl_build *b)
 {
-    op_progress(b->sp, b->op_id, 92, "flattening the disk image");
+    stage(b, 92, "flattening the disk image");
     char tmp[TPL_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s/rootfs.ext4.tmp", b->dir);
     /* The overlay was written by the build VM: read through a pinned chain, never
@@ -324,8 +336,11 @@ static void req_event(void *arg, json_t *ev)
 static void req_data(void *arg, enum frame_stream st, const uint8_t *buf, size_t len)
 {
     struct tpl_build *b = arg;
-    (void)st;
     tpl_tail_append(b->out, &b->outlen, BUILD_OUTPUT_TAIL, buf, len);
+    /* Only run steps' output is the tenant's to see; the build's own helper commands
+     * (chown, workdir, user checks) speak through failures. */
+    if (json_object_get(json_array_get(b->steps, b->step), "run"))
+        tpl_log_output(b->log, st == FRAME_STREAM_ERR ? SESS_EV_STDERR : SESS_EV_STDOUT, buf, len);
 }
 
 static void req_error(void *arg, const char *code, const char *message)
@@ -391,7 +406,7 @@ static void on_stopped(struct vm *vm, int err, const char *msg, void *arg)
 static void shut_down(struct tpl_build *b)
 {
     b->steps_done = true;
-    op_progress(b->sp, b->op_id, 85, "shutting the build VM down");
+    stage(b, 85, "shutting the build VM down");
     static const struct agentc_chan_ops ignore = {0};
     json_t *req = json_pack("{s:s}", "op", "shutdown");
     char err[64];
@@ -475,7 +490,7 @@ static void run_step(struct tpl_build *b)
             shut_down(b);
             return;
         }
-        op_progress(b->sp, b->op_id, 80, "starting the start command and waiting for the ready check");
+        stage(b, 80, "starting the start command and waiting for the ready check");
         event_del(b->timer); /* the probe has its own deadline */
         b->probe = tpl_probe_start(b->sp, b->agent, &b->cur, on_probe, b);
         if (!b->probe)
@@ -486,7 +501,7 @@ static void run_step(struct tpl_build *b)
     char label[160], detail[200];
     step_label(b, label, sizeof label);
     snprintf(detail, sizeof detail, "step %zu/%zu: %s", b->step + 1, n, label);
-    op_progress(b->sp, b->op_id, 10 + (int)(70 * b->step / n), detail);
+    stage(b, 10 + (int)(70 * b->step / n), detail);
     b->outlen = 0;
     b->out[0] = '\0';
     b->exit_code = -1;
@@ -629,7 +644,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
         build_end(b, "vm_failed", "cannot start the build VM: %s", m[0] ? m : vm_error_code(verr));
         return;
     }
-    op_progress(b->sp, b->op_id, 5, "booting the build VM");
+    stage(b, 5, "booting the build VM");
 }
 
 int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
@@ -656,6 +671,7 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
     sp->tpl->builds = b;
     b->started_ms = spaced_now_ms();
     snprintf(b->op_id, sizeof b->op_id, "%s", op_id);
+    b->log = tpl_log_new(sp, op_id, name);
     snprintf(b->name, sizeof b->name, "%s", name);
     snprintf(b->base_name, sizeof b->base_name, "%s", base);
     snprintf(b->dir, sizeof b->dir, "%s/templates/%s", sp->opt.data_dir, name);

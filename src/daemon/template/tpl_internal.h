@@ -10,6 +10,7 @@
 
 struct tpl_snap;  /* one (template, shape, fingerprint) snapshot version (tpl_snapshot.c) */
 struct tpl_build; /* one template build in flight (tpl_build.c) */
+struct tpl_log;   /* the output of one build (tpl_log.h) */
 struct event;
 
 #define TPL_SNAP_RETRY_MS 30000 /* first wait before a failed snapshot is built again */
@@ -19,6 +20,7 @@ struct tpl_registry {
     char initramfs[TPL_PATH_MAX]; /* <guest-dir>/initramfs.cpio */
     struct tpl_snap *snaps;       /* list, owned */
     struct tpl_build *builds;     /* builds in flight, owned */
+    struct tpl_log *logs;         /* build logs, newest first, owned (tpl_log.h) */
     struct event *gc;             /* deferred snapshot-version sweep (owned) */
     tpl_users_fn users;           /* tpl_set_users, NULL = no sandboxes */
     int64_t snap_retry_ms;        /* first wait before a failed snapshot is built again */

@@ -1,0 +1,339 @@
+/* e2b_template: E2B's template builder (SDK 2.51: Template().fromTemplate(...).runCmd(...),
+ * Template.build, Template.getBuildStatus) over space's own builds (tpl_build.c), where
+ * it maps:
+ *
+ *   POST /v3/templates {"name", "cpuCount"?, "memoryMB"?, "tags"?}
+ *        -> 202 {"templateID": name, "buildID", "names", "tags": [], "public": false}.
+ *        Nothing is stored yet: the buildID carries the shape ("v<cpus>m<MiB>-<random>").
+ *   GET  /templates/{id}/files/{hash}
+ *        -> 400: copy() needs file uploads, which are not mapped (see below)
+ *   POST /v2/templates/{id}/builds/{buildID} {"fromTemplate" | "fromImage",
+ *        "steps": [{"type", "args"}], "startCmd"?, "readyCmd"?}
+ *        -> the spec of docs/templates.md, built like POST /v1/templates: 202 {}
+ *   GET  /templates/{id}/builds/{buildID}/status?logsOffset=N
+ *        -> {"templateID", "buildID", "status": building|ready|error, "logEntries",
+ *        "logs", "reason"?}: the template's row and the build's log (tpl_log.h), one
+ *        entry per stage or piece of output, from the offset-th on.
+ *
+ * What maps: fromTemplate(T) and fromImage of E2B's default base image (Template()
+ * without a from*, or fromBaseImage()) = space's `base`; RUN (a runCmd with a user runs
+ * as that user, then the previous one is current again), ENV, WORKDIR, USER, startCmd,
+ * readyCmd, cpuCount, memoryMB. Refused with E2B's {"code", "message"} naming why: any
+ * other image (space builds on its own templates; there is no image registry), registry
+ * credentials, COPY (its file upload links are not served), other step types, tags. */
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/auth/auth.h"
+#include "daemon/http/router.h"
+#include "daemon/ops/op.h"
+#include "daemon/spaced.h"
+#include "daemon/store/store.h"
+#include "daemon/template/tpl.h"
+#include "daemon/template/tpl_log.h"
+#include "e2b.h"
+#include "e2b_internal.h"
+
+#define TPL_BODY_MAX (1024u * 1024)
+#define DEFAULT_IMAGE "e2bdev/base"
+
+/* The template name of {templateID}: a valid name, else NULL after a 404. */
+static const char *name_param(struct http_req *req)
+{
+    const char *name = router_param(req, "id");
+    if (!name || !tpl_name_valid(name)) {
+        e2b_reply_rest_error(req, 404, "template %.64s not found", name ? name : "");
+        return NULL;
+    }
+    return name;
+}
+
+/* An optional integer field in lo..hi: true with *out (0 if absent), else false. */
+static bool opt_int(json_t *o, const char *key, long lo, long hi, long *out)
+{
+    json_t *v = json_object_get(o, key);
+    *out = 0;
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return false;
+    *out = (long)json_integer_value(v);
+    return true;
+}
+
+static void request_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    json_t *b;
+    if (!e2b_api_authenticate(e->sp, req, &who) || !(b = e2b_body_object(req, data, len)))
+        return;
+    const char *name = json_string_value(json_object_get(b, "name"));
+    json_t *tags = json_object_get(b, "tags");
+    long cpus, mem;
+    if (!name || !tpl_name_valid(name))
+        e2b_reply_rest_error(req, 400, "name must be a template name: [a-z0-9_-], 1..48 characters "
+                             "(space has no name:tag form)");
+    else if (tags && !json_is_null(tags) && (!json_is_array(tags) || json_array_size(tags)))
+        e2b_reply_rest_error(req, 400, "tags are not supported by space's template builder");
+    else if (!opt_int(b, "cpuCount", 1, 16, &cpus) || !opt_int(b, "memoryMB", 128, 65536, &mem))
+        e2b_reply_rest_error(req, 400, "cpuCount must be 1..16 and memoryMB 128..65536");
+    else {
+        unsigned char rnd[6];
+        char id[64];
+        RAND_bytes(rnd, sizeof rnd);
+        snprintf(id, sizeof id, "v%ldm%ld-%02x%02x%02x%02x%02x%02x", cpus, mem, rnd[0], rnd[1],
+                 rnd[2], rnd[3], rnd[4], rnd[5]);
+        json_t *r = json_pack("{s:s, s:s, s:[s], s:[s], s:[], s:b}", "templateID", name, "buildID",
+                              id, "names", name, "aliases", name, "tags", "public", 0);
+        http_reply_json(req, 202, r);
+        json_decref(r);
+    }
+    json_decref(b);
+}
+
+static void h_request(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, 64 * 1024, request_body, arg);
+}
+
+static void h_files(struct http_req *req, void *arg)
+{
+    struct auth_principal who;
+    if (!e2b_api_authenticate(((struct e2b *)arg)->sp, req, &who) || !name_param(req))
+        return;
+    e2b_reply_rest_error(req, 400, "copy() is not supported by space's template builder: it "
+                         "serves no file upload links; write small files with runCmd, or build "
+                         "with `space template build NAME -f FILE` (COPY)");
+}
+
+/* s in single quotes for /bin/sh (malloc'd), or NULL. */
+static char *shell_quote(const char *s)
+{
+    char *out = malloc(strlen(s) * 4 + 3), *o = out;
+    if (!out)
+        return NULL;
+    *o++ = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o++ = '\'';
+    *o = '\0';
+    return out;
+}
+
+/* E2B's steps -> space's; NULL with why[] set when one does not map. */
+static json_t *map_steps(json_t *steps, char *why, size_t cap)
+{
+    json_t *out = json_array();
+    const char *cur_user = NULL; /* the last USER step's, NULL = the base's */
+    size_t i;
+    json_t *st;
+    json_array_foreach(steps, i, st) {
+        const char *type = json_string_value(json_object_get(st, "type"));
+        json_t *args = json_object_get(st, "args");
+        const char *a0 = json_string_value(json_array_get(args, 0));
+        const char *a1 = json_string_value(json_array_get(args, 1));
+        if (!type || !json_is_array(args)) {
+            snprintf(why, cap, "step %zu: needs a type and args", i + 1);
+        } else if (strcmp(type, "RUN") == 0 && a0 && (!a1 || !a1[0])) {
+            json_array_append_new(out, json_pack("{s:s}", "run", a0));
+            continue;
+        } else if (strcmp(type, "RUN") == 0 && a0 && cur_user) {
+            /* runCmd(cmd, {user}) after a USER step: that command only as user */
+            json_array_append_new(out, json_pack("{s:s}", "user", a1));
+            json_array_append_new(out, json_pack("{s:s}", "run", a0));
+            json_array_append_new(out, json_pack("{s:s}", "user", cur_user));
+            continue;
+        } else if (strcmp(type, "RUN") == 0 && a0) {
+            /* Steps run as root until a USER step: su to the user for this command (a
+             * user step would also make it the template's default user). */
+            char *q = shell_quote(a0), *u = shell_quote(a1);
+            size_t n = (q ? strlen(q) : 0) + (u ? strlen(u) : 0) + 32;
+            char *cmd = q && u ? malloc(n) : NULL;
+            if (cmd) {
+                snprintf(cmd, n, "su -s /bin/sh -c %s %s", q, u);
+                json_array_append_new(out, json_pack("{s:s}", "run", cmd));
+            }
+            free(cmd);
+            free(q);
+            free(u);
+            if (cmd)
+                continue;
+            snprintf(why, cap, "out of memory");
+        } else if (strcmp(type, "ENV") == 0 && json_array_size(args) % 2 == 0) {
+            json_t *env = json_object();
+            for (size_t k = 0; k + 1 < json_array_size(args); k += 2) {
+                const char *key = json_string_value(json_array_get(args, k));
+                json_t *v = json_array_get(args, k + 1);
+                if (key && json_is_string(v))
+                    json_object_set(env, key, v);
+            }
+            json_array_append_new(out, json_pack("{s:o}", "env", env));
+            continue;
+        } else if (strcmp(type, "WORKDIR") == 0 && a0) {
+            json_array_append_new(out, json_pack("{s:s}", "workdir", a0));
+            continue;
+        } else if (strcmp(type, "USER") == 0 && a0) {
+            cur_user = a0;
+            json_array_append_new(out, json_pack("{s:s}", "user", a0));
+            continue;
+        } else if (strcmp(type, "COPY") == 0) {
+            snprintf(why, cap, "step %zu: copy() is not supported by space's template builder "
+                     "(no file uploads); write small files with runCmd", i + 1);
+        } else {
+            snprintf(why, cap, "step %zu: %.32s is not supported by space's template builder "
+                     "(it maps RUN, ENV, WORKDIR and USER)", i + 1, type);
+        }
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* The base template of an E2B build: fromTemplate, or the default image as `base`. */
+static const char *map_base(json_t *b, char *why, size_t cap)
+{
+    const char *tpl = json_string_value(json_object_get(b, "fromTemplate"));
+    const char *img = json_string_value(json_object_get(b, "fromImage"));
+    if (json_object_get(b, "fromImageRegistry"))
+        snprintf(why, cap, "registry credentials are not supported: space builds on its own "
+                 "templates and pulls no images");
+    else if (tpl)
+        return tpl;
+    else if (!img || strcmp(img, DEFAULT_IMAGE) == 0 || strcmp(img, DEFAULT_IMAGE ":latest") == 0)
+        return "base";
+    else
+        snprintf(why, cap, "fromImage(%.128s) is not supported: space builds on its own templates "
+                 "(fromTemplate('base'), fromTemplate('python') or one of yours), not Docker "
+                 "images, and has no image registry", img);
+    return NULL;
+}
+
+static void trigger_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    json_t *b;
+    const char *name = NULL, *bid = router_param(req, "buildID");
+    if (!e2b_api_authenticate(e->sp, req, &who) || !(name = name_param(req)) ||
+        !(b = e2b_body_object(req, data, len)))
+        return;
+    long cpus = -1, mem = -1;
+    int used = 0;
+    char why[400] = "";
+    if (!bid || sscanf(bid, "v%ldm%ld-%*[0-9a-f]%n", &cpus, &mem, &used) < 2 || (size_t)used != strlen(bid) ||
+        cpus < 0 || cpus > 16 || mem < 0 || mem > 65536) {
+        e2b_reply_rest_error(req, 404, "build %.64s not found", bid ? bid : "");
+        json_decref(b);
+        return;
+    }
+    const char *base = map_base(b, why, sizeof why);
+    json_t *steps = base ? map_steps(json_object_get(b, "steps"), why, sizeof why) : NULL;
+    if (!steps) {
+        e2b_reply_rest_error(req, 400, "%s", why);
+        json_decref(b);
+        return;
+    }
+    json_t *spec = json_pack("{s:s, s:s, s:o, s:s}", "name", name, "base", base, "steps", steps,
+                             "description", "built with E2B's template builder");
+    if (cpus)
+        json_object_set_new(spec, "vcpus", json_integer(cpus));
+    if (mem)
+        json_object_set_new(spec, "memory_mib", json_integer(mem));
+    const char *start = json_string_value(json_object_get(b, "startCmd"));
+    const char *ready = json_string_value(json_object_get(b, "readyCmd"));
+    if (start)
+        json_object_set_new(spec, "start", json_string(start));
+    if (ready)
+        json_object_set_new(spec, "ready", json_string(ready));
+    json_decref(b);
+    struct spaced_err err;
+    struct store_op op;
+    char *text = NULL;
+    int rc = tpl_spec_check(e->sp, who.tenant, spec, &err);
+    if (rc == 0 && !(text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS)))
+        rc = spaced_err_set(&err, 500, "internal", "out of memory");
+    if (rc == 0)
+        rc = tpl_submit_build(e->sp, who.tenant, name, text, &op, &err);
+    free(text);
+    json_decref(spec);
+    if (rc < 0) {
+        e2b_reply_rest_error(req, err.status ? err.status : 500, "%s", err.message);
+        return;
+    }
+    store_op_clear(&op);
+    json_t *r = json_object();
+    http_reply_json(req, 202, r);
+    json_decref(r);
+}
+
+static void h_trigger(struct http_req *req, void *arg)
+{
+    http_req_read_body(req, TPL_BODY_MAX, trigger_body, arg);
+}
+
+static void h_status(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    const char *name;
+    if (!e2b_api_authenticate(e->sp, req, &who) || !(name = name_param(req)))
+        return;
+    const char *q = http_req_query(req, "logsOffset");
+    char *end = NULL;
+    long offset = q ? strtol(q, &end, 10) : 0;
+    if (q && (!*q || *end || offset < 0 || offset > 1000000)) {
+        e2b_reply_rest_error(req, 400, "logsOffset must be an integer in 0..1000000");
+        return;
+    }
+    struct store_tpl t;
+    bool got = store_tpl_get(e->sp->store, name, &t) == 0;
+    if (!got || strcmp(t.tenant, who.tenant) != 0 || strcmp(t.state, "deleted") == 0) {
+        if (got)
+            store_tpl_clear(&t);
+        e2b_reply_rest_error(req, 404, "template %s not found", name);
+        return;
+    }
+    const char *status = strcmp(t.state, "ready") == 0    ? "ready"
+                         : strcmp(t.state, "failed") == 0 ? "error"
+                                                          : "building";
+    json_t *entries = json_array(), *logs = json_array();
+    json_t *kept = tpl_log_entries(e->sp, name, (size_t)offset);
+    char ts[32];
+    spaced_fmt_time(spaced_now_ms(), ts);
+    size_t i;
+    json_t *en;
+    json_array_foreach(kept, i, en) {
+        const char *kind = json_string_value(json_object_get(en, "kind"));
+        const char *text = json_string_value(json_object_get(en, "text"));
+        const char *level = strcmp(kind, "stderr") == 0 ? "warn" : "info";
+        json_array_append_new(entries, json_pack("{s:s, s:s, s:s}", "timestamp", ts, "level", level,
+                                                 "message", text ? text : ""));
+        json_array_append_new(logs, json_string(text ? text : ""));
+    }
+    json_decref(kept);
+    json_t *r = json_pack("{s:s, s:s, s:s, s:o, s:o}", "templateID", name, "buildID",
+                          router_param(req, "buildID"), "status", status, "logEntries", entries,
+                          "logs", logs);
+    if (strcmp(status, "error") == 0)
+        json_object_set_new(r, "reason", json_pack("{s:s}", "message", t.failure ? t.failure : "the build failed"));
+    store_tpl_clear(&t);
+    http_reply_json(req, 200, r);
+    json_decref(r);
+}
+
+void e2b_template_register(struct router *r, struct e2b *e)
+{
+    router_add(r, "POST", "/v3/templates", h_request, e);
+    router_add(r, "GET", "/templates/{id}/files/{hash}", h_files, e);
+    router_add(r, "POST", "/v2/templates/{id}/builds/{buildID}", h_trigger, e);
+    router_add(r, "GET", "/templates/{id}/builds/{buildID}/status", h_status, e);
+}
