@@ -5,12 +5,13 @@ depth bounded by flattening, and the API's refusals (count, unknown or other ten
 sandbox that is not running). Skips (saying why) when guest artifacts are missing."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from spacedlib import session_output
+from spacedlib import kill_procs, procs_naming, session_output, vm_missing
 
 COUNTER = ("setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done' "
            "</dev/null >/dev/null 2>&1 & echo $!")
@@ -140,6 +141,54 @@ def test_fork_of_fork_chain_flattened(spaced):
     delete(s, *line[:-1])
     assert run(s, line[-1], "cat ~/gen") == want
     delete(s, line[-1])
+    poll_captures_gone(s)
+
+
+def test_fork_killed_while_flattening(fresh_spaced, tmp_path):
+    """spaced killed while a capture is being flattened (its qemu-img convert held back by
+    a PATH shim): after the restart the fork op is failed "interrupted" and its fork
+    failed, the parent (an adopted VM now: its recorded shape is the capture's) still
+    runs and forks again (flattened, for real this time), and
+    once the failed fork is deleted the interrupted capture, leftovers included, is
+    collected."""
+    why = vm_missing()
+    if why:
+        pytest.skip(why)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "qemu-img").write_text("#!/bin/sh\n"
+                                   '[ "$1" = convert ] && while :; do sleep 1; done\n'
+                                   'exec %s "$@"\n' % shutil.which("qemu-img"))
+    (shim / "qemu-img").chmod(0o755)
+    s = fresh_spaced(env={"PATH": "%s:%s" % (shim, os.environ["PATH"])})
+    line = [running_sandbox(s)]
+    run(s, line[0], "echo 0 > ~/gen")
+    while layers(s, line[-1]) < BACKING_MAX:
+        line.append(fork(s, line[-1])[0])
+    r = s.request("POST", "/v1/sandboxes/%s/fork" % line[-1], {"count": 1})
+    assert r.status == 202, r
+    op_id, cut = r.json["operation"]["id"], r.json["sandboxes"][0]
+    captures = os.path.join(s.data_dir, "captures")
+    deadline = time.monotonic() + 300
+    while not [p for p in procs_naming(captures) if "convert" in p[1]]:
+        assert time.monotonic() < deadline, ("the flatten never started", s.log())
+        time.sleep(0.2)
+    s.kill9()
+    kill_procs([p for p in procs_naming(captures) if "convert" in p[1]])
+    s.start(env={})  # the real qemu-img from here on
+    op = s.wait_op(op_id)
+    assert op["state"] == "failed" and op["error"]["code"] == "interrupted", op
+    assert s.request("GET", "/v1/sandboxes/" + cut).json["sandbox"]["state"] == "failed"
+    deadline = time.monotonic() + 120
+    # the parent's VM is adopted; its agent reconnects shortly after (503 until then)
+    while s.request("POST", "/v1/sandboxes/%s/sessions" % line[-1], {"cmd": "true"}).status == 503:
+        assert time.monotonic() < deadline, s.log()
+        time.sleep(0.5)
+    assert run(s, line[-1], "cat ~/gen") == "0"
+    again = fork(s, line[-1])[0]
+    assert layers(s, again) == 1
+    assert run(s, again, "cat ~/gen") == "0"
+    delete(s, cut, again, *line)
     poll_captures_gone(s)
 
 
