@@ -342,7 +342,8 @@ int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
  * dir/snapshot.json, kind "suspend": vm_restore takes the directory like a suspend's),
  * copies the disk overlay to dir/disk.qcow2 while the guest is stopped, makes both
  * root-owned 0444, then continues the guest (left paused if it was paused). Then, with
- * the guest running, the stream is split (vm_memmap_capture, synchronously) into
+ * the guest running, the stream is split (vm_memmap_capture, on a worker thread: the
+ * loop goes on; the op stays in progress until it ends; vm_save.c) into
  * dir/mem, root-owned 0444, and a small dir/state, kind "mapped": a restore maps the RAM
  * like a template clone's instead of loading it; if the split fails, the full stream
  * stays (logged). cb reports the result with the VM running again; on failure the files
