@@ -50,13 +50,14 @@ def spaced():
 
 @pytest.fixture
 def fresh_spaced():
-    """Factory: fresh_spaced(guest_dir=None) -> started Spaced; all stopped at teardown."""
+    """Factory: fresh_spaced(guest_dir=None, data_dir=None, env=None) -> started Spaced
+    (env: Spaced.start's); all stopped at teardown."""
     made = []
 
-    def make(guest_dir=None, data_dir=None):
+    def make(guest_dir=None, data_dir=None, env=None):
         s = Spaced(guest_dir or GUEST, data_dir)
         made.append(s)
-        return s.start()
+        return s.start(env=env)
 
     yield make
     stop_all(made)

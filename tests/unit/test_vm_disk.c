@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,27 +114,34 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(loop_base);
 }
 
-/* Runs vm_disk_overlay_create(chain -> out) to its end (at most DEADLINE_S, then 5 s
- * more to reap a stuck qemu-img); *reader: whether the FIFO had a reader meanwhile. */
-static struct done make_overlay(const struct vm_disk_layer *chain, unsigned n, const char *out,
-                                bool *reader)
+/* Runs the qemu-img job just started on base (reporting to d) to its end (at most
+ * DEADLINE_S, then 5 s more to reap a stuck qemu-img), frees base; *reader: whether the
+ * FIFO had a reader meanwhile. */
+static void run_job(struct event_base *base, struct done *d, bool *reader)
 {
-    struct event_base *base = loop_base = event_base_new();
-    struct done d = {0};
-    assert_int_equal(vm_disk_overlay_create(base, chain, n, out, on_done, &d), VM_OK);
-    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, &d.done);
+    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, &d->done);
     struct timeval every = {0, 20000}, limit = {DEADLINE_S, 0};
     event_add(tick, &every);
     event_base_loopexit(base, &limit);
     event_base_dispatch(base);
     *reader = fifo_has_reader(); /* unblocks a regressed qemu-img, too */
-    if (!d.done) {
+    if (!d->done) {
         struct timeval more = {5, 0};
         event_base_loopexit(base, &more);
         event_base_dispatch(base); /* reap it */
     }
     event_free(tick);
     event_base_free(base);
+}
+
+/* vm_disk_overlay_create(chain -> out), run to its end (run_job). */
+static struct done make_overlay(const struct vm_disk_layer *chain, unsigned n, const char *out,
+                                bool *reader)
+{
+    struct event_base *base = loop_base = event_base_new();
+    struct done d = {0};
+    assert_int_equal(vm_disk_overlay_create(base, chain, n, out, on_done, &d), VM_OK);
+    run_job(base, &d, reader);
     return d;
 }
 
@@ -333,6 +341,102 @@ static void test_flatten_refuses_data_file(void **state)
     assert_int_equal(access(out, F_OK), -1);
 }
 
+/* Runs vm_disk_flatten(overlay over chain -> out) to its end (run_job). */
+static struct done flatten(const char *overlay, const struct vm_disk_layer *chain, unsigned n,
+                           const char *out, bool *reader)
+{
+    struct event_base *base = loop_base = event_base_new();
+    struct done d = {0};
+    struct vm_disk_job *job = NULL;
+    assert_int_equal(vm_disk_flatten(base, overlay, chain, n, out, on_done, &d, &job), VM_OK);
+    assert_non_null(job);
+    run_job(base, &d, reader);
+    return d;
+}
+
+/* A capture's chain (its overlay copy naming the FIFO, over a middle qcow2 holding data,
+ * over the raw base) flattens, asynchronously, into one raw image holding both layers'
+ * data, read-only; the FIFO is never opened. */
+static void test_flatten_async_chain(void **state)
+{
+    (void)state;
+    char mid[128], out[128], cmd[512];
+    snprintf(mid, sizeof mid, "%s/mid.qcow2", work);
+    snprintf(out, sizeof out, "%s/flat3.raw", work);
+    char *const mk[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base_raw,
+                        mid, "1000000", NULL};
+    run(mk);
+    snprintf(cmd, sizeof cmd, "write -P 0x4d 4096 4096");
+    char *const io[] = {"qemu-io", "-f", "qcow2", "-c", cmd, mid, NULL};
+    run(io);
+    struct vm_disk_layer chain[] = {{mid, "qcow2"}, {base_raw, "raw"}};
+    bool reader = true;
+    struct done d = flatten(hostile, chain, 2, out, &reader);
+    assert_false(reader);
+    assert_true(d.done);
+    assert_int_equal(d.err, VM_OK);
+    struct stat st;
+    assert_int_equal(stat(out, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0444);
+    assert_true(st.st_size >= 1000000); /* the virtual size, in whole sectors */
+    char buf[4096 + 32];
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, sizeof buf, f), sizeof buf);
+    fclose(f);
+    assert_memory_equal(buf, "hello from the base", 19); /* the base shows through */
+    assert_int_equal((unsigned char)buf[4096], 0x4d);      /* the middle layer's write */
+    assert_int_equal((unsigned char)buf[4096 + 31], 0x4d);
+}
+
+/* A middle layer asking for an external data file is refused before qemu-img runs (not
+ * only the top one): no callback, no output. A failing qemu-img (a layer that is not
+ * what its format says) calls back with its message and leaves no output. Cancel kills a
+ * run and removes its output, with no callback. */
+static void test_flatten_async_refusals(void **state)
+{
+    (void)state;
+    char df[128], opt[300], img[128], out[128], fake[128];
+    snprintf(df, sizeof df, "%s/data2.bin", work);
+    snprintf(img, sizeof img, "%s/datafile2.qcow2", work);
+    snprintf(fake, sizeof fake, "%s/fake.qcow2", work);
+    snprintf(out, sizeof out, "%s/flat4.raw", work);
+    snprintf(opt, sizeof opt, "data_file=%s", df);
+    char *const mk[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-o", opt, img, "1M", NULL};
+    run(mk);
+    struct event_base *base = event_base_new();
+    struct done d = {0};
+    struct vm_disk_layer chain[] = {{img, "qcow2"}, {base_raw, "raw"}};
+    struct vm_disk_job *job = NULL;
+    assert_int_equal(vm_disk_flatten(base, hostile, chain, 2, out, on_done, &d, &job),
+                     VM_E_INVAL);
+    assert_null(job);
+    assert_int_equal(access(out, F_OK), -1);
+    /* a canceled run: no callback, no output */
+    assert_int_equal(vm_disk_flatten(base, hostile, chain + 1, 1, out, on_done, &d, &job), VM_OK);
+    vm_disk_job_cancel(job);
+    assert_int_equal(access(out, F_OK), -1);
+    event_base_free(base);
+    assert_false(d.done);
+    /* qemu-img fails: the middle "qcow2" is a qcow2 header with garbage after it */
+    FILE *f = fopen(fake, "w");
+    assert_non_null(f);
+    uint8_t h[104] = {'Q', 'F', 'I', 0xfb, 0, 0, 0, 3};
+    h[20] = 0xff; /* cluster_bits 0xffffffff at 20: invalid */
+    h[21] = 0xff;
+    h[22] = 0xff;
+    h[23] = 0xff;
+    assert_int_equal(fwrite(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    struct vm_disk_layer bad[] = {{fake, "qcow2"}, {base_raw, "raw"}};
+    bool reader;
+    d = flatten(hostile, bad, 2, out, &reader);
+    assert_true(d.done);
+    assert_int_equal(d.err, VM_E_IO);
+    assert_non_null(strstr(d.msg, "qemu-img convert failed"));
+    assert_int_equal(access(out, F_OK), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +446,8 @@ int main(void)
         cmocka_unit_test(test_image_opts),
         cmocka_unit_test(test_flatten_pinned),
         cmocka_unit_test(test_flatten_refuses_data_file),
+        cmocka_unit_test(test_flatten_async_chain),
+        cmocka_unit_test(test_flatten_async_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -294,8 +294,8 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
  * writes their rows (state creating, quota checked for all of them) and an OP_FORK op on
  * the parent in one transaction; ids[0..count-1] receive the forks' ids. 400 for a
  * count outside 1..SBX_FORK_MAX, 404 unknown parent, 409 "invalid_state" unless it is
- * running, 409 "chain_too_deep" when a fork would exceed VM_DISK_BACKING_MAX disk
- * layers, 403 quota_exceeded. Returns 0 with *out filled. */
+ * running, 403 quota_exceeded. A parent already on VM_DISK_BACKING_MAX disk layers is
+ * forked too: the capture's disk is flattened (sbx_fork.c). Returns 0 with *out filled. */
 #define SBX_FORK_MAX 16
 int sbx_submit_fork(struct spaced *sp, const char *tenant, const char *parent_id,
                     unsigned count, struct store_op *out, char ids[][STORE_ID_MAX],

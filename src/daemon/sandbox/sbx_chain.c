@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sbx_internal.h"
 
@@ -13,7 +14,14 @@ int sbx_chain_write(const char *p, const struct sbx_chain *c)
     json_t *arr = json_array();
     for (unsigned i = 0; i < c->n; i++)
         json_array_append_new(arr, json_pack("{s:s, s:s}", "path", c->path[i], "format", c->format[i]));
-    int rc = json_dump_file(arr, p, JSON_COMPACT);
+    /* Whole or absent, never half: a chain file is read after a crash (temp + rename). */
+    char tmp[SBX_PATH_MAX + 8];
+    int rc = -1;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", p) < (int)sizeof tmp &&
+        json_dump_file(arr, tmp, JSON_COMPACT) == 0)
+        rc = rename(tmp, p);
+    if (rc < 0)
+        unlink(tmp);
     json_decref(arr);
     return rc;
 }

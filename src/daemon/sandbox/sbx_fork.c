@@ -15,9 +15,21 @@
  * = its id, fresh entropy, clock). The fork op finishes when every fork's create has:
  * succeeded if all did, otherwise failed naming how many did not.
  *
- * Chains: a fork's chain is its parent's plus one layer. The depth is bounded by
- * VM_DISK_BACKING_MAX: a fork that would exceed it is refused (409 chain_too_deep), and
- * the parent's own chain never grows (its overlay is copied, not frozen).
+ * Chains: a fork's chain is its parent's plus one layer, the capture's overlay copy. The
+ * depth is bounded by VM_DISK_BACKING_MAX: when the capture's chain would exceed it, the
+ * copy is flattened over the parent's chain into one standalone raw image,
+ * captures/<id>/disk.raw (vm_disk_flatten: `qemu-img convert` pinned by --image-opts,
+ * every qcow2 header checked for an external data file, run as a child watched by the
+ * loop), and the capture's chain is that one layer. So a line of forks flattens once
+ * every VM_DISK_BACKING_MAX generations, the copy is the only input that is not read-only
+ * already, and no layer anything stands on is touched: the parent keeps its chain (its
+ * overlay is copied, not frozen) and the capture's own overlay copy goes only once the
+ * flat image and the chain naming it are in place. The steps are ordered so a spaced
+ * killed in between leaves a capture that nothing restores from: disk.raw.tmp, renamed
+ * to disk.raw once complete and read-only, then chain.json (temporary file + rename),
+ * then the copy is unlinked; a restart fails the op ("interrupted") and the capture
+ * collection removes the directory with whatever it holds. A snapshot is captured the
+ * same way (sbx_snap.c).
  *
  * The capture is mapped (vm_memmap.c): its memory is a RAM file, mem, that each fork
  * maps private copy-on-write like a template clone maps the template's (read-only for
@@ -86,6 +98,7 @@ void sbx_fork_forget(struct sbx_table *t)
     while (t->forks) { /* the op engine's watches die with it */
         struct sbx_fork *f = t->forks;
         t->forks = f->next;
+        vm_disk_job_cancel(f->flatten); /* its capture is collected after the restart */
         free(f);
     }
 }
@@ -154,11 +167,6 @@ int sbx_capture_check(struct sbx *p, struct spaced_err *err)
     if (sbx_chain_load(p, &chain) < 0)
         return spaced_err_set(err, 409, "invalid_state", "sandbox %s has no disk chain yet",
                               p->rec.id);
-    if (chain.n + 1 > VM_DISK_BACKING_MAX)
-        return spaced_err_set(err, 409, "chain_too_deep", "sandbox %s stands on %u disk layers: "
-                              "a fork or snapshot of it would need %u, at most %d are allowed "
-                              "(fork or snapshot its ancestor instead)", p->rec.id, chain.n,
-                              chain.n + 1, VM_DISK_BACKING_MAX);
     return 0;
 }
 
@@ -296,7 +304,9 @@ static void on_child_op(const struct store_op *op, void *arg)
         fork_end(f);
 }
 
-static void on_captured(struct vm *vm, int err, const char *msg, void *arg)
+/* The capture is complete (and flattened if it had to be): the snapshot is recorded, or
+ * the forks' creates are queued. */
+static void capture_ready(struct vm *vm, int err, const char *msg, void *arg)
 {
     struct sbx_fork *f = arg;
     (void)vm;
@@ -339,6 +349,66 @@ static void on_captured(struct vm *vm, int err, const char *msg, void *arg)
         fork_end(f);
 }
 
+/* The flat image is complete and read-only: it becomes the capture's whole chain, and
+ * the overlay copy it was made from goes (nothing stands on it yet). */
+static void on_flattened(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct sbx_fork *f = arg;
+    f->flatten = NULL;
+    char dir[SBX_PATH_MAX - 32], tmp[SBX_PATH_MAX], p[SBX_PATH_MAX];
+    sbx_capture_dir(f->sp, f->capture, dir, sizeof dir);
+    snprintf(tmp, sizeof tmp, "%s/disk.raw.tmp", dir);
+    struct sbx_chain fc = {.n = 1};
+    snprintf(fc.path[0], sizeof fc.path[0], "%s/disk.raw", dir);
+    snprintf(fc.format[0], sizeof fc.format[0], "raw");
+    char why[700];
+    if (err != VM_OK) {
+        snprintf(why, sizeof why, "flattening the captured disk failed: %s",
+                 msg ? msg : vm_error_code(err));
+        capture_ready(vm, VM_E_IO, why, f);
+        return;
+    }
+    snprintf(p, sizeof p, "%s/chain.json", dir);
+    if (rename(tmp, fc.path[0]) < 0 || sbx_chain_write(p, &fc) < 0) {
+        snprintf(why, sizeof why, "cannot publish the flattened disk in %s", dir);
+        capture_ready(vm, VM_E_IO, why, f);
+        return;
+    }
+    snprintf(p, sizeof p, "%s/disk.qcow2", dir);
+    unlink(p);
+    log_info("sandbox.fork", "event=flattened capture=%s layers=%u ms=%lld", f->capture,
+             f->flat_base.n + 1, (long long)((mono_us() - f->started_us) / 1000));
+    capture_ready(vm, VM_OK, NULL, f);
+}
+
+/* The capture's state and overlay copy are written (the parent runs again). A chain too
+ * deep is flattened first, by a child process: the loop goes on meanwhile. */
+static void on_captured(struct vm *vm, int err, const char *msg, void *arg)
+{
+    struct sbx_fork *f = arg;
+    if (err != VM_OK || f->flat_base.n == 0) {
+        capture_ready(vm, err, msg, f);
+        return;
+    }
+    char dir[SBX_PATH_MAX - 32], copy[SBX_PATH_MAX], tmp[SBX_PATH_MAX];
+    sbx_capture_dir(f->sp, f->capture, dir, sizeof dir);
+    snprintf(copy, sizeof copy, "%s/disk.qcow2", dir);
+    snprintf(tmp, sizeof tmp, "%s/disk.raw.tmp", dir);
+    struct vm_disk_layer layers[VM_DISK_BACKING_MAX];
+    for (unsigned i = 0; i < f->flat_base.n; i++)
+        layers[i] = (struct vm_disk_layer){f->flat_base.path[i], f->flat_base.format[i]};
+    op_progress(f->sp, f->op_id, 30, "flattening the captured disk");
+    unlink(tmp);
+    int rc = vm_disk_flatten(f->sp->base, copy, layers, f->flat_base.n, tmp, on_flattened, f,
+                             &f->flatten);
+    if (rc != VM_OK) {
+        char why[200];
+        snprintf(why, sizeof why, "cannot flatten the captured disk (%s)",
+                 rc == VM_E_INVAL ? "a layer's header is not a plain qcow2" : vm_error_code(rc));
+        capture_ready(vm, VM_E_IO, why, f);
+    }
+}
+
 /* captures/<id>/template: the template whose layers the capture's chain stands on, for
  * sbx_capture_users. 0 or -1. */
 static int write_template(const char *dir, const char *name)
@@ -377,16 +447,23 @@ static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
     snprintf(fc.path[0], sizeof fc.path[0], "%s/disk.qcow2", dir);
     snprintf(fc.format[0], sizeof fc.format[0], "qcow2");
     fc.n = 1;
-    if (sbx_chain_load(p, &chain) < 0 || chain.n + 1 > VM_DISK_BACKING_MAX) {
-        fork_fail_all(f, "the parent's disk chain is unreadable or too deep");
+    if (sbx_chain_load(p, &chain) < 0) {
+        fork_fail_all(f, "the parent's disk chain is unreadable");
         return;
     }
-    for (unsigned i = 0; i < chain.n; i++, fc.n++) {
-        memcpy(fc.path[fc.n], chain.path[i], sizeof fc.path[0]);
-        memcpy(fc.format[fc.n], chain.format[i], sizeof fc.format[0]);
+    if (chain.n + 1 > VM_DISK_BACKING_MAX) { /* flattened after the capture (on_captured) */
+        f->flat_base = chain;
+    } else {
+        for (unsigned i = 0; i < chain.n; i++, fc.n++) {
+            memcpy(fc.path[fc.n], chain.path[i], sizeof fc.path[0]);
+            memcpy(fc.format[fc.n], chain.format[i], sizeof fc.format[0]);
+        }
     }
     spaced_rm_rf(dir);
-    if (spaced_mkdir_p(dir) < 0 || sbx_chain_write(p_chain, &fc) < 0 ||
+    /* A capture to flatten has no chain.json until its flat image is in place: a fork's
+     * create finds none (capture_gone), the template module still sees the layers in use
+     * through the parent, which the running op keeps. */
+    if (spaced_mkdir_p(dir) < 0 || (!f->flat_base.n && sbx_chain_write(p_chain, &fc) < 0) ||
         write_template(dir, p->rec.template_name) < 0) {
         fork_fail_all(f, "cannot write the capture directory");
         return;

@@ -171,13 +171,19 @@ struct sbx_fork {
     char snapshot[STORE_ID_MAX]; /* a snapshot job (sbx_snap.c): its id = the capture's;
                                     n == 0 */
     int64_t started_us;  /* the op's start (CLOCK_MONOTONIC) */
+    /* The parent's chain when the capture's (its overlay copy over it) would exceed
+     * VM_DISK_BACKING_MAX: the copy is flattened over it into one raw image (n == 0:
+     * no flattening). */
+    struct sbx_chain flat_base;
+    struct vm_disk_job *flatten; /* the qemu-img convert running, or NULL */
     struct sbx_fork *next;
 };
 
 /* <data_dir>/captures[/id] (out[cap]). */
 void sbx_capture_dir(const struct spaced *sp, const char *id, char *out, size_t cap);
-/* Whether s can be captured now: running, and a capture's chain (s's plus one layer)
- * within VM_DISK_BACKING_MAX. 0, or -1 with err (409 invalid_state / chain_too_deep). */
+/* Whether s can be captured now: running, with a disk chain. 0, or -1 with err (409
+ * invalid_state). A chain already at VM_DISK_BACKING_MAX is no reason to refuse: the
+ * capture is flattened (sbx_fork.c). */
 int sbx_capture_check(struct sbx *s, struct spaced_err *err);
 /* Queues job f (its op already enqueued: f->op_id) and follows its op. */
 void sbx_job_add(struct spaced *sp, struct sbx_fork *f);

@@ -114,7 +114,7 @@ void sbx_snap_captured(struct sbx_fork *f, int err, const char *msg)
         snprintf(why, sizeof why, "the snapshot's row is gone or unreadable (deleted meanwhile?)");
     if (!why[0]) {
         r.size_bytes = file_bytes(dir, "state") + file_bytes(dir, "mem") +
-                       file_bytes(dir, "disk.qcow2");
+                       file_bytes(dir, "disk.qcow2") + file_bytes(dir, "disk.raw");
         snprintf(r.state, sizeof r.state, "ready");
         if (store_snap_put(sp->store, &r) != 0)
             snprintf(why, sizeof why, "the store refused the snapshot's row");

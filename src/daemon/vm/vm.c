@@ -79,6 +79,7 @@ static void free_later_cb(evutil_socket_t fd, short what, void *arg)
  * stack (a QMP dispatch, an event callback) may still look at vm->detached. */
 static void release(struct vm *vm)
 {
+    vm_split_abort(vm);
     vm_console_close(vm);
     if (vm->qmp)
         qmp_free(vm->qmp);
@@ -139,6 +140,7 @@ static void finish(struct vm *vm, int status)
             vm_set_exit(vm, VM_EXIT_CRASHED, "QEMU exited");
     }
     vm->state = VM_STATE_EXITED;
+    vm_split_abort(vm); /* before the op fails and its owner removes the capture */
     vm_console_drain(vm);
     char tail[2048], qlog[512];
     vm_console_tail(vm, tail, sizeof(tail));

@@ -276,6 +276,20 @@ int vm_disk_image_opts(const char *overlay, const struct vm_disk_layer *chain, u
 int vm_disk_flatten_spawn(const char *overlay, const struct vm_disk_layer *chain,
                           unsigned n_chain, const char *out_raw, pid_t *pid);
 
+/* Flattens overlay-over-chain into the new raw image out_raw, asynchronously: the same
+ * pinned, header-checked `qemu-img convert` as vm_disk_flatten_spawn (every qcow2 of the
+ * chain checked too), run as a child watched by the loop; on success out_raw is made
+ * read-only for VMs (root-owned 0444) before cb. Returns VM_OK (cb follows, vm == NULL,
+ * out_raw removed on failure; *job, if job != NULL, is the run until then) or VM_E_INVAL
+ * (bad chain, unsafe header) / VM_E_IO with no callback. */
+struct vm_disk_job;
+int vm_disk_flatten(struct event_base *base, const char *overlay,
+                    const struct vm_disk_layer *chain, unsigned n_chain, const char *out_raw,
+                    vm_done_cb cb, void *arg, struct vm_disk_job **job);
+/* Kills a run of vm_disk_flatten that has not called back, removes its output, frees it;
+ * no callback follows. NULL is fine. */
+void vm_disk_job_cancel(struct vm_disk_job *j);
+
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
 /* Cold boot. Validates cfg (missing files fail here, synchronously, with *err/msg set and
@@ -328,7 +342,8 @@ int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
  * dir/snapshot.json, kind "suspend": vm_restore takes the directory like a suspend's),
  * copies the disk overlay to dir/disk.qcow2 while the guest is stopped, makes both
  * root-owned 0444, then continues the guest (left paused if it was paused). Then, with
- * the guest running, the stream is split (vm_memmap_capture, synchronously) into
+ * the guest running, the stream is split (vm_memmap_capture, on a worker thread: the
+ * loop goes on; the op stays in progress until it ends; vm_save.c) into
  * dir/mem, root-owned 0444, and a small dir/state, kind "mapped": a restore maps the RAM
  * like a template clone's instead of loading it; if the split fails, the full stream
  * stays (logged). cb reports the result with the VM running again; on failure the files

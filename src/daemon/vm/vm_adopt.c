@@ -64,6 +64,14 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
                              .accel = accel && !strcmp(accel, "kvm") ? VM_ACCEL_KVM : VM_ACCEL_TCG,
                              .jail = { .enabled = json_integer_value(json_object_get(j, "jail")) != 0,
                                        .jailer = jailer, .cgroup_parent = cg } };
+    /* A record from before they were kept says nothing: the placeholders stay, and a
+     * capture of that VM fails its restores' shape check instead of guessing. */
+    json_int_t vcpus = json_integer_value(json_object_get(j, "vcpus"));
+    json_int_t mem = json_integer_value(json_object_get(j, "mem_mib"));
+    if (vcpus >= 1 && vcpus <= 16)
+        cfg.vcpus = (unsigned)vcpus;
+    if (mem >= 64 && mem <= 65536)
+        cfg.mem_mib = (unsigned)mem;
     if (uid > 0 && uid < (json_int_t)VM_JAIL_UID_AUTO)
         cfg.jail.uid = cfg.jail.gid = (uid_t)uid; /* held again below: no other VM gets it */
     struct vm *vm = NULL;

@@ -13,6 +13,7 @@
  * the raw image at the bottom of the chain, which spaced wrote itself), and reads an
  * overlay only through --image-opts naming each layer of the chain explicitly. */
 #include "vm.h"
+#include "vm_internal.h"
 #include "vm_spawn.h"
 
 #include <errno.h>
@@ -32,20 +33,34 @@
 
 extern char **environ;
 
-/* One running qemu-img. Owned by itself: freed after the callback. */
-struct disk_job {
+/* One running qemu-img. Owned by itself: freed after the callback (or by
+ * vm_disk_job_cancel, which makes no callback). */
+struct vm_disk_job {
     pid_t pid;
     int pidfd;
-    int err_fd; /* read end of qemu-img's stderr */
+    int err_fd;  /* read end of qemu-img's stderr */
     struct event *ev;
-    char *overlay;
+    char *out;   /* the file qemu-img writes: removed on failure or cancel */
+    const char *what; /* "qemu-img create", for the failure message */
+    bool freeze; /* on success, out becomes root-owned 0444 (vm_jail_freeze) */
     vm_done_cb cb;
     void *arg;
 };
 
+static void job_free(struct vm_disk_job *j)
+{
+    event_free(j->ev);
+    close(j->pidfd);
+    close(j->err_fd);
+    free(j->out);
+    free(j);
+}
+
 static void job_done(evutil_socket_t fd, short what, void *arg)
 {
-    struct disk_job *j = arg;
+    struct vm_disk_job *j = arg;
+    (void)fd;
+    (void)what;
     int status = 0;
     char buf[512] = "";
     waitpid(j->pid, &status, 0);
@@ -54,17 +69,80 @@ static void job_done(evutil_socket_t fd, short what, void *arg)
     for (char *c = buf; *c; c++)
         if (*c == '\n')
             *c = ' ';
-    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok)
-        unlink(j->overlay);
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     char msg[600];
-    snprintf(msg, sizeof(msg), "qemu-img create failed: %s", buf[0] ? buf : "no message");
-    event_free(j->ev);
-    close(j->pidfd);
-    close(j->err_fd);
-    j->cb(NULL, ok ? VM_OK : VM_E_IO, ok ? NULL : msg, j->arg);
-    free(j->overlay);
-    free(j);
+    snprintf(msg, sizeof(msg), "%s failed: %s", j->what, buf[0] ? buf : "no message");
+    if (ok && j->freeze && vm_jail_freeze(j->out) < 0) {
+        ok = false;
+        snprintf(msg, sizeof(msg), "cannot make %s read-only: %s", j->out, strerror(errno));
+    }
+    if (!ok)
+        unlink(j->out);
+    vm_done_cb cb = j->cb;
+    void *cb_arg = j->arg;
+    job_free(j);
+    cb(NULL, ok ? VM_OK : VM_E_IO, ok ? NULL : msg, cb_arg);
+}
+
+/* Runs argv (qemu-img, writing `out`) as a child whose exit the loop observes through a
+ * pidfd. VM_OK (*job set if job != NULL; cb follows) or VM_E_IO (no callback). */
+static int job_start(struct event_base *base, char *const argv[], const char *out,
+                     const char *what, bool freeze, vm_done_cb cb, void *arg,
+                     struct vm_disk_job **job)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0)
+        return VM_E_IO;
+    struct vm_disk_job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->out = strdup(out))) {
+        free(j);
+        close(pfd[0]);
+        close(pfd[1]);
+        return VM_E_IO;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int nul = open("/dev/null", O_RDWR);
+        if (nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(pfd[1], 2) < 0)
+            _exit(127);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    j->pid = pid;
+    j->err_fd = pfd[0];
+    j->pidfd = pid > 0 ? vm_pidfd_open(pid) : -1;
+    j->ev = j->pidfd >= 0 ? event_new(base, j->pidfd, EV_READ, job_done, j) : NULL;
+    if (!j->ev) {
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        if (j->pidfd >= 0)
+            close(j->pidfd);
+        close(pfd[0]);
+        free(j->out);
+        free(j);
+        return VM_E_IO;
+    }
+    j->what = what;
+    j->freeze = freeze;
+    j->cb = cb;
+    j->arg = arg;
+    event_add(j->ev, NULL);
+    if (job)
+        *job = j;
+    return VM_OK;
+}
+
+void vm_disk_job_cancel(struct vm_disk_job *j)
+{
+    if (!j)
+        return;
+    kill(j->pid, SIGKILL);
+    waitpid(j->pid, NULL, 0);
+    unlink(j->out);
+    job_free(j);
 }
 
 static bool format_ok(const char *f)
@@ -106,50 +184,12 @@ int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *
     if (!realpath(chain[0].path, abs))
         return VM_E_NOENT;
     snprintf(sz, sizeof sz, "%" PRIu64, size);
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-        return VM_E_IO;
-    struct disk_job *j = calloc(1, sizeof(*j));
-    if (!j || !(j->overlay = strdup(overlay))) {
-        free(j);
-        close(pfd[0]);
-        close(pfd[1]);
-        return VM_E_IO;
-    }
     /* -u: do not open the backing file (it may be a qcow2 a VM wrote, whose own backing
      * name would be followed); the size is given instead. */
     char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F",
                            (char *)chain[0].format, "-b", abs, "-u", (char *)overlay, sz,
                            NULL };
-    pid_t pid = fork();
-    if (pid == 0) {
-        int nul = open("/dev/null", O_RDWR);
-        if (nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(pfd[1], 2) < 0)
-            _exit(127);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    j->pid = pid;
-    j->err_fd = pfd[0];
-    j->pidfd = pid > 0 ? vm_pidfd_open(pid) : -1;
-    j->ev = j->pidfd >= 0 ? event_new(base, j->pidfd, EV_READ, job_done, j) : NULL;
-    if (!j->ev) {
-        if (pid > 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
-        if (j->pidfd >= 0)
-            close(j->pidfd);
-        close(pfd[0]);
-        free(j->overlay);
-        free(j);
-        return VM_E_IO;
-    }
-    j->cb = cb;
-    j->arg = arg;
-    event_add(j->ev, NULL);
-    return VM_OK;
+    return job_start(base, argv, overlay, "qemu-img create", false, cb, arg, NULL);
 }
 
 /* ---- remembered overlays ----------------------------------------------------------- */
@@ -320,16 +360,42 @@ static bool qcow2_header_safe(const char *path)
     return (h[79] & 0x04) == 0; /* incompatible_features, big-endian u64 at 72 */
 }
 
+/* The --image-opts argument of a flatten of overlay over chain into opts[cap], after
+ * checking that no qcow2 of it (the overlay, and the chain's own qcow2 layers: copies of
+ * overlays a VM wrote) asks for an external data file. 0 or -1. */
+static int flatten_opts(const char *overlay, const struct vm_disk_layer *chain,
+                        unsigned n_chain, char *opts, size_t cap)
+{
+    if (vm_disk_image_opts(overlay, chain, n_chain, opts, cap) < 0 || !qcow2_header_safe(overlay))
+        return -1;
+    for (unsigned i = 0; i < n_chain; i++)
+        if (strcmp(chain[i].format, "qcow2") == 0 && !qcow2_header_safe(chain[i].path))
+            return -1;
+    return 0;
+}
+
 int vm_disk_flatten_spawn(const char *overlay, const struct vm_disk_layer *chain,
                           unsigned n_chain, const char *out_raw, pid_t *pid)
 {
     char opts[4 * 4096 + 512];
-    if (!out_raw || vm_disk_image_opts(overlay, chain, n_chain, opts, sizeof opts) < 0 ||
-        !qcow2_header_safe(overlay))
+    if (!out_raw || flatten_opts(overlay, chain, n_chain, opts, sizeof opts) < 0)
         return VM_E_INVAL;
     char *argv[] = {"qemu-img", "convert", "-q", "--image-opts", opts, "-O", "raw",
                     (char *)out_raw, NULL};
     int e = posix_spawnp(pid, "qemu-img", NULL, NULL, argv, environ);
     errno = e;
     return e == 0 ? VM_OK : VM_E_IO;
+}
+
+int vm_disk_flatten(struct event_base *base, const char *overlay,
+                    const struct vm_disk_layer *chain, unsigned n_chain, const char *out_raw,
+                    vm_done_cb cb, void *arg, struct vm_disk_job **job)
+{
+    char opts[(VM_DISK_BACKING_MAX + 1) * 4096 + 512];
+    if (!out_raw || flatten_opts(overlay, chain, n_chain, opts, sizeof opts) < 0)
+        return VM_E_INVAL;
+    /* -n is not given: the output is a new file (sparse, -S default), never a layer. */
+    char *const argv[] = {"qemu-img", "convert", "-q", "--image-opts", opts, "-O", "raw",
+                          (char *)out_raw, NULL};
+    return job_start(base, argv, out_raw, "qemu-img convert", true, cb, arg, job);
 }

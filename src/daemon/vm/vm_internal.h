@@ -68,6 +68,8 @@ struct vm {
     int save_keep;            /* vm_fork_capture: copy the disk and continue, no quit */
     int save_was_running;
     int save_fd;              /* state.tmp while writing */
+    struct vm_split *split;   /* a fork capture's stream being split by a worker thread
+                                 (vm_save.c), or NULL */
 
     /* exit bookkeeping */
     int exit_reason_set;
@@ -81,6 +83,10 @@ struct vm {
 /* Records why the VM is going away (first writer wins: the cause, not the echo). */
 void vm_set_exit(struct vm *vm, enum vm_exit_reason r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Waits for a capture split in progress (vm->split) and drops it without completing the
+ * operation: the VM is going away (vm.c). No-op without one. */
+void vm_split_abort(struct vm *vm);
 
 /* Completes the current operation (clears it first so cb may start another). */
 void vm_op_done(struct vm *vm, int err, const char *msg);

@@ -6,7 +6,9 @@
  *   vm_fork_capture       stop, migrate everything to dir/state, copy the disk overlay
  *                         to dir/disk.qcow2 (both sealed 0444), cont: the VM keeps running;
  *                         then the stream is split into a RAM file dir/mem + a state
- *                         without its pages (vm_memmap.c: kind "mapped")
+ *                         without its pages (vm_memmap.c: kind "mapped") by a worker
+ *                         thread, so the loop keeps serving while a large VM's stream
+ *                         is read and written (seconds for GiBs); the op ends after it
  *   vm_restore            new QEMU with -incoming defer -S (template or mapped capture:
  *                         the RAM file mapped share=off, i.e. private copy-on-write),
  *                         load dir/state, cont
@@ -22,10 +24,14 @@
 #include "vm_memmap.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -119,19 +125,59 @@ done:
     return rc;
 }
 
-/* The capture is complete and the guest runs again (or stays paused): its full stream is
- * split into a mappable RAM file + device state, so that each restore maps the memory
- * instead of loading it. Done after cont, so the parent's pause does not grow by it. A
- * failed split leaves the full stream, which restores too (slower): only logged. */
-static void capture_done(struct vm *vm)
-{
+/* ---- the capture's split, off the loop ---------------------------------------------- */
+
+/* One split of a capture's stream (vm_memmap_capture) on a worker thread. The thread
+ * touches only this struct and the capture's files; it tells the loop it is done through
+ * an eventfd. Owned by the VM (vm->split) until then. */
+struct vm_split {
+    struct vm *vm;
+    char *dir;
+    unsigned mem_mib;
+    int efd;
+    struct event *ev;
+    pthread_t thread;
+    int rc;
+    long long ms;
     char why[300];
+};
+
+static void *split_main(void *arg)
+{
+    struct vm_split *sp = arg;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int r = vm_memmap_capture(vm->save_dir, vm->cfg.mem_mib, why, sizeof(why));
+    sp->rc = vm_memmap_capture(sp->dir, sp->mem_mib, sp->why, sizeof(sp->why));
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    long long ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
-    if (r < 0) {
+    sp->ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    uint64_t one = 1;
+    while (write(sp->efd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+    return NULL;
+}
+
+/* Joins the thread and frees sp; the VM forgets it. */
+static void split_free(struct vm_split *sp)
+{
+    pthread_join(sp->thread, NULL);
+    if (sp->vm)
+        sp->vm->split = NULL;
+    event_free(sp->ev);
+    close(sp->efd);
+    free(sp->dir);
+    free(sp);
+}
+
+void vm_split_abort(struct vm *vm)
+{
+    if (vm->split)
+        split_free(vm->split);
+}
+
+/* A failed split leaves the full stream, which restores too (slower): only logged. */
+static void split_log(const struct vm *vm, int rc, long long ms, const char *why)
+{
+    if (rc < 0) {
         char q[400];
         log_warn("vm.capture", "vm=%s event=map_failed ms=%lld msg=%s note=\"the capture keeps "
                  "its full stream: its restores load every page\"", vm->cfg.id, ms,
@@ -139,6 +185,63 @@ static void capture_done(struct vm *vm)
     } else {
         log_info("vm.capture", "vm=%s event=mapped ms=%lld", vm->cfg.id, ms);
     }
+}
+
+static void on_split_done(evutil_socket_t fd, short what, void *arg)
+{
+    struct vm_split *sp = arg;
+    struct vm *vm = sp->vm;
+    (void)fd;
+    (void)what;
+    int rc = sp->rc;
+    long long ms = sp->ms;
+    char why[300];
+    snprintf(why, sizeof why, "%s", sp->why);
+    split_free(sp);
+    split_log(vm, rc, ms, why);
+    vm_op_done(vm, VM_OK, NULL);
+}
+
+/* Starts the split on a worker thread: 0, or -1 (nothing started). */
+static int split_start(struct vm *vm)
+{
+    struct vm_split *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return -1;
+    sp->vm = vm;
+    sp->mem_mib = vm->cfg.mem_mib;
+    sp->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    sp->dir = strdup(vm->save_dir);
+    sp->ev = sp->efd >= 0 ? event_new(vm->base, sp->efd, EV_READ, on_split_done, sp) : NULL;
+    if (!sp->dir || !sp->ev || event_add(sp->ev, NULL) < 0 ||
+        pthread_create(&sp->thread, NULL, split_main, sp) != 0) {
+        if (sp->ev)
+            event_free(sp->ev);
+        if (sp->efd >= 0)
+            close(sp->efd);
+        free(sp->dir);
+        free(sp);
+        return -1;
+    }
+    vm->split = sp;
+    return 0;
+}
+
+/* The capture is complete and the guest runs again (or stays paused): its full stream is
+ * split into a mappable RAM file + device state, so that each restore maps the memory
+ * instead of loading it. Done after cont, so the parent's pause does not grow by it, and
+ * on a worker thread, so the loop does not wait for it either; the op completes when it
+ * is done. Should the thread not start, the split runs here. */
+static void capture_done(struct vm *vm)
+{
+    if (split_start(vm) == 0)
+        return;
+    char why[300];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = vm_memmap_capture(vm->save_dir, vm->cfg.mem_mib, why, sizeof(why));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    split_log(vm, r, (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000, why);
     vm_op_done(vm, VM_OK, NULL);
 }
 
