@@ -357,6 +357,40 @@ static void test_adopt(void **state)
     assert_null(vm_adopt(vmh_base, NULL, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg)));
 }
 
+/* A suspend of an adopted VM restores with the VM's own config: the adoption record keeps
+ * the VM's size (without it the image claimed 1 vCPU / 64 MiB and the restore refused it). */
+static void test_adopt_suspend(void **state)
+{
+    NEED_GUEST();
+    struct vmh_box b;
+    struct vmh_obs o;
+    int err;
+    char msg[512], sdir[200];
+    box_init(&b, "adopt3", NULL);
+    struct vm *vm = boot(&b, &o);
+    pid_t pid = vm_pid(vm);
+    vmh_hello_stop(&o.hello);
+    vm_detach(vm);
+    vmh_obs_init(&o);
+    vm = vm_adopt(vmh_base, NULL, b.run, &vmh_cbs, &o, &err, msg, sizeof(msg));
+    if (!vm)
+        fail_msg("adopt: %s", msg);
+    wait_ready_hello(&o);
+    vmh_hello_stop(&o.hello);
+    snprintf(sdir, sizeof(sdir), "%s/adopt3-susp", vmh_work);
+    struct vmh_done d = { 0 };
+    assert_int_equal(vm_suspend(vm, sdir, vmh_done_cb, &d), VM_OK);
+    vmh_run_until(vmh_base, &d.done, 60000);
+    if (d.err)
+        fail_msg("suspend of an adopted VM: %s", d.msg);
+    vmh_run_until(vmh_base, &o.exited, 10000);
+    assert_int_equal(o.reason, VM_EXIT_SAVED);
+    waitpid(pid, NULL, 0); /* our child in this test process: reap it */
+    vm = restore(&b, &o, sdir, 0);
+    wait_ready_hello(&o);
+    kill_and_wait(vm, &o);
+}
+
 /* Bad input fails cleanly with the right code and leaves nothing running. */
 static void test_bad_input(void **state)
 {
@@ -759,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_hang_detected),
         cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_adopt_after_sigkill),
+        cmocka_unit_test(test_adopt_suspend),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_jail_isolation),
         cmocka_unit_test(test_pool),

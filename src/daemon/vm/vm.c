@@ -93,6 +93,9 @@ static void release(struct vm *vm)
     if (vm->lost_timer)
         event_free(vm->lost_timer);
     vm->lost_timer = NULL;
+    if (vm->save_timer)
+        event_free(vm->save_timer);
+    vm->save_timer = NULL;
     if (vm->pid_ev)
         event_free(vm->pid_ev);
     vm->pid_ev = NULL;

@@ -58,20 +58,19 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
     const char *accel = json_string_value(json_object_get(j, "accel"));
     const char *cg = json_string_value(json_object_get(j, "cgroup_parent"));
     json_int_t uid = json_integer_value(json_object_get(j, "uid"));
-    struct vm_config cfg = { .id = id, .run_dir = run_dir, .vcpus = 1, .mem_mib = 64,
+    json_int_t vcpus = json_integer_value(json_object_get(j, "vcpus"));
+    json_int_t mem = json_integer_value(json_object_get(j, "mem_mib"));
+    /* The size is what a save of this VM writes into snapshot.json (a restore compares
+     * it with its own config). A record from before it was kept has none: 0, and such a
+     * VM is not saved (vm_save.c) rather than saved under a made-up size. */
+    struct vm_config cfg = { .id = id, .run_dir = run_dir,
+                             .vcpus = vcpus >= 1 && vcpus <= 16 ? (unsigned)vcpus : 0,
+                             .mem_mib = mem >= 64 && mem <= 65536 ? (unsigned)mem : 0,
                              .kernel = "-", .net.tap_fd = -1,
                              .disk = json_string_value(json_object_get(j, "disk")),
                              .accel = accel && !strcmp(accel, "kvm") ? VM_ACCEL_KVM : VM_ACCEL_TCG,
                              .jail = { .enabled = json_integer_value(json_object_get(j, "jail")) != 0,
                                        .jailer = jailer, .cgroup_parent = cg } };
-    /* A record from before they were kept says nothing: the placeholders stay, and a
-     * capture of that VM fails its restores' shape check instead of guessing. */
-    json_int_t vcpus = json_integer_value(json_object_get(j, "vcpus"));
-    json_int_t mem = json_integer_value(json_object_get(j, "mem_mib"));
-    if (vcpus >= 1 && vcpus <= 16)
-        cfg.vcpus = (unsigned)vcpus;
-    if (mem >= 64 && mem <= 65536)
-        cfg.mem_mib = (unsigned)mem;
     if (uid > 0 && uid < (json_int_t)VM_JAIL_UID_AUTO)
         cfg.jail.uid = cfg.jail.gid = (uid_t)uid; /* held again below: no other VM gets it */
     struct vm *vm = NULL;
@@ -99,6 +98,7 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
     vm->pid = (pid_t)pid;
     vm->starttime = (unsigned long long)start;
     vm->adopting = 1;
+    vm->adopted = 1;
     vm->op = VM_OP_START;
     vm_jail_uid_hold(vm);
     if (vm_attach_process(vm, msg, msglen) < 0) {

@@ -59,6 +59,7 @@ struct vm {
     int snap_ignore_shared;   /* the stream was taken with x-ignore-shared (template) */
     int restore_paused;
     int adopting;             /* VM_OP_START is a re-attach (vm_adopt) */
+    int adopted;              /* started by an earlier spaced (vm_adopt): see vm_save.c */
     int start_timed_out;      /* the start deadline killed it */
     int state_fd;             /* snapshot state file while loading, or -1 */
 
@@ -70,6 +71,9 @@ struct vm {
     int save_fd;              /* state.tmp while writing */
     struct vm_split *split;   /* a fork capture's stream being split by a worker thread
                                  (vm_save.c), or NULL */
+    int save_settling;        /* an adopted VM's earlier migration is being ended */
+    int save_settle_polls;    /* query-migrate polls since migrate_cancel */
+    struct event *save_timer; /* owned: the next poll */
 
     /* exit bookkeeping */
     int exit_reason_set;

@@ -13,6 +13,17 @@
  *                         the RAM file mapped share=off, i.e. private copy-on-write),
  *                         load dir/state, cont
  *
+ * A VM adopted from an earlier spaced may still carry that spaced's unfinished save: killed
+ * while QEMU wrote a suspend's state, it left QEMU migrating to a file nobody will finish,
+ * or done and parked in "postmigrate", and QEMU refuses a new migration in both cases.
+ * So an adopted VM's save first ends what is left (save_settle): an active migration is
+ * cancelled (migrate_cancel, polled until QEMU reports it over), a postmigrate VM is
+ * continued (cont: QEMU takes its disk back, as after a fork capture), then the save runs
+ * as usual. The orphaned stream is never used: nothing in it or in query-migrate tells
+ * which migration wrote it or that the file holds all of it (its size is known only to
+ * the QEMU that wrote it), and act_suspend has removed it already; saving again costs one
+ * more write of the guest's RAM, once, after a crash.
+ *
  * A template snapshot is sealed once the template's QEMU has exited (vm_save_seal): the
  * RAM file and the frozen overlay become root-owned 0444, out of reach of every VM uid.
  *
@@ -61,6 +72,9 @@ static int snap_path(const char *dir, const char *name, char *out, size_t cap)
 static void save_fail(struct vm *vm, int err, const char *msg)
 {
     char p[4096];
+    vm->save_settling = 0;
+    if (vm->save_timer)
+        evtimer_del(vm->save_timer);
     if (vm->save_fd >= 0)
         close(vm->save_fd);
     vm->save_fd = -1;
@@ -400,6 +414,116 @@ static void on_stop_save(struct qmp *q, int err, const char *msg, json_t *ret, v
         save_fail(vm, VM_E_QMP, "monitor unavailable");
 }
 
+/* `stop` also when already paused: harmless, and one path is easier to trust. 0 or -1
+ * (the monitor is gone). */
+static int save_stop(struct vm *vm)
+{
+    return qmp_command(vm->qmp, "stop", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_stop_save, vm);
+}
+
+/* ---- an adopted VM's unfinished migration (see the top of this file) ------------------ */
+
+#define SETTLE_POLL_MS 50
+#define SETTLE_POLLS (SAVE_STEP_TIMEOUT_MS / SETTLE_POLL_MS)
+
+static int save_settle(struct vm *vm);
+
+static void settle_log(struct vm *vm, const char *status, const char *action)
+{
+    log_warn("vm.save", "vm=%s event=earlier_migration status=%s action=%s", vm->cfg.id,
+             status, action);
+}
+
+static void on_settle_step(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    (void)q;
+    (void)ret;
+    if (!vm->save_settling)
+        return;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    vm->save_settling = 0;
+    if (save_stop(vm) < 0)
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+}
+
+static void on_settle_status(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (!vm->save_settling)
+        return;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    const char *st = json_string_value(json_object_get(ret, "status"));
+    if (st && !strcmp(st, "postmigrate")) {
+        /* the earlier migration completed: QEMU migrates again only once continued */
+        settle_log(vm, "completed", "cont");
+        if (qmp_command(q, "cont", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_settle_step, vm) < 0)
+            save_fail(vm, VM_E_QMP, "monitor unavailable");
+        return;
+    }
+    on_settle_step(q, 0, NULL, NULL, vm);
+}
+
+static void on_settle_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct vm *vm = arg;
+    (void)fd;
+    (void)what;
+    if (vm->save_settling && save_settle(vm) < 0)
+        save_fail(vm, VM_E_QMP, "monitor unavailable");
+}
+
+static void on_settle_migrate(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
+{
+    struct vm *vm = arg;
+    if (!vm->save_settling)
+        return;
+    if (err) {
+        save_fail(vm, err, msg);
+        return;
+    }
+    const char *st = json_string_value(json_object_get(ret, "status"));
+    if (!st || !strcmp(st, "none") || !strcmp(st, "completed") || !strcmp(st, "failed") ||
+        !strcmp(st, "cancelled")) {
+        /* over (or never begun): the run state says whether QEMU still holds it */
+        if (qmp_command(q, "query-status", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_settle_status,
+                        vm) < 0)
+            save_fail(vm, VM_E_QMP, "monitor unavailable");
+        return;
+    }
+    /* setup, active, device, cancelling, ...: still writing to the orphaned file */
+    if (vm->save_settle_polls == 0) {
+        settle_log(vm, st, "cancel");
+        if (qmp_command(q, "migrate_cancel", NULL, -1, SAVE_STEP_TIMEOUT_MS, NULL, vm) < 0) {
+            save_fail(vm, VM_E_QMP, "monitor unavailable");
+            return;
+        }
+    }
+    if (++vm->save_settle_polls > SETTLE_POLLS) {
+        save_fail(vm, VM_E_TIMEOUT, "an earlier migration of the adopted VM does not end");
+        return;
+    }
+    if (!vm->save_timer)
+        vm->save_timer = evtimer_new(vm->base, on_settle_poll, vm);
+    struct timeval tv = {0, SETTLE_POLL_MS * 1000};
+    if (!vm->save_timer || evtimer_add(vm->save_timer, &tv) < 0)
+        save_fail(vm, VM_E_IO, "cannot arm a timer");
+}
+
+/* Asks QEMU where the adopted VM's last migration stands; the replies above end it and
+ * then stop the VM for this save. 0 or -1 (the monitor is gone). */
+static int save_settle(struct vm *vm)
+{
+    return qmp_command(vm->qmp, "query-migrate", NULL, -1, SAVE_STEP_TIMEOUT_MS,
+                       on_settle_migrate, vm);
+}
+
 static int save_begin(struct vm *vm, const char *dir, int tmpl, int keep, vm_done_cb cb,
                       void *arg)
 {
@@ -410,8 +534,8 @@ static int save_begin(struct vm *vm, const char *dir, int tmpl, int keep, vm_don
         return VM_E_BUSY;
     if (vm->state != VM_STATE_RUNNING && vm->state != VM_STATE_PAUSED)
         return VM_E_STATE;
-    if (tmpl && !vm->cfg.mem_path)
-        return VM_E_STATE;
+    if ((tmpl && !vm->cfg.mem_path) || !vm->cfg.vcpus || !vm->cfg.mem_mib)
+        return VM_E_STATE; /* size unknown: adopted from a record without it */
     if ((mkdir(dir, 0700) < 0 && errno != EEXIST) ||
         snap_path(dir, "state.tmp", p, sizeof(p)) < 0)
         return VM_E_IO;
@@ -434,8 +558,16 @@ static int save_begin(struct vm *vm, const char *dir, int tmpl, int keep, vm_don
     vm->op_cb = cb;
     vm->op_arg = arg;
     vm->state = VM_STATE_SAVING;
-    /* `stop` also when already paused: harmless, and one path is easier to trust. */
-    if (qmp_command(vm->qmp, "stop", NULL, -1, SAVE_STEP_TIMEOUT_MS, on_stop_save, vm) < 0) {
+    if (vm->adopted) {
+        vm->save_settling = 1;
+        vm->save_settle_polls = 0;
+        if (save_settle(vm) == 0)
+            return VM_OK;
+        vm->save_settling = 0;
+    } else if (save_stop(vm) == 0) {
+        return VM_OK;
+    }
+    {
         vm->op = VM_OP_NONE;
         vm->state = vm->save_was_running ? VM_STATE_RUNNING : VM_STATE_PAUSED;
         close(fd);
@@ -510,7 +642,9 @@ void vm_save_on_migration(struct vm *vm, const char *status)
 {
     int done = !strcmp(status, "completed");
     int bad = !strcmp(status, "failed") || !strcmp(status, "cancelled");
-    if (vm->op == VM_OP_SAVE && vm->save_fd >= 0) {
+    if (vm->op == VM_OP_SAVE && vm->save_settling) {
+        return; /* the earlier migration's end: save_settle polls for it */
+    } else if (vm->op == VM_OP_SAVE && vm->save_fd >= 0) {
         if (done)
             save_complete(vm);
         else if (bad && qmp_command(vm->qmp, "query-migrate", NULL, -1, SAVE_STEP_TIMEOUT_MS,

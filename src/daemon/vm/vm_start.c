@@ -285,14 +285,14 @@ int vm_write_record(struct vm *vm)
 {
     char p[4096], pid[32];
     /* uid and disk: an adopted VM keeps holding its uid, and its overlay goes back to
-     * root when it is gone (vm_jail.c). vcpus and mem_mib: a capture of an adopted VM
-     * (fork, snapshot) records and splits its memory by them. */
+     * root when it is gone (vm_jail.c). vcpus and mem_mib: a save of the adopted VM
+     * records them in snapshot.json, which a restore checks against its config. */
     json_t *j = json_pack("{s:i, s:I, s:s, s:s, s:i, s:s?, s:I, s:s?, s:i, s:i}", "pid",
                           (int)vm->pid, "starttime", (json_int_t)vm->starttime, "id",
-                          vm->cfg.id, "accel", vm_accel_name(vm->accel), "jail", vm->cfg.jail.enabled,
-                          "cgroup_parent", vm->cfg.jail.cgroup_parent, "uid",
-                          (json_int_t)(vm->cfg.jail.enabled ? vm->cfg.jail.uid : 0), "disk",
-                          vm->cfg.disk, "vcpus", (int)vm->cfg.vcpus, "mem_mib",
+                          vm->cfg.id, "accel", vm_accel_name(vm->accel), "jail",
+                          vm->cfg.jail.enabled, "cgroup_parent", vm->cfg.jail.cgroup_parent,
+                          "uid", (json_int_t)(vm->cfg.jail.enabled ? vm->cfg.jail.uid : 0),
+                          "disk", vm->cfg.disk, "vcpus", (int)vm->cfg.vcpus, "mem_mib",
                           (int)vm->cfg.mem_mib);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
