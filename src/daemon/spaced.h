@@ -145,6 +145,9 @@ struct spaced {
     /* The id of a live sandbox of `tenant` that mounts volume `name` (written to
      * id[idlen]), false if none: vol_delete asks before deleting (volume/vol.h
      * vol_set_users; main.c registers the sandbox table's answer). NULL: none. */
+    /* The byte charges of the volume uploads running now, one per tenant
+     * (volume/vol_quota.c); each upload releases its own. */
+    struct vol_charge *vol_charges;
     bool (*vol_user)(struct spaced *sp, const char *tenant, const char *name, char *id,
                      size_t idlen);
 };

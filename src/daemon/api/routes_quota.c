@@ -8,12 +8,13 @@
 
 #include "daemon/auth/auth.h"
 #include "daemon/quota/quota.h"
+#include "daemon/volume/vol_quota.h"
 #include "routes.h"
 
 static void reply_quota(struct spaced *sp, struct http_req *req, const char *tenant)
 {
     struct spaced_err err;
-    json_t *body = quota_json(sp, tenant, &err);
+    json_t *body = quota_json(sp, tenant, vol_quota_usage(sp, tenant), &err);
     if (!body) {
         routes_reply_err(sp, req, &err);
         return;

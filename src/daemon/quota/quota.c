@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "daemon/volume/vol_quota.h"
 #include "log.h"
 
 /* The resources, in the order the API shows them. */
@@ -36,14 +35,6 @@ static int store_err(struct spaced *sp, struct spaced_err *err)
     return spaced_err_store(err, sp->store, "reading quotas");
 }
 
-/* The tenant's usage: the store's counts, and its volumes' bytes from the disk. */
-static int usage(struct spaced *sp, const char *tenant, struct store_quota_vals *use)
-{
-    if (store_quota_usage(sp->store, tenant, use) != 0)
-        return -1;
-    use->volume_mib = (vol_quota_usage(sp, tenant) + (1 << 20) - 1) >> 20;
-    return 0;
-}
 
 int quota_limits(struct spaced *sp, const char *tenant, struct store_quota_vals *out,
                  struct spaced_err *err)
@@ -90,15 +81,17 @@ static json_t *vals_json(const struct store_quota_vals *v)
     return o;
 }
 
-json_t *quota_json(struct spaced *sp, const char *tenant, struct spaced_err *err)
+json_t *quota_json(struct spaced *sp, const char *tenant, int64_t volume_bytes,
+                   struct spaced_err *err)
 {
     struct store_quota_vals lim, use;
     if (quota_limits(sp, tenant, &lim, err) != 0)
         return NULL;
-    if (usage(sp, tenant, &use) != 0) {
+    if (store_quota_usage(sp->store, tenant, &use) != 0) {
         store_err(sp, err);
         return NULL;
     }
+    use.volume_mib = (volume_bytes + (1 << 20) - 1) >> 20;
     return json_pack("{s:s, s:o, s:o}", "tenant", tenant, "limits", vals_json(&lim), "usage",
                      vals_json(&use));
 }

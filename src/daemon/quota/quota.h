@@ -40,9 +40,12 @@ int quota_check(struct spaced *sp, const char *tenant, const struct store_quota_
 
 /* {"tenant": id, "limits": {...}, "usage": {...}} with a key per resource ("sandboxes",
  * "vcpus", "memory_mib", "disk_mib", "templates", "snapshots", "volume_mib"); a limit 0
- * is unlimited.
+ * is unlimited. volume_bytes: the tenant's volume bytes as measured on disk
+ * (volume/vol_quota.h: measured by the caller, so that this module, which the volume
+ * module asks for limits, needs nothing of it).
  * NULL with err when the store fails. New reference. */
-json_t *quota_json(struct spaced *sp, const char *tenant, struct spaced_err *err);
+json_t *quota_json(struct spaced *sp, const char *tenant, int64_t volume_bytes,
+                   struct spaced_err *err);
 
 /* Applies a PUT body to q->limit: an object whose keys are resources (above), each an
  * integer >= 0 (0 = unlimited) or null (back to the daemon default); absent keys keep

@@ -55,7 +55,7 @@ bool sess_finished(const struct sess *s)
 
 uint64_t sess_keep(const struct sess *s)
 {
-    uint64_t keep = sess_ring_next_id(&s->ring);
+    uint64_t keep = evlog_ring_next_id(&s->ring);
     for (const struct sess_reader *r = s->readers; r; r = r->nx)
         if (r->next < keep)
             keep = r->next;
@@ -64,19 +64,19 @@ uint64_t sess_keep(const struct sess *s)
 
 /* ---- events into the ring -------------------------------------------------------------- */
 
-static void sess_append(struct sess *s, enum sess_ev_kind kind, const void *data, size_t len)
+static void sess_append(struct sess *s, enum evlog_kind kind, const void *data, size_t len)
 {
-    if (sess_ring_append(&s->ring, kind, data, len, sess_keep(s)) < 0)
+    if (evlog_ring_append(&s->ring, kind, data, len, sess_keep(s)) < 0)
         log_error("session.oom", "session=%s bytes=%zu", s->id, len);
     /* Ids must never repeat, even across a restart of spaced: the stored ceiling stays
      * above every id issued (one store write per SESS_ID_STRIDE events). */
-    if (sess_ring_next_id(&s->ring) >= s->id_ceiling) {
-        s->id_ceiling = sess_ring_next_id(&s->ring) + SESS_ID_STRIDE;
+    if (evlog_ring_next_id(&s->ring) >= s->id_ceiling) {
+        s->id_ceiling = evlog_ring_next_id(&s->ring) + SESS_ID_STRIDE;
         sess_persist(s);
     }
 }
 
-static void sess_append_json(struct sess *s, enum sess_ev_kind kind, json_t *obj)
+static void sess_append_json(struct sess *s, enum evlog_kind kind, json_t *obj)
 {
     char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     if (text)
@@ -113,7 +113,7 @@ static void sess_fail(struct sess *s, enum sess_state st, const char *code, cons
     snprintf(s->err_code, sizeof s->err_code, "%s", code);
     snprintf(s->err_msg, sizeof s->err_msg, "%s", msg);
     sess_set_done(s, st);
-    sess_append_json(s, SESS_EV_ERROR, json_pack("{s:s,s:s}", "code", code, "message", msg));
+    sess_append_json(s, EVLOG_ERROR, json_pack("{s:s,s:s}", "code", code, "message", msg));
     sess_persist(s); /* the final state, after its event */
     log_info("session.end", "session=%s sandbox=%s state=%s code=%s", s->id, s->sbx,
              sess_state_name(st), code);
@@ -205,7 +205,7 @@ void sess_credit(struct sess *s)
     static const enum frame_stream streams[] = {FRAME_STREAM_OUT, FRAME_STREAM_ERR};
     if (!s->chan)
         return;
-    size_t room = sess_ring_room(&s->ring, sess_keep(s));
+    size_t room = evlog_ring_room(&s->ring, sess_keep(s));
     uint64_t held = (uint64_t)s->credit[FRAME_STREAM_OUT] + s->credit[FRAME_STREAM_ERR];
     if (room <= held)
         return;
@@ -244,7 +244,7 @@ static void sess_on_event(void *arg, json_t *ev)
         if (s->state == SESS_STARTING && s->pid == 0) {
             s->pid = json_integer_value(pid);
             s->started_ms = spaced_now_ms();
-            sess_append_json(s, SESS_EV_START, json_pack("{s:I}", "pid", (json_int_t)s->pid));
+            sess_append_json(s, EVLOG_START, json_pack("{s:I}", "pid", (json_int_t)s->pid));
             sess_persist(s); /* the pid is what a restarted spaced re-attaches by */
             if (s->spec.timeout_s > 0)
                 evtimer_add(s->timer, &(struct timeval){.tv_sec = s->spec.timeout_s});
@@ -258,7 +258,7 @@ static void sess_on_event(void *arg, json_t *ev)
         s->exit_code = json_small_int(code, 0, 255) ? (int)json_integer_value(code) : -1;
         s->exit_signal = json_small_int(sig, 1, 64) ? (int)json_integer_value(sig) : 0;
         sess_set_done(s, SESS_EXITED);
-        sess_append_json(s, SESS_EV_EXIT,
+        sess_append_json(s, EVLOG_EXIT,
                          json_pack("{s:o,s:o}", "code",
                                    s->exit_code >= 0 ? json_integer(s->exit_code) : json_null(),
                                    "signal",
@@ -278,7 +278,7 @@ static void sess_on_data(void *arg, enum frame_stream st, const uint8_t *buf, si
     if (st != FRAME_STREAM_OUT && st != FRAME_STREAM_ERR)
         return;
     s->credit[st] = s->credit[st] > len ? s->credit[st] - (uint32_t)len : 0;
-    sess_append(s, st == FRAME_STREAM_OUT ? SESS_EV_STDOUT : SESS_EV_STDERR, buf, len);
+    sess_append(s, st == FRAME_STREAM_OUT ? EVLOG_STDOUT : EVLOG_STDERR, buf, len);
     sess_readers_pump(s);
     sess_credit(s);
 }
@@ -418,7 +418,7 @@ void sess_free(struct sess *s)
     sess_forget_chan(s);
     if (s->timer)
         event_free(s->timer);
-    sess_ring_free(&s->ring);
+    evlog_ring_free(&s->ring);
     sess_spec_clear(&s->spec);
     free(s);
 }
@@ -562,7 +562,7 @@ void sess_table_free(struct sess_table *t)
 struct sess *sess_alloc(struct sess_table *t, const char *tenant, const char *sbx_id)
 {
     struct sess *s = calloc(1, sizeof *s);
-    if (!s || sess_ring_init(&s->ring, SESS_RING_CAP) < 0) {
+    if (!s || evlog_ring_init(&s->ring, EVLOG_RING_CAP) < 0) {
         free(s);
         return NULL;
     }
@@ -673,7 +673,7 @@ json_t *sess_to_json(const struct sess *s)
         "exit_signal", s->exit_signal ? json_integer(s->exit_signal) : json_null(), "timed_out",
         s->timed_out, "pty", s->spec.pty, "stdin", s->spec.stdin_open, "attach_url", url,
         "attached", (json_int_t)s->nreaders, "last_event_id",
-        (json_int_t)(sess_ring_next_id(&s->ring) - 1), "error",
+        (json_int_t)(evlog_ring_next_id(&s->ring) - 1), "error",
         s->err_code[0] ? json_pack("{s:s,s:s}", "code", s->err_code, "message", s->err_msg)
                        : json_null(),
         "token_expires_at", time_or_null((int64_t)s->tok.expires * 1000), "created_at",

@@ -4,7 +4,7 @@
  * A session is created with a validated spec (sess_req.h) and an attach token
  * (sess_token.h); nothing runs in the guest yet. The first attach opens the agent's
  * `exec` channel, so every byte of output lands in the session's event ring
- * (sess_ring.h) and no early output is lost. Output is read from the agent only while
+ * (evlog_ring.h) and no early output is lost. Output is read from the agent only while
  * the ring has room (manual agent credit): readers that fall behind or no reader at all
  * stall the guest process on its pipe instead of growing spaced's memory.
  *
@@ -35,7 +35,7 @@ struct sess;
 struct http_req;
 struct agentc;
 
-#define SESS_RING_CAP (4u * 1024 * 1024) /* output retained per session, bytes */
+#define EVLOG_RING_CAP (4u * 1024 * 1024) /* output retained per session, bytes */
 #define SESS_PER_SANDBOX_MAX 1024        /* live + finished sessions kept per sandbox */
 #define SESS_KEEP_FINISHED_MS (15 * 60 * 1000) /* finished sessions forgotten after this */
 #define SESS_ID_PREFIX "ss"              /* ids: "ss" + 24 hex digits */

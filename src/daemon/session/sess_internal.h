@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "daemon/session/sess.h"
-#include "daemon/session/sess_ring.h"
+#include "daemon/evlog/evlog_ring.h"
 #include "frame.h"
 
 struct event;
@@ -39,7 +39,7 @@ struct sess {
     char err_code[48];                 /* why failed/lost ("" otherwise) */
     char err_msg[320];
     int64_t created_ms, started_ms, finished_ms;
-    struct sess_ring ring;             /* replayable events */
+    struct evlog_ring ring;             /* replayable events */
     struct agentc_chan *chan;          /* exec/attach channel; NULL when detached */
     struct sess_link *link;            /* callback arg of chan (see sess.c) */
     uint32_t credit[FRAME_STREAM_COUNT]; /* OUT/ERR credit the agent still holds */

@@ -8,7 +8,7 @@
 
 #include "daemon/agentc/agentc.h"
 #include "daemon/http/sse.h"
-#include "daemon/session/sess_event.h"
+#include "daemon/evlog/evlog_sse.h"
 
 /* Stop feeding a reader while this much of its output is still queued: a slow client
  * then holds its position in the ring, which in turn withholds agent credit. */
@@ -61,26 +61,26 @@ static void reader_end_error(struct sess_reader *rd, const char *json)
 static int reader_pump(struct sess_reader *rd)
 {
     struct sess *s = rd->s;
-    enum sess_pump p = sess_event_pump(&s->ring, rd->req, &rd->next, SESS_READER_HIGH);
+    enum evlog_pump p = evlog_sse_pump(&s->ring, rd->req, &rd->next, SESS_READER_HIGH);
     if (rd->next > 1)
-        sess_ring_seal(&s->ring, rd->next - 1); /* what was sent never changes */
+        evlog_ring_seal(&s->ring, rd->next - 1); /* what was sent never changes */
     switch (p) {
-    case SESS_PUMP_FULL:
+    case EVLOG_PUMP_FULL:
         if (!rd->waiting) {
             rd->waiting = true;
             http_stream_on_drain(rd->req, reader_drain, rd);
         }
         return 0;
-    case SESS_PUMP_GONE:
-    case SESS_PUMP_NOMEM:
-        reader_end_error(rd, p == SESS_PUMP_NOMEM
+    case EVLOG_PUMP_GONE:
+    case EVLOG_PUMP_NOMEM:
+        reader_end_error(rd, p == EVLOG_PUMP_NOMEM
                                  ? "{\"code\":\"internal\",\"message\":\"out of memory\"}"
                                  : "{\"code\":\"gone\",\"message\":\"events were dropped; "
                                    "reattach to see what is left\"}");
         return 1;
-    case SESS_PUMP_DEAD:
+    case EVLOG_PUMP_DEAD:
         return 0; /* the stream is dying; on_close frees the reader */
-    case SESS_PUMP_CAUGHT_UP:
+    case EVLOG_PUMP_CAUGHT_UP:
         break;
     }
     if (sess_finished(s)) {
@@ -122,7 +122,7 @@ int sess_attach(struct sess *s, struct agentc *agent, struct http_req *req, int6
     uint64_t from;
     char what[96];
     snprintf(what, sizeof what, "session %s", s->id);
-    if (sess_event_resume(&s->ring, last, what, &from, err) < 0)
+    if (evlog_sse_resume(&s->ring, last, what, &from, err) < 0)
         return -1;
     if (s->nreaders >= SESS_READERS_MAX)
         return spaced_err_set(err, 429, "too_many_requests",

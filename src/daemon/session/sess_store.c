@@ -138,10 +138,10 @@ static int restore_fields(struct sess *s, const struct store_session *row, json_
 /* Puts back what a reader of a restored session should see first. */
 static void restore_events(struct sess *s)
 {
-    sess_ring_renumber(&s->ring, s->id_ceiling);
+    evlog_ring_renumber(&s->ring, s->id_ceiling);
     s->id_ceiling += SESS_ID_STRIDE;
     json_t *ev = NULL;
-    enum sess_ev_kind kind = SESS_EV_EXIT;
+    enum evlog_kind kind = EVLOG_EXIT;
     if (s->state == SESS_STARTING || s->state == SESS_RUNNING) {
         if (s->pid > 0) {
             s->state = SESS_STARTING; /* detached: re-attached by pid */
@@ -158,13 +158,13 @@ static void restore_events(struct sess *s)
                        s->exit_code >= 0 ? json_integer(s->exit_code) : json_null(), "signal",
                        s->exit_signal ? json_integer(s->exit_signal) : json_null());
     else if (s->state == SESS_FAILED || s->state == SESS_LOST) {
-        kind = SESS_EV_ERROR;
+        kind = EVLOG_ERROR;
         ev = json_pack("{s:s,s:s}", "code", s->err_code[0] ? s->err_code : "lost", "message",
                        s->err_msg);
     }
     char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
     if (text)
-        sess_ring_append(&s->ring, kind, text, strlen(text), sess_ring_next_id(&s->ring));
+        evlog_ring_append(&s->ring, kind, text, strlen(text), evlog_ring_next_id(&s->ring));
     free(text);
     json_decref(ev);
 }

@@ -340,7 +340,7 @@ static void req_data(void *arg, enum frame_stream st, const uint8_t *buf, size_t
     /* Only run steps' output is the tenant's to see; the build's own helper commands
      * (chown, workdir, user checks) speak through failures. */
     if (json_object_get(json_array_get(b->steps, b->step), "run"))
-        tpl_log_output(b->log, st == FRAME_STREAM_ERR ? SESS_EV_STDERR : SESS_EV_STDOUT, buf, len);
+        tpl_log_output(b->log, st == FRAME_STREAM_ERR ? EVLOG_STDERR : EVLOG_STDOUT, buf, len);
 }
 
 static void req_error(void *arg, const char *code, const char *message)

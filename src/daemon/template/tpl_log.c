@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "daemon/http/sse.h"
-#include "daemon/session/sess_event.h"
+#include "daemon/evlog/evlog_sse.h"
 #include "daemon/store/store.h"
 #include "tpl_internal.h"
 
@@ -29,7 +29,7 @@ struct tpl_log {
     struct tpl_registry *r;
     char op_id[STORE_ID_MAX];
     char name[64];           /* the template built */
-    struct sess_ring ring;
+    struct evlog_ring ring;
     bool done;
     struct log_reader *readers;
     unsigned nreaders;
@@ -80,23 +80,23 @@ static void reader_drain(struct http_req *req, void *arg)
  * when the log is complete or the reader fell behind what is kept. */
 static void reader_pump(struct log_reader *rd)
 {
-    switch (sess_event_pump(&rd->l->ring, rd->req, &rd->next, LOG_READER_HIGH)) {
-    case SESS_PUMP_FULL:
+    switch (evlog_sse_pump(&rd->l->ring, rd->req, &rd->next, LOG_READER_HIGH)) {
+    case EVLOG_PUMP_FULL:
         if (!rd->waiting) {
             rd->waiting = true;
             http_stream_on_drain(rd->req, reader_drain, rd);
         }
         return;
-    case SESS_PUMP_GONE:
+    case EVLOG_PUMP_GONE:
         reader_end(rd, "{\"code\":\"gone\",\"message\":\"the build wrote more than is kept while "
                        "this stream lagged; reconnect without Last-Event-ID for what is left\"}");
         return;
-    case SESS_PUMP_NOMEM:
+    case EVLOG_PUMP_NOMEM:
         reader_end(rd, "{\"code\":\"internal\",\"message\":\"out of memory\"}");
         return;
-    case SESS_PUMP_DEAD:
+    case EVLOG_PUMP_DEAD:
         return; /* the stream is dying; on_close frees the reader */
-    case SESS_PUMP_CAUGHT_UP:
+    case EVLOG_PUMP_CAUGHT_UP:
         break;
     }
     if (rd->l->done)
@@ -128,7 +128,7 @@ static void log_free(struct tpl_log *l)
         reader_end(l->readers, NULL);
     if (l->keepalive)
         event_free(l->keepalive);
-    sess_ring_free(&l->ring);
+    evlog_ring_free(&l->ring);
     free(l);
 }
 
@@ -136,7 +136,7 @@ struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id, const char *na
 {
     struct tpl_registry *r = sp->tpl;
     struct tpl_log *l = calloc(1, sizeof *l);
-    if (!l || sess_ring_init(&l->ring, TPL_LOG_CAP) != 0) {
+    if (!l || evlog_ring_init(&l->ring, TPL_LOG_CAP) != 0) {
         free(l);
         return NULL;
     }
@@ -161,15 +161,15 @@ struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id, const char *na
 }
 
 /* Appends one event; nothing is held back for readers (see tpl_log.h). */
-static void log_append(struct tpl_log *l, enum sess_ev_kind kind, const void *data, size_t len)
+static void log_append(struct tpl_log *l, enum evlog_kind kind, const void *data, size_t len)
 {
-    uint64_t next = sess_ring_next_id(&l->ring);
-    sess_ring_seal(&l->ring, next - 1);
-    sess_ring_append(&l->ring, kind, data, len, next);
+    uint64_t next = evlog_ring_next_id(&l->ring);
+    evlog_ring_seal(&l->ring, next - 1);
+    evlog_ring_append(&l->ring, kind, data, len, next);
     pump_all(l);
 }
 
-static void log_append_json(struct tpl_log *l, enum sess_ev_kind kind, json_t *j)
+static void log_append_json(struct tpl_log *l, enum evlog_kind kind, json_t *j)
 {
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (text)
@@ -178,7 +178,7 @@ static void log_append_json(struct tpl_log *l, enum sess_ev_kind kind, json_t *j
     json_decref(j);
 }
 
-void tpl_log_output(struct tpl_log *l, enum sess_ev_kind kind, const void *data, size_t len)
+void tpl_log_output(struct tpl_log *l, enum evlog_kind kind, const void *data, size_t len)
 {
     if (l && !l->done && len)
         log_append(l, kind, data, len);
@@ -187,7 +187,7 @@ void tpl_log_output(struct tpl_log *l, enum sess_ev_kind kind, const void *data,
 void tpl_log_stage(struct tpl_log *l, const char *stage, int progress, int64_t started_ms)
 {
     if (l && !l->done)
-        log_append_json(l, SESS_EV_STAGE,
+        log_append_json(l, EVLOG_STAGE,
                         json_pack("{s:s, s:i, s:I}", "stage", stage, "progress", progress,
                                   "elapsed_ms", (json_int_t)(spaced_now_ms() - started_ms)));
 }
@@ -198,7 +198,7 @@ void tpl_log_end(struct tpl_log *l, const char *code, const char *message)
         return;
     json_t *err = code ? json_pack("{s:s, s:s}", "code", code, "message", message ? message : "")
                        : json_null();
-    log_append_json(l, SESS_EV_END,
+    log_append_json(l, EVLOG_END,
                     json_pack("{s:s, s:o}", "state", code ? "failed" : "succeeded", "error", err));
     l->done = true;
     pump_all(l); /* readers that are caught up end now; the others when they drain */
@@ -216,7 +216,7 @@ int tpl_log_attach(struct spaced *sp, const char *op_id, struct http_req *req, i
                               "its output is no longer kept: only the last %d builds' are, until "
                               "spaced restarts)", op_id, TPL_LOGS_KEEP);
     uint64_t from;
-    if (sess_event_resume(&l->ring, last, "the build", &from, err) < 0)
+    if (evlog_sse_resume(&l->ring, last, "the build", &from, err) < 0)
         return -1;
     if (l->nreaders >= LOG_READERS_MAX)
         return spaced_err_set(err, 429, "too_many_requests",
@@ -273,12 +273,12 @@ json_t *tpl_log_entries(struct spaced *sp, const char *name, size_t offset)
     if (!l)
         return NULL;
     json_t *out = json_array();
-    for (uint64_t id = sess_ring_first_id(&l->ring) + offset; out && id < sess_ring_next_id(&l->ring); id++) {
-        const struct sess_rec *rec = sess_ring_get(&l->ring, id);
+    for (uint64_t id = evlog_ring_first_id(&l->ring) + offset; out && id < evlog_ring_next_id(&l->ring); id++) {
+        const struct evlog_rec *rec = evlog_ring_get(&l->ring, id);
         json_t *text = NULL;
-        if (!rec || rec->kind == SESS_EV_END)
+        if (!rec || rec->kind == EVLOG_END)
             continue;
-        if (rec->kind == SESS_EV_STAGE) {
+        if (rec->kind == EVLOG_STAGE) {
             json_t *j = json_loadb((const char *)rec->data, rec->len, 0, NULL);
             text = json_incref(json_object_get(j, "stage"));
             json_decref(j);
@@ -288,7 +288,7 @@ json_t *tpl_log_entries(struct spaced *sp, const char *name, size_t offset)
                 n--; /* one entry is one line's worth: no trailing newline */
             text = text_of(rec->data, n);
         }
-        json_array_append_new(out, json_pack("{s:s, s:o?}", "kind", sess_event_name(rec->kind), "text", text));
+        json_array_append_new(out, json_pack("{s:s, s:o?}", "kind", evlog_sse_name(rec->kind), "text", text));
     }
     return out;
 }

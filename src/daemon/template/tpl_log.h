@@ -4,7 +4,7 @@
  * "flattening the disk image") and every byte its run steps write to stdout and stderr,
  * while they run, to the log of its operation. Clients follow it over SSE
  * (GET /v1/operations/{id}/logs, docs/api.md) with the command sessions' event format
- * (sess_event.h): `stage`, `stdout`, `stderr` ({"data": base64}) and a last `end`
+ * (evlog_sse.h): `stage`, `stdout`, `stderr` ({"data": base64}) and a last `end`
  * ({"state", "error"}), each with a consecutive id; `Last-Event-ID: N` resumes after N.
  *
  * Bounded: each log keeps at most TPL_LOG_CAP bytes of events. Unlike a session, a build
@@ -22,7 +22,7 @@
 
 #include <jansson.h>
 
-#include "daemon/session/sess_ring.h"
+#include "daemon/evlog/evlog_ring.h"
 #include "daemon/spaced.h"
 
 #define TPL_LOG_CAP (256u * 1024)
@@ -37,8 +37,8 @@ struct http_req;
  * TPL_LOGS_KEEP. */
 struct tpl_log *tpl_log_new(struct spaced *sp, const char *op_id, const char *name);
 
-/* Output of a run step (kind SESS_EV_STDOUT or SESS_EV_STDERR). NULL log: no-op. */
-void tpl_log_output(struct tpl_log *l, enum sess_ev_kind kind, const void *data, size_t len);
+/* Output of a run step (kind EVLOG_STDOUT or EVLOG_STDERR). NULL log: no-op. */
+void tpl_log_output(struct tpl_log *l, enum evlog_kind kind, const void *data, size_t len);
 
 /* A stage begins: `stage` with the operation's progress and the time since started_ms. */
 void tpl_log_stage(struct tpl_log *l, const char *stage, int progress, int64_t started_ms);

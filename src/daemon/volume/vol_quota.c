@@ -14,10 +14,12 @@ struct vol_charge {
     char tenant[STORE_ID_MAX];
     int64_t left;           /* -1: unlimited */
     unsigned users;         /* uploads holding it */
+    struct vol_charge **head; /* the list it is on: &sp->vol_charges */
     struct vol_charge *next;
 };
 
-static struct vol_charge *charges; /* spaced runs one loop: no lock */
+/* Scratch of one vol_quota_usage walk (nftw passes its callback no argument); holds
+ * nothing between calls. spaced runs one loop: no lock. */
 static int64_t walk_sum;
 
 static int add_file(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -61,7 +63,7 @@ int vol_quota_left(struct spaced *sp, const char *tenant, int64_t *left,
 struct vol_charge *vol_quota_begin(struct spaced *sp, const char *tenant, int64_t replaced,
                                    struct spaced_err *err)
 {
-    struct vol_charge *c = charges;
+    struct vol_charge *c = sp->vol_charges;
     while (c && strcmp(c->tenant, tenant) != 0)
         c = c->next;
     if (!c) {
@@ -74,8 +76,9 @@ struct vol_charge *vol_quota_begin(struct spaced *sp, const char *tenant, int64_
         }
         snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
         c->left = left;
-        c->next = charges;
-        charges = c;
+        c->head = &sp->vol_charges;
+        c->next = sp->vol_charges;
+        sp->vol_charges = c;
     }
     if (c->left >= 0)
         c->left += replaced;
@@ -100,7 +103,7 @@ void vol_quota_end(struct vol_charge *c)
 {
     if (!c || --c->users > 0)
         return;
-    for (struct vol_charge **p = &charges; *p; p = &(*p)->next)
+    for (struct vol_charge **p = c->head; *p; p = &(*p)->next)
         if (*p == c) {
             *p = c->next;
             break;

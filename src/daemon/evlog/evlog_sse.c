@@ -1,5 +1,5 @@
-/* sess_event.c: SSE representation of session events; see sess_event.h. */
-#include "daemon/session/sess_event.h"
+/* evlog_sse.c: SSE representation of evlog_ring events; see evlog_sse.h. */
+#include "daemon/evlog/evlog_sse.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,33 +8,33 @@
 #include "daemon/http/sse.h"
 #include "daemon/spaced.h"
 
-const char *sess_event_name(enum sess_ev_kind kind)
+const char *evlog_sse_name(enum evlog_kind kind)
 {
     switch (kind) {
-    case SESS_EV_START:
+    case EVLOG_START:
         return "start";
-    case SESS_EV_STDOUT:
+    case EVLOG_STDOUT:
         return "stdout";
-    case SESS_EV_STDERR:
+    case EVLOG_STDERR:
         return "stderr";
-    case SESS_EV_EXIT:
+    case EVLOG_EXIT:
         return "exit";
-    case SESS_EV_STAGE:
+    case EVLOG_STAGE:
         return "stage";
-    case SESS_EV_END:
+    case EVLOG_END:
         return "end";
-    case SESS_EV_ERROR:
+    case EVLOG_ERROR:
         break;
     }
     return "error";
 }
 
-long sess_event_data(const struct sess_rec *r, char **out)
+long evlog_sse_data(const struct evlog_rec *r, char **out)
 {
     static const char head[] = "{\"data\":\"", tail[] = "\"}";
     size_t n;
     char *s;
-    if (r->kind == SESS_EV_STDOUT || r->kind == SESS_EV_STDERR) {
+    if (r->kind == EVLOG_STDOUT || r->kind == EVLOG_STDERR) {
         n = sizeof head - 1 + B64_ENCODED_SIZE(r->len) - 1 + sizeof tail - 1;
         s = malloc(n + 1);
         if (!s)
@@ -56,45 +56,45 @@ long sess_event_data(const struct sess_rec *r, char **out)
     return (long)n;
 }
 
-enum sess_pump sess_event_pump(const struct sess_ring *r, struct http_req *req, uint64_t *next,
+enum evlog_pump evlog_sse_pump(const struct evlog_ring *r, struct http_req *req, uint64_t *next,
                                size_t high)
 {
-    while (*next < sess_ring_next_id(r)) {
+    while (*next < evlog_ring_next_id(r)) {
         if (http_stream_pending(req) > high)
-            return SESS_PUMP_FULL;
-        const struct sess_rec *rec = sess_ring_get(r, *next);
+            return EVLOG_PUMP_FULL;
+        const struct evlog_rec *rec = evlog_ring_get(r, *next);
         if (!rec)
-            return SESS_PUMP_GONE;
+            return EVLOG_PUMP_GONE;
         char *data = NULL;
-        long n = sess_event_data(rec, &data);
+        long n = evlog_sse_data(rec, &data);
         if (n < 0)
-            return SESS_PUMP_NOMEM;
-        int rc = sse_send(req, (int64_t)rec->id, sess_event_name(rec->kind), data, (size_t)n);
+            return EVLOG_PUMP_NOMEM;
+        int rc = sse_send(req, (int64_t)rec->id, evlog_sse_name(rec->kind), data, (size_t)n);
         free(data);
         if (rc < 0)
-            return SESS_PUMP_DEAD;
+            return EVLOG_PUMP_DEAD;
         (*next)++;
     }
-    return SESS_PUMP_CAUGHT_UP;
+    return EVLOG_PUMP_CAUGHT_UP;
 }
 
-int sess_event_resume(const struct sess_ring *r, int64_t last, const char *what, uint64_t *from,
+int evlog_sse_resume(const struct evlog_ring *r, int64_t last, const char *what, uint64_t *from,
                       struct spaced_err *err)
 {
-    *from = sess_ring_first_id(r);
+    *from = evlog_ring_first_id(r);
     if (last < 0)
         return 0;
-    switch (sess_ring_resume(r, (uint64_t)last)) {
-    case SESS_RING_GONE:
+    switch (evlog_ring_resume(r, (uint64_t)last)) {
+    case EVLOG_RING_GONE:
         return spaced_err_set(err, 410, "events_gone",
                               "events after id %lld are no longer buffered (the oldest kept is "
                               "%llu); reattach without Last-Event-ID to get the rest",
-                              (long long)last, (unsigned long long)sess_ring_first_id(r));
-    case SESS_RING_FUTURE:
+                              (long long)last, (unsigned long long)evlog_ring_first_id(r));
+    case EVLOG_RING_FUTURE:
         return spaced_err_set(err, 400, "invalid_request",
                               "Last-Event-ID %lld is beyond the newest event of %s (%llu)",
-                              (long long)last, what, (unsigned long long)(sess_ring_next_id(r) - 1));
-    case SESS_RING_OK:
+                              (long long)last, what, (unsigned long long)(evlog_ring_next_id(r) - 1));
+    case EVLOG_RING_OK:
         break;
     }
     *from = (uint64_t)last + 1;
