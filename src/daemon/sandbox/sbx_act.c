@@ -126,7 +126,8 @@ static void create_end(struct sbx *s, bool ok)
 
 static void create_end(struct sbx *s, bool ok);
 
-static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
+/* Ends the current action; finish: its op is not finished yet (act_ok's was). */
+static void act_close(struct sbx *s, bool finish, bool ok, const char *code, const char *msg)
 {
     char op[STORE_ID_MAX];
     snprintf(op, sizeof op, "%s", s->op_id);
@@ -138,15 +139,21 @@ static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
     if (s->greet)
         vmg_stop(s->greet);
     sbx_resv_op_ended(s, op); /* whatever the outcome: the row says what it holds now */
-    if (op[0])
+    if (op[0] && finish)
         op_finish(s->sp, op, ok, code, msg);
     create_end(s, ok);
 }
 
+static void act_end(struct sbx *s, bool ok, const char *code, const char *msg)
+{
+    act_close(s, true, ok, code, msg);
+}
+
+/* Success: the state and the op's outcome in one durable commit (sbx_set_state_succeed). */
 static void act_ok(struct sbx *s, enum sbx_state state)
 {
-    sbx_set_state(s, state, NULL);
-    act_end(s, true, NULL, NULL);
+    sbx_set_state_succeed(s, state, s->op_id);
+    act_close(s, false, true, NULL, NULL);
 }
 
 /* Fails the current action. back: the state the sandbox is in afterwards (the state it
@@ -756,7 +763,10 @@ static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
     stage_net_pooled(s, c);
     stage_end(s, CS_VM);
     stage_begin(s, CS_PERSIST);
-    sbx_persist(s); /* the run dir is the pooled VM's: adoption must find it */
+    /* The run dir is the pooled VM's: adoption after a restart of spaced must find it.
+     * Written without an fsync (a SIGKILL keeps it, a host crash ends the VM it names);
+     * the outcome's commit makes it durable. */
+    sbx_persist_lazy(s);
     stage_end(s, CS_PERSIST);
     stage_begin(s, CS_VM); /* until the agent's HELLO */
     progress_write(s, "claimed a warm VM from the pool");
