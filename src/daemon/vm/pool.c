@@ -34,6 +34,11 @@
 /* Longest wait between fill attempts after failures in a row (seconds). */
 #define POOL_RETRY_MAX_S 60
 
+/* Claims remembered for the demand-sized target (a ring; more in a window count as many),
+ * and how often a pool above its floor checks for surplus (ms). */
+#define POOL_DEMAND_MAX 64
+#define POOL_SHRINK_CHECK_MS 10000
+
 /* One pooled VM. Owned by the pool until claimed. */
 struct pool_entry {
     struct pool_entry *next;
@@ -68,7 +73,37 @@ struct pool {
                                               while > 0 only the backoff timer refills */
     int freeing;
     struct event *refill;                  /* owned */
+    pool_cap_cb cap;                       /* NULL: fixed size */
+    int64_t claims_ms[POOL_DEMAND_MAX];    /* CLOCK_MONOTONIC ms of recent claims (ring) */
+    unsigned nclaims;                      /* claims recorded, ever */
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+unsigned pool_count(const struct pool *p)
+{
+    unsigned n = 0;
+    for (const struct pool_entry *e = p->entries; e; e = e->next)
+        n++;
+    return n;
+}
+
+unsigned pool_target(struct pool *p)
+{
+    if (!p->cap)
+        return p->size;
+    int64_t since = mono_ms() - POOL_DEMAND_WINDOW_S * 1000;
+    unsigned recent = 0, kept = p->nclaims < POOL_DEMAND_MAX ? p->nclaims : POOL_DEMAND_MAX;
+    for (unsigned i = 0; i < kept; i++)
+        recent += p->claims_ms[i] >= since;
+    unsigned want = recent > p->size ? recent : p->size, cap = p->cap(p->arg);
+    return want < cap ? want : cap > p->size ? cap : p->size;
+}
 
 static void entry_unlink(struct pool *p, struct pool_entry *e)
 {
@@ -373,13 +408,30 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     }
 }
 
+/* Above the target (demand fell, or the budget is taken by another pool): the oldest
+ * ready VM goes (its exit kicks the next check); above the floor, checks again later. */
+static int shrink(struct pool *p, unsigned have, unsigned target)
+{
+    if (have > p->size && !p->freeing)
+        kick_after(p, POOL_SHRINK_CHECK_MS);
+    if (have <= target)
+        return 0;
+    struct pool_entry *old = NULL;
+    for (struct pool_entry *e = p->entries; e; e = e->next)
+        if (e->ready && vm_state(e->vm) == VM_STATE_PAUSED)
+            old = e;
+    if (!old)
+        return 0;
+    log_info("pool.shrink", "id=%s have=%u target=%u", old->cfg.id, have, target);
+    vm_kill_reason(old->vm, VM_EXIT_KILLED, "pool: surplus to recent demand");
+    return 1;
+}
+
 static void refill(evutil_socket_t fd, short what, void *arg)
 {
     struct pool *p = arg;
-    unsigned have = 0;
-    for (struct pool_entry *e = p->entries; e; e = e->next)
-        have++;
-    if (p->filling || p->freeing || have >= p->size)
+    unsigned have = pool_count(p), target = pool_target(p);
+    if (p->freeing || shrink(p, have, target) || p->filling || have >= target)
         return;
     struct pool_entry *e = calloc(1, sizeof(*e));
     struct vm_config cfg = p->base_cfg;
@@ -422,6 +474,7 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg)
     p->prepare = cfg->prepare;
     p->discard = cfg->discard;
     p->arg = cfg->prepare_arg;
+    p->cap = cfg->cap;
     p->snapshot_dir = strdup(cfg->snapshot_dir);
     p->template_overlay = strdup(cfg->template_overlay);
     p->refill = event_new(base, -1, 0, refill, p);
@@ -464,6 +517,7 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
             pick = e; /* the oldest ready one: entries are pushed at the head */
     if (!pick)
         return NULL;
+    p->claims_ms[p->nclaims++ % POOL_DEMAND_MAX] = mono_ms();
     struct vm *vm = pick->vm;
     int fd = pick->agent_fd;
     pick->agent_fd = -1;
