@@ -219,6 +219,12 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
     return vm;
 }
 
+void sbx_pools_refill(struct spaced *sp)
+{
+    for (struct sbx_shape *sh = sp->pools ? sp->pools->shapes : NULL; sh; sh = sh->next)
+        pool_kick(sh->pool);
+}
+
 unsigned sbx_pool_ready_at(const struct spaced *sp, const char *snap_dir)
 {
     unsigned n = 0;

@@ -54,6 +54,10 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
                           bool nic, const char *overlay, const char *rootfs, const char *disk,
                           const struct vm_callbacks *cbs, void *arg);
 
+/* A pooled create has ended (its answer is stored): the pools refill now, not while
+ * the claim was in flight (pool_kick). */
+void sbx_pools_refill(struct spaced *sp);
+
 /* Pooled VMs ready to claim, over all shapes (metrics). */
 unsigned sbx_pools_ready(const struct spaced *sp);
 /* Pooled VMs ready to claim in the shape of snapshot snap_dir (0: no such pool; NULL: every

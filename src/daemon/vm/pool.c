@@ -28,8 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* After a claim, the refill waits this long (ms) so it does not slow the claimed VM. */
-#define POOL_REFILL_DELAY_MS 250
+/* After a claim, the refill waits for pool_kick (the claimer's create has ended), or at
+ * most this long (ms), so its jailed spawn does not block the loop inside the claim. */
+#define POOL_REFILL_DELAY_MS 2000
 
 /* Longest wait between fill attempts after failures in a row (seconds). */
 #define POOL_RETRY_MAX_S 60
@@ -163,6 +164,8 @@ static void kick_after(struct pool *p, unsigned delay_ms)
 }
 
 static void kick(struct pool *p) { kick_after(p, 0); }
+
+void pool_kick(struct pool *p) { kick(p); }
 
 /* A fill failed: try again after 1, 2, 4 ... POOL_RETRY_MAX_S seconds, so a template
  * that cannot be restored (or a host out of namespaces or disk) costs a restore a minute
@@ -533,9 +536,10 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
         /* on_exit reaches the caller, who owns the VM now */
         vm_kill_reason(vm, VM_EXIT_CRASHED, "resume of a pooled VM failed");
     }
-    /* Refill a little later: starting the next clone (qemu-img, the jailed spawn, then a
-     * CPU-bound restore) right now would compete with this one's resume, handshake and
-     * first commands, which is the latency the pool exists to cut. */
+    /* Refill once the claimer's create has ended (pool_kick), or a little later: starting
+     * the next clone (qemu-img, the jailed spawn on the loop, then a CPU-bound restore)
+     * right now would compete with this one's resume, handshake and refresh, which is
+     * the latency the pool exists to cut. */
     kick_after(p, POOL_REFILL_DELAY_MS);
     return vm;
 }
