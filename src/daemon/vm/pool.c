@@ -35,9 +35,7 @@
 /* Longest wait between fill attempts after failures in a row (seconds). */
 #define POOL_RETRY_MAX_S 60
 
-/* Claims remembered for the demand-sized target (a ring; more in a window count as many),
- * and how often a pool above its floor checks for surplus (ms). */
-#define POOL_DEMAND_MAX 64
+/* How often a pool above its floor checks for surplus (ms). */
 #define POOL_SHRINK_CHECK_MS 10000
 
 /* One pooled VM. Owned by the pool until claimed. */
@@ -94,16 +92,21 @@ unsigned pool_count(const struct pool *p)
     return n;
 }
 
+unsigned pool_demand(const int64_t *claims_ms, unsigned nclaims, int64_t now_ms, unsigned size,
+                     unsigned cap)
+{
+    int64_t since = now_ms - POOL_DEMAND_WINDOW_S * 1000;
+    unsigned recent = 0, kept = nclaims < POOL_DEMAND_MAX ? nclaims : POOL_DEMAND_MAX;
+    for (unsigned i = 0; i < kept; i++)
+        recent += claims_ms[i] >= since;
+    unsigned want = recent > size ? recent : size;
+    return want < cap ? want : cap > size ? cap : size;
+}
+
 unsigned pool_target(struct pool *p)
 {
-    if (!p->cap)
-        return p->size;
-    int64_t since = mono_ms() - POOL_DEMAND_WINDOW_S * 1000;
-    unsigned recent = 0, kept = p->nclaims < POOL_DEMAND_MAX ? p->nclaims : POOL_DEMAND_MAX;
-    for (unsigned i = 0; i < kept; i++)
-        recent += p->claims_ms[i] >= since;
-    unsigned want = recent > p->size ? recent : p->size, cap = p->cap(p->arg);
-    return want < cap ? want : cap > p->size ? cap : p->size;
+    return p->cap ? pool_demand(p->claims_ms, p->nclaims, mono_ms(), p->size, p->cap(p->arg))
+                  : p->size;
 }
 
 static void entry_unlink(struct pool *p, struct pool_entry *e)

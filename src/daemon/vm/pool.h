@@ -19,6 +19,7 @@
 #define SPACE_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "vm.h"
 
 struct pool;
@@ -41,6 +42,7 @@ typedef void (*pool_discard_cb)(const char *id, const char *run_dir, void *arg);
 typedef unsigned (*pool_cap_cb)(void *arg);
 
 #define POOL_DEMAND_WINDOW_S 60 /* claims counted for the demand-sized target */
+#define POOL_DEMAND_MAX 64      /* claims remembered (a ring): the most a target follows */
 
 struct pool_config {
     const char *snapshot_dir;     /* template snapshot (vm_template_snapshot output) */
@@ -68,6 +70,12 @@ void pool_kick(struct pool *p);
 unsigned pool_ready(const struct pool *p); /* VMs ready to claim now */
 unsigned pool_count(const struct pool *p); /* VMs held: ready or being made */
 unsigned pool_target(struct pool *p);      /* the size it fills to now (demand, cap) */
+
+/* The demand-sized target: the claims (CLOCK_MONOTONIC ms, the last min(nclaims,
+ * POOL_DEMAND_MAX) of the ring) within POOL_DEMAND_WINDOW_S before now_ms, at least size,
+ * at most cap unless cap is below size (the operator's floor wins). */
+unsigned pool_demand(const int64_t *claims_ms, unsigned nclaims, int64_t now_ms, unsigned size,
+                     unsigned cap);
 
 /* Kills every pooled VM (removing their overlays) and frees the pool. */
 void pool_free(struct pool *p);
