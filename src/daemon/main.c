@@ -492,6 +492,7 @@ int main(int argc, char **argv)
     event_free(sigint);
     event_free(sigterm);
     sbx_pools_free(sp.pools); /* unclaimed pooled VMs die with this spaced */
+    sp.pools = NULL;          /* a create ending from here on kicks no pool */
     tpl_registry_free(sp.tpl);
     sbx_table_free(sp.sbx);
     op_engine_free(sp.ops);
