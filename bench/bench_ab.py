@@ -10,8 +10,8 @@ both alike and the ratio B/A stays meaningful even when the absolute figures do 
 Per sample: a create by snapshot restore (POST until the operation succeeded), command
 round trips (`true`), a delete; then files API uploads and downloads. With --pool N both
 run with a warm pool of N and each create is a pooled one: a sample first waits until
-its side's pool is full again (as bench_api.py does), so it measures the claim path and
-not the refill.
+both sides' pools are full again (as bench_api.py does for one), so it measures the
+claim path and not a refill.
 
 Each side is a checkout: ROOT/build/spaced (`make programs`) and ROOT/build/guest (its
 own initramfs: the agent must match its spaced; templates may be copies). Prints p50 per
@@ -43,11 +43,13 @@ def pool_full(d, size):
         time.sleep(0.2)
 
 
-def sample(d, rounds, out, pool):
-    """One create, `rounds` command round trips, one delete; appended to out."""
+def sample(d, rounds, out, pool, daemons):
+    """One create, `rounds` command round trips, one delete; appended to out. With a pool,
+    both sides' pools are full first: the other side's refill (a CPU-bound restore) must
+    not run during this side's create."""
     c = d.client
-    if pool:
-        pool_full(d, pool)
+    for other in daemons if pool else ():
+        pool_full(other, pool)
     t0 = time.monotonic()
     sbx = c.create(template="base", timeout=0)
     out["create"].append(ms_since(t0))
@@ -103,7 +105,7 @@ def main():
         for i in range(a.n):
             order = (0, 1) if i % 2 == 0 else (1, 0)
             for side in order:
-                sample(daemons[side], a.rounds, res[side], a.pool)
+                sample(daemons[side], a.rounds, res[side], a.pool, daemons)
         for i in range(a.file_samples):
             for side in ((0, 1) if i % 2 == 0 else (1, 0)):
                 files(daemons[side].client, a.file_mib, res[side])

@@ -64,7 +64,8 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg);
  * ready (the caller then falls back to vm_restore). */
 struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg);
 
-/* The claimer's create has ended: refill now (a claim alone refills after 2 s). */
+/* The claimer's create has ended: refill 250 ms from now, after the client's first
+ * command (a claim alone refills after 2 s). */
 void pool_kick(struct pool *p);
 
 unsigned pool_ready(const struct pool *p); /* VMs ready to claim now */
