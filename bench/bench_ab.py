@@ -4,11 +4,14 @@ shared or busy host.
 
 bench_api.py measures one build; two of its runs minutes apart on a host whose load
 moves (helpers, CI, other VMs) differ by 2-3x for the same code. Here both builds run at
-once (each a release spaced with its own data dir, no pool, jail on), and every sample
-alternates between them - A then B, then B then A - so load that comes and goes falls on
+once (each a release spaced with its own data dir, jail on, no pool unless --pool), and
+every sample alternates between them - A then B, then B then A - so load that comes and goes falls on
 both alike and the ratio B/A stays meaningful even when the absolute figures do not.
 Per sample: a create by snapshot restore (POST until the operation succeeded), command
-round trips (`true`), a delete; then files API uploads and downloads.
+round trips (`true`), a delete; then files API uploads and downloads. With --pool N both
+run with a warm pool of N and each create is a pooled one: a sample first waits until
+both sides' pools are full again (as bench_api.py does for one), so it measures the
+claim path and not a refill.
 
 Each side is a checkout: ROOT/build/spaced (`make programs`) and ROOT/build/guest (its
 own initramfs: the agent must match its spaced; templates may be copies). Prints p50 per
@@ -16,6 +19,7 @@ side, the ratio B/A per figure, the accelerator and the load average before and 
 Not a test: it asserts nothing.
 
 Usage: python3 bench/bench_ab.py A_ROOT B_ROOT [-n SAMPLES] [--rounds R] [--file-mib M]
+                                [--pool N]
   e.g. python3 bench/bench_ab.py /work/before . -n 20   (as root)"""
 import argparse
 import json
@@ -32,8 +36,20 @@ def ms_since(t0):
     return (time.monotonic() - t0) * 1000
 
 
-def sample(c, rounds, out):
-    """One create, `rounds` command round trips, one delete; appended to out."""
+def pool_full(d, size):
+    """Waits (up to 5 min) until d's warm pool holds `size` ready VMs."""
+    deadline = time.monotonic() + 300
+    while d.metric("space_pool_ready") < size and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def sample(d, rounds, out, pool, daemons):
+    """One create, `rounds` command round trips, one delete; appended to out. With a pool,
+    both sides' pools are full first: the other side's refill (a CPU-bound restore) must
+    not run during this side's create."""
+    c = d.client
+    for other in daemons if pool else ():
+        pool_full(other, pool)
     t0 = time.monotonic()
     sbx = c.create(template="base", timeout=0)
     out["create"].append(ms_since(t0))
@@ -66,6 +82,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5, help="command round trips per sample")
     ap.add_argument("--file-mib", type=int, default=16, help="files API transfer size")
     ap.add_argument("--file-samples", type=int, default=3)
+    ap.add_argument("--pool", type=int, default=0, help="warm pool size: pooled creates")
     a = ap.parse_args()
     roots = [os.path.abspath(a.a_root), os.path.abspath(a.b_root)]
     load0 = os.getloadavg()
@@ -74,7 +91,7 @@ def main():
         for i, root in enumerate(roots):
             d = Daemon("bab%d" % i, build=os.path.join(root, "build"),
                        guest=os.path.join(root, "build", "guest"))
-            acc = d.start(pool=0).get("accel", "?")
+            acc = d.start(pool=a.pool).get("accel", "?")
             daemons.append(d)
         for d in daemons:  # the first create of the shape makes the snapshot: not counted
             try:
@@ -82,11 +99,13 @@ def main():
             except SpaceError as e:  # a cold boot may miss its deadline on a loaded host;
                 print("first create (not counted) failed: %s" % e)  # the snapshot goes on
             wait_snapshot(d.client)
+            if a.pool:  # this create starts the shape's pool (made on first demand)
+                d.client.create(template="base", timeout=0).delete()
         res = [{k: [] for k in ("create", "rtt", "delete", "upload", "download")} for _ in roots]
         for i in range(a.n):
             order = (0, 1) if i % 2 == 0 else (1, 0)
             for side in order:
-                sample(daemons[side].client, a.rounds, res[side])
+                sample(daemons[side], a.rounds, res[side], a.pool, daemons)
         for i in range(a.file_samples):
             for side in ((0, 1) if i % 2 == 0 else (1, 0)):
                 files(daemons[side].client, a.file_mib, res[side])
@@ -96,10 +115,10 @@ def main():
             d.remove()
     load1 = os.getloadavg()
     print("A = %s\nB = %s" % tuple(roots))
-    print("accelerator %s; load average %.1f before, %.1f after (interleaved: load falls on both)"
-          % (acc, load0[0], load1[0]))
+    print("accelerator %s; load average %.1f before, %.1f after (interleaved: load falls on both)%s"
+          % (acc, load0[0], load1[0], "; pooled creates (pool %d)" % a.pool if a.pool else ""))
     print("%-28s %12s %12s %8s" % ("p50", "A", "B", "B/A"))
-    summary = {"accel": acc, "load": [load0[0], load1[0]], "n": a.n}
+    summary = {"accel": acc, "load": [load0[0], load1[0]], "n": a.n, "pool": a.pool}
     for key, unit in (("create", "ms"), ("rtt", "ms"), ("delete", "ms"),
                       ("upload", "MiB/s"), ("download", "MiB/s")):
         va, vb = pct(res[0][key], 50), pct(res[1][key], 50)
@@ -108,6 +127,8 @@ def main():
                                                      unit[:2], ratio))
         summary[key] = {"a": va, "b": vb, "b_over_a": round(ratio, 3),
                         "a_p95": pct(res[0][key], 95), "b_p95": pct(res[1][key], 95)}
+    print("create p95 [%s]: A %.1f ms, B %.1f ms" % (acc, summary["create"]["a_p95"],
+                                                   summary["create"]["b_p95"]))
     print(json.dumps(summary))
 
 

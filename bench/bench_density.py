@@ -25,8 +25,12 @@ Prints each figure with the accelerator, then one JSON line. Not a test: it asse
 nothing. --irqs adds the guest's interrupt counts over 10 idle seconds in one sandbox
 (what wakes the guest).
 
+--pool N runs spaced with a warm pool of N (add --spaced-arg=--pool-budget-mib=M for one
+that follows demand) and starts the shape's pool before the creates, waiting until it is
+full; it then also prints how many creates were claimed from the pool.
+
 Usage: python3 bench/bench_density.py [-n N] [-p P] [--window S] [--settle S] [--irqs]
-       [--spaced-arg ARG ...] [TEMPLATE]   (as root, after `make programs templates`)."""
+       [--pool N] [--spaced-arg ARG ...] [TEMPLATE]   (as root, after `make programs templates`)."""
 import argparse
 import json
 import os
@@ -76,6 +80,17 @@ def qemu_by_sandbox(spaced_pid):
             continue
         name = argv[argv.index("-name") + 1] if argv.index("-name") + 1 < len(argv) else ""
         out[name.split(",")[0]] = int(p)
+    return out
+
+
+def pool_claims(d):
+    """{pooled VM id: sandbox id} from spaced's log: a claimed clone keeps its pool name."""
+    out = {}
+    with open(os.path.join(d.data, "spaced.log"), errors="replace") as f:
+        for line in f:
+            m = re.search(r"event=pool\.claim sandbox=(\S+) id=(\S+) left=", line)
+            if m:
+                out[m.group(2)] = m.group(1)
     return out
 
 
@@ -256,17 +271,24 @@ def main():
                     help="print the guest's interrupts over 10 idle s in one sandbox")
     ap.add_argument("--spaced-arg", action="append", default=[],
                     help="extra spaced argument (repeatable), e.g. --spaced-arg=--no-jail")
+    ap.add_argument("--pool", type=int, default=0, help="warm pool size (default 0: none)")
     ap.add_argument("template", nargs="?", default="base")
     a = ap.parse_args()
+    claimed = 0
 
     d = Daemon("bdens")
     made, pids, errors = [], {}, []
     try:
-        health = d.start(pool=0, extra=a.spaced_arg)
+        health = d.start(pool=a.pool, extra=a.spaced_arg)
         acc = health.get("accel", "?")
         c = d.client
         c.create(template=a.template, timeout=0).delete()  # cold boot + snapshot: not counted
         wait_snapshot(c, a.template)
+        if a.pool:  # this create starts the shape's pool; the burst starts with it full
+            c.create(template=a.template, timeout=0).delete()
+            deadline = time.monotonic() + 600
+            while d.metric("space_pool_ready") < a.pool and time.monotonic() < deadline:
+                time.sleep(0.5)
         avail0 = mem_available()
         spaced_rss0 = status_field(d.proc.pid, "VmRSS") / MIB
         spaced_fds0 = len(os.listdir("/proc/%d/fd" % d.proc.pid))
@@ -290,6 +312,9 @@ def main():
               flush=True)
         time.sleep(a.settle)
         by_id = qemu_by_sandbox(d.proc.pid)
+        for vm_name, sid in pool_claims(d).items():
+            if vm_name in by_id:
+                by_id[sid] = by_id.pop(vm_name)
         for s in made:
             if s.id in by_id:
                 pids[s.id] = by_id[s.id]
@@ -317,6 +342,7 @@ def main():
             except Exception:
                 pass
         d.stop()
+        claimed = len(pool_claims(d))
         for p in pids.values():  # a QEMU that outlived its sandbox or spaced
             try:
                 os.kill(p, signal.SIGKILL)
@@ -330,6 +356,9 @@ def main():
           ("on" if "--no-jail" not in a.spaced_arg and os.geteuid() == 0 else "off",
            a.template, a.n, a.p, m["window_s"]))
     print("creates/s                          [%s] %8.2f" % (acc, n_ok / wall if wall else 0))
+    if a.pool:
+        print("claimed from the warm pool         %8d of %d (pool %d at the start)" %
+              (claimed, a.n, a.pool))
     print("create latency p50 / p95 / max     [%s] %8.1f / %.1f / %.1f ms" %
           (acc, pct(lat, 50), pct(lat, 95), max(lat) if lat else 0))
     print("idle CPU per sandbox (mean / max)  [%s] %8.3f / %.3f %% of a core" %
@@ -358,7 +387,8 @@ def main():
     print("errors                             %8d" % len(errors))
     for e in errors[:20]:
         print("  " + e)
-    out = {"accel": acc, "template": a.template, "n": a.n, "p": a.p,
+    out = {"accel": acc, "template": a.template, "n": a.n, "p": a.p, "pool": a.pool,
+           "pool_claims": claimed,
            "creates_per_s": round(n_ok / wall, 2) if wall else 0,
            "create_p50_ms": round(pct(lat, 50), 1), "create_p95_ms": round(pct(lat, 95), 1),
            "create_max_ms": round(max(lat) if lat else 0, 1),

@@ -62,6 +62,8 @@ static void usage(FILE *f)
             "                       build/console from `make console`)\n"
             "  --accel auto|kvm|tcg VM accelerator (default auto: KVM if usable, else TCG)\n"
             "  --pool N             warm VMs per template shape, with or without network (default 0)\n"
+            "  --pool-budget-mib M  pools follow demand: each holds the last minute's creates of\n"
+            "                       its shape (at least --pool N), all within M MiB of guest memory\n"
             "  --qemu PATH          QEMU binary (default qemu-system-x86_64 from PATH)\n"
             "  --no-jail            DEVELOPMENT ONLY: run QEMU unjailed as spaced's user (by\n"
             "                       default every QEMU is jailed: own uid, namespaces and\n"
@@ -172,6 +174,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         {"guest-dir", required_argument, NULL, 'g'}, {"accel", required_argument, NULL, 'a'},
         {"console-dir", required_argument, NULL, 'W'},
         {"pool", required_argument, NULL, 'p'},   {"qemu", required_argument, NULL, 'q'},
+        {"pool-budget-mib", required_argument, NULL, 'P'},
         {"jail", no_argument, NULL, 'j'},          {"no-jail", no_argument, NULL, 'J'},
         {"jail-uids", required_argument, NULL, 'U'},
         {"rate", required_argument, NULL, 'r'},   {"burst", required_argument, NULL, 'b'},
@@ -260,6 +263,16 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
                 return -1;
             }
             o->pool = (unsigned)n;
+            break;
+        }
+        case 'P': {
+            char *end = NULL;
+            long n = strtol(optarg, &end, 10);
+            if (*end || end == optarg || n < 0 || n > 16777216) {
+                fprintf(stderr, "spaced: --pool-budget-mib must be 0..16777216\n");
+                return -1;
+            }
+            o->pool_budget_mib = (unsigned)n;
             break;
         }
         case 'r':
@@ -483,6 +496,7 @@ int main(int argc, char **argv)
     event_free(sigint);
     event_free(sigterm);
     sbx_pools_free(sp.pools); /* unclaimed pooled VMs die with this spaced */
+    sp.pools = NULL;          /* a create ending from here on kicks no pool */
     tpl_registry_free(sp.tpl);
     sbx_table_free(sp.sbx);
     op_engine_free(sp.ops);

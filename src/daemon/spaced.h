@@ -76,6 +76,7 @@ struct spaced_opts {
     const char *console_dir; /* the web console's files (console/console.h) */
     int accel;             /* enum vm_accel (vm.h) */
     unsigned pool;         /* warm pool size per template (0 disables) */
+    unsigned pool_budget_mib; /* guest memory all warm pools may hold (0: fixed --pool) */
     const char *qemu;      /* QEMU binary override (SPACE_QEMU), NULL = from PATH */
     int jail;              /* 1: run QEMU jailed (default; required), 0: --no-jail
                               (development only), see jail/jail.h */

@@ -735,13 +735,18 @@ static int write_lazy_then_durable(struct store *st, int i)
     snprintf(ss.id, sizeof ss.id, "ssl%06d", i);
     snprintf(id, sizeof id, "opl%06d", i);
     fill_op(&o, id, "L", "running", "", i);
+    snprintf(id, sizeof id, "sbm%06d", i); /* a claimed pooled VM's run dir */
+    fill_sbx(&s, id, "L", "base", "creating", "{}");
+    if (store_sbx_put_lazy(st, &s) != 0)
+        return -1;
     snprintf(id, sizeof id, "sbl%06d", i);
     fill_sbx(&s, id, "L", "base", "creating", "{}");
     return store_session_put(st, &ss) || store_op_put_lazy(st, &o) || store_begin(st) ||
            store_sbx_put(st, &s) || store_commit(st);
 }
 
-/* The writes made without an fsync (session rows, op progress: store.h "Durability") are
+/* The writes made without an fsync (session rows, op progress and running state, sandbox
+ * rows written lazily: store.h "Durability") are
  * still in the database after a SIGKILL once the call returned, and the handle is durable
  * again after them: the transaction that follows each survives too. */
 static void check_crash_keeps_lazy_writes(void **state)
@@ -761,6 +766,9 @@ static void check_crash_keeps_lazy_writes(void **state)
         assert_int_equal(store_op_get(st, id, &o), 0);
         store_op_clear(&o);
         snprintf(id, sizeof id, "sbl%06d", i);
+        assert_int_equal(store_sbx_get(st, id, &s), 0);
+        store_sbx_clear(&s);
+        snprintf(id, sizeof id, "sbm%06d", i);
         assert_int_equal(store_sbx_get(st, id, &s), 0);
         store_sbx_clear(&s);
     }

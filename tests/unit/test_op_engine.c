@@ -726,6 +726,45 @@ static void test_kill_with_outcome_pending(void **state)
     assert_false(op_target_open(&f->sp, "sbA"));
 }
 
+/* op_finish_with: the caller's row and the outcome in one transaction; the watchers hear
+ * of the outcome only once both are stored. A refused row leaves the op to the retry
+ * (stored alone) and says so, so the caller writes its row itself. */
+static void test_finish_with_rows_in_one_transaction(void **state)
+{
+    struct fx *f = *state;
+    struct store_op a, b;
+    struct store_tpl t;
+    submit(f, OP_START, "sbA", &a);
+    submit(f, OP_START, "sbB", &b);
+    turn(f);
+    struct seen s = {.sp = &f->sp};
+    struct op_watch *w = op_watch(&f->sp, a.id, on_change, &s);
+    assert_non_null(w);
+
+    struct intent_arg good = {"t-done", 0};
+    struct op_intent in = {.write = write_tpl, .arg = &good};
+    assert_int_equal(op_finish_with(&f->sp, a.id, true, NULL, NULL, &in), 0);
+    assert_op_state(f, a.id, "succeeded");
+    assert_int_equal(store_tpl_get(f->sp.store, "t-done", &t), 0);
+    store_tpl_clear(&t);
+    assert_int_equal(s.calls, 1);
+    assert_string_equal(s.last_state, "succeeded");
+    op_unwatch(&f->sp, w);
+    /* already terminal: nothing written, the caller is told */
+    struct intent_arg late = {"t-late", 0};
+    in.arg = &late;
+    assert_int_equal(op_finish_with(&f->sp, a.id, true, NULL, NULL, &in), -1);
+    assert_int_equal(store_tpl_get(f->sp.store, "t-late", &t), STORE_NOTFOUND);
+
+    struct intent_arg broken = {"t-broken", -1};
+    in.arg = &broken;
+    assert_int_equal(op_finish_with(&f->sp, b.id, true, NULL, NULL, &in), -1);
+    assert_int_equal(store_tpl_get(f->sp.store, "t-broken", &t), STORE_NOTFOUND);
+    assert_op_state(f, b.id, "running"); /* rolled back with the row */
+    loop_until_state(f, b.id, "succeeded");
+    assert_int_equal(store_tpl_get(f->sp.store, "t-broken", &t), STORE_NOTFOUND);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -742,6 +781,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_outcome_retried_until_stored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outcome_waits_for_records_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_with_outcome_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_finish_with_rows_in_one_transaction, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

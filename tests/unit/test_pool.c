@@ -1,4 +1,4 @@
-/* test_pool: the warm pool's retry policy, without VMs. A fill that fails (here: the
+/* test_pool: the warm pool's retry policy and its demand-sized target, without VMs. A fill that fails (here: the
  * clone's overlay lies in a directory that does not exist, so qemu-img fails to make it;
  * or the caller's prepare refuses) is retried after 1 s, then 2 s, ... rather than never again
  * or in a busy loop. Only lower bounds on the waits are checked: a loaded machine may
@@ -112,11 +112,33 @@ static void test_failed_fill_retries_with_backoff(void **state) { run_case(0); }
 
 static void test_refused_prepare_retries_with_backoff(void **state) { run_case(1); }
 
+/* The target follows the last minute's claims, between the floor and the budget's cap. */
+static void test_demand_target(void **state)
+{
+    (void)state;
+    int64_t now = 1000000, claims[POOL_DEMAND_MAX] = {0};
+    assert_int_equal(pool_demand(claims, 0, now, 2, 10), 2); /* no claims: the floor */
+    for (int i = 0; i < 6; i++)
+        claims[i] = now - 1000 * i; /* six in the last 6 s */
+    assert_int_equal(pool_demand(claims, 6, now, 2, 10), 6);
+    assert_int_equal(pool_demand(claims, 6, now, 2, 4), 4);  /* the budget caps it */
+    assert_int_equal(pool_demand(claims, 6, now, 3, 1), 3);  /* never below --pool */
+    assert_int_equal(pool_demand(claims, 6, now, 8, 10), 8);
+    for (int i = 0; i < 6; i += 2)
+        claims[i] = now - (POOL_DEMAND_WINDOW_S + 1) * 1000; /* half fell out of the window */
+    assert_int_equal(pool_demand(claims, 6, now, 1, 10), 3);
+    for (int i = 0; i < POOL_DEMAND_MAX; i++)
+        claims[i] = now;
+    /* more claims than the ring holds count as a full ring */
+    assert_int_equal(pool_demand(claims, 5 * POOL_DEMAND_MAX, now, 1, 1000), POOL_DEMAND_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_fill_retries_with_backoff),
         cmocka_unit_test(test_refused_prepare_retries_with_backoff),
+        cmocka_unit_test(test_demand_target),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,6 +159,15 @@ void op_progress(struct spaced *sp, const char *op_id, int percent, const char *
 void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code,
                const char *msg);
 
+/* op_finish with the caller's rows in the op's transaction (in->write, which gets the
+ * terminal op row; in's other fields are not used): one durable commit instead of two,
+ * and the watchers hear of the outcome only once both are stored. Returns 0 when both
+ * were committed; -1 when in's rows were not written (the store failed or is in its
+ * backoff, or the op is unknown or already terminal): the op is then finished as by
+ * op_finish and the caller writes its rows itself. */
+int op_finish_with(struct spaced *sp, const char *op_id, bool ok, const char *code,
+                   const char *msg, const struct op_intent *in);
+
 /* Follows an op: fn runs on every persisted change (state, progress) with the new row,
  * from the loop. The watch ends by op_unwatch, which is safe inside fn. If the op is
  * already terminal, fn runs once from the loop (never inside op_watch). NULL if the op

@@ -305,16 +305,35 @@ static void op_log(const struct store_op *op)
              op->error_message ? log_quote(op->error_message, q, sizeof q) : "");
 }
 
-/* Writes o's row. Stored: logs a state change, tells the watchers, and a terminal op
- * leaves the queue (o is freed). Not stored: o stays unsaved for op_retry; the first
- * failure of a change is logged, not every retry. Returns 0 when stored. */
-static int op_write(struct spaced *sp, struct op_open *o)
+/* Writes o's row, with in's rows in one transaction when in is given. A progress-only
+ * change or the change to `running` need not wait for the disk (store.h: lazy writes):
+ * neither promises anything a crash could take back. */
+static int op_put(struct spaced *sp, struct op_open *o, const struct op_intent *in)
+{
+    if (!in || !in->write) {
+        bool lazy = !o->done && (!o->state_changed ||
+                                 strcmp(o->row.state, op_state_name(OP_RUNNING)) == 0);
+        return lazy ? store_op_put_lazy(sp->store, &o->row) : store_op_put(sp->store, &o->row);
+    }
+    struct spaced_err werr = {0};
+    if (store_begin(sp->store) != 0)
+        return -1;
+    if (in->write(sp, &o->row, in->arg, &werr) != 0 || store_op_put(sp->store, &o->row) != 0 ||
+        store_commit(sp->store) != 0) {
+        store_rollback(sp->store);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes o's row (and in's, see op_put). Stored: logs a state change, tells the watchers,
+ * and a terminal op leaves the queue (o is freed). Not stored: o stays unsaved for
+ * op_retry; the first failure of a change is logged, not every retry. Returns 0 when
+ * stored. */
+static int op_write(struct spaced *sp, struct op_open *o, const struct op_intent *in)
 {
     struct op_engine *e = sp->ops;
-    /* A progress-only change need not wait for the disk (store.h: store_op_put_lazy). */
-    bool progress_only = !o->state_changed && !o->done;
-    if ((progress_only ? store_op_put_lazy(sp->store, &o->row)
-                       : store_op_put(sp->store, &o->row)) != 0) {
+    if (op_put(sp, o, in) != 0) {
         if (!o->unsaved) {
             char q[300];
             log_warn("operation.unsaved", "op=%s state=%s msg=%s retry=until_stored", o->id,
@@ -353,10 +372,11 @@ static int op_write(struct spaced *sp, struct op_open *o)
     return 0;
 }
 
-/* Writes o's changed row now, or leaves it to op_retry while the store is failing
- * (another write failed and the backoff has not run out, or o's own did) or while a
- * record that must be stored first waits (spaced.h: spaced_retry). */
-static void op_save(struct spaced *sp, struct op_open *o)
+/* Writes o's changed row now (with in's rows, see op_put), or leaves it (o's row only)
+ * to op_retry while the store is failing (another write failed and the backoff has not
+ * run out, or o's own did) or while a record that must be stored first waits (spaced.h:
+ * spaced_retry). Returns 0 when written now. */
+static int op_save(struct spaced *sp, struct op_open *o, const struct op_intent *in)
 {
     if (o->unsaved || !spaced_retry_ops_due(&sp->store_retry)) {
         if (!o->unsaved) {
@@ -365,9 +385,9 @@ static void op_save(struct spaced *sp, struct op_open *o)
             o->unsaved_ms = spaced_now_ms();
         }
         o->unsaved = true;
-        return;
+        return -1;
     }
-    op_write(sp, o);
+    return op_write(sp, o, in);
 }
 
 /* From the tick: writes the unsaved rows in queue order, stopping at the first failure
@@ -381,12 +401,18 @@ static void op_retry(struct spaced *sp)
         struct op_open *o = e->open;
         while (o && !o->unsaved)
             o = o->next;
-        if (!o || op_write(sp, o) != 0)
+        if (!o || op_write(sp, o, NULL) != 0)
             return;
     }
 }
 
 void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code, const char *msg)
+{
+    op_finish_with(sp, op_id, ok, code, msg, NULL);
+}
+
+int op_finish_with(struct spaced *sp, const char *op_id, bool ok, const char *code,
+                   const char *msg, const struct op_intent *in)
 {
     struct op_open *o = open_find(sp->ops, op_id);
     if (!o) {
@@ -394,17 +420,17 @@ void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code, 
         struct store_op op;
         if (store_op_get(sp->store, op_id, &op) != 0) {
             log_error("store.error", "op=%s msg=op_finish: %s", op_id, store_errmsg(sp->store));
-            return;
+            return -1;
         }
         int st = op_state_parse(op.state);
         if (!(st >= 0 && op_state_terminal((enum op_state)st)))
             o = open_add(sp->ops, &op);
         store_op_clear(&op);
         if (!o)
-            return;
+            return -1;
     }
     if (o->done)
-        return; /* terminal states never change */
+        return -1; /* terminal states never change */
     struct store_op *op = &o->row;
     enum op_state final = ok ? OP_SUCCEEDED : (code && strcmp(code, "canceled") == 0 ? OP_CANCELED : OP_FAILED);
     snprintf(op->state, sizeof op->state, "%s", op_state_name(final));
@@ -415,7 +441,7 @@ void op_finish(struct spaced *sp, const char *op_id, bool ok, const char *code, 
         op->progress = 100;
     op->finished_ms = spaced_now_ms();
     o->done = o->running = o->state_changed = true;
-    op_save(sp, o);
+    return op_save(sp, o, in);
 }
 
 void op_progress(struct spaced *sp, const char *op_id, int percent, const char *detail)
@@ -426,7 +452,7 @@ void op_progress(struct spaced *sp, const char *op_id, int percent, const char *
     o->row.progress = percent < 0 ? 0 : percent > 100 ? 100 : percent;
     free(o->row.detail);
     o->row.detail = detail ? strdup(detail) : NULL;
-    op_save(sp, o);
+    op_save(sp, o, NULL);
 }
 
 /* Marks the op running and hands it to the executor of its kind. The executor runs even
@@ -446,7 +472,7 @@ static void op_begin(struct spaced *sp, struct op_open *o)
         op_finish(sp, o->id, false, "internal", "out of memory");
         return;
     }
-    op_save(sp, o);
+    op_save(sp, o, NULL);
     if (kind >= OP_KIND_COUNT || !e->exec[kind].ex)
         op_finish(sp, op.id, false, "internal", "unknown operation kind");
     else

@@ -103,10 +103,18 @@ bool sbx_busy(const struct sbx *s);
 /* Moves the sandbox to `state` (failure text for SBX_FAILED, else NULL), persists the
  * record, logs one line, tells listeners. */
 void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure);
+/* An action's success: moves to `state` and finishes op_id (may be "": none) as
+ * succeeded, the record and the op's outcome in one transaction (op_finish_with: one
+ * durable commit, and the op's watchers answered only once both are stored); then logs
+ * and tells listeners as sbx_set_state. */
+void sbx_set_state_succeed(struct sbx *s, enum sbx_state state, const char *op_id);
 /* Persists the record as it is in memory. When the store fails, or the record already
  * waits for it and the backoff has not run out, the record is kept unsaved and
  * sbx_table_retry writes it later; returns -1 then. */
 int sbx_persist(struct sbx *s);
+/* The same without an fsync (store_sbx_put_lazy): only for what describes the VM alone
+ * (a claimed pooled VM's run dir), which a host crash ends with it. */
+int sbx_persist_lazy(struct sbx *s);
 /* From the tick: writes the unsaved records (live sandboxes', then removed ones'),
  * stopping at the first failure until the backoff runs out. */
 void sbx_table_retry(struct spaced *sp);

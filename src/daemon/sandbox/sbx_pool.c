@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ struct sbx_shape {
     struct sbx_pools *ps;
     char snap_dir[SBXP_PATH_MAX]; /* the key */
     bool nic;                     /* its clones have a NIC (snapshot taken with one) */
+    unsigned mem_mib;             /* each clone's guest memory (the budget's unit) */
     struct pool *pool;            /* owned */
     /* shape_prepare's answer, read by the pool right after the call (it copies them) */
     char id[32], run_dir[SBXP_PATH_MAX], disk[SBXP_PATH_MAX];
@@ -124,6 +126,18 @@ static void shape_discard(const char *id, const char *run_dir, void *arg)
     spaced_rm_rf(run_dir);
 }
 
+/* pool_cap_cb: the clones this shape may hold within --pool-budget-mib, after what the
+ * other shapes' pools hold now (counted as guest memory). */
+static unsigned shape_cap(void *arg)
+{
+    struct sbx_shape *sh = arg;
+    uint64_t used = 0, budget = sh->ps->sp->opt.pool_budget_mib;
+    for (const struct sbx_shape *o = sh->ps->shapes; o; o = o->next)
+        if (o != sh)
+            used += (uint64_t)pool_count(o->pool) * o->mem_mib;
+    return used >= budget || !sh->mem_mib ? 0 : (unsigned)((budget - used) / sh->mem_mib);
+}
+
 /* The shape's pool, started now if missing (NULL if it cannot be). */
 static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec,
                                const char *snap_dir, bool nic, const char *overlay,
@@ -151,11 +165,14 @@ static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec
     pc.size = ps->sp->opt.pool;
     pc.prepare = shape_prepare;
     pc.discard = shape_discard;
+    if (ps->sp->opt.pool_budget_mib)
+        pc.cap = shape_cap;
     struct sbx_shape *sh = calloc(1, sizeof *sh);
     if (!sh)
         return NULL;
     sh->ps = ps;
     sh->nic = nic;
+    sh->mem_mib = rec->memory_mib;
     snprintf(sh->snap_dir, sizeof sh->snap_dir, "%s", snap_dir);
     pc.prepare_arg = sh;
     if (!(sh->pool = pool_new(ps->sp->base, &pc))) {
@@ -165,8 +182,9 @@ static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec
     sh->next = ps->shapes;
     ps->shapes = sh;
     char q[SBXP_PATH_MAX + 8];
-    log_info("pool.start", "template=%s vcpus=%u memory_mib=%u nic=%d size=%u snapshot=%s",
-             rec->template_name, rec->vcpus, rec->memory_mib, nic, pc.size,
+    log_info("pool.start", "template=%s vcpus=%u memory_mib=%u nic=%d size=%u budget_mib=%u "
+             "snapshot=%s", rec->template_name, rec->vcpus, rec->memory_mib, nic, pc.size,
+             ps->sp->opt.pool_budget_mib,
              log_quote(snap_dir, q, sizeof q));
     return sh->pool;
 }
@@ -196,8 +214,15 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
         vm_kill(vm); /* the caller owns it now: its on_exit reports the failure */
     }
     snprintf(rec->run_dir, sizeof rec->run_dir, "%s", vm_run_dir(vm));
-    log_info("pool.claim", "sandbox=%s id=%s left=%u", rec->id, vm_id(vm), pool_ready(p));
+    log_info("pool.claim", "sandbox=%s id=%s left=%u target=%u", rec->id, vm_id(vm),
+             pool_ready(p), pool_target(p));
     return vm;
+}
+
+void sbx_pools_refill(struct spaced *sp)
+{
+    for (struct sbx_shape *sh = sp->pools ? sp->pools->shapes : NULL; sh; sh = sh->next)
+        pool_kick(sh->pool);
 }
 
 unsigned sbx_pool_ready_at(const struct spaced *sp, const char *snap_dir)

@@ -2,7 +2,9 @@
  *
  * A shape is (template, vcpus, memory, NIC or not): exactly one template snapshot
  * directory, which is the key. A shape's pool is made the first time a create asks for it
- * with a ready snapshot; from then on it keeps N restored-and-paused clones.
+ * with a ready snapshot; from then on it keeps N restored-and-paused clones, or with
+ * `--pool-budget-mib M` as many as the last minute's claims of that shape (pool.h: at
+ * least N), all shapes' clones together within M MiB of guest memory.
  *
  * Clones of a shape with a NIC each get a namespace + tap at fill time, mounted under the
  * pooled VM's id (net_claim_template) and not attached to the gateway: nothing answers
@@ -51,6 +53,10 @@ void sbx_pools_sweep(struct spaced *sp);
 struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *snap_dir,
                           bool nic, const char *overlay, const char *rootfs, const char *disk,
                           const struct vm_callbacks *cbs, void *arg);
+
+/* A pooled create has ended (its answer is stored): the pools refill now, not while
+ * the claim was in flight (pool_kick). */
+void sbx_pools_refill(struct spaced *sp);
 
 /* Pooled VMs ready to claim, over all shapes (metrics). */
 unsigned sbx_pools_ready(const struct spaced *sp);

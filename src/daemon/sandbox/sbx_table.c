@@ -188,9 +188,9 @@ void sbx_set_desired(struct sbx *s, enum sbx_state desired)
 
 /* Writes rec. The first failure of an unsaved change is logged, and its storing once
  * the store is back, not every retry. Returns 0 when stored. */
-static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *unsaved)
+static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *unsaved, bool lazy)
 {
-    if (store_sbx_put(sp->store, rec) != 0) {
+    if ((lazy ? store_sbx_put_lazy(sp->store, rec) : store_sbx_put(sp->store, rec)) != 0) {
         char q[300];
         if (!*unsaved)
             log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
@@ -206,13 +206,17 @@ static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *un
     return 0;
 }
 
-int sbx_persist(struct sbx *s)
+static int persist(struct sbx *s, bool lazy)
 {
     s->rec.updated_ms = spaced_now_ms();
     if (s->unsaved && !spaced_retry_due(&s->sp->store_retry))
         return -1; /* already waiting for the store: the tick writes it */
-    return record_write(s->sp, &s->rec, &s->unsaved);
+    return record_write(s->sp, &s->rec, &s->unsaved, lazy);
 }
+
+int sbx_persist(struct sbx *s) { return persist(s, false); }
+
+int sbx_persist_lazy(struct sbx *s) { return persist(s, true); }
 
 void sbx_table_retry(struct spaced *sp)
 {
@@ -222,14 +226,14 @@ void sbx_table_retry(struct spaced *sp)
     for (struct sbx *s = t->head; s; s = s->next) {
         if (!s->unsaved)
             continue;
-        if (record_write(sp, &s->rec, &s->unsaved) != 0)
+        if (record_write(sp, &s->rec, &s->unsaved, false) != 0)
             return;
         sbx_resv_stored(s);
     }
     while (t->unsaved) {
         struct sbx_unsaved *u = t->unsaved;
         bool unsaved = true;
-        if (record_write(sp, &u->rec, &unsaved) != 0)
+        if (record_write(sp, &u->rec, &unsaved, false) != 0)
             return;
         t->unsaved = u->next;
         store_sbx_clear(&u->rec);
@@ -237,15 +241,21 @@ void sbx_table_retry(struct spaced *sp)
     }
 }
 
-void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
+/* The state in the record, not yet stored; returns the state before. */
+static enum sbx_state state_change(struct sbx *s, enum sbx_state state, const char *failure)
 {
     enum sbx_state old = s->state;
     s->state = state;
     snprintf(s->rec.state, sizeof s->rec.state, "%s", sbx_state_name(state));
     free(s->rec.failure);
     s->rec.failure = failure ? strdup(failure) : NULL;
-    if (sbx_persist(s) == 0)
-        sbx_resv_stored(s);
+    return old;
+}
+
+/* After the change is stored (or left to the retry): the log line and the listeners. */
+static void state_announce(struct sbx *s, enum sbx_state old, const char *failure)
+{
+    enum sbx_state state = s->state;
     char why[300];
     log_event(state == SBX_FAILED ? LOG_WARN : LOG_INFO, "sandbox.state",
               "sandbox=%s tenant=%s from=%s to=%s desired=%s%s%s", s->rec.id, s->rec.tenant,
@@ -257,6 +267,39 @@ void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
     struct sbx_table *t = s->sp->sbx;
     for (unsigned i = 0; i < t->nlisteners && old != state; i++)
         t->listeners[i].fn(s->sp, s, old, state, t->listeners[i].arg);
+}
+
+void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
+{
+    enum sbx_state old = state_change(s, state, failure);
+    if (sbx_persist(s) == 0)
+        sbx_resv_stored(s);
+    state_announce(s, old, failure);
+}
+
+/* op_intent_fn: the sandbox row, in its op's transaction. */
+static int write_row(struct spaced *sp, const struct store_op *op, void *arg,
+                     struct spaced_err *err)
+{
+    (void)op;
+    (void)err;
+    return store_sbx_put(sp->store, arg) == 0 ? 0 : -1;
+}
+
+void sbx_set_state_succeed(struct sbx *s, enum sbx_state state, const char *op_id)
+{
+    enum sbx_state old = state_change(s, state, NULL);
+    s->rec.updated_ms = spaced_now_ms();
+    struct op_intent in = {.write = write_row, .arg = &s->rec};
+    if (op_id[0] && !s->unsaved && op_finish_with(s->sp, op_id, true, NULL, NULL, &in) == 0) {
+        sbx_resv_stored(s);
+    } else { /* apart, as sbx_set_state then op_finish (a no-op if it is finished) */
+        if (sbx_persist(s) == 0)
+            sbx_resv_stored(s);
+        if (op_id[0])
+            op_finish(s->sp, op_id, true, NULL, NULL);
+    }
+    state_announce(s, old, NULL);
 }
 
 void sbx_path(const struct sbx *s, const char *leaf, char *out, size_t cap)

@@ -448,6 +448,11 @@ int store_op_put_lazy(struct store *st, const struct store_op *o)
     return rec_put_lazy(st, &store_tbl_operations, o);
 }
 
+int store_sbx_put_lazy(struct store *st, const struct store_sbx *s)
+{
+    return rec_put_lazy(st, &store_tbl_sandboxes, s);
+}
+
 int store_op_get(struct store *st, const char *id, struct store_op *out)
 {
     return rec_get(st, &store_tbl_operations, "WHERE id=?", id, out);

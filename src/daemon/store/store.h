@@ -20,11 +20,13 @@
  * the commit has). SQLite runs with synchronous=FULL; PostgreSQL commits with the
  * server's synchronous_commit (default on: flushed to its WAL). Either way a SIGKILL of
  * spaced (or, for SQLite, power loss) after a successful commit loses nothing.
- * Exception: SQLite writes session rows (store_session_*) and op progress
- * (store_op_put_lazy) without an fsync (WAL with synchronous=NORMAL): a SIGKILL of spaced
- * still loses none of them, an OS crash or power loss may lose the last ones, but such a
- * crash also ends every VM and so every process a session row describes, and an op's
- * progress is cosmetic (its state writes stay durable, and sync the WAL before them).
+ * Exception: SQLite writes session rows (store_session_*), op progress and the running
+ * state (store_op_put_lazy) and a claimed VM's run dir (store_sbx_put_lazy) without an
+ * fsync (WAL with synchronous=NORMAL): a SIGKILL of spaced still loses none of them, an
+ * OS crash or power loss may lose the last ones, but such a crash also ends every VM and
+ * so every process a session row or run dir describes; an op's progress is cosmetic and
+ * `running` promises nothing (after a restart a pending or running op is carried out
+ * alike); outcomes stay durable, and their commit syncs the WAL before them.
  *
  * PostgreSQL differences a caller can observe:
  *   - After a failed statement inside store_begin/store_commit, PostgreSQL has aborted
@@ -151,6 +153,10 @@ struct store_sbx {
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */
 
 int store_sbx_put(struct store *st, const struct store_sbx *s);    /* insert or replace */
+/* The same without an fsync (see Durability above): for what only describes a running
+ * VM (a pooled VM's run dir at claim), which a host crash ends along with the VM and
+ * which the sandbox's next state write makes durable anyway. */
+int store_sbx_put_lazy(struct store *st, const struct store_sbx *s);
 int store_sbx_get(struct store *st, const char *id, struct store_sbx *out);
 
 struct store_sbx_filter {
@@ -194,8 +200,8 @@ struct store_op {
 void store_op_clear(struct store_op *o);
 
 int store_op_put(struct store *st, const struct store_op *o);      /* insert or replace */
-/* The same without an fsync (see Durability above): for a change of progress/detail
- * only, which the op's next state write makes durable anyway. */
+/* The same without an fsync (see Durability above): for a change of progress/detail or
+ * to `running` only, which the op's next state write makes durable anyway. */
 int store_op_put_lazy(struct store *st, const struct store_op *o);
 int store_op_get(struct store *st, const char *id, struct store_op *out);
 /* Same tenant + idempotency key -> that op (STORE_NOTFOUND if none). */

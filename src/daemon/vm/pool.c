@@ -28,11 +28,19 @@
 #include <time.h>
 #include <unistd.h>
 
-/* After a claim, the refill waits this long (ms) so it does not slow the claimed VM. */
-#define POOL_REFILL_DELAY_MS 250
+/* After a claim, the refill waits for pool_kick (the claimer's create has ended), or at
+ * most this long (ms), so its jailed spawn does not block the loop inside the claim. */
+#define POOL_REFILL_DELAY_MS 2000
+/* After pool_kick, the refill waits this long (ms) more: the client's first command
+ * follows its create's answer at once, and a refill started then (qemu-img, the spawn, a
+ * CPU-bound restore) made it 1.7x slower (bench_ab.py --pool, tcg, quiet host). */
+#define POOL_KICK_DELAY_MS 250
 
 /* Longest wait between fill attempts after failures in a row (seconds). */
 #define POOL_RETRY_MAX_S 60
+
+/* How often a pool above its floor checks for surplus (ms). */
+#define POOL_SHRINK_CHECK_MS 10000
 
 /* One pooled VM. Owned by the pool until claimed. */
 struct pool_entry {
@@ -68,7 +76,42 @@ struct pool {
                                               while > 0 only the backoff timer refills */
     int freeing;
     struct event *refill;                  /* owned */
+    pool_cap_cb cap;                       /* NULL: fixed size */
+    int64_t claims_ms[POOL_DEMAND_MAX];    /* CLOCK_MONOTONIC ms of recent claims (ring) */
+    unsigned nclaims;                      /* claims recorded, ever */
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+unsigned pool_count(const struct pool *p)
+{
+    unsigned n = 0;
+    for (const struct pool_entry *e = p->entries; e; e = e->next)
+        n++;
+    return n;
+}
+
+unsigned pool_demand(const int64_t *claims_ms, unsigned nclaims, int64_t now_ms, unsigned size,
+                     unsigned cap)
+{
+    int64_t since = now_ms - POOL_DEMAND_WINDOW_S * 1000;
+    unsigned recent = 0, kept = nclaims < POOL_DEMAND_MAX ? nclaims : POOL_DEMAND_MAX;
+    for (unsigned i = 0; i < kept; i++)
+        recent += claims_ms[i] >= since;
+    unsigned want = recent > size ? recent : size;
+    return want < cap ? want : cap > size ? cap : size;
+}
+
+unsigned pool_target(struct pool *p)
+{
+    return p->cap ? pool_demand(p->claims_ms, p->nclaims, mono_ms(), p->size, p->cap(p->arg))
+                  : p->size;
+}
 
 static void entry_unlink(struct pool *p, struct pool_entry *e)
 {
@@ -128,6 +171,8 @@ static void kick_after(struct pool *p, unsigned delay_ms)
 }
 
 static void kick(struct pool *p) { kick_after(p, 0); }
+
+void pool_kick(struct pool *p) { kick_after(p, POOL_KICK_DELAY_MS); }
 
 /* A fill failed: try again after 1, 2, 4 ... POOL_RETRY_MAX_S seconds, so a template
  * that cannot be restored (or a host out of namespaces or disk) costs a restore a minute
@@ -373,13 +418,30 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     }
 }
 
+/* Above the target (demand fell, or the budget is taken by another pool): the oldest
+ * ready VM goes (its exit kicks the next check); above the floor, checks again later. */
+static int shrink(struct pool *p, unsigned have, unsigned target)
+{
+    if (have > p->size && !p->freeing)
+        kick_after(p, POOL_SHRINK_CHECK_MS);
+    if (have <= target)
+        return 0;
+    struct pool_entry *old = NULL;
+    for (struct pool_entry *e = p->entries; e; e = e->next)
+        if (e->ready && vm_state(e->vm) == VM_STATE_PAUSED)
+            old = e;
+    if (!old)
+        return 0;
+    log_info("pool.shrink", "id=%s have=%u target=%u", old->cfg.id, have, target);
+    vm_kill_reason(old->vm, VM_EXIT_KILLED, "pool: surplus to recent demand");
+    return 1;
+}
+
 static void refill(evutil_socket_t fd, short what, void *arg)
 {
     struct pool *p = arg;
-    unsigned have = 0;
-    for (struct pool_entry *e = p->entries; e; e = e->next)
-        have++;
-    if (p->filling || p->freeing || have >= p->size)
+    unsigned have = pool_count(p), target = pool_target(p);
+    if (p->freeing || shrink(p, have, target) || p->filling || have >= target)
         return;
     struct pool_entry *e = calloc(1, sizeof(*e));
     struct vm_config cfg = p->base_cfg;
@@ -422,6 +484,7 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg)
     p->prepare = cfg->prepare;
     p->discard = cfg->discard;
     p->arg = cfg->prepare_arg;
+    p->cap = cfg->cap;
     p->snapshot_dir = strdup(cfg->snapshot_dir);
     p->template_overlay = strdup(cfg->template_overlay);
     p->refill = event_new(base, -1, 0, refill, p);
@@ -464,6 +527,7 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
             pick = e; /* the oldest ready one: entries are pushed at the head */
     if (!pick)
         return NULL;
+    p->claims_ms[p->nclaims++ % POOL_DEMAND_MAX] = mono_ms();
     struct vm *vm = pick->vm;
     int fd = pick->agent_fd;
     pick->agent_fd = -1;
@@ -479,9 +543,10 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
         /* on_exit reaches the caller, who owns the VM now */
         vm_kill_reason(vm, VM_EXIT_CRASHED, "resume of a pooled VM failed");
     }
-    /* Refill a little later: starting the next clone (qemu-img, the jailed spawn, then a
-     * CPU-bound restore) right now would compete with this one's resume, handshake and
-     * first commands, which is the latency the pool exists to cut. */
+    /* Refill once the claimer's create has ended (pool_kick), or a little later: starting
+     * the next clone (qemu-img, the jailed spawn on the loop, then a CPU-bound restore)
+     * right now would compete with this one's resume, handshake and refresh, which is
+     * the latency the pool exists to cut. */
     kick_after(p, POOL_REFILL_DELAY_MS);
     return vm;
 }
