@@ -38,6 +38,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,17 +435,26 @@ static void settle_log(struct vm *vm, const char *status, const char *action)
              status, action);
 }
 
+/* The common start of the settle steps' QMP answers: false when the settling ended
+ * meanwhile, or when the answer is an error (the save fails with it). */
+static bool settle_answer_ok(struct vm *vm, int err, const char *msg)
+{
+    if (!vm->save_settling)
+        return false;
+    if (err) {
+        save_fail(vm, err, msg);
+        return false;
+    }
+    return true;
+}
+
 static void on_settle_step(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
 {
     struct vm *vm = arg;
     (void)q;
     (void)ret;
-    if (!vm->save_settling)
+    if (!settle_answer_ok(vm, err, msg))
         return;
-    if (err) {
-        save_fail(vm, err, msg);
-        return;
-    }
     vm->save_settling = 0;
     if (save_stop(vm) < 0)
         save_fail(vm, VM_E_QMP, "monitor unavailable");
@@ -453,12 +463,8 @@ static void on_settle_step(struct qmp *q, int err, const char *msg, json_t *ret,
 static void on_settle_status(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
 {
     struct vm *vm = arg;
-    if (!vm->save_settling)
+    if (!settle_answer_ok(vm, err, msg))
         return;
-    if (err) {
-        save_fail(vm, err, msg);
-        return;
-    }
     const char *st = json_string_value(json_object_get(ret, "status"));
     if (st && !strcmp(st, "postmigrate")) {
         /* the earlier migration completed: QEMU migrates again only once continued */
@@ -482,12 +488,8 @@ static void on_settle_poll(evutil_socket_t fd, short what, void *arg)
 static void on_settle_migrate(struct qmp *q, int err, const char *msg, json_t *ret, void *arg)
 {
     struct vm *vm = arg;
-    if (!vm->save_settling)
+    if (!settle_answer_ok(vm, err, msg))
         return;
-    if (err) {
-        save_fail(vm, err, msg);
-        return;
-    }
     const char *st = json_string_value(json_object_get(ret, "status"));
     if (!st || !strcmp(st, "none") || !strcmp(st, "completed") || !strcmp(st, "failed") ||
         !strcmp(st, "cancelled")) {
