@@ -3,6 +3,7 @@
 // POLL_MS while it is shown; a poll that is still running is not started again.
 import * as api from "./api.js";
 import { h, table, badge, flash, ago, bytes } from "./ui.js";
+import { chart } from "./chart.js";
 
 const POLL_MS = 2000;
 
@@ -158,6 +159,21 @@ function load(l) {
     bytes(l.mem_total) + " free");
 }
 
+// The last 60 load samples per host ("host" for this spaced's own, else a node id), kept
+// while the console is open, for the charts under the nodes table.
+const loadHistory = new Map();
+
+function loadCharts(key, title, l) {
+  if (!l) return null;
+  let e = loadHistory.get(key);
+  if (!e) loadHistory.set(key, (e = { cpu: [], mem: [] }));
+  e.cpu.push(l.cpu_pct);
+  e.mem.push(l.mem_total ? 100 * (1 - l.mem_available / l.mem_total) : 0);
+  for (const a of [e.cpu, e.mem]) if (a.length > 60) a.shift();
+  return h("div", { class: "node-charts", "data-host": key },
+    h("h3", {}, title), h("div", { class: "charts" }, chart("CPU %", e.cpu), chart("Memory used %", e.mem)));
+}
+
 export function nodesPage(el) {
   return listPage(el, "Nodes", async () => {
     const r = await api.raw("GET", "/v1/nodes");
@@ -175,6 +191,8 @@ export function nodesPage(el) {
           meter(n.used.memory_mib, n.capacity.memory_mib, "MiB"),
           load(n.load),
           ago(n.heartbeat_at), h("span", { class: "mono" }, n.url),
-        ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md)."));
+        ]), "No nodes: this spaced runs its sandboxes on its own host (see docs/multinode.md)."),
+      loadCharts("host", "This host", body.host),
+      body.nodes.map((n) => loadCharts(n.id, "Node " + n.id, n.load)));
   });
 }

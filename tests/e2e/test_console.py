@@ -200,6 +200,13 @@ def test_sign_in_lists_and_create(api_spaced, browser):
         # The nodes page shows the host's measured load (GET /v1/nodes `host`).
         host = page.eval("document.getElementById('host-load').textContent")
         assert re.search(r"This host: load [\d.]+ [\d.]+ [\d.]+, CPU [\d.]+ % of \d+, .* free", host), host
+        # and charts of it (CPU, memory) that gain a point at every poll
+        points = "((document.querySelectorAll('.node-charts[data-host=host] polyline')[%d] || " \
+                 "{getAttribute: () => ''}).getAttribute('points') || '').split(' ')" \
+                 ".filter(Boolean).length"
+        page.wait(lambda: page.eval(points % 0) >= 2 and page.eval(points % 1) >= 2,
+                  "the host's CPU and memory charts with two samples")
+        shot(page, "nodes")
         assert page.errors() == []
 
         # Create from the page: the API sees the sandbox.
