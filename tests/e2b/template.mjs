@@ -1,8 +1,11 @@
 // E2B's template builder through the SDK (2.51: Template(), fromTemplate, fromBaseImage,
-// runCmd, setEnvs, setWorkdir, setUser, setStartCmd, setReadyCmd, Template.build with
-// onBuildLogs, Template.getBuildStatus) mapped onto space's builds; a sandbox from the
-// result; what does not map (Docker images, registries, copy) refused naming why.
-import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId } from './lib.mjs'
+// runCmd, setEnvs, setWorkdir, setUser, setStartCmd, setReadyCmd, copy, Template.build
+// with onBuildLogs, Template.getBuildStatus) mapped onto space's builds; a sandbox from
+// the result; what does not map (Docker images, registries, glob copies) refused naming why.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { assert, sdk, Sandbox, step, main, killLater, rejectsWith, runId, raw, apiKey } from './lib.mjs'
 
 const { Template } = sdk
 
@@ -34,6 +37,49 @@ await main(async () => {
     const r = await s.commands.run('cat /etc/e2b-marker /srv/app/ran-as /srv/app/where; echo "$GREETING"; id -un')
     assert.equal(r.stdout, 'built-by-e2b\nuser\n/srv/app\nuser\nhello from e2b\nuser\n')
   })
+  await step('copy(): files uploaded, unpacked in the build VM with user and mode; a sandbox sees them', async () => {
+    const ctx = fs.mkdtempSync(path.join(os.tmpdir(), 'e2bcopy-'))
+    fs.mkdirSync(path.join(ctx, 'files', 'sub'), { recursive: true })
+    fs.writeFileSync(path.join(ctx, 'files', 'a.txt'), 'alpha\n')
+    fs.writeFileSync(path.join(ctx, 'files', 'sub', 'b.txt'), 'beta\n')
+    const t = Template({ fileContextPath: ctx })
+      .fromTemplate('base')
+      .copy('files', '/opt/data/', { user: 'user', mode: 0o750 })
+      .copy('files/sub/b.txt', '/etc/b-copy.txt')
+      .runCmd('cat /opt/data/a.txt /opt/data/sub/b.txt /etc/b-copy.txt')
+    const clogs = []
+    await Template.build(t, `${name}-cp`, { onBuildLogs: (e) => clogs.push(e.message) })
+    fs.rmSync(ctx, { recursive: true, force: true })
+    assert.ok(clogs.some((m) => m.includes('Uploaded')), 'the SDK uploaded the files: ' + clogs.join(' | '))
+    assert.ok(clogs.some((m) => m.includes('alpha')) && clogs.some((m) => m.includes('beta')),
+      'runCmd in the build sees the copied files: ' + clogs.join(' | '))
+    const s = killLater(await Sandbox.create(`${name}-cp`, { timeoutMs: 300_000 }))
+    const r = await s.commands.run('cat /opt/data/a.txt /opt/data/sub/b.txt /etc/b-copy.txt; ' +
+      'stat -c "%U %a" /opt/data/a.txt /opt/data/sub/b.txt /etc/b-copy.txt')
+    assert.equal(r.stdout, 'alpha\nbeta\nbeta\nuser 750\nuser 750\nroot 644\n')
+  })
+  await step('copy() upload links: one tenant and hash, bounded; bad hash, token or size and unknown hashes refused', async () => {
+    const auth = { 'X-API-Key': apiKey, 'Content-Type': 'application/json' }
+    const h = 'ab'.repeat(32)
+    assert.equal((await raw(`/templates/${name}/files/not-a-hash`, { method: 'GET', headers: auth })).status, 400)
+    let r = await raw(`/templates/${name}/files/${h}`, { method: 'GET', headers: auth })
+    assert.equal(r.status, 200, r.text)
+    assert.equal(r.json.present, false)
+    const url = r.json.url
+    const forged = [url.replace(`/files/${h}`, `/files/${'cd'.repeat(32)}`), url.replace(/token=[^&]+/, 'token=99999999999999.00'),
+      url.replace(/tenant=[^&]+/, 'tenant=someone-else'), url.replace(/[?].*/, '')]
+    for (const bad of forged) assert.equal((await fetch(bad, { method: 'PUT', body: 'x' })).status, 401, bad)
+    const big = await fetch(url, { method: 'PUT', body: Buffer.alloc(8 * 1024 * 1024 + 1) }).then((x) => x.status, (e) => String(e))
+    assert.equal(big, 413)
+    const req = await raw('/v3/templates', { headers: auth, body: JSON.stringify({ name: `${name}-nohash` }) })
+    const b = await raw(`/v2/templates/${name}-nohash/builds/${req.json.buildID}`, { headers: auth,
+      body: JSON.stringify({ fromTemplate: 'base', steps: [{ type: 'COPY', args: ['files', '/tmp/', '', ''], filesHash: h }] }) })
+    assert.equal(b.status, 400)
+    assert.match(b.json.message, /no files were uploaded with hash abab/)
+    assert.equal((await fetch(url, { method: 'PUT', body: 'opaque bytes' })).status, 200)
+    r = await raw(`/templates/${name}/files/${h}`, { method: 'GET', headers: auth })
+    assert.equal(r.json.present, true)
+  })
   await step('fromBaseImage is base; a failing runCmd fails the build with its output', async () => {
     const t = Template().fromBaseImage().runCmd('echo about-to-fail; exit 3')
     await rejectsWith(Template.build(t, `${name}-bad`), sdk.BuildError, (e) => { assert.match(e.message, /exited with 3/); assert.match(e.message, /about-to-fail/) })
@@ -43,8 +89,8 @@ await main(async () => {
       sdk.BuildError, (e) => assert.match(e.message, /not Docker images/))
     await rejectsWith(Template.build(Template().fromImage('ubuntu:22.04', { username: 'u', password: 'p' }), `${name}-reg`),
       sdk.BuildError, (e) => assert.match(e.message, /registry/))
-    await rejectsWith(Template.build(Template().fromTemplate('base').copy('template.mjs', '/tmp/'), `${name}-cp`),
-      sdk.FileUploadError, (e) => assert.match(e.message, /copy\(\) is not supported/))
+    await rejectsWith(Template.build(Template().fromTemplate('base').copy('*.mjs', '/tmp/'), `${name}-glob`),
+      sdk.BuildError, (e) => assert.match(e.message, /glob patterns are not supported/))
     await rejectsWith(Template.build(Template().fromTemplate('no-such-template'), `${name}-nx`), sdk.BuildError)
   })
 })

@@ -117,6 +117,14 @@ void e2b_fork_register(struct router *r, struct e2b *e);
 json_t *e2b_body_object(struct http_req *req, const char *data, size_t len);
 /* E2B's template builder routes (e2b_template.c). */
 void e2b_template_register(struct router *r, struct e2b *e);
+/* copy()'s archives (e2b_tplfiles.c): the upload route; the link answer of
+ * GET /templates/{id}/files/{hash} for the tenant; an archive's bytes (malloc'd, at most
+ * TPL_COPY_MAX) for a build, 0, or -1 when the tenant has none by that hash. */
+void e2b_tplfiles_register(struct router *r, struct e2b *e);
+bool e2b_tplfile_hash_valid(const char *hash);
+void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, const char *name,
+                      const char *hash);
+int e2b_tplfile_read(struct e2b *e, const char *tenant, const char *hash, char **out, size_t *len);
 bool e2b_token_valid(struct e2b *e, const char *id, const char *token);
 
 /* ---- e2b_volume.c: E2B's /volumes over native volumes, and volume tokens */

@@ -6,7 +6,8 @@
  *        -> 202 {"templateID": name, "buildID", "names", "tags": [], "public": false}.
  *        Nothing is stored yet: the buildID carries the shape ("v<cpus>m<MiB>-<random>").
  *   GET  /templates/{id}/files/{hash}
- *        -> 400: copy() needs file uploads, which are not mapped (see below)
+ *        -> {"present": true} | {"present": false, "url"}: copy()'s upload link
+ *        (e2b_tplfiles.c: the SDK PUTs a tar(.gz) of the files there)
  *   POST /v2/templates/{id}/builds/{buildID} {"fromTemplate" | "fromImage",
  *        "steps": [{"type", "args"}], "startCmd"?, "readyCmd"?}
  *        -> the spec of docs/templates.md, built like POST /v1/templates: 202 {}
@@ -18,14 +19,16 @@
  * What maps: fromTemplate(T) and fromImage of E2B's default base image (Template()
  * without a from*, or fromBaseImage()) = space's `base`; RUN (a runCmd with a user runs
  * as that user, then the previous one is current again), ENV, WORKDIR, USER, startCmd,
- * readyCmd, cpuCount, memoryMB. Refused with E2B's {"code", "message"} naming why: any
+ * readyCmd, cpuCount, memoryMB, COPY (the uploaded archive written into the build VM and
+ * unpacked there: map_copy). Refused with E2B's {"code", "message"} naming why: any
  * other image (space builds on its own templates; there is no image registry), registry
- * credentials, COPY (its file upload links are not served), other step types, tags. */
+ * credentials, COPY of a glob pattern or of files never uploaded, other step types, tags. */
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/b64.h"
 #include "daemon/auth/auth.h"
 #include "daemon/http/router.h"
 #include "daemon/ops/op.h"
@@ -101,12 +104,12 @@ static void h_request(struct http_req *req, void *arg)
 
 static void h_files(struct http_req *req, void *arg)
 {
+    struct e2b *e = arg;
     struct auth_principal who;
-    if (!e2b_api_authenticate(((struct e2b *)arg)->sp, req, &who) || !name_param(req))
+    const char *name;
+    if (!e2b_api_authenticate(e->sp, req, &who) || !(name = name_param(req)))
         return;
-    e2b_reply_rest_error(req, 400, "copy() is not supported by space's template builder: it "
-                         "serves no file upload links; write small files with runCmd, or build "
-                         "with `space template build NAME -f FILE` (COPY)");
+    e2b_tplfile_link(e, req, who.tenant, name, router_param(req, "hash"));
 }
 
 /* s in single quotes for /bin/sh (malloc'd), or NULL. */
@@ -129,8 +132,105 @@ static char *shell_quote(const char *s)
     return out;
 }
 
+/* A user or group name for chown: [A-Za-z0-9._-], 1..32, not starting with '-'. */
+static bool user_ok(const char *u)
+{
+    size_t n = strlen(u);
+    return n >= 1 && n <= 32 && u[0] != '-' &&
+           strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* The guest script that unpacks a copy()'s archive at arch and puts src at dst like
+ * Docker's COPY: a directory's contents into dst; a file into dst when dst ends in '/',
+ * else as dst. Owner and mode apply to what is copied. malloc'd, or NULL. */
+static char *copy_script(const char *arch, bool gz, const char *src, const char *dst,
+                         const char *owner, const char *mode)
+{
+    char *qs = shell_quote(src), *qd = shell_quote(dst), *out = NULL;
+    size_t dl = strlen(dst), n = (qs ? strlen(qs) : 0) + 4 * (qd ? strlen(qd) : 0) + 768;
+    if (qs && qd && (out = malloc(n))) {
+        char own[96] = "", mod[32] = "";
+        bool into = dst[dl - 1] == '/';
+        if (owner) /* "user:" = the user and its login group */
+            snprintf(own, sizeof own, "chown -R %s: \"$s\"; ", owner);
+        if (mode && *mode)
+            snprintf(mod, sizeof mod, "chmod -R %s \"$s\"; ", mode);
+        snprintf(out, n,
+                 "set -e; t=$(mktemp -d); tar -x%sof %s -C \"$t\"; rm -f %s; s=\"$t\"/%s; %s%s"
+                 "if [ -d \"$s\" ]; then mkdir -p %s; cp -a \"$s\"/. %s/; "
+                 "else mkdir -p %s%s%s; cp -a \"$s\" %s; fi; rm -rf \"$t\"",
+                 gz ? "z" : "", arch, arch, qs, own, mod, qd, qd, into ? "" : "\"$(dirname ", qd,
+                 into ? "" : ")\"", qd);
+    }
+    free(qs);
+    free(qd);
+    return out;
+}
+
+/* E2B's COPY step [src, dest, user, mode] with its filesHash: the archive the SDK
+ * uploaded (e2b_tplfiles.c) goes into the build VM as a copy step's content, and a run
+ * step unpacks it there as root (never on the host: it is hostile input), owned by the
+ * user asked for, else by the template's user at that step (root before any setUser).
+ * 0 with the steps appended to out, else -1 with why[] set. */
+static int map_copy(struct e2b *e, const char *tenant, json_t *st, size_t i, const char *cur_user,
+                    json_t *out, char *why, size_t cap)
+{
+    json_t *args = json_object_get(st, "args");
+    const char *src = json_string_value(json_array_get(args, 0));
+    const char *dst = json_string_value(json_array_get(args, 1));
+    const char *user = json_string_value(json_array_get(args, 2));
+    const char *mode = json_string_value(json_array_get(args, 3));
+    const char *hash = json_string_value(json_object_get(st, "filesHash"));
+    char *data = NULL, *b64 = NULL, *script = NULL;
+    size_t len = 0;
+    if (!src || !*src || !dst || !*dst || strpbrk(src, "*?[")) {
+        snprintf(why, cap, "step %zu: copy() needs a source path (glob patterns are not "
+                 "supported) and a destination", i + 1);
+        return -1;
+    }
+    if (user && *user && !user_ok(user)) {
+        snprintf(why, cap, "step %zu: copy() user must be a user name ([A-Za-z0-9._-], 1..32)", i + 1);
+        return -1;
+    }
+    if (mode && *mode && (strlen(mode) > 4 || strspn(mode, "01234567") != strlen(mode))) {
+        snprintf(why, cap, "step %zu: copy() mode must be octal, at most 4 digits", i + 1);
+        return -1;
+    }
+    if (!e2b_tplfile_hash_valid(hash)) {
+        snprintf(why, cap, "step %zu: copy() needs its filesHash (64 lowercase hex digits)", i + 1);
+        return -1;
+    }
+    if (e2b_tplfile_read(e, tenant, hash, &data, &len) < 0) {
+        snprintf(why, cap, "step %zu: copy(%.128s): no files were uploaded with hash %s (the SDK "
+                 "uploads them through GET /templates/{id}/files/{hash} first)", i + 1, src, hash);
+        return -1;
+    }
+    bool gz = len >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b;
+    char arch[96];
+    snprintf(arch, sizeof arch, "/tmp/.e2b-copy-%.16s-%zu.tar", hash, i + 1);
+    const char *owner = user && *user ? user : cur_user ? cur_user : "root";
+    if ((b64 = malloc(B64_ENCODED_SIZE(len))))
+        b64_encode((const uint8_t *)data, len, b64);
+    free(data);
+    script = b64 ? copy_script(arch, gz, src, dst, owner, mode) : NULL;
+    if (script) {
+        json_array_append_new(out, json_pack("{s:{s:s, s:s, s:i}}", "copy", "dst", arch, "content",
+                                             b64, "mode", 0600));
+        if (cur_user)
+            json_array_append_new(out, json_pack("{s:s}", "user", "root"));
+        json_array_append_new(out, json_pack("{s:s}", "run", script));
+        if (cur_user)
+            json_array_append_new(out, json_pack("{s:s}", "user", cur_user));
+    } else {
+        snprintf(why, cap, "out of memory");
+    }
+    free(b64);
+    free(script);
+    return script ? 0 : -1;
+}
+
 /* E2B's steps -> space's; NULL with why[] set when one does not map. */
-static json_t *map_steps(json_t *steps, char *why, size_t cap)
+static json_t *map_steps(struct e2b *e, const char *tenant, json_t *steps, char *why, size_t cap)
 {
     json_t *out = json_array();
     const char *cur_user = NULL; /* the last USER step's, NULL = the base's */
@@ -186,8 +286,8 @@ static json_t *map_steps(json_t *steps, char *why, size_t cap)
             json_array_append_new(out, json_pack("{s:s}", "user", a0));
             continue;
         } else if (strcmp(type, "COPY") == 0) {
-            snprintf(why, cap, "step %zu: copy() is not supported by space's template builder "
-                     "(no file uploads); write small files with runCmd", i + 1);
+            if (map_copy(e, tenant, st, i, cur_user, out, why, cap) == 0)
+                continue;
         } else {
             snprintf(why, cap, "step %zu: %.32s is not supported by space's template builder "
                      "(it maps RUN, ENV, WORKDIR and USER)", i + 1, type);
@@ -236,7 +336,7 @@ static void trigger_body(struct http_req *req, const char *data, size_t len, voi
         return;
     }
     const char *base = map_base(b, why, sizeof why);
-    json_t *steps = base ? map_steps(json_object_get(b, "steps"), why, sizeof why) : NULL;
+    json_t *steps = base ? map_steps(e, who.tenant, json_object_get(b, "steps"), why, sizeof why) : NULL;
     if (!steps) {
         e2b_reply_rest_error(req, 400, "%s", why);
         json_decref(b);
@@ -336,4 +436,5 @@ void e2b_template_register(struct router *r, struct e2b *e)
     router_add(r, "GET", "/templates/{id}/files/{hash}", h_files, e);
     router_add(r, "POST", "/v2/templates/{id}/builds/{buildID}", h_trigger, e);
     router_add(r, "GET", "/templates/{id}/builds/{buildID}/status", h_status, e);
+    e2b_tplfiles_register(r, e);
 }

@@ -381,6 +381,10 @@ int vm_disk_renamed(struct vm *vm, const char *disk);
 /* Opens a new agent connection (e.g. after agentc lost its stream); on_agent follows. */
 int vm_agent_reconnect(struct vm *vm);
 
+/* Writes a whole file atomically, 0600 (<path>.tmp + fsync + rename): a reader never sees
+ * half of it. 0 or -1. */
+int vm_write_file_atomic(const char *path, const char *data, size_t len);
+
 /* ---- accessors ------------------------------------------------------------------------ */
 
 pid_t vm_pid(const struct vm *vm);

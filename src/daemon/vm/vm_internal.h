@@ -173,7 +173,4 @@ int vm_path(const struct vm *vm, const char *name, char *out, size_t cap);
 int vm_config_copy(struct vm_config *dst, const struct vm_config *src);
 void vm_config_free(struct vm_config *c);
 
-/* Writes a whole file atomically (tmp + fsync + rename). */
-int vm_write_file_atomic(const char *path, const char *data, size_t len);
-
 #endif

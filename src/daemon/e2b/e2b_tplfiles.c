@@ -1,0 +1,180 @@
+/* e2b_tplfiles: the file archives of E2B's template builder copy() (SDK 2.51).
+ *
+ * The SDK hashes each copy()'s files (sha256 hex, 64 characters), asks
+ *   GET /templates/{id}/files/{hash}  -> {"present": bool, "url"?}
+ * and, when not present, PUTs a tar(.gz) of the files to url. The url is spaced's own
+ * (the Host the SDK reached it by) on the same path, with ?tenant=T&token=K: K is an
+ * auth token (auth.h) for the scope "e2b-tplfile:<tenant>:<hash>", valid
+ * TPLFILE_TTL_MS, so a link is good for one tenant and one hash only, and expires.
+ * The PUT needs no API key (the SDK sends none to upload links).
+ *
+ * An archive is kept as <data_dir>/e2b-files/<tenant>/<hash> (0600, written whole through
+ * a temporary file and a rename, so a half-written one is never taken as present), at most
+ * TPL_COPY_MAX bytes (413 past it, before a byte is read when Content-Length says so):
+ * the build carries it into the build VM as a copy step's content, which has that
+ * bound. It is never unpacked on the host: the build unpacks it inside the VM
+ * (e2b_template.c). The hash is the SDK's name for the files, not checked against the
+ * bytes (the SDK hashes the files, not the archive): a tenant can only replace its own. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/auth/auth.h"
+#include "daemon/http/router.h"
+#include "daemon/spaced.h"
+#include "daemon/template/tpl.h"
+#include "daemon/vm/vm.h"
+#include "e2b.h"
+#include "e2b_internal.h"
+
+#define TPLFILE_TTL_MS (3600LL * 1000) /* a build's uploads start right after the link */
+
+bool e2b_tplfile_hash_valid(const char *h)
+{
+    size_t n = 0;
+    for (; h && h[n]; n++)
+        if (!((h[n] >= '0' && h[n] <= '9') || (h[n] >= 'a' && h[n] <= 'f')))
+            return false;
+    return n == 64;
+}
+
+static int archive_path(struct e2b *e, const char *tenant, const char *hash, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/e2b-files/%s/%s", e->sp->opt.data_dir, tenant, hash);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int scope_of(const char *tenant, const char *hash, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "e2b-tplfile:%s:%s", tenant, hash);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* Host as the SDK sent it, if it is a plain host[:port] (it becomes part of a URL). */
+static bool host_ok(const char *h)
+{
+    size_t n = h ? strlen(h) : 0;
+    if (n == 0 || n > 255)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]", h[i]))
+            return false;
+    return true;
+}
+
+void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, const char *name,
+                      const char *hash)
+{
+    char path[PATH_MAX], scope[STORE_ID_MAX + 96], tok[AUTH_TOKEN_MAX];
+    const char *host = http_req_header(req, "Host");
+    struct stat st;
+    if (!e2b_tplfile_hash_valid(hash)) {
+        e2b_reply_rest_error(req, 400, "files hash must be 64 lowercase hex digits (sha256)");
+        return;
+    }
+    if (archive_path(e, tenant, hash, path, sizeof path) < 0 || scope_of(tenant, hash, scope, sizeof scope) < 0) {
+        e2b_reply_rest_error(req, 500, "path too long");
+        return;
+    }
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        json_t *r = json_pack("{s:b}", "present", 1);
+        http_reply_json(req, 200, r);
+        json_decref(r);
+        return;
+    }
+    if (!host_ok(host)) {
+        e2b_reply_rest_error(req, 400, "a Host header (host[:port]) is needed to build the upload link");
+        return;
+    }
+    if (auth_token_mint(e->sp->auth, scope, spaced_now_ms() + TPLFILE_TTL_MS, tok, sizeof tok) < 0) {
+        e2b_reply_rest_error(req, 500, "cannot mint an upload token");
+        return;
+    }
+    char url[1024];
+    snprintf(url, sizeof url, "http://%s/templates/%s/files/%s?tenant=%s&token=%s", host, name,
+             hash, tenant, tok);
+    json_t *r = json_pack("{s:b, s:s}", "present", 0, "url", url);
+    http_reply_json(req, 200, r);
+    json_decref(r);
+}
+
+static void upload_body(struct http_req *req, const char *data, size_t len, void *arg)
+{
+    struct e2b *e = arg;
+    const char *tenant = http_req_query(req, "tenant"), *hash = router_param(req, "hash");
+    char path[PATH_MAX], dir[PATH_MAX];
+    if (archive_path(e, tenant, hash, path, sizeof path) < 0 ||
+        snprintf(dir, sizeof dir, "%s/e2b-files/%s", e->sp->opt.data_dir, tenant) >= (int)sizeof dir ||
+        spaced_mkdir_p(dir) < 0 || vm_write_file_atomic(path, data, len) < 0) {
+        e2b_reply_rest_error(req, 500, "cannot store the archive");
+        return;
+    }
+    json_t *r = json_object();
+    http_reply_json(req, 200, r);
+    json_decref(r);
+}
+
+/* PUT /templates/{id}/files/{hash}?tenant=T&token=K: the archive of an upload link. */
+static void h_upload(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    const char *tenant = http_req_query(req, "tenant"), *token = http_req_query(req, "token");
+    const char *hash = router_param(req, "hash");
+    char scope[STORE_ID_MAX + 96];
+    if (!e2b_tplfile_hash_valid(hash)) {
+        e2b_reply_rest_error(req, 400, "files hash must be 64 lowercase hex digits (sha256)");
+        return;
+    }
+    if (!tenant || !token || strlen(tenant) >= STORE_ID_MAX || strchr(tenant, '/') ||
+        tenant[0] == '.' || scope_of(tenant, hash, scope, sizeof scope) < 0 ||
+        !auth_token_verify(e->sp->auth, scope, token, spaced_now_ms())) {
+        e2b_reply_rest_error(req, 401, "invalid or expired upload link");
+        return;
+    }
+    http_req_read_body(req, TPL_COPY_MAX, upload_body, e);
+}
+
+int e2b_tplfile_read(struct e2b *e, const char *tenant, const char *hash, char **out, size_t *len)
+{
+    char path[PATH_MAX];
+    *out = NULL;
+    *len = 0;
+    if (!e2b_tplfile_hash_valid(hash) || archive_path(e, tenant, hash, path, sizeof path) < 0)
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t)TPL_COPY_MAX ||
+        !(*out = malloc((size_t)st.st_size + 1))) {
+        close(fd);
+        return -1;
+    }
+    size_t off = 0;
+    while (off < (size_t)st.st_size) {
+        ssize_t r = read(fd, *out + off, (size_t)st.st_size - off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        off += (size_t)r;
+    }
+    close(fd);
+    if (off != (size_t)st.st_size) {
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    *len = off;
+    return 0;
+}
+
+void e2b_tplfiles_register(struct router *r, struct e2b *e)
+{
+    router_add(r, "PUT", "/templates/{id}/files/{hash}", h_upload, e);
+}
