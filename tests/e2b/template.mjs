@@ -58,7 +58,7 @@ await main(async () => {
       'stat -c "%U %a" /opt/data/a.txt /opt/data/sub/b.txt /etc/b-copy.txt')
     assert.equal(r.stdout, 'alpha\nbeta\nbeta\nuser 750\nuser 750\nroot 644\n')
   })
-  await step('copy() upload links: one tenant and hash, bounded; bad hash, token or size and unknown hashes refused', async () => {
+  await step('copy() upload links: one tenant and hash, bounded in size and number; bad hash, token or size and unknown hashes refused', async () => {
     const auth = { 'X-API-Key': apiKey, 'Content-Type': 'application/json' }
     const h = 'ab'.repeat(32)
     assert.equal((await raw(`/templates/${name}/files/not-a-hash`, { method: 'GET', headers: auth })).status, 400)
@@ -79,6 +79,15 @@ await main(async () => {
     assert.equal((await fetch(url, { method: 'PUT', body: 'opaque bytes' })).status, 200)
     r = await raw(`/templates/${name}/files/${h}`, { method: 'GET', headers: auth })
     assert.equal(r.json.present, true)
+    // A tenant keeps 32 archives: the 33rd stored drops the least recently used.
+    const hashes = Array.from({ length: 33 }, (_, i) => (0x10 + i).toString(16).repeat(32))
+    for (const x of hashes) {
+      const link = await raw(`/templates/${name}/files/${x}`, { method: 'GET', headers: auth })
+      assert.equal((await fetch(link.json.url, { method: 'PUT', body: x })).status, 200)
+    }
+    const present = async (x) => (await raw(`/templates/${name}/files/${x}`, { method: 'GET', headers: auth })).json.present
+    assert.equal(await present(hashes[0]), false)
+    assert.equal(await present(hashes[32]), true)
   })
   await step('fromBaseImage is base; a failing runCmd fails the build with its output', async () => {
     const t = Template().fromBaseImage().runCmd('echo about-to-fail; exit 3')

@@ -12,9 +12,11 @@
  * a temporary file and a rename, so a half-written one is never taken as present), at most
  * TPL_COPY_MAX bytes (413 past it, before a byte is read when Content-Length says so):
  * the build carries it into the build VM as a copy step's content, which has that
- * bound. It is never unpacked on the host: the build unpacks it inside the VM
+ * bound. A tenant keeps at most TPLFILE_KEEP archives (256 MiB): storing one more drops the
+ * least recently stored or used. It is never unpacked on the host: the build unpacks it inside the VM
  * (e2b_template.c). The hash is the SDK's name for the files, not checked against the
  * bytes (the SDK hashes the files, not the archive): a tenant can only replace its own. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -33,6 +35,7 @@
 #include "e2b_internal.h"
 
 #define TPLFILE_TTL_MS (3600LL * 1000) /* a build's uploads start right after the link */
+#define TPLFILE_KEEP 32                /* archives kept per tenant: 32 x 8 MiB = 256 MiB */
 
 bool e2b_tplfile_hash_valid(const char *h)
 {
@@ -81,7 +84,8 @@ void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, c
         e2b_reply_rest_error(req, 500, "path too long");
         return;
     }
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW); /* used: kept longest */
         json_t *r = json_pack("{s:b}", "present", 1);
         http_reply_json(req, 200, r);
         json_decref(r);
@@ -103,6 +107,40 @@ void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, c
     json_decref(r);
 }
 
+/* Makes room for one more archive in the tenant's directory: while it holds
+ * TPLFILE_KEEP or more, the least recently stored or used one goes (they are a cache:
+ * the SDK uploads again when told not present), so a tenant's archives take at most
+ * TPLFILE_KEEP x TPL_COPY_MAX of the data dir's disk. */
+static void evict_oldest(const char *dir)
+{
+    for (;;) {
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        char oldest[65] = ""; /* a hash: 64 hex digits */
+        long long old_t = 0;
+        unsigned n = 0;
+        if (!d)
+            return;
+        while ((de = readdir(d))) {
+            struct stat st;
+            if (!e2b_tplfile_hash_valid(de->d_name) ||
+                fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                continue;
+            n++;
+            long long t = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+            if (!oldest[0] || t < old_t) {
+                old_t = t;
+                memcpy(oldest, de->d_name, sizeof oldest); /* checked: 64 + NUL */
+            }
+        }
+        if (n < TPLFILE_KEEP || !oldest[0] || unlinkat(dirfd(d), oldest, 0) < 0) {
+            closedir(d);
+            return;
+        }
+        closedir(d);
+    }
+}
+
 static void upload_body(struct http_req *req, const char *data, size_t len, void *arg)
 {
     struct e2b *e = arg;
@@ -110,7 +148,7 @@ static void upload_body(struct http_req *req, const char *data, size_t len, void
     char path[PATH_MAX], dir[PATH_MAX];
     if (archive_path(e, tenant, hash, path, sizeof path) < 0 ||
         snprintf(dir, sizeof dir, "%s/e2b-files/%s", e->sp->opt.data_dir, tenant) >= (int)sizeof dir ||
-        spaced_mkdir_p(dir) < 0 || vm_write_file_atomic(path, data, len) < 0) {
+        spaced_mkdir_p(dir) < 0 || (evict_oldest(dir), vm_write_file_atomic(path, data, len) < 0)) {
         e2b_reply_rest_error(req, 500, "cannot store the archive");
         return;
     }
