@@ -207,8 +207,9 @@ def test_legacy_control_plane(vm_spaced):
 
 def test_template_builder(vm_spaced):
     """E2B's template builder (Template().fromTemplate(...).runCmd(...), Template.build
-    with onBuildLogs) builds a space template a sandbox then starts from; Docker images,
-    registries and copy() are refused naming why."""
+    with onBuildLogs, copy() through signed upload links, unpacked in the build VM)
+    builds a space template a sandbox then starts from; Docker images, registries and
+    glob copies are refused naming why."""
     run_script(vm_spaced, "template.mjs", CURRENT)
 
 
