@@ -1,24 +1,67 @@
-// lists.js: the list pages (sandboxes, operations, templates, nodes). The API has no
-// event stream for lists (only per operation), so each page polls its list every
-// POLL_MS while it is shown; a poll that is still running is not started again.
+// lists.js: the list pages (sandboxes, operations, templates, nodes). The sandbox,
+// operation and template pages follow the tenant's event stream (GET /v1/events) and
+// re-read their list at once when an event concerns it, with a slow poll (SLOW_MS) as
+// the fallback for events missed while the stream is down (it reconnects after SLOW_MS).
+// A daemon that refuses the stream (a cluster control: 501) is polled every POLL_MS.
+// The nodes page polls every POLL_MS (its load charts want a sample each time). A
+// refresh asked for while one runs runs once more after it, never twice at a time.
 import * as api from "./api.js";
+import { readEvents } from "./sse.js";
 import { h, table, badge, flash, ago, bytes } from "./ui.js";
 import { chart } from "./chart.js";
 
 const POLL_MS = 2000;
+const SLOW_MS = 15000;
 
-// Runs fn now and every POLL_MS; returns the stop function.
-export function poll(fn) {
-  let busy = false, stopped = false;
-  const tick = async () => {
-    if (busy || stopped) return;
+// Runs fn now, whenever the returned kick() is called and every ms; kicks during a run
+// make one more run. Returns { kick, stop }.
+function refresher(fn, ms) {
+  let busy = false, again = false, stopped = false;
+  const kick = async () => {
+    if (stopped) return;
+    if (busy) { again = true; return; }
     busy = true;
     try { await fn(); } catch (e) { if (e.status === 401) throw e; flash(e.message, true); }
     finally { busy = false; }
+    if (again) { again = false; kick(); }
   };
-  tick();
-  const t = setInterval(tick, POLL_MS);
-  return () => { stopped = true; clearInterval(t); };
+  kick();
+  const t = setInterval(kick, ms);
+  return { kick, stop: () => { stopped = true; clearInterval(t); } };
+}
+
+// Runs fn now and every POLL_MS; returns the stop function.
+export function poll(fn) {
+  return refresher(fn, POLL_MS).stop;
+}
+
+// Runs fn now, on every event whose data.kind is in kinds (docs/api.md, "Events") and
+// every SLOW_MS; returns the stop function.
+export function live(fn, kinds) {
+  let r = refresher(fn, SLOW_MS);
+  let stopStream = null, retry = null, stopped = false;
+  const connect = () => {
+    retry = null;
+    stopStream = readEvents("/v1/events", api.key() || "", (name, data) => {
+      if (kinds.includes(data.kind)) r.kick();
+    }, (err) => {
+      if (stopped) return;
+      if (err && err.status === 501) { // no stream here (a cluster control): poll as before
+        r.stop();
+        r = refresher(fn, POLL_MS);
+        return;
+      }
+      // the stream ended (too slow, server restart, network): poll slowly, try again later
+      retry = setTimeout(() => { r.kick(); connect(); }, SLOW_MS);
+    });
+  };
+  connect();
+  return () => {
+    stopped = true;
+    r.stop();
+    if (stopStream) stopStream();
+    if (retry) clearTimeout(retry);
+  };
 }
 
 // Verbs a sandbox in this state accepts (docs/api.md, "Lifecycle verbs").
@@ -31,11 +74,13 @@ const VERBS = {
 };
 
 // Delete takes two clicks: the first arms the sandbox's delete button for ARM_MS (kept
-// here, not in the button, since the list is redrawn at every poll).
+// here, not in the button, since the list is redrawn at every refresh; the click marks
+// the button itself too, as the next redraw may be a while away).
 const ARM_MS = 4000;
 const armed = new Map(); // sandbox id -> time its delete button disarms
 
-// Starts a verb on a sandbox and reports it; the list shows the new state at its next poll.
+// Starts a verb on a sandbox and reports it; the list shows the new state when its
+// events arrive.
 export async function act(id, verb) {
   if (verb === "delete") {
     if (!(armed.get(id) > Date.now())) {
@@ -58,7 +103,9 @@ export async function act(id, verb) {
 export function actions(s) {
   const btn = (verb, cls) => h("button", {
     class: "small " + (cls || ""), "data-verb": verb,
-    onclick: () => act(s.id, verb).catch((e) => flash(e.message, true)),
+    onclick: (ev) => act(s.id, verb).then(() => {
+      if (verb === "delete") ev.target.classList.toggle("armed", armed.get(s.id) > Date.now());
+    }).catch((e) => flash(e.message, true)),
   }, verb);
   return h("span", { class: "actions" },
     (VERBS[s.state] || []).map((v) => btn(v)),
@@ -107,18 +154,20 @@ export function sandboxesPage(el) {
       ]), "No sandboxes yet: create one above."));
   };
   el.append(h("h1", {}, "Sandboxes"), createForm(refresh), list);
-  return poll(refresh);
+  return live(refresh, ["sandbox", "operation"]);
 }
 
-// A page of one polled list: render() returns the list's content (a node).
-function listPage(el, title, render) {
+// A page of one list: render() returns the list's content (a node). kinds: the event
+// kinds that refresh it (live), or null to poll every POLL_MS.
+function listPage(el, title, kinds, render) {
   const list = h("div", {});
   el.append(h("h1", {}, title), list);
-  return poll(async () => list.replaceChildren(await render()));
+  const fn = async () => list.replaceChildren(await render());
+  return kinds ? live(fn, kinds) : poll(fn);
 }
 
 export function operationsPage(el) {
-  return listPage(el, "Operations", async () => {
+  return listPage(el, "Operations", ["operation"], async () => {
     const r = await api.get("/v1/operations?limit=100");
     return table(
       ["Operation", "Kind", "Target", "State", "Progress", "Detail", "Created"],
@@ -133,7 +182,7 @@ export function operationsPage(el) {
 }
 
 export function templatesPage(el) {
-  return listPage(el, "Templates", async () => {
+  return listPage(el, "Templates", ["operation"], async () => {
     const r = await api.get("/v1/templates");
     return table(
       ["Template", "State", "Kind", "Description", "Snapshots"],
@@ -175,7 +224,7 @@ function loadCharts(key, title, l) {
 }
 
 export function nodesPage(el) {
-  return listPage(el, "Nodes", async () => {
+  return listPage(el, "Nodes", null, async () => {
     const r = await api.raw("GET", "/v1/nodes");
     if (r.status === 403) return h("p", { class: "empty" }, "Listing nodes needs an admin key.");
     if (!r.ok) await api.fail(r);

@@ -2,7 +2,9 @@
 // travels in the Authorization header (EventSource can only put it in the URL, where
 // proxies and logs keep it). Calls onEvent(name, data, id) per event; resumes after a
 // dropped connection with Last-Event-ID, so no output is lost or repeated
-// (docs/api.md, "Attach"). Returns the stop function.
+// (docs/api.md, "Attach"). onEnd(err) once at the end: err null when the server ended
+// the stream, else an Error (with .status when the server refused it). Also reads
+// GET /v1/events with the API key (lists.js). Returns the stop function.
 export function readEvents(url, token, onEvent, onEnd) {
   const ctl = new AbortController();
   let lastId = null, tries = 0, done = false;
@@ -15,7 +17,7 @@ export function readEvents(url, token, onEvent, onEnd) {
     if (!r.ok) {
       let msg = r.status + " " + r.statusText;
       try { msg = (await r.json()).error.message; } catch (_) { /* keep the status */ }
-      throw Object.assign(new Error(msg), { fatal: true });
+      throw Object.assign(new Error(msg), { fatal: true, status: r.status });
     }
     tries = 0;
     const reader = r.body.getReader();

@@ -462,6 +462,7 @@ int main(int argc, char **argv)
     routes_quota_register(sp.router, &sp);
     routes_logs_register(sp.router, &sp);
     routes_volumes_register(sp.router, &sp);
+    routes_events_register(sp.router, &sp);
     console_register(sp.router, &sp);
     if (cluster_runs_sandboxes(&sp)) /* a control forwards E2B instead (cluster_e2b.c) */
         e2b_register(sp.router, &sp);

@@ -25,6 +25,7 @@
  *     void routes_ports_register(struct router *, struct spaced *);      sandbox ports
  *     void routes_quota_register(struct router *, struct spaced *);      /v1/quota, tenants' quotas
  *     void routes_volumes_register(struct router *, struct spaced *);    /v1/volumes
+ *     void routes_events_register(struct router *, struct spaced *);     /v1/events (SSE)
  *     void e2b_register(struct router *, struct spaced *);               E2B compatibility
  * (routes.h and e2b.h declare them), preceded by routes_ratelimit_register, the first hook.
  *

@@ -2,7 +2,7 @@
  * store in a temp dir and no VM: FIFO per target and parallelism across targets, busy
  * targets deferred, intent and op row in one transaction (rolled back together),
  * idempotency replay and mismatch, terminal states persisted and final, a delete
- * superseding pending ops, watches, the tick hook, recovery after the daemon was
+ * superseding pending ops, watches, the on_change hook, the tick hook, recovery after the daemon was
  * killed with SIGKILL mid-operation (pending ops resume in order, a running op is resumed
  * or failed "interrupted" as its executor says, ops of another owner left alone), and a
  * store that refuses writes for a while (another connection holds SQLite's write lock):
@@ -461,6 +461,62 @@ static void test_watches(void **state)
     op_unwatch(&f->sp, w);
 }
 
+/* What the on_change hook saw: "<op id> <state>" per call, in order. */
+struct changes {
+    char seen[CALLS_MAX][STORE_ID_MAX + STORE_STATE_MAX + 2];
+    int n;
+};
+
+static void on_any_change(struct spaced *sp, const struct store_op *op, void *arg)
+{
+    struct changes *c = arg;
+    (void)sp;
+    assert_true(c->n < CALLS_MAX);
+    snprintf(c->seen[c->n++], sizeof c->seen[0], "%s %s", op->id, op->state);
+}
+
+static void assert_change(const struct changes *c, int i, const char *id, const char *state)
+{
+    char want[sizeof c->seen[0]];
+    snprintf(want, sizeof want, "%s %s", id, state);
+    assert_true(i < c->n);
+    assert_string_equal(c->seen[i], want);
+}
+
+/* op_on_change hears of every stored change of every op, the enqueue included, a
+ * supersede's cancels too, and nothing when a watch of a terminal op is served. */
+static void test_change_hook(void **state)
+{
+    struct fx *f = *state;
+    struct changes c = {0};
+    assert_int_equal(op_on_change(f->sp.ops, on_any_change, &c), 0);
+    struct store_op a, b, del;
+    submit(f, OP_START, "sbA", &a);
+    assert_int_equal(c.n, 1);
+    assert_change(&c, 0, a.id, "pending");
+    turn(f);
+    assert_change(&c, 1, a.id, "running");
+    op_progress(&f->sp, a.id, 40, "halfway");
+    assert_change(&c, 2, a.id, "running");
+    submit(f, OP_STOP, "sbA", &b);
+    assert_change(&c, 3, b.id, "pending");
+    struct op_intent in = {.supersede = true};
+    struct spaced_err err;
+    assert_int_equal(op_enqueue(&f->sp, "tn1", OP_DELETE, "sbA", &in, &del, &err), 0);
+    assert_change(&c, 4, b.id, "canceled");
+    assert_change(&c, 5, del.id, "pending");
+    op_finish(&f->sp, a.id, true, NULL, NULL);
+    assert_change(&c, 6, a.id, "succeeded");
+    assert_int_equal(c.n, 7);
+    struct seen late = {.sp = &f->sp};
+    struct op_watch *w = op_watch(&f->sp, a.id, on_change, &late);
+    turn(f); /* the late watch's call, and the delete starts running */
+    assert_int_equal(late.calls, 1);
+    assert_int_equal(c.n, 8);
+    assert_change(&c, 7, del.id, "running");
+    op_unwatch(&f->sp, w);
+}
+
 static void stop_loop(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -776,6 +832,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_supersede_cancels_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kind_without_executor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_change_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tick_runs_hooks_then_pumps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_after_kill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outcome_retried_until_stored, setup, teardown),

@@ -30,6 +30,7 @@ void routes_ports_register(struct router *r, struct spaced *sp);    /* sandbox p
 void routes_quota_register(struct router *r, struct spaced *sp);    /* per-tenant quotas */
 void routes_logs_register(struct router *r, struct spaced *sp);     /* console log */
 void routes_volumes_register(struct router *r, struct spaced *sp);  /* /v1/volumes */
+void routes_events_register(struct router *r, struct spaced *sp);   /* /v1/events (SSE) */
 /* Per-client rate limiting (routes_ratelimit.c) from sp->opt.rate/burst, as a router
  * hook: register it before any other hook. Nothing when rate is 0. Returns 0, or -1 with
  * a message in err. Its context is freed by router_free. */

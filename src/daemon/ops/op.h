@@ -106,6 +106,14 @@ typedef void (*op_hook_fn)(struct spaced *sp, void *arg);
 int op_on_recover(struct op_engine *e, op_hook_fn fn, void *arg);
 int op_on_tick(struct op_engine *e, op_hook_fn fn, void *arg);
 
+/* on_change: run from the loop with the row after every stored change of any op (its
+ * enqueue as pending, running, progress, its end, a cancel by a superseding op), after
+ * the op's own watchers: for followers of all ops (the /v1/events stream, registered
+ * from main.c's route registration). fn must not finish or enqueue ops. Returns 0, or
+ * -1 when OP_HOOKS_MAX are taken. */
+typedef void (*op_change_fn)(struct spaced *sp, const struct store_op *op, void *arg);
+int op_on_change(struct op_engine *e, op_change_fn fn, void *arg);
+
 /* Which open ops this daemon resumes after a restart (a cluster node owns only its own
  * sandboxes'). NULL (the default) = all. */
 typedef bool (*op_owner_fn)(struct spaced *sp, const struct store_op *op);

@@ -62,6 +62,11 @@ struct op_engine {
     } exec[OP_KIND_COUNT];
     struct op_hook recover_hooks[OP_HOOKS_MAX], tick_hooks[OP_HOOKS_MAX];
     unsigned nrecover, ntick;
+    struct {
+        op_change_fn fn;
+        void *arg;
+    } change_hooks[OP_HOOKS_MAX];
+    unsigned nchange;
     op_owner_fn owns;
     int64_t seq;                /* last store_op.seq handed out */
 };
@@ -99,6 +104,8 @@ static void notify(struct spaced *sp, const struct store_op *op)
             w->fn(op, w->arg);
     if (--e->dispatching == 0)
         watches_sweep(e);
+    for (unsigned i = 0; i < e->nchange; i++)
+        e->change_hooks[i].fn(sp, op, e->change_hooks[i].arg);
 }
 
 static void watch_once(evutil_socket_t fd, short what, void *arg)
@@ -285,6 +292,16 @@ int op_on_recover(struct op_engine *e, op_hook_fn fn, void *arg)
 int op_on_tick(struct op_engine *e, op_hook_fn fn, void *arg)
 {
     return hook_add(e->tick_hooks, &e->ntick, fn, arg);
+}
+
+int op_on_change(struct op_engine *e, op_change_fn fn, void *arg)
+{
+    if (e->nchange >= OP_HOOKS_MAX)
+        return -1;
+    e->change_hooks[e->nchange].fn = fn;
+    e->change_hooks[e->nchange].arg = arg;
+    e->nchange++;
+    return 0;
 }
 
 void op_set_owner(struct op_engine *e, op_owner_fn owns) { e->owns = owns; }
@@ -629,6 +646,7 @@ int op_enqueue(struct spaced *sp, const char *tenant, enum op_kind kind, const c
     if (!open_add(sp->ops, out))
         return spaced_err_set(err, 500, "internal", "out of memory");
     op_log(out);
+    notify(sp, out); /* no watch can name it yet: this tells the on_change hooks */
     op_reconcile_soon(sp);
     return 0;
 }
