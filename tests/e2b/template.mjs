@@ -100,6 +100,10 @@ await main(async () => {
       sdk.BuildError, (e) => assert.match(e.message, /registry/))
     await rejectsWith(Template.build(Template().fromTemplate('base').copy('*.mjs', '/tmp/'), `${name}-glob`),
       sdk.BuildError, (e) => assert.match(e.message, /glob patterns are not supported/))
+    await rejectsWith(Template.build(Template().fromTemplate('base').setUser('a b; touch /x'), `${name}-usr`),
+      sdk.BuildError, (e) => assert.match(e.message, /the user must be a user name/))
+    await rejectsWith(Template.build(Template().fromTemplate('base').runCmd('true', { user: '-x' }), `${name}-rusr`),
+      sdk.BuildError, (e) => assert.match(e.message, /the user must be a user name/))
     await rejectsWith(Template.build(Template().fromTemplate('no-such-template'), `${name}-nx`), sdk.BuildError)
   })
 })

@@ -243,6 +243,11 @@ static json_t *map_steps(struct e2b *e, const char *tenant, json_t *steps, char 
         const char *a1 = json_string_value(json_array_get(args, 1));
         if (!type || !json_is_array(args)) {
             snprintf(why, cap, "step %zu: needs a type and args", i + 1);
+        } else if ((strcmp(type, "USER") == 0 && a0 && !user_ok(a0)) ||
+                   (strcmp(type, "RUN") == 0 && a1 && a1[0] && !user_ok(a1))) {
+            /* a user name goes into the guest scripts (su, chown): checked once here */
+            snprintf(why, cap, "step %zu: the user must be a user name ([A-Za-z0-9._-], 1..32, "
+                     "not starting with '-')", i + 1);
         } else if (strcmp(type, "RUN") == 0 && a0 && (!a1 || !a1[0])) {
             json_array_append_new(out, json_pack("{s:s}", "run", a0));
             continue;
