@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 import uuid
@@ -263,3 +264,65 @@ def test_create_during_database_outage_ends_once_it_is_back():
             assert _psql(url, "SELECT state FROM sandboxes WHERE id='%s'" % sid) == "deleted"
         finally:
             s.stop()
+
+
+def test_daemons_starting_together_on_an_empty_database(pg_url):
+    """Three daemons started together on a database without tenants (a control and its
+    nodes rolled out at once) all start: each finds no admin tenant, all try to create it,
+    and the ones that lose the insert use the winner's row instead of exiting with
+    "creating tenant: already exists" (stop 20's CI: a node died so, and never registered).
+    The race is made certain: a transaction holds the tenants table while the daemons
+    start, so every lookup waits and all see "none" when it ends. Each daemon gets an
+    admin key of its own, written to its own data dir, and every key works on every daemon."""
+    first = Spaced(GUEST)
+    first.start(extra=["--store", pg_url])
+    first.stop()
+    _psql(pg_url, "DELETE FROM api_keys; DELETE FROM tenants")
+    holder = subprocess.Popen(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", pg_url],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    daemons = [Spaced(GUEST) for _ in range(3)]
+    errors = []
+
+    def start(s):
+        try:
+            s.start(extra=["--store", pg_url])
+        except BaseException as e:  # pytest.fail raises an exception that is not an Exception
+            errors.append("%s" % e)
+
+    threads = []
+    try:
+        holder.stdin.write("BEGIN; LOCK TABLE tenants IN ACCESS EXCLUSIVE MODE; SELECT 1;\n")
+        holder.stdin.flush()
+        deadline = time.monotonic() + 10
+        while _psql(pg_url, "SELECT count(*) FROM pg_locks WHERE relation = 'tenants'::regclass"
+                            " AND mode = 'AccessExclusiveLock' AND granted") != "1":
+            assert time.monotonic() < deadline, "the lock was not taken"
+            time.sleep(0.05)
+        threads = [threading.Thread(target=start, args=(s,)) for s in daemons]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%tenants%'"
+        while int(_psql(pg_url, waiting)) < len(daemons):
+            assert time.monotonic() < deadline and not errors, (errors, [s.log() for s in daemons])
+            time.sleep(0.05)
+        holder.stdin.write("COMMIT;\n")
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        assert _psql(pg_url, "SELECT id || ' ' || name FROM tenants") == "admin admin"
+        keys = [s.admin_key for s in daemons]
+        assert len(set(keys)) == len(daemons)
+        for s in daemons:
+            for k in keys:
+                assert s.request("GET", "/v1/sandboxes", key=k).status == 200
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        for t in threads:
+            t.join(timeout=60)
+        for s in daemons:
+            if s in Spaced.live:
+                s.stop()

@@ -173,7 +173,8 @@ int auth_check_key(struct auth *a, const char *key, struct auth_principal *who, 
     return 0;
 }
 
-/* Finds the tenant by name or creates it ("admin" keeps the fixed id "admin"). */
+/* Finds the tenant by name or creates it ("admin" keeps the fixed id "admin"); losing
+ * the insert to a concurrent creator is finding it. */
 static int tenant_ensure(struct auth *a, const char *name, struct store_tenant *t, char *err,
                          size_t errlen)
 {
@@ -193,7 +194,14 @@ static int tenant_ensure(struct auth *a, const char *name, struct store_tenant *
     }
     snprintf(t->name, sizeof t->name, "%s", name);
     t->created_ms = spaced_now_ms();
-    if (store_tenant_put(a->st, t) != 0) {
+    rc = store_tenant_put(a->st, t);
+    if (rc == STORE_CONFLICT) {
+        /* Another daemon on the same store (a control and its nodes started together)
+         * created it between our lookup and our insert: theirs is the tenant. */
+        if (store_tenant_by_name(a->st, name, t) == 0)
+            return 0;
+    }
+    if (rc != 0) {
         snprintf(err, errlen, "creating tenant: %s", store_errmsg(a->st));
         return -1;
     }
