@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "b64.h"
+#include "readall.h"
 
 #define SF_TOKENS_MAX 64 /* words of one COPY */
 #define SF_DEPTH_MAX 32  /* directory levels COPY descends */
@@ -42,30 +43,12 @@ static bool fail(struct sf *s, const char *fmt, ...)
 static char *slurp(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+    char *buf = fd < 0 ? NULL : readall_fd(fd, max, len);
+    if (!buf)
         snprintf(err, errlen, "%s: %s", path,
-                 fd < 0 ? strerror(errno) : !S_ISREG(st.st_mode) ? "not a regular file" : "too large");
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (!buf || got != (size_t)st.st_size) {
-        snprintf(err, errlen, "%s: cannot read it", path);
-        free(buf);
-        return NULL;
-    }
-    buf[got] = '\0';
-    *len = got;
+                 errno == EINVAL ? "not a regular file" : errno == EFBIG ? "too large" : strerror(errno));
+    if (fd >= 0)
+        close(fd);
     return buf;
 }
 

@@ -11,6 +11,7 @@
 
 #include "daemon/api/routes.h"
 #include "daemon/console/console.h"
+#include "readall.h"
 
 /* Scripts and styles from this origin only, no inline script, fetches to this origin
  * only (the JSON API and its event streams), no plugins, no framing. style-src allows
@@ -91,28 +92,9 @@ static char *read_asset(const char *dir, const char *rel, size_t *len)
     close(dfd);
     if (fd < 0)
         return NULL;
-    struct stat st;
-    char *buf = NULL;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CONSOLE_FILE_MAX) {
-        errno = ENOENT;
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) { /* shrank or failed: never serve a partial file */
-            free(buf);
-            buf = NULL;
-            errno = EIO;
-            break;
-        }
-        got += (size_t)n;
-    }
-    *len = got;
-out:
+    char *buf = readall_fd(fd, CONSOLE_FILE_MAX, len);
+    if (!buf && (errno == EINVAL || errno == EFBIG))
+        errno = ENOENT; /* not a servable file: answered as missing */
     close(fd);
     return buf;
 }

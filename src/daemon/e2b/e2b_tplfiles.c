@@ -33,6 +33,7 @@
 #include "daemon/vm/vm.h"
 #include "e2b.h"
 #include "e2b_internal.h"
+#include "readall.h"
 
 #define TPLFILE_TTL_MS (3600LL * 1000) /* a build's uploads start right after the link */
 #define TPLFILE_KEEP 32                /* archives kept per tenant: 32 x 8 MiB = 256 MiB */
@@ -185,31 +186,11 @@ int e2b_tplfile_read(struct e2b *e, const char *tenant, const char *hash, char *
     if (!e2b_tplfile_hash_valid(hash) || archive_path(e, tenant, hash, path, sizeof path) < 0)
         return -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    struct stat st;
     if (fd < 0)
         return -1;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t)TPL_COPY_MAX ||
-        !(*out = malloc((size_t)st.st_size + 1))) {
-        close(fd);
-        return -1;
-    }
-    size_t off = 0;
-    while (off < (size_t)st.st_size) {
-        ssize_t r = read(fd, *out + off, (size_t)st.st_size - off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        off += (size_t)r;
-    }
+    *out = readall_fd(fd, TPL_COPY_MAX, len);
     close(fd);
-    if (off != (size_t)st.st_size) {
-        free(*out);
-        *out = NULL;
-        return -1;
-    }
-    *len = off;
-    return 0;
+    return *out ? 0 : -1;
 }
 
 void e2b_tplfiles_register(struct router *r, struct e2b *e)
