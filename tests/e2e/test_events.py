@@ -36,6 +36,11 @@ def two():
     shutil.rmtree(guest, ignore_errors=True)
 
 
+def full_log(s):
+    with open(s.log_path, errors="replace") as f:
+        return f.read()
+
+
 class Stream:
     """An open /v1/events stream read by a thread into a queue of (event, data)."""
 
@@ -167,3 +172,49 @@ def test_streams_per_tenant_are_capped(two):
         st.close()
         return st.resp.status == 200
     poll(reopen, timeout=40, every=1)
+
+
+def test_a_client_that_does_not_read_is_cut_off(two):
+    """A stream whose client stops reading does not hold spaced's memory without bound:
+    once more than EVENTS_QUEUE_MAX (64 KiB) of events wait in spaced for it, it gets the
+    `too_slow` error event and the stream ends; spaced and the tenant's other streams go
+    on. The client's receive buffer is made small and nothing is read while its tenant's
+    creates (each fails at once on the fake guest: four events) fill the queue."""
+    s, _, _ = two
+    r = s.request("POST", "/v1/keys", {"tenant": "ev-slow"})
+    assert r.status == 201, r
+    key = r.json["secret"]
+    slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connect: a small window
+    slow.connect(("127.0.0.1", s.port))
+    slow.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() + b"\r\n\r\n")
+    fine = Stream(s, key)
+    try:
+        assert fine.resp.status == 200
+        sids = []
+        cut = False
+        for i in range(1500):
+            r = s.request("POST", "/v1/sandboxes", {"template": "fake"}, key=key)
+            assert r.status == 202, r
+            sids.append(r.json["sandbox"]["id"])
+            if i % 25 == 24 and "event=events.slow" in full_log(s):
+                cut = True
+                break
+        assert cut, "1500 creates (about 6000 events) never cut the stream that is not read"
+        # Now read the slow stream: what was sent before the cut, then the error event, then the end.
+        slow.settimeout(60)
+        data = b""
+        while True:
+            chunk = slow.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        tail = data[-400:].decode(errors="replace")
+        assert "event: error" in tail and '"code":"too_slow"' in tail, tail
+        # The stream that is read saw every create, and spaced still answers.
+        fine.until(lambda n, d: n == "sandbox" and d["id"] == sids[-1] and d["state"] == "failed",
+                   "the last create's failure")
+        assert s.request("GET", "/v1/sandboxes", key=key).status == 200
+    finally:
+        slow.close()
+        fine.close()

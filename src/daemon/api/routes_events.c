@@ -17,7 +17,8 @@
  * Not replayable: events carry no id, and what happens while a client is disconnected is
  * not kept; a client re-reads its lists after it reconnects. Bounded: at most
  * EVENTS_STREAMS_MAX streams per tenant (429 beyond), and a client that lets more than
- * EVENTS_QUEUE_MAX bytes queue up gets the error event and its stream ends; a comment
+ * EVENTS_QUEUE_MAX bytes queue up in spaced (beyond a kernel send buffer capped at
+ * EVENTS_SNDBUF) gets the error event and its stream ends; a comment
  * every EVENTS_KEEPALIVE_S keeps idle proxies from closing the stream.
  *
  * A cluster control (cluster.h) runs no sandboxes and hears of no change its nodes make:
@@ -37,6 +38,7 @@
 
 #define EVENTS_STREAMS_MAX 8
 #define EVENTS_QUEUE_MAX (64u * 1024)
+#define EVENTS_SNDBUF (16 * 1024) /* the kernel's share of a stream's buffering */
 #define EVENTS_KEEPALIVE_S 15
 
 struct events_stream {
@@ -167,6 +169,9 @@ static void h_events(struct http_req *req, void *arg)
         routes_reply_error(sp, req, 500, "internal", "cannot start the event stream");
         return;
     }
+    /* Events are small: a kernel buffer of megabytes would let a client that stopped
+     * reading hold that much before EVENTS_QUEUE_MAX could notice it. */
+    http_stream_cap_sndbuf(req, EVENTS_SNDBUF);
     st->ev = ev;
     st->req = req;
     snprintf(st->tenant, sizeof st->tenant, "%s", who.tenant);

@@ -208,6 +208,12 @@ int http_stream_start(struct http_req *req, int status, const char *content_type
 int http_stream_write(struct http_req *req, const void *data, size_t len);
 /* Bytes queued on the connection that the client has not accepted yet. */
 size_t http_stream_pending(const struct http_req *req);
+/* Caps the kernel's send buffer of the stream's connection at about `bytes` (the kernel
+ * doubles it for bookkeeping; autotuning, which grows it to megabytes, stops). For
+ * streams of small notifications: a client that stops reading then shows in
+ * http_stream_pending after kilobytes, not after the megabytes the kernel would hold for
+ * it first. */
+void http_stream_cap_sndbuf(struct http_req *req, int bytes);
 /* Runs cb once, from the event loop, when pending drops to limits.stream_low_water or
  * below (immediately-next-loop if it already is). Re-register for the next drain. */
 typedef void (*http_drain_fn)(struct http_req *req, void *arg);

@@ -93,6 +93,11 @@ struct evbuffer *http_conn_output(struct http_conn *c)
     return bufferevent_get_output(c->bev);
 }
 
+int http_conn_fd(struct http_conn *c)
+{
+    return bufferevent_getfd(c->bev);
+}
+
 /* True while the body is being consumed from the wire on the application's behalf. */
 static bool body_reading(const struct http_req *r)
 {

@@ -133,6 +133,7 @@ void http_conn_schedule(struct http_conn *c);
  * body is being actively consumed (or while lingering). */
 void http_conn_update_timeouts(struct http_conn *c);
 struct evbuffer *http_conn_output(struct http_conn *c);
+int http_conn_fd(struct http_conn *c);
 /* Takes the connection out of its server's list (and count); the caller frees it or hands
  * it over. */
 void http_conn_unlink(struct http_conn *c);

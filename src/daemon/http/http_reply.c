@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 
@@ -333,6 +334,13 @@ size_t http_stream_pending(const struct http_req *r)
     if (r->app_done)
         return 0;
     return evbuffer_get_length(http_conn_output(r->conn));
+}
+
+void http_stream_cap_sndbuf(struct http_req *r, int bytes)
+{
+    int fd = http_conn_fd(r->conn);
+    if (fd >= 0) /* best effort: without it the cut-off comes later, not never */
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
 }
 
 void http_stream_on_drain(struct http_req *r, http_drain_fn cb, void *arg)
