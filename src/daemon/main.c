@@ -93,7 +93,22 @@ static void usage(FILE *f)
             "  SPACE_GATEWAY_ARGS   extra space-gateway arguments, separated by spaces\n"
             "                       (e.g. \"--upstream-dns ADDR --trust FILE\")\n"
             "  SPACE_E2B_DOMAIN     the sandbox domain E2B getHost() names (docs/e2b.md)\n"
-            "  SPACE_E2B_PORT_LISTEN ADDR:PORT  E2B sandbox-port listener (default: none)\n");
+            "  SPACE_E2B_PORT_LISTEN ADDR:PORT  E2B sandbox-port listener (default: none)\n"
+            "  SPACE_PUBLIC_URL     http[s]://host[:port] clients reach spaced at (behind a TLS\n"
+            "                       proxy): links spaced hands out use it (default: http://Host)\n");
+}
+
+/* SPACE_PUBLIC_URL: a scheme and an authority only, since links are built by appending
+ * a path to it. */
+static bool public_url_ok(const char *u)
+{
+    const char *h = strncmp(u, "https://", 8) == 0 ? u + 8 : strncmp(u, "http://", 7) == 0 ? u + 7 : NULL;
+    if (!h || !*h || strlen(h) > 255)
+        return false;
+    for (; *h; h++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]", *h))
+            return false;
+    return true;
 }
 
 /* An environment variable, NULL when unset or empty. */
@@ -201,6 +216,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->qemu_shim = env_opt("SPACE_QEMU_SHIM");
     o->e2b_domain = env_opt("SPACE_E2B_DOMAIN");
     o->e2b_port_listen = env_opt("SPACE_E2B_PORT_LISTEN");
+    o->public_url = env_opt("SPACE_PUBLIC_URL");
     o->node_token = getenv("SPACE_NODE_TOKEN");
     o->guest_dir = default_guest_dir();
     o->console_dir = default_console_dir();
@@ -313,6 +329,11 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         o->conns_per_client = o->role == CLUSTER_NODE ? 0 : 128;
     if (optind != argc) {
         usage(stderr);
+        return -1;
+    }
+    if (o->public_url && !public_url_ok(o->public_url)) {
+        fprintf(stderr, "spaced: SPACE_PUBLIC_URL must be http://HOST[:PORT] or https://HOST[:PORT] "
+                        "(no path, query or trailing slash)\n");
         return -1;
     }
     return 0;

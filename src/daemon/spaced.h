@@ -100,6 +100,8 @@ struct spaced_opts {
     const char *e2b_domain; /* SPACE_E2B_DOMAIN: the domain E2B getHost() names; NULL = none */
     const char *e2b_port_listen; /* SPACE_E2B_PORT_LISTEN: ADDR:PORT of the E2B sandbox-port
                               listener (e2b/e2b_portlisten.c); NULL = no listener */
+    const char *public_url; /* SPACE_PUBLIC_URL: scheme://host[:port] clients reach spaced at,
+                              for links spaced hands out; NULL = http:// and the request's Host */
 };
 
 /* Backoff for writes retried while the store is down (the op engine's outcomes, the

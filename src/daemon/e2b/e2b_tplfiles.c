@@ -92,16 +92,24 @@ void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, c
         json_decref(r);
         return;
     }
-    if (!host_ok(host)) {
-        e2b_reply_rest_error(req, 400, "a Host header (host[:port]) is needed to build the upload link");
-        return;
+    /* The link is the address the client reached us at: configured when a proxy
+     * terminates TLS in front of spaced, else plain HTTP to the Host it named. */
+    const char *base = e->sp->opt.public_url;
+    char hostbase[300];
+    if (!base) {
+        if (!host_ok(host)) {
+            e2b_reply_rest_error(req, 400, "a Host header (host[:port]) is needed to build the upload link");
+            return;
+        }
+        snprintf(hostbase, sizeof hostbase, "http://%s", host);
+        base = hostbase;
     }
     if (auth_token_mint(e->sp->auth, scope, spaced_now_ms() + TPLFILE_TTL_MS, tok, sizeof tok) < 0) {
         e2b_reply_rest_error(req, 500, "cannot mint an upload token");
         return;
     }
     char url[1024];
-    snprintf(url, sizeof url, "http://%s/templates/%s/files/%s?tenant=%s&token=%s", host, name,
+    snprintf(url, sizeof url, "%s/templates/%s/files/%s?tenant=%s&token=%s", base, name,
              hash, tenant, tok);
     json_t *r = json_pack("{s:b, s:s}", "present", 0, "url", url);
     http_reply_json(req, 200, r);
