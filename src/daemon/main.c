@@ -31,6 +31,7 @@
 #include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/vm.h"
+#include "daemon/volume/vol_trash.h"
 #include "log.h"
 
 
@@ -450,6 +451,7 @@ int main(int argc, char **argv)
     }
     tpl_set_users(&sp, sbx_template_users);
     sp.vol_user = sbx_vol_user; /* vol_delete: 409 while a sandbox mounts the volume */
+    vol_trash_sweep(&sp); /* removals a killed spaced left half done */
     if (cluster_runs_sandboxes(&sp) && sbx_table_load(&sp) != 0) {
         fprintf(stderr, "spaced: loading sandboxes: %s\n", store_errmsg(sp.store));
         return 1;

@@ -90,10 +90,15 @@ await main(async () => {
     await rejectsWith(vol.list('/nope'), VolumePathNotFoundError)
     await rejectsWith(vol.remove('/nope'), VolumePathNotFoundError)
   })
-  await step('remove a file and an empty directory', async () => {
+  await step('remove a file, an empty directory and a directory with files in it', async () => {
     await vol.remove('/x.sh')
     await vol.remove('/d1')
     assert.equal(await vol.exists('/x.sh'), false)
+    await vol.writeFile('/tree/a/one.txt', 'one')
+    await vol.writeFile('/tree/b/two.txt', 'two')
+    await vol.remove('/tree')
+    assert.equal(await vol.exists('/tree'), false)
+    assert.equal(await vol.exists('/tree/a/one.txt'), false)
   })
   await step('the native API sees the same volume and files', async () => {
     const r = await raw(`/v1/volumes/${name}/files?path=/a/b/hello.txt`, { method: 'GET', headers: { Authorization: `Bearer ${apiKey}` } })

@@ -89,7 +89,7 @@ def test_files_round_trip(vs):
     assert [(e["name"], e["type"]) for e in r.json["entries"]] == [("er", "dir"), ("small", "file")]
     assert s.request("GET", files("f", "/missing")).status == 404
     assert s.request("GET", files("f", "/deep")).status == 409  # a directory
-    assert s.request("DELETE", files("f", "/deep")).status == 409  # not empty
+    assert s.request("DELETE", files("f", "/deep")).status == 409  # not empty (no recursive=true)
     assert s.request("DELETE", files("f", "/deep/small")).status == 204
     assert s.request("DELETE", files("f", "/deep/small")).status == 404
     assert s.request("DELETE", files("f", "/")).status == 400
@@ -283,5 +283,80 @@ def test_data_survives_restart(fresh_spaced):
         s.start()
         assert [v["name"] for v in s.request("GET", "/v1/volumes").json["volumes"]] == ["keep"]
         assert s.request("GET", files("keep", "/a.txt")).body == b"kept"
+    finally:
+        shutil.rmtree(guest, ignore_errors=True)
+
+
+def trash_empty(s):
+    vols = os.path.join(s.data_dir, "volumes")
+    left = [n for n in os.listdir(vols) if n.startswith(".trash")]
+    return all(not os.listdir(os.path.join(vols, n)) for n in left if os.path.isdir(os.path.join(vols, n)))
+
+
+def test_recursive_remove_at_once_and_never_through_links(vs, tmp_path):
+    """A directory with files in it goes only with recursive=true (409 not_empty
+    without), all at once: the 204 comes when the tree is renamed away, its files are
+    deleted in the background (the trash empties), its bytes stop counting for the
+    quota at once, and links in it are removed, never followed (a host directory a guest
+    linked to keeps its files)."""
+    s = vs
+    r = s.request("POST", "/v1/keys", {"tenant": "vol-rm"})
+    assert r.status == 201, r
+    k = r.json["secret"]
+    assert s.request("PUT", "/v1/tenants/vol-rm/quota", {"volume_mib": 1}).status == 200
+    assert s.request("POST", "/v1/volumes", {"name": "tree"}, key=k).status == 201
+    for i in range(200):
+        assert put(s, "tree", "/t/d%d/f%d" % (i % 7, i), b"x" * 4096, key=k).status == 200
+    assert put(s, "tree", "/keep", b"kept", key=k).status == 200
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"host secret")
+    os.symlink(str(outside), os.path.join(voldir(s, "tree"), "t", "d0", "out"))
+    r = s.request("DELETE", files("tree", "/t"), key=k)
+    assert r.status == 409 and r.error_code() == "not_empty", r
+    r = s.request("DELETE", files("tree", "/t") + "&recursive=maybe", key=k)
+    assert r.status == 400, r
+    assert put(s, "tree", "/big", b"y" * 900 * 1024, key=k).status == 507  # 800 KiB in /t
+    assert s.request("DELETE", files("tree", "/t") + "&recursive=true", key=k).status == 204
+    assert s.request("GET", files("tree", "/t", "/list"), key=k).status == 404
+    r = s.request("GET", files("tree", "/", "/list"), key=k)
+    assert [e["name"] for e in r.json["entries"]] == ["keep"], r
+    assert put(s, "tree", "/big", b"y" * 900 * 1024, key=k).status == 200  # room at once
+    poll_until(lambda: trash_empty(s), "the trash to empty")
+    assert (outside / "secret").read_bytes() == b"host secret"
+    # a whole volume goes the same way
+    assert s.request("DELETE", "/v1/volumes/tree", key=k).status == 204
+    assert s.request("GET", "/v1/volumes/tree", key=k).status == 404
+    poll_until(lambda: trash_empty(s), "the trash to empty")
+    assert (outside / "secret").read_bytes() == b"host secret"
+
+
+def poll_until(fn, what, timeout=60):
+    import time
+    end = time.monotonic() + timeout
+    while not fn():
+        assert time.monotonic() < end, "timed out waiting for " + what
+        time.sleep(0.1)
+
+
+def test_trash_left_by_a_killed_spaced_is_deleted_at_start(fresh_spaced):
+    """A removal renamed into the trash whose deletion a kill interrupted (and a sweep
+    interrupted the same way) is finished by the next start; volumes are untouched."""
+    guest = make_fake_guest()
+    try:
+        s = fresh_spaced(guest)
+        assert s.request("POST", "/v1/volumes", {"name": "stay"}).status == 201
+        assert put(s, "stay", "/a", b"still here").status == 200
+        s.kill9()
+        vols = os.path.join(s.data_dir, "volumes")
+        for d in (".trash/rm0/sub", ".trash-123/rm1"):
+            os.makedirs(os.path.join(vols, d))
+            with open(os.path.join(vols, d, "f"), "wb") as f:
+                f.write(b"junk")
+        s.start()
+        poll_until(lambda: not [n for n in os.listdir(vols) if n.startswith(".trash")],
+                   "the leftovers to go")
+        assert s.request("GET", files("stay", "/a")).body == b"still here"
+        assert [v["name"] for v in s.request("GET", "/v1/volumes").json["volumes"]] == ["stay"]
     finally:
         shutil.rmtree(guest, ignore_errors=True)

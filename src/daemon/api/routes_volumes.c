@@ -15,6 +15,7 @@
  *
  * File transfers are volume/vol_xfer.c's (shared with E2B's volume content API). */
 #include "daemon/auth/auth.h"
+#include "daemon/session/sess_req.h"
 #include "daemon/volume/vol.h"
 #include "daemon/volume/vol_xfer.h"
 #include "routes.h"
@@ -140,7 +141,9 @@ static void h_remove(struct http_req *req, void *sp)
     const char *name = vol_auth(sp, req, &who);
     if (!name)
         return;
-    if (vol_remove(sp, who.tenant, name, http_req_query(req, "path"), &err) == 0)
+    bool recursive = false;
+    if (sess_req_bool(http_req_query(req, "recursive"), "recursive", &recursive, &err) == 0 &&
+        vol_remove(sp, who.tenant, name, http_req_query(req, "path"), recursive, &err) == 0)
         http_reply(req, 204, NULL, NULL, 0);
     else
         routes_reply_err(sp, req, &err);

@@ -320,7 +320,8 @@ static void h_remove(struct http_req *req, void *arg)
     const char *name = content_auth(e, req, tenant);
     if (!name)
         return;
-    if (vol_remove(e->sp, tenant, name, http_req_query(req, "path"), &err) < 0)
+    /* E2B removes a directory with everything in it, as envd's Remove does. */
+    if (vol_remove(e->sp, tenant, name, http_req_query(req, "path"), true, &err) < 0)
         reply_err(req, &err);
     else
         http_reply(req, 204, NULL, NULL, 0);

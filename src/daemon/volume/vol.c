@@ -1,5 +1,6 @@
 /* vol.c: volumes as directories, and every path inside one resolved beneath it (vol.h). */
 #include "vol.h"
+#include "vol_trash.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -162,11 +163,16 @@ int vol_delete(struct spaced *sp, const char *tenant, const char *name, struct s
     if (sp->vol_user && sp->vol_user(sp, tenant, name, user, sizeof user))
         return spaced_err_set(err, 409, "volume_in_use", "volume %s is mounted by sandbox %s "
                               "(delete the sandbox first)", name, user);
-    char vdir[600];
-    vol_path(sp, tenant, name, vdir, sizeof vdir);
-    spaced_rm_rf(vdir); /* nftw FTW_PHYS: links are removed, never followed */
-    if (access(vdir, F_OK) == 0)
-        return spaced_err_set(err, 500, "internal", "volume %s could not be removed", name);
+    char tdir[600];
+    int tfd = vol_path(sp, tenant, NULL, tdir, sizeof tdir)
+                  ? open(tdir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    int rc = tfd >= 0 ? vol_trash_move(sp, tfd, name) : -1;
+    int e = errno;
+    if (tfd >= 0)
+        close(tfd);
+    if (rc != 0)
+        return spaced_err_set(err, 500, "internal", "volume %s could not be removed: %s", name,
+                              strerror(e));
     return 0;
 }
 
@@ -317,7 +323,7 @@ static int open_parent(struct spaced *sp, const char *tenant, const char *name,
 }
 
 int vol_remove(struct spaced *sp, const char *tenant, const char *name, const char *path,
-               struct spaced_err *err)
+               bool recursive, struct spaced_err *err)
 {
     char leaf[VOL_PATH_MAX];
     int pfd = open_parent(sp, tenant, name, path, false, leaf, err);
@@ -326,6 +332,8 @@ int vol_remove(struct spaced *sp, const char *tenant, const char *name, const ch
     int rc = unlinkat(pfd, leaf, 0);
     if (rc != 0 && errno == EISDIR)
         rc = unlinkat(pfd, leaf, AT_REMOVEDIR);
+    if (rc != 0 && (errno == ENOTEMPTY || errno == EEXIST) && recursive)
+        rc = vol_trash_move(sp, pfd, leaf); /* leaf is a directory: renamed, not followed */
     int e = errno;
     close(pfd);
     if (rc == 0)

@@ -42,7 +42,8 @@ int vol_create(struct spaced *sp, const char *tenant, const char *name, struct s
 json_t *vol_get(struct spaced *sp, const char *tenant, const char *name, struct spaced_err *err);
 /* [{"name","created_at"}...] sorted by name. New reference (NULL: out of memory). */
 json_t *vol_list(struct spaced *sp, const char *tenant);
-/* Deletes the volume and everything in it (symlinks are removed, never followed); 409
+/* Deletes the volume and everything in it (at once for the client: vol_trash.h; symlinks
+ * are removed, never followed); 409
  * volume_in_use naming the sandbox while a live sandbox mounts it (sp->vol_user). */
 int vol_delete(struct spaced *sp, const char *tenant, const char *name, struct spaced_err *err);
 
@@ -64,9 +65,11 @@ int vol_ident(struct spaced *sp, const char *tenant, const char *name, char *out
  * directory, 500). */
 int vol_open(struct spaced *sp, const char *tenant, const char *name, const char *path,
              int flags, bool mkdirs, struct spaced_err *err);
-/* Removes the file or empty directory at path. 0 or -1 with err. */
+/* Removes the file or directory at path; a directory that is not empty only when
+ * recursive (else 409 not_empty), then all of it at once (vol_trash.h: renamed away on
+ * the loop, deleted by a thread). 0 or -1 with err. */
 int vol_remove(struct spaced *sp, const char *tenant, const char *name, const char *path,
-               struct spaced_err *err);
+               bool recursive, struct spaced_err *err);
 /* Makes the directory at path with mode (the missing directories above it too when
  * parents). 0, or -1 with err (409 exists, 404 a parent missing, 400 as vol_open). */
 int vol_mkdir(struct spaced *sp, const char *tenant, const char *name, const char *path,

@@ -138,16 +138,24 @@ void vol_xfer_upload(struct spaced *sp, struct http_req *req, const char *tenant
         ops->fail(req, &err, arg);
         return;
     }
+    /* Whether the upload makes the file: one the quota refuses is then removed again. */
+    struct spaced_err err;
+    int probe = vol_open(sp, tenant, name, path, O_PATH, false, &err);
+    bool fresh = probe < 0 && err.status == 404;
+    if (probe >= 0)
+        close(probe);
     /* Not O_TRUNC: that would act on whatever node a guest left at the path before
      * xfer_open's check, and on a file the quota then refuses to replace. */
     struct xfer *x = xfer_open(sp, req, tenant, name, path, O_WRONLY | O_CREAT, true, ops, arg);
     if (!x)
         return;
-    struct spaced_err err;
     int64_t len = http_req_content_length(req);
     if (!(x->charge = vol_quota_begin(sp, tenant, x->size, &err)) ||
         (len > 0 && vol_quota_take(x->charge, len, &err) < 0)) {
-        xfer_fail(x, err.status, err.code, err.message); /* the file is untouched */
+        struct spaced_err ignored;
+        if (fresh)
+            vol_remove(sp, tenant, name, path, false, &ignored);
+        xfer_fail(x, err.status, err.code, err.message); /* an existing file is untouched */
         return;
     }
     x->paid = len > 0 ? len : 0;
