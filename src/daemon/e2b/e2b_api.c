@@ -156,12 +156,23 @@ static json_t *listed_json(const struct store_sbx *r)
     spaced_fmt_time(r->created_ms, started);
     spaced_fmt_time(end_ms, end);
     json_t *meta = r->metadata_json ? json_loads(r->metadata_json, 0, NULL) : NULL;
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:o}",
+    /* The native record's volumes are E2B's volumeMounts as they are ({name, path}). */
+    json_t *mounts = r->volumes_json ? json_loads(r->volumes_json, 0, NULL) : NULL;
+    if (meta && !json_is_object(meta)) {
+        json_decref(meta);
+        meta = NULL;
+    }
+    if (mounts && !json_is_array(mounts)) {
+        json_decref(mounts);
+        mounts = NULL;
+    }
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:s, s:o, s:o}",
                      "sandboxID", r->id, "templateID", r->template_name, "alias",
                      r->template_name, "clientID", "space", "cpuCount", (json_int_t)r->vcpus,
                      "memoryMB", (json_int_t)r->memory_mib, "diskSizeMB", (json_int_t)0,
                      "startedAt", started, "endAt", end, "state", state, "envdVersion",
-                     E2B_ENVD_VERSION, "metadata", json_is_object(meta) ? meta : json_object());
+                     E2B_ENVD_VERSION, "metadata", meta ? meta : json_object(),
+                     "volumeMounts", mounts ? mounts : json_array());
 }
 
 /* The sandbox {id} of the tenant, or NULL after replying 404. */
