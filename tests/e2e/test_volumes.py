@@ -17,7 +17,7 @@ import urllib.parse
 
 import pytest
 
-from spacedlib import BUILD, Spaced, make_fake_guest
+from spacedlib import BUILD, Spaced, make_fake_guest, poll
 
 
 def files(name, path, sub=""):
@@ -322,21 +322,13 @@ def test_recursive_remove_at_once_and_never_through_links(vs, tmp_path):
     r = s.request("GET", files("tree", "/", "/list"), key=k)
     assert [e["name"] for e in r.json["entries"]] == ["keep"], r
     assert put(s, "tree", "/big", b"y" * 900 * 1024, key=k).status == 200  # room at once
-    poll_until(lambda: trash_empty(s), "the trash to empty")
+    poll(lambda: trash_empty(s), timeout=60, every=0.1)
     assert (outside / "secret").read_bytes() == b"host secret"
     # a whole volume goes the same way
     assert s.request("DELETE", "/v1/volumes/tree", key=k).status == 204
     assert s.request("GET", "/v1/volumes/tree", key=k).status == 404
-    poll_until(lambda: trash_empty(s), "the trash to empty")
+    poll(lambda: trash_empty(s), timeout=60, every=0.1)
     assert (outside / "secret").read_bytes() == b"host secret"
-
-
-def poll_until(fn, what, timeout=60):
-    import time
-    end = time.monotonic() + timeout
-    while not fn():
-        assert time.monotonic() < end, "timed out waiting for " + what
-        time.sleep(0.1)
 
 
 def test_trash_left_by_a_killed_spaced_is_deleted_at_start(fresh_spaced):
@@ -354,8 +346,7 @@ def test_trash_left_by_a_killed_spaced_is_deleted_at_start(fresh_spaced):
             with open(os.path.join(vols, d, "f"), "wb") as f:
                 f.write(b"junk")
         s.start()
-        poll_until(lambda: not [n for n in os.listdir(vols) if n.startswith(".trash")],
-                   "the leftovers to go")
+        poll(lambda: not [n for n in os.listdir(vols) if n.startswith(".trash")], timeout=60, every=0.1)
         assert s.request("GET", files("stay", "/a")).body == b"still here"
         assert [v["name"] for v in s.request("GET", "/v1/volumes").json["volumes"]] == ["stay"]
     finally:
