@@ -146,12 +146,13 @@ struct spaced {
     struct e2b *e2b;           /* E2B API and sandbox-port pipes (e2b/e2b.h), NULL when the
                                   role runs no sandboxes */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
-    /* The id of a live sandbox of `tenant` that mounts volume `name` (written to
-     * id[idlen]), false if none: vol_delete asks before deleting (volume/vol.h
-     * vol_set_users; main.c registers the sandbox table's answer). NULL: none. */
     /* The byte charges of the volume uploads running now, one per tenant
      * (volume/vol_quota.c); each upload releases its own. */
     struct vol_charge *vol_charges;
+    struct vol_share *vol_shares; /* volume/vol_share.h: a budget per tenant with live mounts */
+    /* The id of a live sandbox of `tenant` that mounts volume `name` (written to
+     * id[idlen]), false if none: vol_delete asks before deleting (volume/vol.h
+     * vol_set_users; main.c registers the sandbox table's answer). NULL: none. */
     bool (*vol_user)(struct spaced *sp, const char *tenant, const char *name, char *id,
                      size_t idlen);
 };

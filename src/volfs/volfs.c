@@ -32,6 +32,7 @@ struct volfs *volfs_new(int root_fd)
         return NULL;
     }
     v->budget = -1;
+    v->used = &v->grown;
     for (unsigned i = 0; i < VOLFS_NODES_MAX; i++)
         v->nodes[i].fd = -1;
     for (unsigned i = 0; i < VOLFS_HANDLES_MAX; i++)

@@ -64,6 +64,12 @@ void volfs_free(struct volfs *v);
  * changes nothing; STATFS shows the budget left as the free space. Starts counting from
  * zero. */
 void volfs_set_budget(struct volfs *v, int64_t bytes);
+/* Counts growth in the int64 at offset 0 of the shared memory open on fd (a memfd spaced
+ * gives every mount of one tenant, with the same budget) instead of in this mount
+ * alone, so the tenant's mounts together stay within the budget. Each space-volfs
+ * answers one request at a time, checking then adding: together they pass it by at most
+ * one request's growth per mount. 0, or -1 with errno. */
+int volfs_share_budget(struct volfs *v, int fd);
 
 /* Handles one request message msg[len] (fuse_in_header + arguments) and writes the
  * reply (fuse_out_header + payload) to out[cap], cap >= VOLFS_REPLY_MAX. Returns the

@@ -35,6 +35,8 @@ struct volfs {
     bool inited, destroyed;
     int64_t budget;            /* bytes this mount may add (volfs_set_budget); -1: no limit */
     int64_t grown;             /* bytes it added since (net: freed bytes count back) */
+    int64_t *used;             /* where growth is counted: &grown, or the counter shared
+                                  by the tenant's mounts (volfs_share_budget) */
 };
 
 /* One request being answered: its header and the bytes after it, the reply payload. */

@@ -132,6 +132,36 @@ def test_byte_quota_in_sandbox(spaced):
         s.request("PUT", "/v1/tenants/admin/quota", {"volume_mib": None})
 
 
+def test_mounts_of_a_tenant_share_its_quota(spaced):
+    """Two volumes of one tenant mounted at once share what is left of its volume_mib
+    (one budget for all its live mounts, vol_share.h), and an upload through the files
+    API while they are mounted counts against it too: a guest cannot pass the quota by
+    writing a little under it into each of several mounts (before, each mount had all of
+    the quota left when it started)."""
+    s = spaced
+    r = s.request("PUT", "/v1/tenants/admin/quota", {"volume_mib": 1})
+    assert r.status == 200, r
+    try:
+        for n in ("share-a", "share-b"):
+            assert s.request("POST", "/v1/volumes", {"name": n}).status == 201
+        bdir = glob.glob(os.path.join(s.data_dir, "volumes", "*", "share-b"))[0]
+        sid = create_mounting(s, [{"name": "share-a", "path": "/mnt/a"}, {"name": "share-b", "path": "/mnt/b"}])
+        r = s.request("PUT", vfiles("share-a", "/up"), raw=b"u" * 300000,
+                      headers={"Content-Type": "application/octet-stream"})
+        assert r.status == 200, r
+        run(s, sid, "head -c 500000 /dev/zero > /mnt/a/x")
+        out, code = session_output(s, sid, "dd if=/dev/zero of=/mnt/b/y bs=100000 count=7 "
+                                           "2>/tmp/err; echo rc=$?; cat /tmp/err")
+        out = out.decode()
+        assert code == 0 and "rc=0" not in out and "No space left" in out, (out, s.log())
+        assert os.path.getsize(os.path.join(bdir, "y")) <= (1 << 20) - 800000
+        delete(s, sid)
+        for n in ("share-a", "share-b"):
+            assert s.request("DELETE", "/v1/volumes/" + n).status == 204
+    finally:
+        s.request("PUT", "/v1/tenants/admin/quota", {"volume_mib": None})
+
+
 def test_sendfile_from_volume_into_stdout_pipe(spaced):
     """busybox cat (the base template's) sendfile()s the file into its stdout pipe: the
     kernel holds the pipe's lock while the FUSE read waits for the agent's relay, so an

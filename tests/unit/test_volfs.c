@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -379,6 +380,39 @@ static void test_nodes_handles_rename_readdir(void **state)
 /* A byte budget: writes and extensions past it fail with ENOSPC and change nothing (a
  * sparse write far out counts its apparent size); truncating, unlinking, replacing and
  * O_TRUNC give bytes back; statfs shows what is left. */
+/* Two mounts of one tenant share a budget (daemon/volume/vol_share.h): growth made by
+ * the other mount (its space-volfs adds to the shared counter) leaves this one less. */
+static void test_shared_budget(void **state)
+{
+    (void)state;
+    int fd = memfd_create("budget", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 8), 0);
+    int64_t *other = mmap(NULL, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(other != MAP_FAILED);
+    volfs_set_budget(V, 10);
+    assert_int_equal(volfs_share_budget(V, fd), 0);
+    uint64_t fh;
+    create(FUSE_ROOT_ID, "a", 0644, &fh);
+    assert_int_equal(write_at(fh, 0, "1234"), 0);
+    assert_int_equal(*other, 4); /* this mount's growth, seen by the others */
+    __atomic_add_fetch(other, 5, __ATOMIC_SEQ_CST); /* the other mount wrote 5 bytes */
+    assert_int_equal(write_at(fh, 4, "ab"), -ENOSPC); /* 4 + 5 + 2 > 10 */
+    assert_int_equal(write_at(fh, 4, "a"), 0);        /* exactly 10 */
+    assert_int_equal(call(FUSE_STATFS, FUSE_ROOT_ID, NULL, 0, NULL, NULL), 0);
+    assert_int_equal(((struct fuse_statfs_out *)payload())->st.bavail, 0);
+    __atomic_sub_fetch(other, 5, __ATOMIC_SEQ_CST); /* the other freed its bytes */
+    assert_int_equal(write_at(fh, 5, "bcd"), 0);
+    release(fh);
+    assert_int_equal(*other, 8);
+    /* a descriptor too small to hold the counter is refused */
+    int small = memfd_create("small", MFD_CLOEXEC);
+    assert_int_equal(volfs_share_budget(V, small), -1);
+    close(small);
+    munmap(other, 8);
+    close(fd);
+}
+
 static void test_budget(void **state)
 {
     volfs_set_budget(V, 10);
@@ -480,6 +514,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostile_ids_sizes_framing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes_handles_rename_readdir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_serve_stream, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

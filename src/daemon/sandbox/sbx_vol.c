@@ -15,6 +15,7 @@
 #include "daemon/agentc/agentc.h"
 #include "daemon/volume/vol.h"
 #include "daemon/volume/vol_quota.h"
+#include "daemon/volume/vol_share.h"
 #include "log.h"
 #include "sbx_internal.h"
 
@@ -138,8 +139,8 @@ void sbx_vol_attach(struct sbx *s)
             log_warn("volume.mount", "mount=%s event=failed msg=\"the volume is gone\"", label);
             continue;
         }
-        /* The tenant's volume quota left, as this mount's budget (vol_quota.h: mounts do
-         * not share it). Unknown (the store failed): nothing, rather than no limit. */
+        /* The tenant's volume quota left, as the budget its mounts share (vol_share.h).
+         * Unknown (the store failed): nothing, rather than no limit. */
         int64_t left;
         if (vol_quota_left(s->sp, s->rec.tenant, &left, &e) < 0) {
             char q[400];
@@ -147,11 +148,18 @@ void sbx_vol_attach(struct sbx *s)
                      log_quote(e.message, q, sizeof q));
             left = 0;
         }
+        struct vol_share *share = left >= 0 ? vol_share_join(s->sp, s->rec.tenant, left) : NULL;
+        if (left >= 0 && !share) {
+            log_warn("volume.mount", "mount=%s event=failed msg=\"no shared budget\"", label);
+            continue;
+        }
         struct volm_spec spec = {.dir = dir, .guest_path = path, .volfs = bin,
                                  .jail_root = root, .jail = vm_jail_of(s->vm), .label = label,
-                                 .has_budget = left >= 0, .budget = left};
+                                 .has_budget = left >= 0,
+                                 .budget = share ? vol_share_budget(share) : left, .share = share};
         s->mounts[i] = volm_start(s->sp->base, s->agent, &spec, err, sizeof err);
         if (!s->mounts[i]) {
+            vol_share_leave(share);
             char q[400];
             log_warn("volume.mount", "mount=%s event=failed msg=%s", label,
                      log_quote(err, q, sizeof q));

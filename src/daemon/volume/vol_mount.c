@@ -20,6 +20,10 @@
 #include "daemon/agentc/agentc.h"
 #include "daemon/vm/vm_spawn.h"
 #include "log.h"
+#include "vol_share.h"
+
+/* The descriptor number space-volfs finds the shared budget counter at. */
+#define VOLM_SHARE_FD 3
 
 struct volm {
     struct agentc_chan *ch;   /* the agent's mount channel, NULL once closed */
@@ -29,6 +33,7 @@ struct volm {
     struct event *exit_ev;    /* pidfd readable: it exited */
     size_t ungranted;         /* guest bytes given to the socket, credit not yet returned */
     bool live;
+    struct vol_share *share;  /* the budget counter space-volfs shares (a reference) */
     char label[160];
 };
 
@@ -163,16 +168,20 @@ static void volfs_exited(evutil_socket_t fd, short what, void *arg)
 static int spawn_volfs(const struct volm_spec *spec, int fd, pid_t *pid, char *err,
                        size_t errlen)
 {
-    char budget[24];
+    char budget[24], share_fd[8];
     snprintf(budget, sizeof budget, "%lld", (long long)spec->budget);
+    snprintf(share_fd, sizeof share_fd, "%d", VOLM_SHARE_FD);
+    bool shared = spec->has_budget && spec->share;
     char *argv[] = {(char *)spec->volfs, (char *)spec->dir, spec->has_budget ? budget : NULL,
-                    NULL};
+                    shared ? share_fd : NULL, NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
     struct vm_spawn s = {.argv = argv, .envp = envp, .log_fd = 2, .jail = spec->jail,
                          .jail_root = spec->jail_root, .serve_fd = fd,
                          .cgroup_fds = {-1, -1, -1}};
     for (int i = 0; i < VM_FD_COUNT; i++)
         s.fds[i] = -1;
+    if (shared)
+        s.fds[VOLM_SHARE_FD] = vol_share_fd(spec->share);
     if (spec->jail && spec->jail->enabled) {
         if (mkdir(spec->jail_root, 0700) < 0 && errno != EEXIST) {
             snprintf(err, errlen, "jail root %s: %s", spec->jail_root, strerror(errno));
@@ -233,6 +242,7 @@ struct volm *volm_start(struct event_base *base, struct agentc *agent,
         volm_free(m);
         return NULL;
     }
+    m->share = spec->share;
     log_info("volume.mount", "mount=%s event=started pid=%d", m->label, (int)m->pid);
     return m;
 }
@@ -263,5 +273,6 @@ void volm_free(struct volm *m)
         close(m->pidfd);
     if (m->bev)
         bufferevent_free(m->bev);
+    vol_share_leave(m->share);
     free(m);
 }

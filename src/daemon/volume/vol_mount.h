@@ -51,10 +51,13 @@ struct volm_spec {
     const char *label;        /* for logs: "<sandbox>:<volume>" */
     bool has_budget;          /* the mount may grow the volume by at most budget bytes */
     int64_t budget;           /* (space-volfs DIR MAX_BYTES: ENOSPC past it; vol_quota.h) */
+    struct vol_share *share;  /* with a budget: the tenant's share it counts growth in
+                                 (vol_share.h; budget is then the share's), or NULL */
 };
 
-/* Starts space-volfs and sends the `mount` request on agent. NULL with err on failure
- * (nothing left running). */
+/* Starts space-volfs and sends the `mount` request on agent. The mount takes over the
+ * caller's reference to spec->share (left when the mount is freed). NULL with err on
+ * failure (nothing left running; the share's reference is still the caller's). */
 struct volm *volm_start(struct event_base *base, struct agentc *agent,
                         const struct volm_spec *spec, char *err, size_t errlen);
 

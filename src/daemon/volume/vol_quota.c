@@ -8,6 +8,7 @@
 
 #include "daemon/quota/quota.h"
 #include "daemon/store/store.h"
+#include "vol_share.h"
 
 /* The uploads of one tenant running now: the bytes they may still add together. */
 struct vol_charge {
@@ -15,6 +16,7 @@ struct vol_charge {
     int64_t left;           /* -1: unlimited */
     unsigned users;         /* uploads holding it */
     struct vol_charge **head; /* the list it is on: &sp->vol_charges */
+    struct spaced *sp;
     struct vol_charge *next;
 };
 
@@ -77,6 +79,7 @@ struct vol_charge *vol_quota_begin(struct spaced *sp, const char *tenant, int64_
         snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
         c->left = left;
         c->head = &sp->vol_charges;
+        c->sp = sp;
         c->next = sp->vol_charges;
         sp->vol_charges = c;
     }
@@ -96,6 +99,7 @@ int vol_quota_take(struct vol_charge *c, int64_t n, struct spaced_err *err)
                               "volumes, this upload needs more (delete files or volumes, or ask "
                               "an admin to raise the quota)", (long long)c->left);
     c->left -= n;
+    vol_share_add(c->sp, c->tenant, n); /* the tenant's live mounts see the bytes too */
     return 0;
 }
 

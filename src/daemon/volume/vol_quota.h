@@ -13,11 +13,10 @@
  *     (a Content-Length that cannot fit is refused before the file is touched). The
  *     uploads of one tenant running at once share one charge, so together they stay
  *     within the quota; the usage is measured again once none is running.
- *   - sandboxes (space-volfs): each mount gets the bytes left when it starts as its own
- *     budget (volfs_set_budget: ENOSPC past it). Mounts of one tenant do not share a
- *     budget: two sandboxes writing at once may together go over the quota by up to
- *     what was left when the second mounted; every later upload and mount then sees the
- *     usage over the limit and gets nothing. A mount that starts over the quota can read,
+ *   - sandboxes (space-volfs): a tenant's live mounts share one budget, the bytes left
+ *     when the first of them started (vol_share.h), and its growth counter (ENOSPC past
+ *     it), to which uploads add their bytes too. Together they may pass it by at most
+ *     one FUSE request's growth per mount. A mount that starts over the quota can read,
  *     overwrite in place and delete, but not grow anything.
  * A tenant over its quota can always delete to get back under it. */
 #ifndef SPACE_VOL_QUOTA_H
