@@ -155,6 +155,7 @@ bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const cha
 /* What a create asks placement for. */
 struct cluster_want {
     char template_name[STORE_ID_MAX]; /* "" when the body names none (or is bad) */
+    char holders[STORE_NODES_MAX];    /* a built template's: the nodes holding its image */
     unsigned vcpus, memory_mib;
 };
 /* Places a create: reserves its size on the best node (cluster_pick) and returns 0 with
@@ -180,6 +181,9 @@ void cluster_resv_release(struct spaced *sp, struct cluster_resv *r);
  * warm clone wins over an emptier one unless it is less than half as free. */
 #define CLUSTER_SCORE_SNAPSHOT 0.25
 #define CLUSTER_SCORE_WARM 0.5
+/* A built template's image on the node adds CLUSTER_SCORE_IMAGE (the others fetch it from
+ * a holder first: template/tpl_fetch.c). Built-ins are on every node. */
+#define CLUSTER_SCORE_IMAGE 0.2
 
 /* One node as placement sees it. */
 struct cluster_cand {
@@ -187,6 +191,7 @@ struct cluster_cand {
     long long free_vcpus, free_memory_mib; /* capacity - used - reserved (may be < 0) */
     bool live, draining;
     bool snapshot;                         /* has the template's snapshot at this shape */
+    bool image;                            /* holds a built template's image */
     unsigned warm;                         /* warm clones ready at this shape */
 };
 /* The node's score for a sandbox of vcpus x memory_mib: -1 when it takes none (not live,

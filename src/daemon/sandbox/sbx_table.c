@@ -35,6 +35,7 @@ void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id)
 
 static void sbx_free(struct sbx *s)
 {
+    tpl_fetch_cancel(s->sp, s); /* a create waiting for a template's image */
     if (s->vm)
         vm_detach(s->vm);
     sbx_agent_free(s);
