@@ -155,8 +155,8 @@ bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const cha
 /* What a create asks placement for. */
 struct cluster_want {
     char template_name[STORE_ID_MAX]; /* "" when the body names none (or is bad) */
-    char holders[STORE_NODES_MAX];    /* a built template's: the nodes holding its image */
     unsigned vcpus, memory_mib;
+    char holders[STORE_NODES_MAX];    /* a built template's: the nodes holding its image */
 };
 /* Places a create: reserves its size on the best node (cluster_pick) and returns 0 with
  * the node and the reservation (released when the node's reply head arrives or the
@@ -191,8 +191,8 @@ struct cluster_cand {
     long long free_vcpus, free_memory_mib; /* capacity - used - reserved (may be < 0) */
     bool live, draining;
     bool snapshot;                         /* has the template's snapshot at this shape */
-    bool image;                            /* holds a built template's image */
     unsigned warm;                         /* warm clones ready at this shape */
+    bool image;                            /* holds a built template's image */
 };
 /* The node's score for a sandbox of vcpus x memory_mib: -1 when it takes none (not live,
  * draining, no room, no capacity), else the free fraction left plus the bonuses above.
