@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
+#include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
 #include "daemon/template/tpl_digest.h"
 
@@ -160,6 +161,18 @@ static void test_nodes_have(void **state)
     assert_false(tpl_nodes_have("", "node-a"));
     assert_false(tpl_nodes_have("node-a", ""));
     assert_false(tpl_nodes_have(",,", ""));
+    /* walking a list: empty and overlong entries are skipped */
+    char longer[200], list[300], id[STORE_ID_MAX];
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    snprintf(list, sizeof list, ",a,,%s,b,", longer);
+    const char *p = list;
+    assert_true(tpl_nodes_next(&p, id, sizeof id));
+    assert_string_equal(id, "a");
+    assert_true(tpl_nodes_next(&p, id, sizeof id));
+    assert_string_equal(id, "b");
+    assert_false(tpl_nodes_next(&p, id, sizeof id));
+    assert_false(tpl_nodes_next(&p, id, sizeof id));
 }
 
 int main(void)

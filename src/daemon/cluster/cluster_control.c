@@ -91,22 +91,13 @@ static int choose_build(struct spaced *sp, struct http_req *req, const char *bod
 static void forward_to_holder(struct spaced *sp, struct http_req *req, const char *name, const char *nodes)
 {
     int64_t now = spaced_now_ms();
-    for (const char *p = nodes; *p;) {
-        size_t len = strcspn(p, ",");
-        char id[STORE_ID_MAX];
-        struct store_node n;
-        if (len && len < sizeof id) {
-            memcpy(id, p, len);
-            id[len] = '\0';
-            if (store_node_get(sp->store, id, &n) == 0 && now - n.heartbeat_ms < CLUSTER_DEAD_MS) {
-                cluster_proxy(sp, req, &n, NULL);
-                return;
-            }
+    char id[STORE_ID_MAX];
+    struct store_node n;
+    for (const char *p = nodes; tpl_nodes_next(&p, id, sizeof id);)
+        if (store_node_get(sp->store, id, &n) == 0 && now - n.heartbeat_ms < CLUSTER_DEAD_MS) {
+            cluster_proxy(sp, req, &n, NULL);
+            return;
         }
-        p += len;
-        if (*p == ',')
-            p++;
-    }
     http_reply_error(req, 503, "node_down", "template %s is on node(s) %s, none of which is live", name, nodes);
 }
 

@@ -35,7 +35,6 @@ void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id)
 
 static void sbx_free(struct sbx *s)
 {
-    tpl_fetch_cancel(s->sp, s); /* a create waiting for a template's image */
     if (s->vm)
         vm_detach(s->vm);
     sbx_agent_free(s);
@@ -127,6 +126,7 @@ void sbx_table_remove(struct spaced *sp, struct sbx *s)
         if (*pp == s) {
             *pp = s->next;
             sbx_resv_release(s);
+            tpl_fetch_cancel(sp, s); /* a create waiting for a template's image */
             if (s->unsaved)
                 keep_unsaved(sp->sbx, s);
             sbx_free(s);

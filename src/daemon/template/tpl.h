@@ -140,6 +140,9 @@ void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const ch
 const char *tpl_self_node(const struct spaced *sp);
 /* Whether the ',' separated node list `nodes` names id. Pure. */
 bool tpl_nodes_have(const char *nodes, const char *id);
+/* The next id of a ',' separated node list at *cursor into id (cap bytes), skipping empty
+ * and overlong entries, and advances *cursor: false at the end. Pure. */
+bool tpl_nodes_next(const char **cursor, char *id, size_t cap);
 
 /* As tpl_lookup, and on a node also a ready built template whose image is only on other
  * nodes: 0 with out->remote set (shape and description from the row's template.json,

@@ -42,17 +42,32 @@ const char *tpl_self_node(const struct spaced *sp)
     return sp->opt.node_id && sp->opt.advertise ? sp->opt.node_id : "";
 }
 
-bool tpl_nodes_have(const char *nodes, const char *id)
+bool tpl_nodes_next(const char **cursor, char *id, size_t cap)
 {
-    size_t n = strlen(id);
-    for (const char *p = nodes; n && p && *p;) {
+    const char *p = *cursor;
+    while (p && *p) {
         size_t len = strcspn(p, ",");
-        if (len == n && strncmp(p, id, n) == 0)
-            return true;
+        const char *at = p;
         p += len;
         if (*p == ',')
             p++;
+        if (len && len < cap) {
+            memcpy(id, at, len);
+            id[len] = '\0';
+            *cursor = p;
+            return true;
+        }
     }
+    *cursor = p;
+    return false;
+}
+
+bool tpl_nodes_have(const char *nodes, const char *id)
+{
+    char one[STORE_ID_MAX];
+    for (const char *p = nodes; id[0] && tpl_nodes_next(&p, one, sizeof one);)
+        if (strcmp(one, id) == 0)
+            return true;
     return false;
 }
 
@@ -313,24 +328,15 @@ static int pick_source(struct tpl_fetch *f, const char *nodes)
 {
     const char *self = tpl_self_node(f->sp);
     int64_t now = spaced_now_ms();
-    for (const char *p = nodes; *p;) {
-        size_t len = strcspn(p, ",");
-        char id[STORE_ID_MAX];
-        struct store_node n;
-        if (len && len < sizeof id) {
-            memcpy(id, p, len);
-            id[len] = '\0';
-            if (strcmp(id, self) != 0 && store_node_get(f->sp->store, id, &n) == 0 &&
-                now - n.heartbeat_ms < FETCH_SOURCE_DEAD_MS) {
-                snprintf(f->source, sizeof f->source, "%s", id);
-                snprintf(f->url, sizeof f->url, "%s", n.url);
-                return 0;
-            }
+    char id[STORE_ID_MAX];
+    struct store_node n;
+    for (const char *p = nodes; tpl_nodes_next(&p, id, sizeof id);)
+        if (strcmp(id, self) != 0 && store_node_get(f->sp->store, id, &n) == 0 &&
+            now - n.heartbeat_ms < FETCH_SOURCE_DEAD_MS) {
+            snprintf(f->source, sizeof f->source, "%s", id);
+            snprintf(f->url, sizeof f->url, "%s", n.url);
+            return 0;
         }
-        p += len;
-        if (*p == ',')
-            p++;
-    }
     return spaced_err_set(&f->fail, 503, "template_source_unavailable",
                           "template %s: its image is only on node(s) %s, none of them live; it cannot be fetched "
                           "until one reports again", f->name, nodes);
