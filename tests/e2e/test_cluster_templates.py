@@ -108,6 +108,7 @@ def test_template_built_on_one_node_runs_on_the_other(cluster, pg_url):  # noqa:
     assert res["stdout"] == b"traveled-42\n", res
     log = other.log()
     assert "template.fetch" in log and "result=verified" in log and digest in log, log[-3000:]
+    print(next(line for line in log.splitlines() if "result=verified" in line))  # size and ms (TCG host)
     fetched = os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4")
     assert sha256_file(fetched) == digest
     assert row(pg_url, NAME)[1] == [builder.node_id, other.node_id]  # a holder now too

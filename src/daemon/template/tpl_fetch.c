@@ -128,6 +128,7 @@ struct tpl_fetch {
     struct evhttp_connection *conn;
     struct evhttp_request *out;   /* owned by conn once made */
     struct waiter *waiters;
+    struct event *reap;           /* frees f from the loop once ended (owned) */
     struct spaced_err fail;       /* the first failure (status 0: none) */
     bool ended;
 };
@@ -142,6 +143,8 @@ static void fetch_free(struct tpl_fetch *f)
         }
     if (f->conn)
         evhttp_connection_free(f->conn);
+    if (f->reap)
+        event_free(f->reap); /* pending or not: a fetch freed at exit is never reaped twice */
     if (f->fd >= 0)
         close(f->fd);
     if (f->tmp[0])
@@ -271,7 +274,9 @@ static void fetch_end(struct tpl_fetch *f)
         w = n;
     }
     /* evhttp's connection is not freed inside its own callback: from the loop. */
-    event_base_once(f->sp->base, -1, EV_TIMEOUT, fetch_free_cb, f, NULL);
+    struct timeval now = {0, 0};
+    if (!f->reap || event_add(f->reap, &now) != 0)
+        log_warn("template.fetch", "template=%s msg=\"cannot schedule the fetch's end: kept until exit\"", f->name);
 }
 
 static void on_chunk(struct evhttp_request *req, void *arg)
@@ -393,6 +398,7 @@ static struct tpl_fetch *fetch_new(struct spaced *sp, const char *name, struct s
     }
     f->sp = sp;
     f->fd = -1;
+    f->reap = evtimer_new(sp->base, fetch_free_cb, f);
     f->started_ms = spaced_now_ms();
     snprintf(f->name, sizeof f->name, "%s", name);
     snprintf(f->digest, sizeof f->digest, "%s", row.digest);
