@@ -152,6 +152,11 @@ void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct sto
  * id); true when it forwarded or replied (unknown or silent node: 502/503). */
 bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
                               const char *tenant, const struct cluster_fwd *fwd);
+/* A create's template as the control sees it: a built-in's (guest dir) or a built one's
+ * (its templates row: the shape its recorded template.json gives, and the nodes holding
+ * its image into holders, cap bytes). False when neither exists (*t zeroed). */
+struct tpl_info;
+bool cluster_template_known(struct spaced *sp, const char *name, struct tpl_info *t, char *holders, size_t cap);
 /* What a create asks placement for. */
 struct cluster_want {
     char template_name[STORE_ID_MAX]; /* "" when the body names none (or is bad) */

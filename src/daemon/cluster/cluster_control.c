@@ -29,13 +29,14 @@ void cluster_reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int
         http_reply_error(req, status, code, "%s", msg);
 }
 
-/* A built template's row: its shape (template.json recorded at build time) and the nodes
- * holding its image (placement prefers them: the others pay a fetch). */
-static void built_template(struct spaced *sp, const char *name, struct tpl_info *t, char *holders, size_t cap)
+bool cluster_template_known(struct spaced *sp, const char *name, struct tpl_info *t, char *holders, size_t cap)
 {
+    if (tpl_builtin_peek(sp, name, t))
+        return true;
+    memset(t, 0, sizeof *t);
     struct store_tpl row;
-    if (store_tpl_get(sp->store, name, &row) != 0)
-        return;
+    if (!name || !tpl_name_valid(name) || store_tpl_get(sp->store, name, &row) != 0)
+        return false;
     json_t *meta = strcmp(row.state, "ready") == 0 && row.meta ? json_loads(row.meta, 0, NULL) : NULL;
     if (meta) {
         json_t *v = json_object_get(meta, "vcpus"), *m = json_object_get(meta, "memory_mib");
@@ -47,6 +48,7 @@ static void built_template(struct spaced *sp, const char *name, struct tpl_info 
     }
     json_decref(meta);
     store_tpl_clear(&row);
+    return true;
 }
 
 /* Chooses the node of a create from its body (template and size; the node validates the
@@ -58,12 +60,8 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
     struct spaced_err err;
     struct cluster_want w = {.vcpus = SBX_VCPUS_DEFAULT, .memory_mib = SBX_MEM_DEFAULT_MIB};
     if (sbx_spec_parse(body, len, &spec, &err) == 0) {
-        struct tpl_info t; /* a built-in's size, known here too; a built one's from its row */
-        bool known = tpl_builtin_peek(sp, spec.template_name, &t);
-        if (!known && tpl_name_valid(spec.template_name)) {
-            built_template(sp, spec.template_name, &t, w.holders, sizeof w.holders);
-            known = true;
-        }
+        struct tpl_info t;
+        bool known = cluster_template_known(sp, spec.template_name, &t, w.holders, sizeof w.holders);
         sbx_spec_shape(&spec, known ? &t : NULL, &w.vcpus, &w.memory_mib);
         snprintf(w.template_name, sizeof w.template_name, "%s", spec.template_name);
         sbx_spec_clear(&spec);
