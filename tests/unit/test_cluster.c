@@ -249,6 +249,20 @@ static void test_capacity_and_placement(void **state)
     assert_int_equal(p.free_memory_mib, 4096);
     assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
 
+    /* A built template's image: its holders score CLUSTER_SCORE_IMAGE more; a node
+     * without it stays eligible and wins when emptier by more than that (a: 4/8 left
+     * after the sandbox + 0.2 = 0.7 < c's 3/4). */
+    struct cluster_want built = {"mine", 1, 256, "c"};
+    assert_int_equal(cluster_pick(&sp, &built, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    assert_true(p.score > 0.75 + CLUSTER_SCORE_IMAGE - 1e-9 && p.score < 0.75 + CLUSTER_SCORE_IMAGE + 1e-9);
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+    snprintf(built.holders, sizeof built.holders, "b,a");
+    assert_int_equal(cluster_pick(&sp, &built, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    assert_true(p.score > 0.75 - 1e-9 && p.score < 0.75 + 1e-9);
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+
     /* Template locality: a warm clone of base 1x256 on a outweighs c's extra room. */
     snprintf(a.shapes, sizeof a.shapes, "python/1x256:3,base/1x256:1");
     assert_int_equal(store_node_put(sp.store, &a), 0);
