@@ -135,22 +135,25 @@ static void test_score(void **state)
         struct cluster_cand c;
         double want; /* -1: takes none */
     } cases[] = {
-        {"empty node: 7/8 vCPUs, 7/8 memory left", {8, 8192, 8, 8192, true, false, false, 0}, 0.875},
+        {"empty node: 7/8 vCPUs, 7/8 memory left", {8, 8192, 8, 8192, true, false, false, 0, false}, 0.875},
         {"fraction, not absolute: the scarcer resource counts (memory 1/8 left)",
-         {8, 8192, 8, 2048, true, false, false, 0}, 0.125},
-        {"a small node as free as a big one scores the same", {2, 2048, 2, 2048, true, false, false, 0}, 0.5},
-        {"exact fit leaves 0", {1, 1024, 1, 1024, true, false, false, 0}, 0},
-        {"too few vCPUs", {8, 8192, 0, 8192, true, false, false, 0}, -1},
-        {"too little memory", {8, 8192, 8, 1023, true, false, false, 0}, -1},
-        {"overcommitted already (negative free)", {8, 8192, -2, 8192, true, false, false, 0}, -1},
-        {"not live", {8, 8192, 8, 8192, false, false, false, 0}, -1},
-        {"draining", {8, 8192, 8, 8192, true, true, false, 0}, -1},
-        {"no capacity reported", {0, 0, 0, 0, true, false, false, 0}, -1},
-        {"snapshot of the template at this shape", {8, 8192, 8, 8192, true, false, true, 0},
+         {8, 8192, 8, 2048, true, false, false, 0, false}, 0.125},
+        {"a small node as free as a big one scores the same", {2, 2048, 2, 2048, true, false, false, 0, false}, 0.5},
+        {"exact fit leaves 0", {1, 1024, 1, 1024, true, false, false, 0, false}, 0},
+        {"too few vCPUs", {8, 8192, 0, 8192, true, false, false, 0, false}, -1},
+        {"too little memory", {8, 8192, 8, 1023, true, false, false, 0, false}, -1},
+        {"overcommitted already (negative free)", {8, 8192, -2, 8192, true, false, false, 0, false}, -1},
+        {"not live", {8, 8192, 8, 8192, false, false, false, 0, false}, -1},
+        {"draining", {8, 8192, 8, 8192, true, true, false, 0, false}, -1},
+        {"no capacity reported", {0, 0, 0, 0, true, false, false, 0, false}, -1},
+        {"snapshot of the template at this shape", {8, 8192, 8, 8192, true, false, true, 0, false},
          0.875 + CLUSTER_SCORE_SNAPSHOT},
-        {"warm clone ready (with its snapshot)", {8, 8192, 8, 8192, true, false, true, 2},
+        {"warm clone ready (with its snapshot)", {8, 8192, 8, 8192, true, false, true, 2, false},
          0.875 + CLUSTER_SCORE_SNAPSHOT + CLUSTER_SCORE_WARM},
-        {"locality never makes room", {8, 8192, 0, 8192, true, false, true, 3}, -1},
+        {"locality never makes room", {8, 8192, 0, 8192, true, false, true, 3, false}, -1},
+        {"holds the built template's image (others fetch it first)",
+         {8, 8192, 8, 8192, true, false, false, 0, true}, 0.875 + CLUSTER_SCORE_IMAGE},
+        {"an image never makes room", {8, 8192, 8, 1000, true, false, false, 0, true}, -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double got = cluster_score(&cases[i].c, 1, 1024);
@@ -159,7 +162,7 @@ static void test_score(void **state)
     }
     /* A warm clone on a busier node beats an idle node without one, unless the busy
      * node is much fuller: the weights are relative to the free fraction. */
-    struct cluster_cand warm = {8, 8192, 4, 4096, true, false, true, 1}, idle = {8, 8192, 8, 8192, true, false, false, 0};
+    struct cluster_cand warm = {8, 8192, 4, 4096, true, false, true, 1, false}, idle = {8, 8192, 8, 8192, true, false, false, 0, false};
     assert_true(cluster_score(&warm, 1, 1024) > cluster_score(&idle, 1, 1024));
 }
 
@@ -238,12 +241,26 @@ static void test_capacity_and_placement(void **state)
     struct store_node c = {.id = "c", .url = "http://127.0.0.1:3", .vcpus = 4, .memory_mib = 4096,
                            .heartbeat_ms = now};
     assert_int_equal(store_node_put(sp.store, &c), 0);
-    struct cluster_want w = {"base", 1, 256};
+    struct cluster_want w = {"base", 1, 256, ""};
     struct cluster_pick p;
     assert_int_equal(cluster_pick(&sp, &w, &p), 0);
     assert_string_equal(p.node.id, "c");
     assert_int_equal(p.free_vcpus, 4);
     assert_int_equal(p.free_memory_mib, 4096);
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+
+    /* A built template's image: its holders score CLUSTER_SCORE_IMAGE more; a node
+     * without it stays eligible and wins when emptier by more than that (a: 4/8 left
+     * after the sandbox + 0.2 = 0.7 < c's 3/4). */
+    struct cluster_want built = {"mine", 1, 256, "c"};
+    assert_int_equal(cluster_pick(&sp, &built, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    assert_true(p.score > 0.75 + CLUSTER_SCORE_IMAGE - 1e-9 && p.score < 0.75 + CLUSTER_SCORE_IMAGE + 1e-9);
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+    snprintf(built.holders, sizeof built.holders, "b,a");
+    assert_int_equal(cluster_pick(&sp, &built, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    assert_true(p.score > 0.75 - 1e-9 && p.score < 0.75 + 1e-9);
     assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
 
     /* Template locality: a warm clone of base 1x256 on a outweighs c's extra room. */
@@ -256,7 +273,7 @@ static void test_capacity_and_placement(void **state)
     /* Reservations count as used until released: three creates of 2 vCPUs on c (4
      * free) and a (5 free) fit four times in all (c twice, a twice); the fifth is refused
      * and names the largest free shape (a, 1 vCPU). */
-    w = (struct cluster_want){"other", 2, 256};
+    w = (struct cluster_want){"other", 2, 256, ""};
     char ids[5][STORE_ID_MAX];
     int placed = 0;
     for (int i = 0; i < 5; i++) {
@@ -282,7 +299,7 @@ static void test_capacity_and_placement(void **state)
     /* cluster_place keeps its reservation listed until released; a draining node is
      * skipped; nothing live: found is false. */
     assert_int_equal(store_node_set_draining(sp.store, "c", true), 0);
-    w = (struct cluster_want){"", 1, 4096};
+    w = (struct cluster_want){"", 1, 4096, ""};
     assert_int_equal(cluster_pick(&sp, &w, &p), 0);
     assert_string_equal(p.node.id, "a");
     struct cluster_resv *r = calloc(1, sizeof *r);

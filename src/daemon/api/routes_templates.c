@@ -83,8 +83,15 @@ static void h_build(struct http_req *req, void *arg)
     http_req_read_body(req, TPL_SPEC_BODY_MAX, build_body, arg);
 }
 
+/* Node API: another node fetching a built template's image (template/tpl_fetch.c). */
+static void h_image(struct http_req *req, void *arg)
+{
+    tpl_image_serve(arg, req, router_param(req, "name"));
+}
+
 void routes_templates_register(struct router *r, struct spaced *sp)
 {
+    router_add(r, "GET", "/internal/templates/{name}/image", h_image, sp);
     router_add(r, "GET", "/v1/templates", h_list, sp);
     router_add(r, "POST", "/v1/templates", h_build, sp);
     router_add(r, "GET", "/v1/templates/{name}", h_get, sp);

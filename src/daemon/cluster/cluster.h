@@ -152,10 +152,16 @@ void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct sto
  * id); true when it forwarded or replied (unknown or silent node: 502/503). */
 bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
                               const char *tenant, const struct cluster_fwd *fwd);
+/* A create's template as the control sees it: a built-in's (guest dir) or a built one's
+ * (its templates row: the shape its recorded template.json gives, and the nodes holding
+ * its image into holders, cap bytes). False when neither exists (*t zeroed). */
+struct tpl_info;
+bool cluster_template_known(struct spaced *sp, const char *name, struct tpl_info *t, char *holders, size_t cap);
 /* What a create asks placement for. */
 struct cluster_want {
     char template_name[STORE_ID_MAX]; /* "" when the body names none (or is bad) */
     unsigned vcpus, memory_mib;
+    char holders[STORE_NODES_MAX];    /* a built template's: the nodes holding its image */
 };
 /* Places a create: reserves its size on the best node (cluster_pick) and returns 0 with
  * the node and the reservation (released when the node's reply head arrives or the
@@ -180,6 +186,9 @@ void cluster_resv_release(struct spaced *sp, struct cluster_resv *r);
  * warm clone wins over an emptier one unless it is less than half as free. */
 #define CLUSTER_SCORE_SNAPSHOT 0.25
 #define CLUSTER_SCORE_WARM 0.5
+/* A built template's image on the node adds CLUSTER_SCORE_IMAGE (the others fetch it from
+ * a holder first: template/tpl_fetch.c). Built-ins are on every node. */
+#define CLUSTER_SCORE_IMAGE 0.2
 
 /* One node as placement sees it. */
 struct cluster_cand {
@@ -188,6 +197,7 @@ struct cluster_cand {
     bool live, draining;
     bool snapshot;                         /* has the template's snapshot at this shape */
     unsigned warm;                         /* warm clones ready at this shape */
+    bool image;                            /* holds a built template's image */
 };
 /* The node's score for a sandbox of vcpus x memory_mib: -1 when it takes none (not live,
  * draining, no room, no capacity), else the free fraction left plus the bonuses above.

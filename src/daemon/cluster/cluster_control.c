@@ -10,6 +10,7 @@
 #include "daemon/http/router.h"
 #include "daemon/auth/auth.h"
 #include "daemon/sandbox/sbx.h"
+#include "daemon/template/tpl.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
@@ -28,6 +29,28 @@ void cluster_reply_fail(struct http_req *req, const struct cluster_fwd *fwd, int
         http_reply_error(req, status, code, "%s", msg);
 }
 
+bool cluster_template_known(struct spaced *sp, const char *name, struct tpl_info *t, char *holders, size_t cap)
+{
+    if (tpl_builtin_peek(sp, name, t))
+        return true;
+    memset(t, 0, sizeof *t);
+    struct store_tpl row;
+    if (!name || !tpl_name_valid(name) || store_tpl_get(sp->store, name, &row) != 0)
+        return false;
+    json_t *meta = strcmp(row.state, "ready") == 0 && row.meta ? json_loads(row.meta, 0, NULL) : NULL;
+    if (meta) {
+        json_t *v = json_object_get(meta, "vcpus"), *m = json_object_get(meta, "memory_mib");
+        t->vcpus = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= 1024
+                       ? (unsigned)json_integer_value(v) : 0;
+        t->memory_mib = json_is_integer(m) && json_integer_value(m) > 0 && json_integer_value(m) <= (1 << 20)
+                            ? (unsigned)json_integer_value(m) : 0;
+        snprintf(holders, cap, "%s", row.nodes);
+    }
+    json_decref(meta);
+    store_tpl_clear(&row);
+    return true;
+}
+
 /* Chooses the node of a create from its body (template and size; the node validates the
  * rest and replies to a bad body itself) and reserves the sandbox's size there. */
 static int choose_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
@@ -37,13 +60,72 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
     struct spaced_err err;
     struct cluster_want w = {.vcpus = SBX_VCPUS_DEFAULT, .memory_mib = SBX_MEM_DEFAULT_MIB};
     if (sbx_spec_parse(body, len, &spec, &err) == 0) {
-        struct tpl_info t; /* a built-in's size, known here too (no tenant's template) */
-        bool known = tpl_builtin_peek(sp, spec.template_name, &t);
+        struct tpl_info t;
+        bool known = cluster_template_known(sp, spec.template_name, &t, w.holders, sizeof w.holders);
         sbx_spec_shape(&spec, known ? &t : NULL, &w.vcpus, &w.memory_mib);
         snprintf(w.template_name, sizeof w.template_name, "%s", spec.template_name);
         sbx_spec_clear(&spec);
     }
     return cluster_place(sp, req, &w, NULL, to, resv);
+}
+
+/* Chooses the node of a template build like a create's: the build VM's size, the base
+ * template's locality. */
+static int choose_build(struct spaced *sp, struct http_req *req, const char *body, size_t len,
+                        struct store_node *to, struct cluster_resv **resv)
+{
+    struct cluster_want w = {.vcpus = 1, .memory_mib = TPL_BUILD_MEM_MIB};
+    json_t *o = json_loadb(body, len, 0, NULL);
+    const char *base = json_string_value(json_object_get(o, "base"));
+    if (!base)
+        base = json_string_value(json_object_get(o, "from"));
+    snprintf(w.template_name, sizeof w.template_name, "%s", base ? base : "");
+    json_decref(o);
+    return cluster_place(sp, req, &w, NULL, to, resv);
+}
+
+/* Forwards req to the first live node of `nodes` (a template row's holders, the builder
+ * first). */
+static void forward_to_holder(struct spaced *sp, struct http_req *req, const char *name, const char *nodes)
+{
+    int64_t now = spaced_now_ms();
+    char id[STORE_ID_MAX];
+    struct store_node n;
+    for (const char *p = nodes; tpl_nodes_next(&p, id, sizeof id);)
+        if (store_node_get(sp->store, id, &n) == 0 && now - n.heartbeat_ms < CLUSTER_DEAD_MS) {
+            cluster_proxy(sp, req, &n, NULL);
+            return;
+        }
+    http_reply_error(req, 503, "node_down", "template %s is on node(s) %s, none of which is live", name, nodes);
+}
+
+/* /v1/templates through the control: a build goes to a node chosen like a create; a
+ * deletion to the template's builder (it holds the row's logic and the image); listings
+ * are answered here from the store (false). A template of another tenant is answered as
+ * missing, by the local routes. */
+static bool template_route(struct spaced *sp, struct http_req *req, const char *method, const char *path,
+                           const char *tenant)
+{
+    if (strcmp(path, "/v1/templates") == 0) {
+        if (strcmp(method, "POST") != 0)
+            return false;
+        cluster_proxy(sp, req, NULL, choose_build);
+        return true;
+    }
+    char name[STORE_ID_MAX];
+    if (strcmp(method, "DELETE") != 0 || !cluster_path_id(path, "/v1/templates/", name, sizeof name))
+        return false;
+    struct store_tpl row;
+    if (store_tpl_get(sp->store, name, &row) != 0)
+        return false;
+    char nodes[STORE_NODES_MAX];
+    snprintf(nodes, sizeof nodes, "%s", row.nodes);
+    bool mine = strcmp(row.tenant, tenant) == 0 && strcmp(row.state, "deleted") != 0 && nodes[0];
+    store_tpl_clear(&row);
+    if (!mine)
+        return false;
+    forward_to_holder(sp, req, name, nodes);
+    return true;
 }
 
 /* ---- forwarding ----------------------------------------------------------------------- */
@@ -144,19 +226,27 @@ static bool control_hook(struct http_req *req, void *arg)
     }
     if (cluster_path_id(path, "/v1/sandboxes/", id, sizeof id))
         return forward_to_owner(sp, req, id, who.tenant);
-    /* A build would boot its VM here, on a daemon that runs none: not until templates
-     * are built on (and shipped to) nodes. */
-    if (strncmp(path, "/v1/templates", 13) == 0) {
-        http_reply_error(req, 501, "not_implemented",
-                         "template builds are not available through --role=control yet; build on a single host");
-        return true;
-    }
+    if (strncmp(path, "/v1/templates", 13) == 0)
+        return template_route(sp, req, method, path, who.tenant);
     struct store_op op;
     if (store_op_get(sp->store, id, &op) != 0)
         return false;
     bool mine = strcmp(op.tenant, who.tenant) == 0;
+    bool build = strcmp(op.kind, "template_build") == 0;
     snprintf(id, sizeof id, "%s", op.target);
     store_op_clear(&op);
+    if (mine && build) { /* its log lives on the node building it */
+        struct store_tpl row;
+        char nodes[STORE_NODES_MAX] = "";
+        if (store_tpl_get(sp->store, id, &row) == 0) {
+            snprintf(nodes, sizeof nodes, "%s", row.nodes);
+            store_tpl_clear(&row);
+        }
+        if (!nodes[0]) /* built before builds ran on nodes: the store has the op */
+            return false;
+        forward_to_holder(sp, req, id, nodes);
+        return true;
+    }
     return mine && forward_to_owner(sp, req, id, who.tenant);
 }
 

@@ -36,8 +36,8 @@ static const struct cluster_fwd plain_e2b = {.error = e2b_error};
 static int choose_e2b_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
                              struct store_node *to, struct cluster_resv **resv)
 {
-    /* E2B names no size: the template's (a built-in's is known here), else the default;
-     * its templateID (E2B's default "base") for locality too. */
+    /* E2B names no size: the template's (a built-in's or a built one's row), else the
+     * default; its templateID (E2B's default "base") for locality too. */
     struct cluster_want w = {.vcpus = SBX_VCPUS_DEFAULT, .memory_mib = SBX_MEM_DEFAULT_MIB};
     json_t *doc = json_loadb(body, len, 0, NULL);
     const char *tpl = json_string_value(json_object_get(doc, "templateID"));
@@ -45,7 +45,7 @@ static int choose_e2b_create(struct spaced *sp, struct http_req *req, const char
     struct tpl_info t;
     if (tpl)
         snprintf(w.template_name, sizeof w.template_name, "%s", tpl);
-    if (tpl_builtin_peek(sp, tpl ? tpl : "base", &t))
+    if (cluster_template_known(sp, tpl ? tpl : "base", &t, w.holders, sizeof w.holders))
         sbx_spec_shape(&none, &t, &w.vcpus, &w.memory_mib);
     json_decref(doc);
     return cluster_place(sp, req, &w, &plain_e2b, to, resv);

@@ -12,6 +12,7 @@
 #include "cluster_internal.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
+#include "daemon/template/tpl.h"
 #include "log.h"
 
 /* ---- scoring (pure) --------------------------------------------------------------------- */
@@ -29,6 +30,8 @@ double cluster_score(const struct cluster_cand *c, unsigned vcpus, unsigned memo
         s += CLUSTER_SCORE_SNAPSHOT;
     if (c->warm)
         s += CLUSTER_SCORE_WARM;
+    if (c->image)
+        s += CLUSTER_SCORE_IMAGE;
     return s;
 }
 
@@ -143,6 +146,7 @@ static void collect(const struct store_node *n, const struct store_node_use *u, 
     };
     cluster_shapes_find(n->shapes, s->w->template_name, s->w->vcpus, s->w->memory_mib, &e->cand.snapshot,
                         &e->cand.warm);
+    e->cand.image = tpl_nodes_have(s->w->holders, n->id);
     e->score = cluster_score(&e->cand, s->w->vcpus, s->w->memory_mib);
 }
 

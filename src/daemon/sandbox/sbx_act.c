@@ -665,18 +665,48 @@ static void progress_write(struct sbx *s, const char *detail)
             stage_begin(s, (enum create_stage)st);
 }
 
+/* The template's image fetched from another node (tpl_fetch): the create starts over
+ * with it here, or fails with the fetch's error (nothing was booted). */
+static void on_template_fetched(void *arg, const struct spaced_err *err)
+{
+    struct sbx *s = arg;
+    if (err) {
+        act_fail(s, SBX_FAILED, err->code, "%s", err->message);
+        return;
+    }
+    act_create(s);
+}
+
 /* Template stage: the template, the memory snapshot of this shape (none while it is not
- * built yet: cold boot) and the disk chain. Makes no file. 0, or -1 after failing. */
+ * built yet: cold boot) and the disk chain. Makes no file. 0; 1 while the template's
+ * image is being fetched from another node (on_template_fetched goes on); -1 after
+ * failing. */
 static int stage_template(struct sbx *s, struct sbx_create *c)
 {
     stage_begin(s, CS_TEMPLATE);
     struct spaced_err e;
     struct vm_config probe;
     memset(&probe, 0, sizeof probe);
-    if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &c->t, &e) < 0 ||
+    if (tpl_lookup_fetchable(s->sp, s->rec.tenant, s->rec.template_name, &c->t, &e) < 0 ||
         tpl_vm_base(s->sp, &probe, &e) < 0) { /* fail before making any file */
         act_fail(s, SBX_FAILED, e.code, "%s", e.message);
         return -1;
+    }
+    if (c->t.remote) {
+        int r = tpl_fetch(s->sp, c->t.name, on_template_fetched, s, &e);
+        if (r < 0) {
+            act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+            return -1;
+        }
+        if (r == 0) {
+            if (s->op_id[0] && s->op_kind == OP_CREATE)
+                progress_write(s, "fetching the template's image from another node");
+            return 1;
+        }
+        if (tpl_lookup(s->sp, s->rec.tenant, s->rec.template_name, &c->t, &e) < 0) {
+            act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+            return -1;
+        }
     }
     c->nic = wants_network(s);
     if (s->rec.source[0]) { /* a fork: its parent's capture, not the template's snapshot */
@@ -839,7 +869,7 @@ static void act_create(struct sbx *s)
         act_fail(s, SBX_FAILED, "internal", "out of memory");
         return;
     }
-    if (stage_template(s, c) < 0 || stage_disk_dir(s, c) < 0 || stage_vm_pooled(s, c))
+    if (stage_template(s, c) != 0 || stage_disk_dir(s, c) < 0 || stage_vm_pooled(s, c))
         return;
     bool snap = c->snap[0];
     stage_disk_overlay(s, c);

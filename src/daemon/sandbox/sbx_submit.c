@@ -43,7 +43,8 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
         return rc;
     struct tpl_info t;
     struct store_snap snap = {0};
-    if (tpl_lookup(sp, tenant, spec->template_name, &t, err) < 0) {
+    /* A template built on another node is fetched when the create runs (tpl_fetch). */
+    if (tpl_lookup_fetchable(sp, tenant, spec->template_name, &t, err) < 0) {
         /* no such template: a snapshot of the tenant's (sbx_snap.c) */
         int found = sbx_snap_for_create(sp, tenant, spec->template_name,
                                         sbx_policy_nic(spec->network_json), &snap, err);
@@ -71,7 +72,7 @@ int sbx_submit_create(struct spaced *sp, const char *tenant, const struct sbx_sp
     snprintf(rec.state, sizeof rec.state, "%s", sbx_state_name(SBX_CREATING));
     snprintf(rec.run_dir, sizeof rec.run_dir, "%s/run/%s", sp->opt.data_dir, rec.id);
     snprintf(rec.node, sizeof rec.node, "%s", sp->sbx->node_id);
-    rec.disk_mib = disk_mib(t.rootfs);
+    rec.disk_mib = t.remote ? (unsigned)(((uint64_t)t.size_bytes + (1u << 20) - 1) >> 20) : disk_mib(t.rootfs);
     if (snap.id[0]) { /* restored from the snapshot: its template and shape */
         snprintf(rec.template_name, sizeof rec.template_name, "%s", snap.template_name);
         snprintf(rec.source, sizeof rec.source, "%s", snap.id);

@@ -126,6 +126,7 @@ void sbx_table_remove(struct spaced *sp, struct sbx *s)
         if (*pp == s) {
             *pp = s->next;
             sbx_resv_release(s);
+            tpl_fetch_cancel(sp, s); /* a create waiting for a template's image */
             if (s->unsaved)
                 keep_unsaved(sp->sbx, s);
             sbx_free(s);

@@ -97,6 +97,12 @@ static const char *const store_migrations[] = {
     /* 12: each node's measured host load (load averages, CPU %, memory available) from
      * its heartbeat, for operators (GET /v1/nodes). */
     "ALTER TABLE nodes ADD COLUMN host_load TEXT NOT NULL DEFAULT '';",
+    /* 13: templates that travel between nodes (template/tpl_fetch.c): the nodes holding a
+     * built template's image, the image's SHA-256 and size, and its template.json. */
+    "ALTER TABLE templates ADD COLUMN nodes TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE templates ADD COLUMN digest TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE templates ADD COLUMN size_bytes BIGINT NOT NULL DEFAULT 0;"
+    "ALTER TABLE templates ADD COLUMN meta TEXT;",
 };
 
 #define SQL_CAP 2048

@@ -236,6 +236,8 @@ int store_session_each(struct store *st, const char *sandbox,
 
 /* ---- templates ------------------------------------------------------------------------ */
 
+#define STORE_NODES_MAX 512
+
 struct store_tpl {
     char name[STORE_ID_MAX];   /* unique; "base", "python" are built in */
     char tenant[STORE_ID_MAX]; /* "" for built-ins visible to everyone */
@@ -245,6 +247,11 @@ struct store_tpl {
     char dir[256];             /* directory holding rootfs.ext4 / template.json / snapshot */
     int64_t created_ms;
     int64_t updated_ms;
+    char nodes[STORE_NODES_MAX]; /* cluster: ids of the nodes holding the built image, ','
+                                  * between them, the builder first; "" on a single host */
+    char digest[65];           /* SHA-256 (hex) of the built rootfs.ext4; "" until ready */
+    int64_t size_bytes;        /* its size in bytes */
+    char *meta;                /* its template.json (owned), NULL until ready */
 };
 
 void store_tpl_clear(struct store_tpl *t);

@@ -111,6 +111,10 @@ static const struct store_col tpl_cols[] = {
     TEXT(struct store_tpl, dir, false),
     COL("created_ms", STORE_COL_I64, struct store_tpl, created_ms, true),
     COL("updated_ms", STORE_COL_I64, struct store_tpl, updated_ms, false),
+    TEXT(struct store_tpl, nodes, false),
+    TEXT(struct store_tpl, digest, false),
+    COL("size_bytes", STORE_COL_I64, struct store_tpl, size_bytes, false),
+    COL("meta", STORE_COL_HEAP, struct store_tpl, meta, false),
 };
 const struct store_table store_tbl_templates = TABLE("templates", "name", true, struct store_tpl, tpl_cols, tpl_clear_v);
 
@@ -185,6 +189,7 @@ void store_tpl_clear(struct store_tpl *t)
 {
     free(t->spec_json);
     free(t->failure);
+    free(t->meta);
     memset(t, 0, sizeof *t);
 }
 

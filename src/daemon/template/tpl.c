@@ -51,6 +51,7 @@ void tpl_registry_free(struct tpl_registry *r)
         return;
     tpl_snapshots_free(r);
     tpl_builds_free(r);
+    tpl_fetches_free(r);
     tpl_logs_free(r);
     if (r->gc)
         event_free(r->gc);
@@ -104,16 +105,21 @@ static unsigned uint_field(const json_t *o, const char *name, unsigned max)
     return n > 0 && n <= (json_int_t)max ? (unsigned)n : 0;
 }
 
+void tpl_meta_fill(struct tpl_info *t, const json_t *j)
+{
+    const char *d = json_string_value(json_object_get(j, "description"));
+    snprintf(t->description, sizeof t->description, "%s", d ? d : "");
+    t->vcpus = uint_field(j, "vcpus", 1024);
+    t->memory_mib = uint_field(j, "memory_mib", 1u << 20);
+}
+
 /* Reads <dir>/template.json's description and shape (vcpus, memory_mib), if any. */
 static void read_meta(struct tpl_info *t)
 {
     char path[TPL_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/template.json", t->dir);
     json_t *j = json_load_file(path, 0, NULL);
-    const char *d = json_string_value(json_object_get(j, "description"));
-    snprintf(t->description, sizeof t->description, "%s", d ? d : "");
-    t->vcpus = uint_field(j, "vcpus", 1024);
-    t->memory_mib = uint_field(j, "memory_mib", 1u << 20);
+    tpl_meta_fill(t, j);
     json_decref(j);
 }
 
@@ -128,6 +134,18 @@ static bool found_at(const char *root, const char *name, bool builtin, struct tp
         return false;
     read_meta(out);
     return true;
+}
+
+/* Whether t's template.json records the image digest `digest`. */
+static bool local_digest_is(const struct tpl_info *t, const char *digest)
+{
+    char path[TPL_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/template.json", t->dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    const char *d = json_string_value(json_object_get(j, "sha256"));
+    bool same = d && strcmp(d, digest) == 0;
+    json_decref(j);
+    return same;
 }
 
 bool tpl_builtin_peek(struct spaced *sp, const char *name, struct tpl_info *out)
@@ -153,9 +171,13 @@ int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct t
     struct store_tpl row;
     if (store_tpl_get(sp->store, name, &row) == 0) {
         bool mine = strcmp(row.state, "ready") == 0 && (!tenant || strcmp(row.tenant, tenant) == 0);
+        char digest[sizeof row.digest];
+        snprintf(digest, sizeof digest, "%s", row.digest);
         snprintf(out->tenant, sizeof out->tenant, "%s", row.tenant);
         store_tpl_clear(&row);
-        if (mine && found_at(sp->opt.data_dir, name, false, out))
+        /* A copy whose template.json names another digest than the row is a stale one
+         * (the name was deleted and built again elsewhere): not this template. */
+        if (mine && found_at(sp->opt.data_dir, name, false, out) && (!digest[0] || local_digest_is(out, digest)))
             return 0;
     }
     memset(out, 0, sizeof *out);
@@ -185,10 +207,16 @@ int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err
 
 void tpl_defaults_load(const char *dir, struct tpl_defaults *out)
 {
-    memset(out, 0, sizeof *out);
     char path[TPL_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/template.json", dir);
     json_t *j = json_load_file(path, 0, NULL);
+    tpl_defaults_from(j, out);
+    json_decref(j);
+}
+
+void tpl_defaults_from(const json_t *j, struct tpl_defaults *out)
+{
+    memset(out, 0, sizeof *out);
     json_t *d = json_object_get(j, "defaults");
     json_t *env = json_object_get(d, "env");
     out->env = json_is_object(env) ? json_deep_copy(env) : json_object();
@@ -200,7 +228,6 @@ void tpl_defaults_load(const char *dir, struct tpl_defaults *out)
     const char *ready = json_string_value(json_object_get(j, "ready"));
     out->start = start && start[0] ? strdup(start) : NULL;
     out->ready = ready && ready[0] ? strdup(ready) : NULL;
-    json_decref(j);
 }
 
 void tpl_defaults_clear(struct tpl_defaults *d)
@@ -283,10 +310,14 @@ void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const ch
 
 /* ---- API representation ---------------------------------------------------------------- */
 
-static json_t *tpl_json(struct spaced *sp, const struct tpl_info *t)
+/* meta: the template.json to read (NULL: t's directory's). */
+static json_t *tpl_json(struct spaced *sp, const struct tpl_info *t, const json_t *meta)
 {
     struct tpl_defaults d;
-    tpl_defaults_load(t->dir, &d);
+    if (meta)
+        tpl_defaults_from(meta, &d);
+    else
+        tpl_defaults_load(t->dir, &d);
     json_t *j = json_pack("{s:s, s:s, s:b, s:s, s:I, s:n, s:{s:O, s:s, s:s}, s:o, s:o}", "name",
                           t->name, "state", "ready", "builtin", t->builtin, "description",
                           t->description, "snapshots", (json_int_t)tpl_snapshots_ready(sp, t->name),
@@ -307,7 +338,7 @@ static void scan_builtins(struct spaced *sp, json_t *arr)
         struct tpl_info t;
         const char *nm = names[i]->d_name;
         if (tpl_name_valid(nm) && found_at(sp->opt.guest_dir, nm, true, &t))
-            json_array_append_new(arr, tpl_json(sp, &t));
+            json_array_append_new(arr, tpl_json(sp, &t, NULL));
         free(names[i]);
     }
     free(names);
@@ -330,9 +361,19 @@ static int add_row(const struct store_tpl *row, void *arg)
     if (found_at(c->sp->opt.guest_dir, row->name, true, &t))
         return 0; /* a stale row shadowed by a built-in */
     if (strcmp(row->state, "ready") == 0 && found_at(c->sp->opt.data_dir, row->name, false, &t)) {
-        json_array_append_new(c->arr, tpl_json(c->sp, &t));
+        json_array_append_new(c->arr, tpl_json(c->sp, &t, NULL));
         return 0;
     }
+    json_t *meta = strcmp(row->state, "ready") == 0 && row->meta ? json_loads(row->meta, 0, NULL) : NULL;
+    if (json_is_object(meta)) { /* built on another node: its recorded template.json */
+        memset(&t, 0, sizeof t);
+        snprintf(t.name, sizeof t.name, "%s", row->name);
+        tpl_meta_fill(&t, meta);
+        json_array_append_new(c->arr, tpl_json(c->sp, &t, meta));
+        json_decref(meta);
+        return 0;
+    }
+    json_decref(meta);
     json_array_append_new(c->arr, json_pack("{s:s, s:s, s:b, s:s, s:I, s:o}", "name", row->name,
                                             "state", row->state, "builtin", 0, "description", "",
                                             "snapshots", (json_int_t)0, "failure",

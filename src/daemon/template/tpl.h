@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
@@ -47,6 +48,9 @@ struct tpl_info {
     char tenant[STORE_ID_MAX]; /* owner; "" for built-ins */
     bool builtin;              /* found under the guest dir */
     unsigned vcpus, memory_mib;/* template.json's shape for its sandboxes; 0 = not given */
+    bool remote;               /* tpl_lookup_fetchable: the image is on other nodes only; rootfs
+                                * is where tpl_fetch will put it */
+    int64_t size_bytes;        /* remote: the image's recorded size */
 };
 
 /* Template names: [a-z0-9_-], 1..48 bytes, not starting with '-' or '.'. */
@@ -124,6 +128,43 @@ int tpl_sandbox_refresh(struct spaced *sp, const char *template_name, const char
 void tpl_start_in_sandbox(struct spaced *sp, const char *template_name, const char *sandbox_id,
                           struct agentc *agent);
 
+/* ---- templates that travel between nodes (tpl_fetch.c) ------------------------------- */
+
+/* A built template's image has a SHA-256 (tpl_digest.h) recorded with its size, its
+ * template.json and the nodes holding it in the store's templates row. A node that lacks
+ * the image fetches it from a live holder over the node API and uses it only once its
+ * size and digest are the recorded ones; it is a holder from then on. Built-ins are on
+ * every node and never travel. */
+
+/* This daemon's node id when it is a cluster node, else "". */
+const char *tpl_self_node(const struct spaced *sp);
+/* Whether the ',' separated node list `nodes` names id. Pure. */
+bool tpl_nodes_have(const char *nodes, const char *id);
+/* The next id of a ',' separated node list at *cursor into id (cap bytes), skipping empty
+ * and overlong entries, and advances *cursor: false at the end. Pure. */
+bool tpl_nodes_next(const char **cursor, char *id, size_t cap);
+
+/* As tpl_lookup, and on a node also a ready built template whose image is only on other
+ * nodes: 0 with out->remote set (shape and description from the row's template.json,
+ * out->rootfs where the fetch will put it); tpl_fetch before using it. */
+int tpl_lookup_fetchable(struct spaced *sp, const char *tenant, const char *name, struct tpl_info *out,
+                         struct spaced_err *err);
+
+/* Makes template `name`'s image present here: 1 when it already is; 0 when a fetch
+ * started or one in flight was joined: done(arg, NULL) once the image is verified and
+ * published, done(arg, err) when it failed (502 template_digest_mismatch: other bytes
+ * than recorded, discarded; 502 template_fetch_failed; 503 template_source_unavailable:
+ * no live holder), called from the loop, never from inside tpl_fetch; -1 with err when
+ * none can start. tpl_fetch_cancel: arg no longer wants to hear (no callback follows). */
+typedef void (*tpl_fetch_done)(void *arg, const struct spaced_err *err);
+int tpl_fetch(struct spaced *sp, const char *name, tpl_fetch_done done, void *arg, struct spaced_err *err);
+void tpl_fetch_cancel(struct spaced *sp, void *arg);
+
+/* GET /internal/templates/{name}/image (node API): streams a built template's image to a
+ * request carrying the node token; 404 (revealing nothing) to any other. */
+struct http_req;
+void tpl_image_serve(struct spaced *sp, struct http_req *req, const char *name);
+
 /* ---- builds, listing, deletion ------------------------------------------------------- */
 
 /* Template builds are operations of the engine (op.h, target = template name).
@@ -153,6 +194,7 @@ extern const char *const tpl_spec_fields[];
 #define TPL_COPY_MAX (8u * 1024 * 1024)       /* one copy step's decoded content */
 #define TPL_COPY_TOTAL_MAX (10u * 1024 * 1024) /* all copy steps of one spec */
 #define TPL_STEPS_MAX 64
+#define TPL_BUILD_MEM_MIB 512 /* a build VM's memory (1 vCPU); placement reserves it */
 
 /* GET /v1/templates for `tenant`: {"templates":[...]} (built-ins and the tenant's own) /
  * one {"template": {...}} or NULL when absent or another tenant's. */

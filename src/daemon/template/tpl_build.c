@@ -38,10 +38,10 @@
 #include "daemon/vm/vm.h"
 #include "daemon/vm/vm_greet.h"
 #include "log.h"
+#include "tpl_digest.h"
 #include "tpl_internal.h"
 #include "tpl_log.h"
 
-#define BUILD_MEM_MIB 512
 #define BUILD_BOOT_TIMEOUT_S 300
 #define BUILD_STEP_TIMEOUT_S 1800
 #define BUILD_OUTPUT_TAIL 2048
@@ -74,6 +74,9 @@ struct tpl_build {
     struct event *timer;             /* step deadlines, and polling of qemu-img convert */
     struct vmg *greet;               /* boot until the agent's HELLO, BUILD_BOOT_TIMEOUT_S */
     pid_t convert_pid;
+    struct tpl_digest_job *digest_job; /* hashing the flattened image (owned) */
+    char digest[TPL_DIGEST_HEX];     /* its SHA-256, once hashed */
+    int64_t image_bytes;             /* its size */
     int64_t started_ms;
     char out[BUILD_OUTPUT_TAIL + 1]; /* tail of the current request's output */
     size_t outlen;
@@ -91,6 +94,7 @@ static void build_free(struct tpl_build *b)
             break;
         }
     tpl_probe_free(b->probe); /* before its agent connection */
+    tpl_digest_job_free(b->digest_job);
     agentc_free(b->agent);
     if (b->timer)
         event_free(b->timer);
@@ -109,6 +113,8 @@ bool tpl_builds_use(struct spaced *sp, const char *name)
     return false;
 }
 
+/* The row's new state; a ready one records what lets the image travel (tpl_fetch.c):
+ * the node holding it, its digest and size, and its template.json. */
 static void store_state(struct tpl_build *b, const char *state, const char *failure)
 {
     struct store_tpl t;
@@ -117,6 +123,17 @@ static void store_state(struct tpl_build *b, const char *state, const char *fail
     snprintf(t.state, sizeof t.state, "%s", state);
     free(t.failure);
     t.failure = failure ? strdup(failure) : NULL;
+    if (!failure) {
+        char meta[TPL_PATH_MAX + 32];
+        snprintf(meta, sizeof meta, "%s/template.json", b->dir);
+        json_t *j = json_load_file(meta, 0, NULL);
+        free(t.meta);
+        t.meta = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        snprintf(t.digest, sizeof t.digest, "%s", b->digest);
+        t.size_bytes = b->image_bytes;
+        snprintf(t.nodes, sizeof t.nodes, "%s", tpl_self_node(b->sp));
+    }
     t.updated_ms = spaced_now_ms();
     store_tpl_put(b->sp->store, &t);
     store_tpl_clear(&t);
@@ -241,10 +258,14 @@ static int write_meta(struct tpl_build *b, const char *path, const char *image)
         "ready", b->cur.ready ? json_string(b->cur.ready) : json_null(),
         "ca_sha256", ca ? ca : json_null(), "build_key", key, "base", b->base_name,
         "spec", spec_for_meta(b->spec));
+    if (j) /* the image's content digest (tpl_digest.h): what a node fetching it checks */
+        json_object_set_new(j, "sha256", json_string(b->digest));
     int rc = j ? json_dump_file(j, path, JSON_INDENT(2)) : -1;
     json_decref(j);
     return rc;
 }
+
+static void on_digest(void *arg, int rc, int err, const char *hex, int64_t size);
 
 static void on_convert_poll(evutil_socket_t fd, short what, void *arg)
 {
@@ -258,17 +279,45 @@ static void on_convert_poll(evutil_socket_t fd, short what, void *arg)
         event_add(b->timer, &tv);
         return;
     }
+    char tmp[TPL_PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s/rootfs.ext4.tmp", b->dir);
+    if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        unlink(tmp);
+        build_end(b, "build_failed", "qemu-img convert failed (status %d)", status);
+        return;
+    }
+    b->convert_pid = 0;
+    /* The image is final: its digest, once, on a worker thread (it may be gigabytes). */
+    stage(b, 96, "hashing the disk image (SHA-256)");
+    b->digest_job = tpl_digest_start(b->sp->base, tmp, on_digest, b);
+    if (!b->digest_job) { /* no thread: hash here */
+        int64_t size = 0;
+        char hex[TPL_DIGEST_HEX];
+        int rc = tpl_digest_file(tmp, 0, hex, &size);
+        on_digest(b, rc, rc < 0 ? errno : 0, hex, size);
+    }
+}
+
+/* The image is hashed: template.json (with the digest), then the image, published. */
+static void on_digest(void *arg, int rc, int err, const char *hex, int64_t size)
+{
+    struct tpl_build *b = arg;
+    b->digest_job = NULL;
     char tmp[TPL_PATH_MAX + 32], final[TPL_PATH_MAX + 32], meta[TPL_PATH_MAX + 32],
         meta_tmp[TPL_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s/rootfs.ext4.tmp", b->dir);
     snprintf(final, sizeof final, "%s/rootfs.ext4", b->dir);
     snprintf(meta, sizeof meta, "%s/template.json", b->dir);
     snprintf(meta_tmp, sizeof meta_tmp, "%s/template.json.tmp", b->dir);
-    if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (rc < 0) {
         unlink(tmp);
-        build_end(b, "build_failed", "qemu-img convert failed (status %d)", status);
+        build_end(b, "host_io", "cannot hash %s: %s", tmp, strerror(err));
         return;
     }
+    snprintf(b->digest, sizeof b->digest, "%s", hex);
+    b->image_bytes = size;
+    log_info("template.digest", "template=%s sha256=%s size_bytes=%lld", b->name, b->digest,
+             (long long)size);
     /* Metadata first, image last: a template exists once rootfs.ext4 does. */
     if (write_meta(b, meta_tmp, tmp) != 0 || rename(meta_tmp, meta) != 0 || rename(tmp, final) != 0) {
         build_end(b, "host_io", "cannot publish %s: %s", final, strerror(errno));
@@ -629,7 +678,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     snprintf(id, sizeof id, "b-%.40s", b->name);
     cfg.id = id;
     cfg.vcpus = 1;
-    cfg.mem_mib = BUILD_MEM_MIB;
+    cfg.mem_mib = TPL_BUILD_MEM_MIB;
     cfg.disk = b->overlay;
     cfg.backing[0].path = b->base_rootfs;
     cfg.backing[0].format = "raw";

@@ -11,6 +11,7 @@
 struct tpl_snap;  /* one (template, shape, fingerprint) snapshot version (tpl_snapshot.c) */
 struct tpl_build; /* one template build in flight (tpl_build.c) */
 struct tpl_log;   /* the output of one build (tpl_log.h) */
+struct tpl_fetch; /* one image being fetched from another node (tpl_fetch.c) */
 struct event;
 
 #define TPL_SNAP_RETRY_MS 30000 /* first wait before a failed snapshot is built again */
@@ -21,10 +22,16 @@ struct tpl_registry {
     struct tpl_snap *snaps;       /* list, owned */
     struct tpl_build *builds;     /* builds in flight, owned */
     struct tpl_log *logs;         /* build logs, newest first, owned (tpl_log.h) */
+    struct tpl_fetch *fetches;    /* images being fetched from other nodes (tpl_fetch.c) */
     struct event *gc;             /* deferred snapshot-version sweep (owned) */
     tpl_users_fn users;           /* tpl_set_users, NULL = no sandboxes */
     int64_t snap_retry_ms;        /* first wait before a failed snapshot is built again */
 };
+
+/* Fills t's description and shape from a template.json document. */
+void tpl_meta_fill(struct tpl_info *t, const json_t *meta);
+/* Ends every fetch in flight, telling no waiter (spaced is stopping). */
+void tpl_fetches_free(struct tpl_registry *r);
 
 /* Calls r->users (see tpl_users_fn), if one is registered. */
 void tpl_users_each(struct spaced *sp, tpl_use_fn use, void *arg);
@@ -69,6 +76,8 @@ struct tpl_defaults {
 };
 /* Reads dir/template.json's defaults, start and ready (missing file/fields: defaults). */
 void tpl_defaults_load(const char *dir, struct tpl_defaults *out);
+/* The same from a template.json document (a template built on another node: its row's). */
+void tpl_defaults_from(const json_t *meta, struct tpl_defaults *out);
 void tpl_defaults_clear(struct tpl_defaults *d);
 
 /* Starting a template's start command and waiting for its ready check on a VM's agent

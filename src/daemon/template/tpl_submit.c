@@ -17,6 +17,8 @@ static int write_building(struct spaced *sp, const struct store_op *op, void *ar
     snprintf(t.tenant, sizeof t.tenant, "%s", op->tenant);
     snprintf(t.state, sizeof t.state, "building");
     snprintf(t.dir, sizeof t.dir, "%s/templates/%s", sp->opt.data_dir, op->target);
+    /* The builder (a cluster node): its build log is asked of it; it holds the image. */
+    snprintf(t.nodes, sizeof t.nodes, "%s", tpl_self_node(sp));
     t.spec_json = (char *)spec_json;
     /* A rebuild of the tenant's own failed template reuses its row: nothing new. */
     struct store_tpl old;

@@ -1,0 +1,159 @@
+"""Templates that travel between nodes (issue 14 item 6, docs/multinode.md): PostgreSQL,
+one control and two nodes on one machine (test_cluster's world).
+
+A custom template is built through the control daemon (placed on a node like a create);
+its image's SHA-256, size and holder are recorded in the store. With the builder drained,
+a create from the template lands on the other node, which fetches the image from the
+builder over the node API, verifies it and boots from it: the sandbox sees the file the
+build wrote. The node API serves the image to nobody without the node token. An image
+altered on the builder's disk after its digest was recorded is refused by the fetching
+node (two creates at once share that one fetch and both fail, no VM is booted from
+it), and with the builder gone a create fails at once saying so. One build VM and one
+sandbox VM in all (TCG)."""
+import hashlib
+import http.client
+import os
+import subprocess
+import time
+
+import spacedlib
+from test_cluster import cluster, live_nodes, sql  # noqa: F401 (fixture)
+from test_sessions import run
+from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
+
+NAME = "travel1"
+SPEC = {"name": NAME, "base": "base", "description": "built on one node, run on another",
+        "steps": [{"run": "echo traveled-$((40+2)) > /etc/travel-marker"}]}
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def row(pg_url, name):  # noqa: F811
+    out = sql(pg_url, "SELECT state||'|'||nodes||'|'||digest||'|'||size_bytes FROM templates "
+                      "WHERE name='%s'" % name)
+    state, nodes, digest, size = out[0].split("|")
+    return state, nodes.split(",") if nodes else [], digest, int(size)
+
+
+def full_log(d):
+    """The daemon's whole log (Spaced.log() gives only its tail)."""
+    with open(d.log_path, errors="replace") as f:
+        return f.read()
+
+
+def raw_get(port, path, headers=None, limit=None):
+    """(status, body) of a GET; at most `limit` bytes of the body (an event stream)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", path, headers=headers or {})
+    resp = conn.getresponse()
+    body = resp.read(limit) if limit else resp.read()
+    conn.close()
+    return resp.status, body
+
+
+def test_template_built_on_one_node_runs_on_the_other(cluster, pg_url):  # noqa: F811
+    control, nodes, restart, _ = cluster
+    deadline = time.monotonic() + 60
+    while set(live_nodes(control)) != {"node-a", "node-b"}:
+        assert time.monotonic() < deadline, live_nodes(control)
+        time.sleep(0.5)
+    by_id = {n.node_id: n for n in nodes}
+
+    # The control authenticates before placing a build.
+    assert control.request("POST", "/v1/templates", SPEC, key=None).status == 401
+
+    # 1. Built through the control, on a node chosen like a create.
+    r = control.request("POST", "/v1/templates", SPEC)
+    assert r.status == 202 and r.json["operation"]["kind"] == "template_build", r
+    builder = by_id[r.headers.get("x-space-node")]
+    other = next(n for n in nodes if n is not builder)
+    op_id = r.json["operation"]["id"]
+    op = control.wait_op(op_id, timeout=900)
+    assert op["state"] == "succeeded", (op, builder.log())
+    # Its build log is the builder's, reached through the control.
+    status, body = raw_get(control.port, "/v1/operations/%s/logs" % op_id,
+                           {"Authorization": "Bearer " + control.admin_key}, limit=256)
+    assert status == 200 and body, (status, body)
+    t = control.request("GET", "/v1/templates/" + NAME)
+    assert t.status == 200 and t.json["template"]["state"] == "ready", t
+    assert t.json["template"]["description"] == SPEC["description"], t
+
+    # 2. Its digest: computed once on the builder, recorded in the row and template.json.
+    image = os.path.join(builder.data_dir, "templates", NAME, "rootfs.ext4")
+    state, holders, digest, size = row(pg_url, NAME)
+    assert state == "ready" and holders == [builder.node_id], (state, holders)
+    assert digest == sha256_file(image) and size == os.path.getsize(image)
+    with open(os.path.join(builder.data_dir, "templates", NAME, "template.json")) as f:
+        assert f'"sha256": "{digest}"' in f.read()
+
+    # The node API gives the image to no one without the node token: the node's guard
+    # (403), a wrong token (403), the control (404: no such route for clients).
+    for port, headers, want in ((builder.port, {}, 403),
+                                (builder.port, {"X-Space-Node-Token": "x" * 32}, 403),
+                                (control.port, {"Authorization": "Bearer " + control.admin_key}, 404)):
+        status, body = raw_get(port, "/internal/templates/%s/image" % NAME, headers)
+        assert status == want and len(body) < 1024, (port, status, body[:200])
+
+    # 3. With the builder drained, the create lands on the other node, which fetches the
+    # image, verifies it and boots from it.
+    cli_env = dict(os.environ, SPACE_URL=control.url, SPACE_API_KEY=control.admin_key)
+    out = subprocess.run([os.path.join(spacedlib.BUILD, "space"), "node", "drain", builder.node_id],
+                         env=cli_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    r = control.request("POST", "/v1/sandboxes", {"template": NAME, "timeout": 0, "network": {"mode": "none"}})
+    assert r.status == 202 and r.headers.get("x-space-node") == other.node_id, r
+    sid = r.json["sandbox"]["id"]
+    op = control.wait_op(r.json["operation"]["id"], timeout=600)
+    assert op["state"] == "succeeded", (op, other.log())
+    _, res = run(control, sid, {"cmd": "cat /etc/travel-marker"})
+    assert res["stdout"] == b"traveled-42\n", res
+    log = full_log(other)
+    assert "template.fetch" in log and "result=verified" in log and digest in log, log[-3000:]
+    print(next(line for line in log.splitlines() if "result=verified" in line))  # size and ms (TCG host)
+    fetched = os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4")
+    assert sha256_file(fetched) == digest
+    assert row(pg_url, NAME)[1] == [builder.node_id, other.node_id]  # a holder now too
+    d = control.request("DELETE", "/v1/sandboxes/" + sid)
+    assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
+
+    # 4. An image altered on the source's disk after its digest was recorded (same size)
+    # is refused: the other node forgets its copy and the row its holding, the builder's
+    # image gets one byte flipped, and a create on the other node fails, booting nothing.
+    sql(pg_url, "UPDATE templates SET nodes='%s' WHERE name='%s'" % (builder.node_id, NAME))
+    subprocess.run(["rm", "-rf", os.path.join(other.data_dir, "templates", NAME)], check=True)
+    with open(image, "r+b") as f:
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    # Two creates at once share the one fetch (and its refusal).
+    started_before = full_log(other).count("result=started")
+    ops = {}
+    for _ in range(2):
+        r = control.request("POST", "/v1/sandboxes", {"template": NAME, "timeout": 0, "network": {"mode": "none"}})
+        assert r.status == 202 and r.headers.get("x-space-node") == other.node_id, r
+        ops[r.json["sandbox"]["id"]] = r.json["operation"]["id"]
+    for bad, op_id in ops.items():
+        op = control.wait_op(op_id, timeout=600)
+        assert op["state"] == "failed" and op["error"]["code"] == "template_digest_mismatch", op
+        assert "SHA-256" in op["error"]["message"], op
+        assert not os.path.exists(os.path.join(other.data_dir, "sandboxes", bad)), "no disk, no VM"
+    assert not os.path.exists(os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4"))
+    assert not os.path.exists(os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4.fetch"))
+    log = full_log(other)
+    assert log.count("result=failed code=template_digest_mismatch") == 1, log[-3000:]
+    assert log.count("result=started") - started_before == 1, log[-3000:]
+
+    # 5. The only holder gone: the create fails at once, naming it.
+    builder.stop(cleanup=False)
+    r = control.request("POST", "/v1/sandboxes", {"template": NAME, "timeout": 0, "network": {"mode": "none"}})
+    assert r.status == 202 and r.headers.get("x-space-node") == other.node_id, r
+    op = control.wait_op(r.json["operation"]["id"], timeout=120)
+    assert op["state"] == "failed" and op["error"]["code"] == "template_source_unavailable", op
+    assert builder.node_id in op["error"]["message"], op
