@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include "agent/ops.h"
 #include "agent/relay.h"
 #include "agent/req.h"
+#include "agent/spawn.h"
 #include "log.h"
 
 #define PROC_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -350,7 +350,7 @@ static void proc_attach(struct proc *p, struct agent_chan *ch)
 
 /* ---- spawning ---- */
 
-/* Everything exec needs, built before fork so the child only makes syscalls. */
+/* Everything exec needs, built before the spawn so the child only makes syscalls. */
 struct spawn {
     char **argv;             /* NULL-terminated (owned) */
     char **envp;             /* NULL-terminated "K=V" (owned) */
@@ -445,39 +445,6 @@ static char **spawn_argv(struct agent_chan *ch, json_t *req, json_t *info)
     return argv;
 }
 
-/* The child between fork and exec: report failures through errfd as {stage, errno}. */
-__attribute__((noreturn)) static void spawn_child(const struct spawn *s, int errfd, int in_fd,
-                                                   int out_fd, int err_fd)
-{
-    int stage = 0;
-    sigset_t all;
-    sigfillset(&all);
-    sigprocmask(SIG_UNBLOCK, &all, NULL);
-    for (int sig = 1; sig < NSIG; sig++)
-        signal(sig, SIG_DFL);
-    if (setsid() < 0)
-        goto fail;
-    if (s->pty && ioctl(out_fd, TIOCSCTTY, 0) < 0)
-        goto fail;
-    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
-        goto fail;
-    stage = 1;
-    if (setgroups((size_t)s->user.ngroups, s->user.groups) < 0 || setgid(s->user.gid) < 0 ||
-        setuid(s->user.uid) < 0)
-        goto fail;
-    stage = 2;
-    if (chdir(s->cwd) < 0)
-        goto fail;
-    stage = 3;
-    environ = s->envp;
-    execvp(s->argv[0], s->argv);
-fail:;
-    int report[2] = {stage, errno};
-    if (write(errfd, report, sizeof report) < 0)
-        _exit(126);
-    _exit(127);
-}
-
 static void close_pair(int fds[2])
 {
     for (int i = 0; i < 2; i++)
@@ -485,21 +452,21 @@ static void close_pair(int fds[2])
             close(fds[i]);
 }
 
-/* Forks and execs; on success fills p's fds and returns the pid, else -1 after
+/* Spawns (spawn.h); on success fills p's fds and returns the pid, else -1 after
  * sending ERROR on ch. */
 static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct proc *p)
 {
-    int errp[2] = {-1, -1}, in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     int master = -1, slave = -1;
-    int ok = pipe2(errp, O_CLOEXEC) == 0;
-    if (ok && s->pty) {
+    int ok = 1;
+    if (s->pty) {
         struct winsize ws = s->ws;
         ok = openpty(&master, &slave, NULL, NULL, &ws) == 0;
         if (ok) {
             fcntl(master, F_SETFD, FD_CLOEXEC);
             fcntl(slave, F_SETFD, FD_CLOEXEC);
         }
-    } else if (ok) {
+    } else {
         /* The loop gets relay sockets instead of the pipes' own ends (relay.c: a
          * command's pipe must never block the loop that relays FUSE). */
         ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0 &&
@@ -509,15 +476,17 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
              (err[0] = agent_relay_start(err[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
              (!s->stdin_pipe || (in[1] = agent_relay_start(in[1], AGENT_RELAY_TO_CMD)) >= 0);
     }
-    pid_t pid = ok ? fork() : -1;
-    int e = errno;
-    if (pid == 0) {
-        if (s->pty)
-            spawn_child(s, errp[1], slave, slave, slave);
-        spawn_child(s, errp[1], in[0], out[1], err[1]);
+    enum agent_spawn_stage stage = AGENT_SPAWN_START;
+    pid_t pid = -1;
+    if (ok) {
+        struct agent_spawn sp = {.argv = s->argv, .envp = s->envp, .cwd = s->cwd,
+                                 .user = &s->user, .pty = s->pty,
+                                 .in_fd = s->pty ? slave : in[0],
+                                 .out_fd = s->pty ? slave : out[1],
+                                 .err_fd = s->pty ? slave : err[1]};
+        pid = agent_spawn_start(&sp, &stage);
     }
-    close(errp[1]);
-    errp[1] = -1;
+    int e = errno;
     if (slave >= 0)
         close(slave);
     /* The child's ends, marked closed so the failure path's close_pair skips them. */
@@ -527,25 +496,13 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
             close(*childs[i]);
             *childs[i] = -1;
         }
-    int report[2] = {0, 0};
-    ssize_t n = 0;
-    if (pid > 0) {
-        do
-            n = read(errp[0], report, sizeof report);
-        while (n < 0 && errno == EINTR);
-    }
-    close(errp[0]);
-    if (pid < 0 || n == (ssize_t)sizeof report) {
+    if (pid < 0) {
         static const char *const stages[] = {"setting up stdio", "switching user",
                                               "changing to cwd", "executing"};
-        if (pid > 0) {
-            waitpid(pid, NULL, 0);
-            e = report[1];
-        }
-        const char *what = pid < 0 ? "starting process" : stages[report[0] & 3];
+        const char *what = stage == AGENT_SPAWN_START ? "starting process" : stages[stage & 3];
         char msg[PATH_MAX + 64];
         snprintf(msg, sizeof msg, "%s %s", what,
-                 report[0] == 2 ? s->cwd : report[0] == 3 ? s->argv[0] : "");
+                 stage == AGENT_SPAWN_CWD ? s->cwd : stage == AGENT_SPAWN_EXEC ? s->argv[0] : "");
         agent_chan_errno(ch, e, msg);
         if (master >= 0)
             close(master);

@@ -21,6 +21,9 @@
 #include "agent/sys.h"
 #include "log.h"
 
+/* Bytes taken from the connection per wakeup: four full frames. */
+#define SERVE_READ_MAX (4 * (FRAME_MAX_PAYLOAD + FRAME_HEADER_SIZE))
+
 enum serve_mode { SERVE_FD, SERVE_SOCKET, SERVE_PORT };
 
 static const struct agent_conn_hooks serve_hooks = {
@@ -133,11 +136,22 @@ static void serve_flush(void)
 static void serve_io(struct agent_watch *w, uint32_t events)
 {
     if ((events & EPOLLIN) && !sv.closing) {
-        uint8_t buf[FRAME_MAX_PAYLOAD + FRAME_HEADER_SIZE];
-        ssize_t n = read(w->fd, buf, sizeof buf);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+        /* A virtio-serial read returns at most one of the port's page-sized buffers:
+         * read on until the buffer is full or the port is empty, so a 64 KiB frame
+         * costs one wakeup and one parse instead of sixteen (under TCG each is dear). */
+        uint8_t buf[SERVE_READ_MAX];
+        size_t got = 0;
+        ssize_t n;
+        do {
+            n = read(w->fd, buf + got, sizeof buf - got);
+            if (n > 0)
+                got += (size_t)n;
+        } while (n > 0 && got < sizeof buf);
+        if (got == 0 && (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)))
             return serve_lost();
-        if (n > 0 && agent_conn_input(sv.conn, buf, (size_t)n) < 0) {
+        /* An end or error after some bytes: those are taken first, the next wakeup
+         * (level-triggered) sees the end again. */
+        if (got > 0 && agent_conn_input(sv.conn, buf, got) < 0) {
             log_warn("agent.protocol_error", "action=drop_connection");
             sv.closing = true;
         }

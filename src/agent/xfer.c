@@ -12,6 +12,13 @@
 #include "agent/ops.h"
 #include "agent/req.h"
 
+/* An upload's IN window, granted when the target is open (the protocol starts every
+ * stream at FRAME_WINDOW_INITIAL). Bytes are written to the file as each frame arrives,
+ * so the window costs the agent no memory; it only lets the host keep more frames in
+ * flight, which under TCG's long guest round trips is what limits an upload's rate
+ * (as FILES_DOWNLOAD_WINDOW does the other way). */
+#define XFER_WRITE_WINDOW (2048u * 1024)
+
 /* A `read` in progress. */
 struct xfer_read {
     int fd;
@@ -281,4 +288,5 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
     }
     ch->impl = w;
     ch->ops = &write_ops;
+    agent_chan_grant(ch, XFER_WRITE_WINDOW - FRAME_WINDOW_INITIAL);
 }

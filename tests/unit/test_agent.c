@@ -59,6 +59,63 @@ static void test_exec_errors(void **state)
     ah_stop(&h);
 }
 
+/* The spawn (spawn.c, a CLONE_VM child): signals all default and unblocked in the
+ * command; argv[0] searched in the request's PATH as execvp does (a file that is not
+ * executable is skipped, a script without #! runs under /bin/sh); the user switch is
+ * the child's alone, never the agent's (here: the test process). */
+static void test_exec_spawn(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    col_expect_stdout(&h, json_pack("{s:s, s:[sss]}", "op", "exec", "argv", "sh", "-c",
+                                    "grep -E '^Sig(Blk|Ign)' /proc/self/status"),
+                      "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+
+    char dir[] = "/tmp/test_agent_spawn_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char a[128], b[128], fa[160], fb[160], path[320];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(fa, sizeof fa, "%s/hello", a);
+    snprintf(fb, sizeof fb, "%s/hello", b);
+    assert_int_equal(mkdir(a, 0755), 0);
+    assert_int_equal(mkdir(b, 0755), 0);
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? fb : fa, "w");
+        assert_non_null(f);
+        fputs(i ? "echo from b\n" : "echo from a\n", f); /* no #!: /bin/sh runs it */
+        fclose(f);
+    }
+    assert_int_equal(chmod(fa, 0644), 0);
+    assert_int_equal(chmod(fb, 0755), 0);
+    /* a/hello is not executable: skipped; the empty element is the cwd (not searched
+     * here: no hello in /). */
+    snprintf(path, sizeof path, "/nonexistent::%s:%s", a, b);
+    col_expect_stdout(&h, json_pack("{s:s, s:[s], s:{s:s}}", "op", "exec", "argv", "hello",
+                                    "env", "PATH", path), "from b\n");
+    /* Only a file that is not executable: EACCES, not "not found". */
+    snprintf(path, sizeof path, "%s", a);
+    ah_expect_error(&h, json_pack("{s:s, s:[s], s:{s:s}}", "op", "exec", "argv", "hello",
+                                  "env", "PATH", path), FRAME_E_PERMISSION_DENIED);
+    ah_expect_error(&h, json_pack("{s:s, s:[s], s:{s:s}}", "op", "exec", "argv", "no-such-cmd",
+                                  "env", "PATH", path), FRAME_E_NOT_FOUND);
+
+    uid_t uid = getuid(), euid = geteuid();
+    gid_t gid = getgid();
+    if (euid == 0)
+        col_expect_stdout(&h, json_pack("{s:s, s:[ss], s:s}", "op", "exec", "argv", "id", "-un",
+                                        "user", "nobody"), "nobody\n");
+    assert_int_equal(getuid(), uid);
+    assert_int_equal(geteuid(), euid);
+    assert_int_equal(getgid(), gid);
+    unlink(fa);
+    unlink(fb);
+    rmdir(a);
+    rmdir(b);
+    rmdir(dir);
+    ah_stop(&h);
+}
+
 /* stdin streaming and close (EOF) */
 static void test_exec_stdin(void **state)
 {
@@ -430,6 +487,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_exec_output),    cmocka_unit_test(test_exec_errors),
+        cmocka_unit_test(test_exec_spawn),
         cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_pipe_ends),
         cmocka_unit_test(test_exec_signal),
         cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_many),
