@@ -118,10 +118,12 @@ static void create_end(struct sbx *s, bool ok)
              (long long)ms[CS_DISK], (long long)ms[CS_VM], (long long)((c->spawn_us + 500) / 1000),
              (long long)ms[CS_NET], (long long)ms[CS_REFRESH], (long long)ms[CS_PERSIST],
              (long long)((mono_us() - c->start_us + 500) / 1000));
-    bool pooled = c->how && strcmp(c->how, "pool") == 0;
+    /* A pooled create, or a restore (which asked the shape's pool first and found it
+     * empty): the answer is out, the pool's refill (a jailed spawn) may start. */
+    bool asked_pool = c->how && (strcmp(c->how, "pool") == 0 || strcmp(c->how, "restore") == 0);
     free(s->create);
     s->create = NULL;
-    if (pooled) /* the claim is answered: the pool's refill (a jailed spawn) may start */
+    if (asked_pool)
         sbx_pools_refill(s->sp);
 }
 
