@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define VM_START_TIMEOUT_MS 30000 /* QEMU up and (restore) state loaded */
@@ -26,6 +27,13 @@
  * every page in QEMU's main loop: its deadline grows by 1 s per VM_START_LOAD_MIB_PER_S
  * MiB of state, so a large or loaded host's restore is not killed for its size. */
 #define VM_START_LOAD_MIB_PER_S 4
+
+static int64_t start_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static unsigned start_timeout_ms(const struct vm *vm)
 {
@@ -228,6 +236,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     }
     const char *shim = NULL;
     struct qemu_env env;
+    int64_t t_prep = start_mono_us();
     *err = VM_E_JAIL;
     if (!vm->cfg.jail.enabled && vm_jailer_policy(vm->cfg.jail.jailer)->required) {
         snprintf(msg, msglen, "QEMU must run jailed (unjailed QEMUs need spaced --no-jail)");
@@ -244,6 +253,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     qemu_env_build(&env, shim, mem_path);
     s.envp = env.envp;
     *err = VM_E_START;
+    int64_t t_spawn = start_mono_us();
     int sr = vm_spawn(&s, &vm->pid, msg, msglen);
     if (sr < 0) {
         if (sr == -2)
@@ -257,14 +267,21 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
         waitpid(vm->pid, NULL, 0);
         goto out;
     }
+    int64_t t_record = start_mono_us();
     vm_write_record(vm);
     vm->op = VM_OP_START;
     vm_arm_kill_timer(vm, start_timeout_ms(vm));
     char q[200];
-    log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d uid=%u",
+    int64_t t_end = start_mono_us();
+    /* The synchronous parts of a start, in us: the jail's preparation (uid, file
+     * ownership, cgroup), the spawn until QEMU's exec, the run dir's record. */
+    log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d uid=%u "
+             "prep_us=%lld spawn_us=%lld record_us=%lld",
              vm->cfg.id, (int)vm->pid, vm_accel_name(vm->accel), vm->cfg.vcpus,
              vm->cfg.mem_mib, log_quote(vm->snap_dir, q, sizeof(q)), vm->cfg.jail.enabled,
-             vm->cfg.jail.enabled ? (unsigned)vm->cfg.jail.uid : 0);
+             vm->cfg.jail.enabled ? (unsigned)vm->cfg.jail.uid : 0,
+             (long long)(t_spawn - t_prep), (long long)(t_record - t_spawn),
+             (long long)(t_end - t_record));
     rc = 0;
 out:
     for (int i = VM_FD_QMP; i < VM_FD_TAP; i++)
