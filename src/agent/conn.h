@@ -74,6 +74,10 @@ void agent_conn_free(struct agent_conn *c);
  * beyond repair (bad header): an ERROR is queued and the caller should drop the
  * connection once the output is flushed. */
 int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n);
+/* How long ago (ns, CLOCK_MONOTONIC) the input now being handled arrived: 0 outside
+ * agent_conn_input. A request handled behind others of the same input (the host's HELLO,
+ * then a pipelined refresh) can correct a time it carries by this (refresh's time_ns). */
+int64_t agent_conn_input_age_ns(const struct agent_conn *c);
 /* Queued bytes for the host (the transport writes and agent_buf_drop()s them, then
  * calls agent_conn_wrote()). */
 struct agent_buf *agent_conn_output(struct agent_conn *c);
