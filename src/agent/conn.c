@@ -71,6 +71,8 @@ static void conn_send_hello(struct agent_conn *c)
     if (h)
         conn_send_json(c, FRAME_CONTROL_CHANNEL, FRAME_HELLO, h);
     json_decref(h);
+    if (h && c->hooks->flush)
+        c->hooks->flush();
 }
 
 struct agent_conn *agent_conn_new(const struct agent_conn_hooks *hooks)

@@ -63,6 +63,13 @@ struct agent_conn_hooks {
     void (*open)(struct agent_chan *ch, json_t *request);
     /* Our HELLO payload (new reference); sent in answer to each host HELLO. */
     json_t *(*hello)(void);
+    /* May be NULL. Called right after the HELLO's answer is queued, from inside
+     * agent_conn_input: the transport writes what it can of the output now, without
+     * tearing anything down (errors wait for its usual flush). The host may have sent
+     * requests right behind its HELLO (a restore's refresh), which this input handles
+     * next; its HELLO's answer must not wait for them (the host retries a HELLO left
+     * unanswered for a few seconds). */
+    void (*flush)(void);
 };
 
 /* Creates a connection (it answers the host's HELLO with ours). hooks are borrowed (static). NULL on OOM. */
