@@ -147,8 +147,8 @@ def test_refresh_sets_identity_and_env(spaced):
     t1 = time.time()
     rnd, guest_now = out2.decode().strip().split("\n")
     assert rnd.strip() != lines[2].strip()  # clones never share random state
-    # The refresh set the host's clock (sent right behind the HELLO; the agent adds the
-    # time it spent before applying it): never the template snapshot's, never ahead.
+    # The refresh set the host's clock (the agent adds the time since the request's bytes
+    # arrived): never the template snapshot's, never ahead.
     assert int(t0) - 1 <= int(guest_now) <= int(t1) + 1, (t0, guest_now, t1)
     for x in (sid, other):
         s.request("DELETE", "/v1/sandboxes/" + x)
