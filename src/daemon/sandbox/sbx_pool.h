@@ -3,8 +3,8 @@
  * A shape is (template, vcpus, memory, NIC or not): exactly one template snapshot
  * directory, which is the key. A shape's pool is made the first time a create asks for it
  * with a ready snapshot; from then on it keeps N restored-and-paused clones, or with
- * `--pool-budget-mib M` as many as the last minute's creates of that shape (served or not) (pool.h: at
- * least N), all shapes' clones together within M MiB of guest memory.
+ * `--pool-budget-mib M` as many as the last minute's creates of that shape, served or
+ * not (pool.h: at least N), all shapes' clones together within M MiB of guest memory.
  *
  * Clones of a shape with a NIC each get a namespace + tap at fill time, mounted under the
  * pooled VM's id (net_claim_template) and not attached to the gateway: nothing answers
