@@ -66,7 +66,7 @@ struct agent_conn_hooks {
     /* May be NULL. Called right after the HELLO's answer is queued, from inside
      * agent_conn_input: the transport writes what it can of the output now, without
      * tearing anything down (errors wait for its usual flush). The host may have sent
-     * requests right behind its HELLO (a restore's refresh), which this input handles
+     * requests right behind its HELLO (a pooled clone's refresh), which this input handles
      * next; its HELLO's answer must not wait for them (the host retries a HELLO left
      * unanswered for a few seconds). */
     void (*flush)(void);

@@ -172,7 +172,7 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
     int rc = 0;
     if (time_ns >= 0) {
         /* time_ns is the host's clock when it sent the request; the host may send it
-         * right behind its HELLO (a restore's create), so the HELLO's answer and this
+         * right behind its HELLO (a pooled clone's claim), so the HELLO's answer and this
          * request's checks ran since its bytes arrived: that time is added. */
         int64_t age = agent_conn_input_age_ns(ch->conn);
         if (time_ns <= INT64_MAX - age)
