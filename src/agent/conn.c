@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -19,6 +20,7 @@ struct agent_conn {
     bool hello;                            /* host HELLO received */
     bool broken;                           /* unrecoverable framing error seen */
     bool congested;                        /* out was above HIGH; wake producers at LOW */
+    int64_t in_at_ns;                      /* CLOCK_MONOTONIC of the input being handled */
 };
 
 static void conn_send(struct agent_conn *c, uint32_t channel, enum frame_type type,
@@ -69,6 +71,8 @@ static void conn_send_hello(struct agent_conn *c)
     if (h)
         conn_send_json(c, FRAME_CONTROL_CHANNEL, FRAME_HELLO, h);
     json_decref(h);
+    if (h && c->hooks->flush)
+        c->hooks->flush();
 }
 
 struct agent_conn *agent_conn_new(const struct agent_conn_hooks *hooks)
@@ -315,10 +319,24 @@ static void conn_dispatch(struct agent_conn *c, const struct frame *f)
     }
 }
 
+static int64_t conn_mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int64_t agent_conn_input_age_ns(const struct agent_conn *c)
+{
+    int64_t age = c->in_at_ns ? conn_mono_ns() - c->in_at_ns : 0;
+    return age > 0 ? age : 0;
+}
+
 int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n)
 {
     if (c->broken)
         return -1;
+    c->in_at_ns = conn_mono_ns();
     if (agent_buf_add(&c->in, p, n) < 0) {
         c->broken = true;
         return -1;
@@ -339,6 +357,7 @@ int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n)
         /* A HELLO restart may have emptied nothing of `in`, so drop exactly this frame. */
         agent_buf_drop(&c->in, used);
     }
+    c->in_at_ns = 0;
     return c->broken ? -1 : 0;
 }
 

@@ -63,6 +63,13 @@ struct agent_conn_hooks {
     void (*open)(struct agent_chan *ch, json_t *request);
     /* Our HELLO payload (new reference); sent in answer to each host HELLO. */
     json_t *(*hello)(void);
+    /* May be NULL. Called right after the HELLO's answer is queued, from inside
+     * agent_conn_input: the transport writes what it can of the output now, without
+     * tearing anything down (errors wait for its usual flush). The host may have sent
+     * requests right behind its HELLO (a pooled clone's refresh), which this input handles
+     * next; its HELLO's answer must not wait for them (the host retries a HELLO left
+     * unanswered for a few seconds). */
+    void (*flush)(void);
 };
 
 /* Creates a connection (it answers the host's HELLO with ours). hooks are borrowed (static). NULL on OOM. */
@@ -74,6 +81,10 @@ void agent_conn_free(struct agent_conn *c);
  * beyond repair (bad header): an ERROR is queued and the caller should drop the
  * connection once the output is flushed. */
 int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n);
+/* How long ago (ns, CLOCK_MONOTONIC) the input now being handled arrived: 0 outside
+ * agent_conn_input. A request handled behind others of the same input (the host's HELLO,
+ * then a pipelined refresh) can correct a time it carries by this (refresh's time_ns). */
+int64_t agent_conn_input_age_ns(const struct agent_conn *c);
 /* Queued bytes for the host (the transport writes and agent_buf_drop()s them, then
  * calls agent_conn_wrote()). */
 struct agent_buf *agent_conn_output(struct agent_conn *c);

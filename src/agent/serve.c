@@ -26,9 +26,12 @@
 
 enum serve_mode { SERVE_FD, SERVE_SOCKET, SERVE_PORT };
 
+static void serve_flush_now(void);
+
 static const struct agent_conn_hooks serve_hooks = {
     .open = agent_ops_open,
     .hello = agent_sys_hello,
+    .flush = serve_flush_now,
 };
 
 /* The one transport of this process. */
@@ -43,6 +46,33 @@ static struct {
     const char *port;             /* SERVE_PORT: device path */
     struct agent_watch sig;       /* signalfd for SIGCHLD (owned) */
 } sv;
+
+/* Writes what the fd takes of the queued output: 0 when it is all written or the fd is
+ * full, -1 when the write failed. */
+static int serve_write_out(void)
+{
+    struct agent_buf *out = agent_conn_output(sv.conn);
+    while (out->len) {
+        ssize_t n = write(sv.io.fd, agent_buf_peek(out), out->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 0;
+        if (n <= 0)
+            return -1;
+        agent_buf_drop(out, (size_t)n);
+    }
+    return 0;
+}
+
+/* The conn's flush hook (the HELLO's answer, from inside agent_conn_input): writes what
+ * the fd takes now and nothing else; a failed write is left to serve_flush, which may
+ * drop the connection (not allowed from in here). */
+static void serve_flush_now(void)
+{
+    if (sv.conn && !sv.suspect && !sv.closing)
+        serve_write_out();
+}
 
 static void serve_io(struct agent_watch *w, uint32_t events);
 
@@ -115,16 +145,8 @@ static void serve_flush(void)
     if (!sv.conn || sv.suspect)
         return;
     struct agent_buf *out = agent_conn_output(sv.conn);
-    while (out->len) {
-        ssize_t n = write(sv.io.fd, agent_buf_peek(out), out->len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            break;
-        if (n <= 0)
-            return serve_lost();
-        agent_buf_drop(out, (size_t)n);
-    }
+    if (serve_write_out() < 0)
+        return serve_lost();
     if (sv.closing && out->len == 0)
         return serve_drop_conn();
     if (!sv.suspect)

@@ -171,6 +171,12 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
     json_t *applied = json_array(), *skipped = json_array();
     int rc = 0;
     if (time_ns >= 0) {
+        /* time_ns is the host's clock when it sent the request; the host may send it
+         * right behind its HELLO (a pooled clone's claim), so the HELLO's answer and this
+         * request's checks ran since its bytes arrived: that time is added. */
+        int64_t age = agent_conn_input_age_ns(ch->conn);
+        if (time_ns <= INT64_MAX - age)
+            time_ns += age;
         struct timespec t = {.tv_sec = time_ns / 1000000000, .tv_nsec = time_ns % 1000000000};
         rc = sys_apply(ch, applied, skipped, "time", sys_pid1 ? clock_settime(CLOCK_REALTIME, &t) : 0);
     }

@@ -141,9 +141,15 @@ def test_refresh_sets_identity_and_env(spaced):
     assert code == 0, out
     lines = out.decode().split("\n")
     assert lines[0] == sid and lines[1] == "hello-space"
+    t0 = time.time()
     other = running_sandbox(s)
-    out2, _ = session_output(s, other, "head -c 16 /dev/urandom | od -An -tx1")
-    assert out2.decode().strip() != lines[2].strip()  # clones never share random state
+    out2, _ = session_output(s, other, "head -c 16 /dev/urandom | od -An -tx1; date +%s")
+    t1 = time.time()
+    rnd, guest_now = out2.decode().strip().split("\n")
+    assert rnd.strip() != lines[2].strip()  # clones never share random state
+    # The refresh set the host's clock (the agent adds the time since the request's bytes
+    # arrived): never the template snapshot's, never ahead.
+    assert int(t0) - 1 <= int(guest_now) <= int(t1) + 1, (t0, guest_now, t1)
     for x in (sid, other):
         s.request("DELETE", "/v1/sandboxes/" + x)
 

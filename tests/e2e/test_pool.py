@@ -2,7 +2,10 @@
 clones, each claimed clone gets its own identity and entropy (agent refresh), and the pool
 refills in the background. Shapes with a network are pooled too: a pooled clone waits with
 its own namespace and tap, and the claim attaches the sandbox's policy (tested against the
-fake internet of tests/netsec, as in test_network.py)."""
+fake internet of tests/netsec, as in test_network.py). With `--pool-budget-mib` a shape's
+pool follows demand: a burst of creates raises its target (GET /v1/nodes `pool`), it grows
+to serve the next burst within the budget, and shrinks back to `--pool N` without
+creates."""
 import os
 import re
 import time
@@ -141,6 +144,89 @@ def test_create_with_allowlist_is_claimed_from_pool(net_spaced):
     sp.stop(cleanup=False)
     left = [n for n in names if os.path.exists(n)]
     assert not left, "namespaces of unclaimed pooled VMs survived spaced: %s" % left
+
+
+BUDGET_CLONES = 3  # the demand test's budget: room for this many `base` clones
+
+
+def pool_state(sp):
+    """GET /v1/nodes' `pool` object, with its one shape (or None before the pool started)."""
+    r = sp.request("GET", "/v1/nodes")
+    assert r.status == 200, r
+    pool = r.json["pool"]
+    assert pool["held_mib"] <= pool["budget_mib"], ("pool above its budget", pool)
+    for sh in pool["shapes"]:
+        assert sh["held"] <= sh["ceiling"] and sh["target"] <= sh["ceiling"], ("shape above its ceiling", pool)
+        assert sh["held"] * sh["memory_mib"] <= pool["budget_mib"], ("shape above the budget", pool)
+    assert len(pool["shapes"]) <= 1, pool
+    return pool, (pool["shapes"][0] if pool["shapes"] else None)
+
+
+def burst(sp, n):
+    """n creates posted back to back (the engine runs them side by side); returns their ids
+    once all succeeded."""
+    posted = [sp.create(BODY) for _ in range(n)]
+    for r in posted:
+        op = sp.wait_op(r["operation"]["id"])
+        assert op["state"] == "succeeded", (op, sp.log())
+    return [r["sandbox"]["id"] for r in posted]
+
+
+def wait_shape(sp, what, want, timeout=900):
+    """Polls GET /v1/nodes until want(shape) holds; returns the shape. Every poll also
+    checks the budget (pool_state)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, sh = pool_state(sp)
+        if sh and want(sh):
+            return sh
+        assert time.monotonic() < deadline, "pool never %s within %d s: %s; log:\n%s" % (
+            what, timeout, sh, sp.log())
+        time.sleep(1)
+
+
+def test_pool_follows_demand_within_budget(fresh_spaced):
+    """--pool 1 --pool-budget-mib (3 clones): a burst raises the target to the ceiling, the
+    pool grows to it, the next burst is served from it, and without creates it shrinks
+    back to 1 (the last minute's demand gone, one clone per 10 s). The budget holds at
+    every poll. Waits are for states, with generous deadlines: a loaded host only makes
+    it slower."""
+    why = vm_missing()
+    if why:
+        pytest.skip(why)
+    sp = fresh_spaced()
+    mem = 256  # BODY's shape: the base template's memory
+    sp.stop(cleanup=False)
+    sp.start(extra=("--pool", "1", "--pool-budget-mib", str(BUDGET_CLONES * mem)))
+    made, _ = start_pool(sp, 1)
+    pool, sh = pool_state(sp)
+    assert pool["size"] == 1 and pool["budget_mib"] == BUDGET_CLONES * mem, pool
+    assert sh["template"] == "base" and sh["memory_mib"] == mem and sh["nic"] is False, sh
+    assert sh["ceiling"] == BUDGET_CLONES, sh
+    # A burst larger than the budget: the demand counts every create asked of the pool
+    # (served or not), the target stops at the ceiling, and the pool fills up to it. Should
+    # the minute pass before the fills are done (a slow host), the demand is renewed.
+    deadline = time.monotonic() + 1200
+    while True:
+        made += burst(sp, BUDGET_CLONES + 2)
+        sh = wait_shape(sp, "filled to its raised target",
+                        lambda s: s["ready"] >= BUDGET_CLONES or s["target"] < BUDGET_CLONES)
+        if sh["ready"] >= BUDGET_CLONES:
+            break
+        assert time.monotonic() < deadline, "the pool never reached its raised target: %s" % sh
+    # The next burst finds the clones ready. (A surplus check, one clone per 10 s, could
+    # take one between this poll and the claims only if the minute ran out just then.)
+    n0 = len(made)
+    made += burst(sp, BUDGET_CLONES)
+    served = [sid for sid in made[n0:] if claimed_from_pool(sp, sid)]
+    assert len(served) >= BUDGET_CLONES - 1, (served, sp.log())
+    # No more creates: back to the floor once the window has passed.
+    wait_shape(sp, "shrank back to --pool 1",
+               lambda s: s["demand"] == 0 and s["target"] == 1 and s["held"] == 1 and s["ready"] == 1)
+    assert "pool.shrink" in open(sp.log_path).read(), sp.log()
+    for sid in made:
+        r = sp.request("DELETE", "/v1/sandboxes/" + sid)
+        assert r.status == 202, r
 
 
 def pool_ns(sp):

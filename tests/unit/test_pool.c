@@ -133,12 +133,38 @@ static void test_demand_target(void **state)
     assert_int_equal(pool_demand(claims, 5 * POOL_DEMAND_MAX, now, 1, 1000), POOL_DEMAND_MAX);
 }
 
+static unsigned cap4(void *arg) { return 4; }
+
+/* A create that finds the pool empty is demand too: five claims on a pool that has no
+ * clone ready (its prepare refuses) raise its target to five, capped at the budget's 4. */
+static void test_misses_count_as_demand(void **state)
+{
+    (void)state;
+    refuse = 1;
+    struct event_base *base = event_base_new();
+    struct pool_config pc = {.snapshot_dir = "/nonexistent", .template_overlay = "/nonexistent",
+                             .base = {.vcpus = 1, .mem_mib = 128, .net.tap_fd = -1},
+                             .size = 1, .prepare = prepare, .discard = discard, .cap = cap4};
+    struct pool *p = pool_new(base, &pc);
+    assert_non_null(p);
+    assert_int_equal(pool_target(p), 1); /* no demand yet: the floor */
+    assert_int_equal(pool_ceiling(p), 4);
+    for (int i = 0; i < 5; i++)
+        assert_null(pool_claim(p, NULL, NULL));
+    assert_int_equal(pool_recent(p), 5);
+    assert_int_equal(pool_target(p), 4);
+    assert_int_equal(pool_ready(p), 0);
+    pool_free(p);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_fill_retries_with_backoff),
         cmocka_unit_test(test_refused_prepare_retries_with_backoff),
         cmocka_unit_test(test_demand_target),
+        cmocka_unit_test(test_misses_count_as_demand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

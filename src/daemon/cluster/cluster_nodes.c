@@ -2,8 +2,9 @@
  * role; the rows live in the shared store, so any control daemon answers):
  *   GET    /v1/nodes               each node: url, live, draining, capacity, use (sandboxes'
  *                                   and reservations'), the shapes it has ready, its host's
- *                                   measured load at its heartbeat; and `host`: the load of
- *                                   the host this daemon runs on (metrics/hostload.h)
+ *                                   measured load at its heartbeat; `host`: the load of
+ *                                   the host this daemon runs on (metrics/hostload.h); and
+ *                                   `pool`: this daemon's warm pools (sbx_pools_json)
  *   POST   /v1/nodes/{id}/drain    no new sandbox is placed there (running ones stay): 204
  *   POST   /v1/nodes/{id}/undrain  placement uses it again: 204
  *   DELETE /v1/nodes/{id}           forgets a node that is down and holds no sandbox: 204
@@ -19,6 +20,7 @@
 #include "daemon/auth/auth.h"
 #include "daemon/http/router.h"
 #include "daemon/metrics/hostload.h"
+#include "daemon/sandbox/sbx_pool.h"
 #include "daemon/spaced.h"
 #include "daemon/store/store.h"
 #include "log.h"
@@ -58,7 +60,8 @@ static void h_nodes(struct http_req *req, void *arg)
     /* The host this daemon runs on (a single-host spaced has no node rows), sampled at
      * most once a second so cpu_pct averages over at least that. */
     const json_t *host = hostload_get(sp->hostload, spaced_now_ms(), 1000);
-    json_t *body = json_pack("{s:o, s:O}", "nodes", list, "host", host ? host : json_null());
+    json_t *body = json_pack("{s:o, s:O, s:o}", "nodes", list, "host", host ? host : json_null(),
+                             "pool", sbx_pools_json(sp));
     http_reply_json(req, 200, body);
     json_decref(body);
 }

@@ -118,10 +118,12 @@ static void create_end(struct sbx *s, bool ok)
              (long long)ms[CS_DISK], (long long)ms[CS_VM], (long long)((c->spawn_us + 500) / 1000),
              (long long)ms[CS_NET], (long long)ms[CS_REFRESH], (long long)ms[CS_PERSIST],
              (long long)((mono_us() - c->start_us + 500) / 1000));
-    bool pooled = c->how && strcmp(c->how, "pool") == 0;
+    /* A pooled create, or a restore (which asked the shape's pool first and found it
+     * empty): the answer is out, the pool's refill (a jailed spawn) may start. */
+    bool asked_pool = c->how && (strcmp(c->how, "pool") == 0 || strcmp(c->how, "restore") == 0);
     free(s->create);
     s->create = NULL;
-    if (pooled) /* the claim is answered: the pool's refill (a jailed spawn) may start */
+    if (asked_pool)
         sbx_pools_refill(s->sp);
 }
 
@@ -394,7 +396,12 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
     }
     /* A claimed pool clone's agent is warm and alive (it answered the pool's HELLO): the
      * refresh follows spaced's HELLO on the wire without waiting for the answer (the
-     * agent handles frames in order), one guest round trip fewer on the claim path. */
+     * agent handles frames in order), one guest round trip fewer on the claim path.
+     * Not on a restored clone: its HELLO can be lost (vm_greet.h), or answered after the
+     * retry, and the agent's output for a refresh sent on the dropped connection then
+     * reaches the fresh one (one virtio-serial stream), which spaced takes for a
+     * protocol breach (tried: "EVENT for unknown channel 1" at load 28, and a command
+     * started in between hung). */
     if (s->create && s->create->how && strcmp(s->create->how, "pool") == 0 &&
         s->op_id[0] && s->op_kind == OP_CREATE && s->state == SBX_CREATING && s->agent)
         send_refresh(s);

@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,9 @@ struct sbx_shape {
     struct sbx_pools *ps;
     char snap_dir[SBXP_PATH_MAX]; /* the key */
     bool nic;                     /* its clones have a NIC (snapshot taken with one) */
+    unsigned vcpus;
     unsigned mem_mib;             /* each clone's guest memory (the budget's unit) */
+    char tpl[STORE_ID_MAX];       /* the template's name (for sbx_pools_json) */
     struct pool *pool;            /* owned */
     /* shape_prepare's answer, read by the pool right after the call (it copies them) */
     char id[32], run_dir[SBXP_PATH_MAX], disk[SBXP_PATH_MAX];
@@ -172,7 +175,9 @@ static struct pool *shape_pool(struct sbx_pools *ps, const struct store_sbx *rec
         return NULL;
     sh->ps = ps;
     sh->nic = nic;
+    sh->vcpus = rec->vcpus;
     sh->mem_mib = rec->memory_mib;
+    snprintf(sh->tpl, sizeof sh->tpl, "%s", rec->template_name);
     snprintf(sh->snap_dir, sizeof sh->snap_dir, "%s", snap_dir);
     pc.prepare_arg = sh;
     if (!(sh->pool = pool_new(ps->sp->base, &pc))) {
@@ -235,6 +240,25 @@ unsigned sbx_pool_ready_at(const struct spaced *sp, const char *snap_dir)
 }
 
 unsigned sbx_pools_ready(const struct spaced *sp) { return sbx_pool_ready_at(sp, NULL); }
+
+json_t *sbx_pools_json(const struct spaced *sp)
+{
+    json_t *shapes = json_array();
+    uint64_t held_mib = 0;
+    for (const struct sbx_shape *sh = sp->pools ? sp->pools->shapes : NULL; sh && shapes; sh = sh->next) {
+        unsigned held = pool_count(sh->pool);
+        held_mib += (uint64_t)held * sh->mem_mib;
+        json_array_append_new(shapes, json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I}",
+            "template", sh->tpl, "vcpus", (json_int_t)sh->vcpus, "memory_mib",
+            (json_int_t)sh->mem_mib, "nic", sh->nic, "ready", (json_int_t)pool_ready(sh->pool),
+            "held", (json_int_t)held, "target", (json_int_t)pool_target(sh->pool), "ceiling",
+            (json_int_t)pool_ceiling(sh->pool), "demand", (json_int_t)pool_recent(sh->pool)));
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:o}", "size", (json_int_t)sp->opt.pool, "budget_mib",
+                     (json_int_t)sp->opt.pool_budget_mib, "held_mib", (json_int_t)held_mib,
+                     "demand_window_s", (json_int_t)POOL_DEMAND_WINDOW_S, "shapes",
+                     shapes ? shapes : json_array());
+}
 
 /* ---- start-up sweep ---------------------------------------------------------------- */
 

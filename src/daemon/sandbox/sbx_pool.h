@@ -3,8 +3,8 @@
  * A shape is (template, vcpus, memory, NIC or not): exactly one template snapshot
  * directory, which is the key. A shape's pool is made the first time a create asks for it
  * with a ready snapshot; from then on it keeps N restored-and-paused clones, or with
- * `--pool-budget-mib M` as many as the last minute's claims of that shape (pool.h: at
- * least N), all shapes' clones together within M MiB of guest memory.
+ * `--pool-budget-mib M` as many as the last minute's creates of that shape, served or
+ * not (pool.h: at least N), all shapes' clones together within M MiB of guest memory.
  *
  * Clones of a shape with a NIC each get a namespace + tap at fill time, mounted under the
  * pooled VM's id (net_claim_template) and not attached to the gateway: nothing answers
@@ -27,6 +27,7 @@
 #ifndef SPACE_SBX_POOL_H
 #define SPACE_SBX_POOL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 
 struct spaced;
@@ -54,8 +55,8 @@ struct vm *sbx_pool_claim(struct spaced *sp, struct store_sbx *rec, const char *
                           bool nic, const char *overlay, const char *rootfs, const char *disk,
                           const struct vm_callbacks *cbs, void *arg);
 
-/* A pooled create has ended (its answer is stored): the pools refill now, not while
- * the claim was in flight (pool_kick). */
+/* A create that asked a pool has ended (its answer is stored): the pools refill soon,
+ * not while the claim or the restore was in flight (pool_kick). */
 void sbx_pools_refill(struct spaced *sp);
 
 /* Pooled VMs ready to claim, over all shapes (metrics). */
@@ -64,5 +65,11 @@ unsigned sbx_pools_ready(const struct spaced *sp);
  * shape). What a
  * node reports for placement (cluster.c). */
 unsigned sbx_pool_ready_at(const struct spaced *sp, const char *snap_dir);
+
+/* The pools' state for operators (GET /v1/nodes `pool`, docs/api.md): --pool, the
+ * budget, guest memory held, and per shape its template, vCPUs, memory, NIC, ready and
+ * held (ready or being made) clones, the target it fills to now, the ceiling the budget
+ * allows it, and its demand (creates asked of it in the last window). New reference. */
+json_t *sbx_pools_json(const struct spaced *sp);
 
 #endif

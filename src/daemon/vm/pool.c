@@ -42,6 +42,11 @@
 /* How often a pool above its floor checks for surplus (ms). */
 #define POOL_SHRINK_CHECK_MS 10000
 
+/* After a claim that found no ready VM, the refill waits this long (ms) at most: the
+ * claimer restores meanwhile (a CPU-bound restore the fill would compete with), and its
+ * create's end kicks the refill sooner (pool_kick). */
+#define POOL_MISS_DELAY_MS 2000
+
 /* One pooled VM. Owned by the pool until claimed. */
 struct pool_entry {
     struct pool_entry *next;
@@ -76,6 +81,7 @@ struct pool {
                                               while > 0 only the backoff timer refills */
     int freeing;
     struct event *refill;                  /* owned */
+    int64_t refill_due_ms;                 /* when the pending refill timer fires */
     pool_cap_cb cap;                       /* NULL: fixed size */
     int64_t claims_ms[POOL_DEMAND_MAX];    /* CLOCK_MONOTONIC ms of recent claims (ring) */
     unsigned nclaims;                      /* claims recorded, ever */
@@ -112,6 +118,14 @@ unsigned pool_target(struct pool *p)
     return p->cap ? pool_demand(p->claims_ms, p->nclaims, mono_ms(), p->size, p->cap(p->arg))
                   : p->size;
 }
+
+unsigned pool_recent(const struct pool *p)
+{
+    /* pool_demand with no floor and no ceiling is the count itself */
+    return pool_demand(p->claims_ms, p->nclaims, mono_ms(), 0, POOL_DEMAND_MAX);
+}
+
+unsigned pool_ceiling(struct pool *p) { return p->cap ? p->cap(p->arg) : p->size; }
 
 static void entry_unlink(struct pool *p, struct pool_entry *e)
 {
@@ -157,13 +171,19 @@ static void entry_discard(struct pool *p, struct pool_entry *e)
     free(e);
 }
 
-/* Refill now, or after delay_ms. During a backoff (fails > 0) the pending backoff timer
- * is the only way in: a claim or an exit must not retry early. */
+/* Refill now, or after delay_ms, or earlier when a refill is already due sooner (a later
+ * kick never postpones one: the shrink check or a miss must not push back the refill a
+ * create's end asked for). During a backoff (fails > 0) the pending backoff timer is the
+ * only way in: a claim or an exit must not retry early. */
 static void kick_after(struct pool *p, unsigned delay_ms)
 {
     if (p->freeing || p->fails)
         return;
+    int64_t due = mono_ms() + delay_ms;
+    if (delay_ms && event_pending(p->refill, EV_TIMEOUT, NULL) && p->refill_due_ms <= due)
+        return;
     struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+    p->refill_due_ms = due;
     if (delay_ms)
         event_add(p->refill, &tv);
     else
@@ -185,6 +205,7 @@ static void backoff(struct pool *p, const char *why)
         s = POOL_RETRY_MAX_S;
     p->fails++;
     struct timeval tv = {.tv_sec = s};
+    p->refill_due_ms = mono_ms() + (int64_t)s * 1000;
     log_warn("pool.backoff", "failures=%u retry_in_s=%u msg=\"%s\"", p->fails, s, why);
     if (!p->freeing)
         event_add(p->refill, &tv);
@@ -525,9 +546,13 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
     for (; e; e = e->next)
         if (e->ready && vm_state(e->vm) == VM_STATE_PAUSED)
             pick = e; /* the oldest ready one: entries are pushed at the head */
-    if (!pick)
-        return NULL;
+    /* Demand, met or not: a burst that empties the pool raises its target by every
+     * create that had to restore, not only by those the pool served. */
     p->claims_ms[p->nclaims++ % POOL_DEMAND_MAX] = mono_ms();
+    if (!pick) {
+        kick_after(p, POOL_MISS_DELAY_MS); /* the target may have grown */
+        return NULL;
+    }
     struct vm *vm = pick->vm;
     int fd = pick->agent_fd;
     pick->agent_fd = -1;

@@ -8,10 +8,11 @@
  * loop or the CPU during a burst of creates; failed fills are retried with backoff.
  *
  * Size that follows demand: `size` is the floor; with `cap` set, the pool aims at the
- * number of claims of the last POOL_DEMAND_WINDOW_S seconds (the recent create rate
- * times that window), between `size` and what cap() allows now (the operator's memory
- * budget), so after a burst it refills ahead of the next one; when demand falls it lets
- * surplus ready VMs go, one per check, oldest first.
+ * number of claims asked of it in the last POOL_DEMAND_WINDOW_S seconds (the recent
+ * create rate times that window; a claim that found the pool empty counts too: it is
+ * demand the pool did not meet), between `size` and what cap() allows now (the
+ * operator's memory budget), so after a burst it refills ahead of the next one; when
+ * demand falls it lets surplus ready VMs go, one per POOL_SHRINK_CHECK_MS, oldest first.
  *
  * The pool needs fresh ids / directories for its VMs; they come from the caller's
  * `prepare` callback, so the control plane keeps naming and placing sandboxes. */
@@ -61,7 +62,8 @@ struct pool *pool_new(struct event_base *base, const struct pool_config *cfg);
 /* Takes a ready VM, resumes it and reports through cbs->on_ready (err == VM_OK) then
  * cbs->on_agent; from then on the VM is the caller's exactly as if vm_restore had made it
  * (vm_id / vm_run_dir tell which sandbox directory it uses). Returns NULL when none is
- * ready (the caller then falls back to vm_restore). */
+ * ready (the caller then falls back to vm_restore). Either way the claim counts as
+ * demand (pool_target). */
 struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg);
 
 /* The claimer's create has ended: refill 250 ms from now, after the client's first
@@ -71,6 +73,8 @@ void pool_kick(struct pool *p);
 unsigned pool_ready(const struct pool *p); /* VMs ready to claim now */
 unsigned pool_count(const struct pool *p); /* VMs held: ready or being made */
 unsigned pool_target(struct pool *p);      /* the size it fills to now (demand, cap) */
+unsigned pool_recent(const struct pool *p); /* claims asked in the last window (demand) */
+unsigned pool_ceiling(struct pool *p);     /* what cap() allows now (size when fixed) */
 
 /* The demand-sized target: the claims (CLOCK_MONOTONIC ms, the last min(nclaims,
  * POOL_DEMAND_MAX) of the ring) within POOL_DEMAND_WINDOW_S before now_ms, at least size,

@@ -384,6 +384,11 @@ int vm_agent_reconnect(struct vm *vm);
 /* Writes a whole file atomically, 0600 (<path>.tmp + fsync + rename): a reader never sees
  * half of it. 0 or -1. */
 int vm_write_file_atomic(const char *path, const char *data, size_t len);
+/* The same without the fsync: whole or absent to any reader while the host runs (a
+ * SIGKILL of spaced loses nothing: the page cache is the kernel's), but an OS crash may
+ * leave it absent or empty. Only for what describes a live process, which such a crash
+ * ends too (vm.json, qemu.pid). */
+int vm_write_file_atomic_nosync(const char *path, const char *data, size_t len);
 
 /* ---- accessors ------------------------------------------------------------------------ */
 

@@ -66,7 +66,7 @@ int vm_path(const struct vm *vm, const char *name, char *out, size_t cap)
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-int vm_write_file_atomic(const char *path, const char *data, size_t len)
+static int write_file_atomic(const char *path, const char *data, size_t len, int sync)
 {
     char tmp[4200];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
@@ -86,11 +86,21 @@ int vm_write_file_atomic(const char *path, const char *data, size_t len)
         }
         off += (size_t)n;
     }
-    if (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+    if ((sync && fsync(fd) < 0) || close(fd) < 0 || rename(tmp, path) < 0) {
         unlink(tmp);
         return -1;
     }
     return 0;
+}
+
+int vm_write_file_atomic(const char *path, const char *data, size_t len)
+{
+    return write_file_atomic(path, data, len, 1);
+}
+
+int vm_write_file_atomic_nosync(const char *path, const char *data, size_t len)
+{
+    return write_file_atomic(path, data, len, 0);
 }
 
 const char *vm_error_code(int err)
