@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -101,8 +102,17 @@ SPAWN_CHILD static int spawn_child(void *arg)
     /* Ignored signals stay ignored across exec (the agent ignores SIGPIPE); caught ones
      * are reset by the exec itself. This copy of the dispositions is the child's own
      * (no CLONE_SIGHAND). */
-    for (int sig = 1; sig < NSIG; sig++)
-        signal(sig, SIG_DFL);
+    for (int sig = 1; sig < NSIG; sig++) {
+        /* Raw: glibc's signal() refuses the two real-time signals it keeps for itself
+         * (32, 33), and one ignored by whoever started the agent would stay ignored. */
+        struct {
+            void *handler;
+            unsigned long flags;
+            void *restorer;
+            uint64_t mask;
+        } dfl = {SIG_DFL, 0, NULL, 0};
+        syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
+    }
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_UNBLOCK, &all, NULL);
