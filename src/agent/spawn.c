@@ -16,7 +16,7 @@
 #define SPAWN_DEFAULT_PATH "/bin:/usr/bin" /* execvp's when the environment has no PATH */
 
 /* The child's code: runs on memory the sanitizers have not seen as a stack. */
-#define SPAWN_CHILD __attribute__((no_sanitize_address, no_sanitize_undefined))
+#define SPAWN_CHILD __attribute__((no_sanitize("address", "undefined")))
 
 /* Shared with the child (CLONE_VM): its input, and the failure it reports. */
 struct spawn_job {
