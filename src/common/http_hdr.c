@@ -1,4 +1,4 @@
-/* http_hdr: hop-by-hop and credential header fields (see http_hdr.h). */
+/* http_hdr: hop-by-hop and credential header fields, Host values (see http_hdr.h). */
 #include "http_hdr.h"
 
 #include <string.h>
@@ -46,4 +46,12 @@ bool hh_credential(const char *name)
                                         HH_NODE_TOKEN_HEADER, "X-Access-Token",
                                         HH_TRAFFIC_TOKEN_HEADER};
     return in_list(name, creds, sizeof creds / sizeof *creds);
+}
+
+bool hh_host_ok(const char *h)
+{
+    size_t n = h ? strlen(h) : 0;
+    if (n == 0 || n > 255)
+        return false;
+    return strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") == n;
 }

@@ -1,4 +1,5 @@
-/* http_hdr: which request header fields a forwarding hop must drop.
+/* http_hdr: which request header fields a forwarding hop must drop, and which Host
+ * values may become part of a URL spaced hands out.
  *
  * One list for every proxy in spaced (the sandbox-port proxy on the API port, the
  * sandbox-port listener's pipe, the control -> node forwarder), so they cannot drift:
@@ -29,5 +30,11 @@ bool hh_hop_by_hop(const char *name, const char *connection);
 
 /* True if `name` carries a credential spaced consumes (see above). */
 bool hh_credential(const char *name);
+
+/* True if `h` is a plain host[:port] (1..255 bytes of letters, digits, '.', '-', ':',
+ * '[', ']'), safe to paste into a URL: no scheme, path, query, userinfo, space or
+ * control byte. Used for a client's Host header and for SPACE_PUBLIC_URL's host, so
+ * both refuse the same characters. NULL is not a host. */
+bool hh_host_ok(const char *h);
 
 #endif

@@ -32,6 +32,7 @@
 #include "daemon/template/tpl.h"
 #include "daemon/vm/vm.h"
 #include "daemon/volume/vol_trash.h"
+#include "http_hdr.h"
 #include "log.h"
 
 
@@ -104,12 +105,7 @@ static void usage(FILE *f)
 static bool public_url_ok(const char *u)
 {
     const char *h = strncmp(u, "https://", 8) == 0 ? u + 8 : strncmp(u, "http://", 7) == 0 ? u + 7 : NULL;
-    if (!h || !*h || strlen(h) > 255)
-        return false;
-    for (; *h; h++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]", *h))
-            return false;
-    return true;
+    return h && hh_host_ok(h);
 }
 
 /* An environment variable, NULL when unset or empty. */

@@ -1,7 +1,8 @@
-/* test_http_hdr: the shared hop-by-hop and credential header lists. */
+/* test_http_hdr: the shared hop-by-hop and credential header lists, Host values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "http_hdr.h"
@@ -36,11 +37,30 @@ static void test_credentials(void **state)
     assert_false(hh_credential("E2b-Sandbox-Id"));
 }
 
+static void test_host(void **state)
+{
+    (void)state;
+    const char *ok[] = {"localhost", "127.0.0.1:3000", "[::1]:8080", "api.example-1.test"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        assert_true(hh_host_ok(ok[i]));
+    const char *bad[] = {"", "a b", "host/path", "user@host", "host?x", "host#f", "h\r\nX: y", "h%41"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_false(hh_host_ok(bad[i]));
+    assert_false(hh_host_ok(NULL));
+    char longest[257];
+    memset(longest, 'a', sizeof longest - 1);
+    longest[256] = 0;
+    assert_false(hh_host_ok(longest));
+    longest[255] = 0;
+    assert_true(hh_host_ok(longest));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_credentials),
+        cmocka_unit_test(test_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

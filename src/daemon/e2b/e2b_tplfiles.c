@@ -33,6 +33,7 @@
 #include "daemon/vm/vm.h"
 #include "e2b.h"
 #include "e2b_internal.h"
+#include "http_hdr.h"
 #include "readall.h"
 
 #define TPLFILE_TTL_MS (3600LL * 1000) /* a build's uploads start right after the link */
@@ -57,18 +58,6 @@ static int scope_of(const char *tenant, const char *hash, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "e2b-tplfile:%s:%s", tenant, hash);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
-}
-
-/* Host as the SDK sent it, if it is a plain host[:port] (it becomes part of a URL). */
-static bool host_ok(const char *h)
-{
-    size_t n = h ? strlen(h) : 0;
-    if (n == 0 || n > 255)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]", h[i]))
-            return false;
-    return true;
 }
 
 void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, const char *name,
@@ -97,7 +86,7 @@ void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, c
     const char *base = e->sp->opt.public_url;
     char hostbase[300];
     if (!base) {
-        if (!host_ok(host)) {
+        if (!hh_host_ok(host)) {
             e2b_reply_rest_error(req, 400, "a Host header (host[:port]) is needed to build the upload link");
             return;
         }
