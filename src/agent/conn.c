@@ -75,6 +75,12 @@ static void conn_send_hello(struct agent_conn *c)
         c->hooks->flush();
 }
 
+void agent_conn_flush(struct agent_conn *c)
+{
+    if (c->hooks->flush)
+        c->hooks->flush();
+}
+
 struct agent_conn *agent_conn_new(const struct agent_conn_hooks *hooks)
 {
     struct agent_conn *c = calloc(1, sizeof *c);

@@ -64,11 +64,11 @@ struct agent_conn_hooks {
     /* Our HELLO payload (new reference); sent in answer to each host HELLO. */
     json_t *(*hello)(void);
     /* May be NULL. Called right after the HELLO's answer is queued, from inside
-     * agent_conn_input: the transport writes what it can of the output now, without
-     * tearing anything down (errors wait for its usual flush). The host may have sent
-     * requests right behind its HELLO (a pooled clone's refresh), which this input handles
-     * next; its HELLO's answer must not wait for them (the host retries a HELLO left
-     * unanswered for a few seconds). */
+     * agent_conn_input, and by agent_conn_flush: the transport writes what it can of the
+     * output now, without tearing anything down (errors wait for its usual flush). The
+     * host may have sent requests right behind its HELLO (a pooled clone's refresh), which
+     * this input handles next; its HELLO's answer must not wait for them (the host retries
+     * a HELLO left unanswered for a few seconds). */
     void (*flush)(void);
 };
 
@@ -81,6 +81,10 @@ void agent_conn_free(struct agent_conn *c);
  * beyond repair (bad header): an ERROR is queued and the caller should drop the
  * connection once the output is flushed. */
 int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n);
+/* Writes what the transport takes of the queued output now (the flush hook; no-op
+ * without one). For an op that has answered and still has work to do that the host need
+ * not wait for (refresh: the CPU-time baseline after its result). */
+void agent_conn_flush(struct agent_conn *c);
 /* How long ago (ns, CLOCK_MONOTONIC) the input now being handled arrived: 0 outside
  * agent_conn_input. A request handled behind others of the same input (the host's HELLO,
  * then a pipelined refresh) can correct a time it carries by this (refresh's time_ns). */

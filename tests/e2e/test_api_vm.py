@@ -103,6 +103,11 @@ def test_template_snapshot_is_used(spaced):
     op = s.wait_op(out["operation"]["id"])
     assert op["state"] == "succeeded" and "snapshot" in (op["detail"] or ""), op
     assert "not built" not in op["detail"]
+    # The template VM was warmed up before its snapshot (tpl_warm.c): the refresh and the
+    # command each clone would otherwise run first, with the disk reads they cost.
+    with open(s.log_path, errors="replace") as f:
+        warm = [l for l in f if "event=template.warm" in l and "snapshot=base/" in l]
+    assert warm and "result=ok steps=2 failed=0" in warm[0], warm
 
 
 @pytest.mark.parametrize("action,final", [("suspend", "suspended"), ("delete", None)])

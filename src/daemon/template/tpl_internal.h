@@ -91,6 +91,18 @@ struct tpl_probe *tpl_probe_start(struct spaced *sp, struct agentc *agent,
 /* Cancels a probe (no callback follows); call it before freeing the agent connection
  * the probe uses. NULL is a no-op. */
 void tpl_probe_free(struct tpl_probe *p);
+/* Warming the template VM before its memory snapshot (tpl_warm.c): a refresh with the
+ * template's default user and workdir, then `true` run as a command, so clones restore
+ * with what their first refresh and command need already in memory. done(arg) once it
+ * has ended, well or not (failures are logged), from the loop, never from inside
+ * tpl_warm_start. NULL if nothing could be sent (logged; go on without). label names the
+ * snapshot in the log. tpl_warm_free cancels (no callback follows); NULL is a no-op. */
+struct tpl_warm;
+typedef void (*tpl_warm_done)(void *arg);
+struct tpl_warm *tpl_warm_start(struct agentc *agent, const struct tpl_defaults *d,
+                                const char *label, tpl_warm_done done, void *arg);
+void tpl_warm_free(struct tpl_warm *w);
+
 /* The exec request for a start command as a detached service (output to a log file). */
 json_t *tpl_start_request(const struct tpl_defaults *d);
 

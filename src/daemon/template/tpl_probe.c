@@ -3,8 +3,9 @@
  *
  * The same procedure runs in the build VM (a template whose service never becomes ready
  * fails its build, with the check's output) and in the template VM whose memory becomes
- * the snapshot (so clones restore with the service already up and ready). Both VMs have
- * had no `refresh`, so the requests carry the template's default env themselves. */
+ * the snapshot (so clones restore with the service already up and ready). Neither VM
+ * has had a `refresh` with env (the snapshot VM's warm-up, tpl_warm.c, sends none), so the
+ * requests carry the template's default env themselves. */
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>

@@ -5,7 +5,8 @@
  * Fingerprint: SHA-256 over the identity (path, device, inode, size, mtime) of the
  * kernel, the initramfs and the template's rootfs, the bytes of its template.json (start
  * command, ready check, defaults), the kernel command line (a restored clone runs the
- * kernel as the template booted it) and the shape. Any rebuild of the guest or the template
+ * kernel as the template booted it), the shape and how the template VM was prepared
+ * (TPL_SNAP_PREPARATION: warmed up by tpl_warm.c, then started and checked ready). Any rebuild of the guest or the template
  * writes new files, so it gives a new fingerprint: a snapshot made from the old files is
  * never restored under the new ones; the next create cold-boots while a new version is
  * made beside the old one. (Hashing contents would cost seconds
@@ -44,6 +45,9 @@
 
 #define TPL_SNAP_BOOT_TIMEOUT_S 300 /* cold boot under TCG takes seconds; be generous */
 #define TPL_FP_HEX 16               /* fingerprint digits in directory names */
+/* How the template VM is brought to the state clones restore (tpl_warm.c, then the
+ * probe): part of the fingerprint, so snapshots prepared an older way are replaced. */
+#define TPL_SNAP_PREPARATION "warm-1"
 /* A failed build is tried again after 30 s, doubling up to an hour: a cause that passes
  * (a loaded host missing the boot deadline, a full disk freed) should not leave every
  * create of the shape cold-booting for the life of the daemon, and one that stays should
@@ -70,6 +74,7 @@ struct tpl_snap {
     char run_dir[TPL_PATH_MAX];
     json_t *inputs;             /* what the fingerprint hashed (owned) */
     struct tpl_defaults d;      /* start/ready/defaults while building (owned) */
+    struct tpl_warm *warm;      /* warm-up in flight (before the probe) */
     struct tpl_probe *probe;    /* start + ready check in flight */
     struct vm *vm;              /* template VM while building */
     struct agentc *agent;       /* its agent connection */
@@ -111,11 +116,12 @@ static json_t *fingerprint(struct spaced *sp, const struct tpl_info *t, unsigned
         for (size_t i = 0; i < sizeof md; i++)
             sprintf(mh + 2 * i, "%02x", md[i]);
     }
-    json_t *in = json_pack("{s:o, s:o, s:o, s:s, s:s, s:I, s:I, s:b}", "kernel",
+    json_t *in = json_pack("{s:o, s:o, s:o, s:s, s:s, s:I, s:I, s:b, s:s}", "kernel",
                            file_id(sp->tpl->kernel), "initramfs", file_id(sp->tpl->initramfs),
                            "rootfs", file_id(t->rootfs), "template_json_sha256", mh,
                            "kernel_cmdline", vm_kernel_cmdline(), "vcpus", (json_int_t)vcpus,
-                           "memory_mib", (json_int_t)mem_mib, "nic", nic);
+                           "memory_mib", (json_int_t)mem_mib, "nic", nic, "preparation",
+                           TPL_SNAP_PREPARATION);
     char *canon = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!canon) {
         json_decref(in);
@@ -149,6 +155,8 @@ static void snap_fail(struct tpl_snap *s, const char *why)
         wait *= 2;
     s->fails++;
     s->retry_at_ms = spaced_now_ms() + (wait < TPL_SNAP_RETRY_MAX_MS ? wait : TPL_SNAP_RETRY_MAX_MS);
+    tpl_warm_free(s->warm);
+    s->warm = NULL;
     tpl_probe_free(s->probe);
     s->probe = NULL;
     if (s->vm && vm_state(s->vm) < VM_STATE_STOPPING)
@@ -204,6 +212,8 @@ static void take_snapshot(struct tpl_snap *s)
 static void on_probe(void *arg, const char *failure)
 {
     struct tpl_snap *s = arg;
+    tpl_warm_free(s->warm);
+    s->warm = NULL;
     tpl_probe_free(s->probe);
     s->probe = NULL;
     if (failure)
@@ -212,11 +222,9 @@ static void on_probe(void *arg, const char *failure)
         take_snapshot(s);
 }
 
-static void on_agent_ready(void *arg, json_t *hello)
+/* After the warm-up: the template's start command and ready check, then the snapshot. */
+static void after_warm(struct tpl_snap *s)
 {
-    struct tpl_snap *s = arg;
-    (void)hello;
-    vmg_answered(s->greet);
     if (!s->d.start && !s->d.ready) {
         take_snapshot(s);
         return;
@@ -224,6 +232,26 @@ static void on_agent_ready(void *arg, json_t *hello)
     s->probe = tpl_probe_start(s->sp, s->agent, &s->d, on_probe, s);
     if (!s->probe)
         snap_fail(s, "cannot send the start command to the template VM");
+}
+
+static void on_warm(void *arg)
+{
+    struct tpl_snap *s = arg;
+    tpl_warm_free(s->warm);
+    s->warm = NULL;
+    after_warm(s);
+}
+
+static void on_agent_ready(void *arg, json_t *hello)
+{
+    struct tpl_snap *s = arg;
+    (void)hello;
+    vmg_answered(s->greet);
+    char label[96];
+    snprintf(label, sizeof label, "%s/%ux%u-%s", s->name, s->vcpus, s->mem_mib, s->fp);
+    s->warm = tpl_warm_start(s->agent, &s->d, label, on_warm, s);
+    if (!s->warm)
+        after_warm(s);
 }
 
 static void on_agent_closed(void *arg, const char *code, const char *message)
@@ -249,6 +277,8 @@ static void on_vm_agent(struct vm *vm, int fd, void *arg)
 {
     struct tpl_snap *s = arg;
     (void)vm;
+    tpl_warm_free(s->warm);
+    s->warm = NULL;
     tpl_probe_free(s->probe);
     s->probe = NULL;
     agentc_free(s->agent);
@@ -264,6 +294,8 @@ static void on_vm_exit(struct vm *vm, enum vm_exit_reason reason, const char *ms
     (void)tail;
     s->vm = NULL;
     vmg_stop(s->greet);
+    tpl_warm_free(s->warm);
+    s->warm = NULL;
     tpl_probe_free(s->probe);
     s->probe = NULL;
     agentc_free(s->agent);
@@ -495,6 +527,7 @@ bool tpl_snapshots_busy(struct spaced *sp, const char *name)
 
 static void snap_free(struct tpl_snap *s)
 {
+    tpl_warm_free(s->warm);
     tpl_probe_free(s->probe);
     if (s->vm) {
         /* A half-built template VM is useless to a restarted spaced: end it. */
