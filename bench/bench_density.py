@@ -21,7 +21,8 @@ spaced's HTTP API, and what each costs while it idles.
 4. counts errors (failed creates, sandboxes not running at the end, QEMUs gone): must be 0;
 5. deletes everything it created (P clients), stops spaced, removes its data dir.
 
-Prints each figure with the accelerator, then one JSON line. Not a test: it asserts
+Prints each figure with the accelerator and the host's load average (during the creates
+and the idle window), then one JSON line. Not a test: it asserts
 nothing. --irqs adds the guest's interrupt counts over 10 idle seconds in one sandbox
 (what wakes the guest).
 
