@@ -322,9 +322,14 @@ static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
     /* The tick itself costs QEMU nothing: a QMP round trip goes out every VM_PING_QMP_MS,
      * or at once when the process is stopped (SIGSTOP, a tracer), so such a hang is
      * judged by ping_check on the next tick as if every tick pinged (see vm.h). */
-    char st = proc_state(vm->pid);
-    if (st == 'T' || st == 't' || !vm->ping_sent_ms || now - vm->ping_sent_ms >= VM_PING_QMP_MS)
+    if (vm_ping_due(proc_state(vm->pid), now, vm->ping_sent_ms))
         ping_send(vm, now);
+}
+
+int vm_ping_due(char proc_state, uint64_t now_ms, uint64_t last_sent_ms)
+{
+    return proc_state == 'T' || proc_state == 't' || !last_sent_ms ||
+           now_ms - last_sent_ms >= VM_PING_QMP_MS;
 }
 
 /* ---- QMP handlers --------------------------------------------------------------------- */

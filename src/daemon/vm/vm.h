@@ -55,6 +55,7 @@
 #define SPACE_VM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct event_base;
@@ -430,6 +431,10 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
 
 #define VM_PING_INTERVAL_MS 2000
 #define VM_PING_QMP_MS      30000
+/* Whether a supervision tick at now_ms sends a QMP ping, given the QEMU main thread's
+ * state letter from /proc ('T'/'t': stopped or traced; '?': unreadable) and when the last
+ * ping went out (0: never): 1 when stopped, never pinged, or VM_PING_QMP_MS passed. */
+int vm_ping_due(char proc_state, uint64_t now_ms, uint64_t last_sent_ms);
 #define VM_HANG_MS          1000
 #define VM_HANG_SAVE_MS     10000
 
