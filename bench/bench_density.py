@@ -21,7 +21,8 @@ spaced's HTTP API, and what each costs while it idles.
 4. counts errors (failed creates, sandboxes not running at the end, QEMUs gone): must be 0;
 5. deletes everything it created (P clients), stops spaced, removes its data dir.
 
-Prints each figure with the accelerator, then one JSON line. Not a test: it asserts
+Prints each figure with the accelerator and the host's load average (during the creates
+and the idle window), then one JSON line. Not a test: it asserts
 nothing. --irqs adds the guest's interrupt counts over 10 idle seconds in one sandbox
 (what wakes the guest).
 
@@ -164,6 +165,13 @@ def mem_available():
     return int(m.group(1)) * 1024 if m else 0
 
 
+def loadavg():
+    """The host's 1-minute load average (other work on a shared host inflates CPU times
+    and latencies; per-process CPU deltas and wakeups are less affected)."""
+    f = read("/proc/loadavg").split()
+    return float(f[0]) if f else 0.0
+
+
 def status_field(pid, name):
     m = re.search(r"^%s:\s+(\d+) kB" % name, read("/proc/%d/status" % pid), re.M)
     return int(m.group(1)) * 1024 if m else 0
@@ -227,6 +235,7 @@ def measure(d, sbx_pids, window):
     th0 = {s: thread_ticks(p) for s, p in sbx_pids.items()}
     wk0 = {s: wakeups(p) for s, p in sbx_pids.items()}
     sp0 = cpu_ticks("/proc/%d/stat" % spid)
+    load0 = loadavg()
     time.sleep(window)
     secs = time.monotonic() - t0
     cpu1 = {s: cpu_ticks("/proc/%d/stat" % p) for s, p in sbx_pids.items()}
@@ -246,6 +255,7 @@ def measure(d, sbx_pids, window):
     avg = lambda key: sum(m.get(key, 0) for m in mem) / n / MIB  # noqa: E731
     return {
         "window_s": round(secs, 1), "alive": len(alive),
+        "load_window": [load0, loadavg()],
         "cpu_pct": pct_core(sum(cpu1[s] - cpu0[s] for s in alive)),
         "cpu_pct_max": max(per_vm) if per_vm else 0.0, "cpu_pct_per_vm": per_vm,
         "cpu_split_pct": split,
@@ -290,6 +300,7 @@ def main():
             while d.metric("space_pool_ready") < a.pool and time.monotonic() < deadline:
                 time.sleep(0.5)
         avail0 = mem_available()
+        load_creates = loadavg()
         spaced_rss0 = status_field(d.proc.pid, "VmRSS") / MIB
         spaced_fds0 = len(os.listdir("/proc/%d/fd" % d.proc.pid))
 
@@ -301,6 +312,7 @@ def main():
         t0 = time.monotonic()
         res = run_parallel(a.n, a.p, create)
         wall = time.monotonic() - t0
+        load_creates = [load_creates, loadavg()]
         lat = []
         for _, r in res:
             if isinstance(r, Exception):
@@ -355,6 +367,10 @@ def main():
     print("spaced density (release build, jail %s, `%s`), N=%d, P=%d, idle window %.0f s:" %
           ("on" if "--no-jail" not in a.spaced_arg and os.geteuid() == 0 else "off",
            a.template, a.n, a.p, m["window_s"]))
+    print("host load average (1 min)          %8.2f -> %.2f during the creates, %.2f -> %.2f "
+          "in the idle window (%d cores)" % (load_creates[0], load_creates[1],
+                                             m["load_window"][0], m["load_window"][1],
+                                             os.cpu_count() or 0))
     print("creates/s                          [%s] %8.2f" % (acc, n_ok / wall if wall else 0))
     if a.pool:
         print("claimed from the warm pool         %8d of %d (pool %d at the start)" %
@@ -393,7 +409,8 @@ def main():
            "create_p50_ms": round(pct(lat, 50), 1), "create_p95_ms": round(pct(lat, 95), 1),
            "create_max_ms": round(max(lat) if lat else 0, 1),
            "host_mem_avail_drop_mib": round(host_mib, 1), "errors": len(errors),
-           "spaced_rss_before_mib": round(spaced_rss0, 1), "spaced_fds_before": spaced_fds0}
+           "spaced_rss_before_mib": round(spaced_rss0, 1), "spaced_fds_before": spaced_fds0,
+           "load_creates": load_creates, "cores": os.cpu_count()}
     out.update({k: (round(v, 4) if isinstance(v, float) else v) for k, v in m.items()
                 if k not in ("cpu_split_pct", "cpu_pct_per_vm")})
     out["cpu_split_pct"] = {k: round(v, 4) for k, v in sp.items()}

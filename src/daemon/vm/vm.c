@@ -290,6 +290,24 @@ static void on_ping_reply(struct qmp *q, int err, const char *msg, json_t *ret, 
         vm_kill_reason(vm, VM_EXIT_CRASHED, st);
 }
 
+/* Sends a query-status unless one is outstanding or QMP cannot take it now. */
+static void ping_send(struct vm *vm, uint64_t now)
+{
+    /* An incoming migration loads in a coroutine of QEMU's main loop that does not yield
+     * while reading a regular file, so QMP is legitimately silent during a restore; the
+     * start has its own deadline (VM_START_TIMEOUT_MS). */
+    if (vm->ping_outstanding || !vm->qmp || !qmp_is_ready(vm->qmp) || vm->op == VM_OP_START)
+        return;
+    /* No per-command timeout: the reply is awaited as long as it takes, and ping_check
+     * decides when waiting has become a hang. */
+    if (qmp_command(vm->qmp, "query-status", NULL, -1, 0, on_ping_reply, vm) == 0) {
+        vm->ping_outstanding = 1;
+        vm->ping_sent_ms = now;
+        vm->ping_excused_ms = 0;
+        vm->ping_runq_set = 0;
+    }
+}
+
 static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct vm *vm = arg;
@@ -301,19 +319,17 @@ static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
         ping_check(vm, now, gap);
         return;
     }
-    /* An incoming migration loads in a coroutine of QEMU's main loop that does not yield
-     * while reading a regular file, so QMP is legitimately silent during a restore; the
-     * start has its own deadline (VM_START_TIMEOUT_MS). */
-    if (!vm->qmp || !qmp_is_ready(vm->qmp) || vm->op == VM_OP_START)
-        return;
-    /* No per-command timeout: the reply is awaited as long as it takes, and ping_check
-     * decides when waiting has become a hang. */
-    if (qmp_command(vm->qmp, "query-status", NULL, -1, 0, on_ping_reply, vm) == 0) {
-        vm->ping_outstanding = 1;
-        vm->ping_sent_ms = now;
-        vm->ping_excused_ms = 0;
-        vm->ping_runq_set = 0;
-    }
+    /* The tick itself costs QEMU nothing: a QMP round trip goes out every VM_PING_QMP_MS,
+     * or at once when the process is stopped (SIGSTOP, a tracer), so such a hang is
+     * judged by ping_check on the next tick as if every tick pinged (see vm.h). */
+    if (vm_ping_due(proc_state(vm->pid), now, vm->ping_sent_ms))
+        ping_send(vm, now);
+}
+
+int vm_ping_due(char proc_state, uint64_t now_ms, uint64_t last_sent_ms)
+{
+    return proc_state == 'T' || proc_state == 't' || !last_sent_ms ||
+           now_ms - last_sent_ms >= VM_PING_QMP_MS;
 }
 
 /* ---- QMP handlers --------------------------------------------------------------------- */
@@ -348,6 +364,9 @@ static void on_qmp_event(struct qmp *q, const char *ev, json_t *data, void *arg)
         vm_kill_reason(vm, VM_EXIT_CRASHED, "guest kernel panicked");
     } else if (vm->op == VM_OP_NONE && !strcmp(ev, "STOP") && vm->state == VM_STATE_RUNNING) {
         vm->state = VM_STATE_PAUSED;
+        /* Not asked for by spaced: a query-status now tells an internal or I/O error
+         * (on_ping_reply) without waiting for the next periodic ping. */
+        ping_send(vm, mono_ms());
     } else if (vm->op == VM_OP_NONE && !strcmp(ev, "RESUME") && vm->state == VM_STATE_PAUSED) {
         vm->state = VM_STATE_RUNNING;
     }

@@ -55,6 +55,7 @@
 #define SPACE_VM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct event_base;
@@ -402,21 +403,26 @@ const struct vm_jail *vm_jail_of(const struct vm *vm);
 /* Copies the last lines of the console log (at most cap-1 bytes, NUL-terminated). */
 size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
 
-/* Supervision constants. A QMP query-status goes out every VM_PING_INTERVAL_MS (the next
- * only once the last one is answered). A ping unanswered for VM_HANG_MS (VM_HANG_SAVE_MS
+/* Supervision constants. A supervision tick runs every VM_PING_INTERVAL_MS; it reads the
+ * QEMU main thread's state from /proc (no wakeup of QEMU) and sends a QMP query-status
+ * (a ping) every VM_PING_QMP_MS, or at once when the process is stopped (SIGSTOP, a
+ * tracer) or reported an unrequested STOP event; the next ping goes out only once the
+ * last one is answered. A ping unanswered for VM_HANG_MS (VM_HANG_SAVE_MS
  * while a snapshot is written, when QEMU's main loop can wait on the migration thread)
  * means hung: the process is killed. Only time in which the QEMU could have answered
  * counts: the time spaced's own loop ran late (its timer fired late: a reply may sit
  * unread), the time QEMU's threads spent runnable but waiting for a CPU (from
  * /proc/<pid>/task/<tid>/schedstat) and the time its main thread sat in disk sleep are
  * excused, so an overloaded host slows detection down instead of killing healthy VMs. A
- * stopped (SIGSTOP) or deadlocked QEMU waits for no CPU and is detected by the first tick
- * that finds its ping older than VM_HANG_MS: with the 2 s interval, 2 to 4 s after it
- * stopped. A dead process is noticed at once through its pidfd.
- * The interval is an idle VM's largest host-side cost: each ping wakes QEMU's monitor
- * iothread twice and its main loop about twice, and costs spaced a QMP round trip (TCG,
- * idle `base` clone: at 250 ms 77 QEMU thread wakeups/s and ~0.7 % of a core more than
- * without pings; docs/benchmarks.md "Idle cost"), so it is 2 s. */
+ * stopped (SIGSTOP) QEMU is pinged by the first tick that sees it stopped and declared
+ * hung by the next: 2 to 4 s after it stopped. A QEMU whose main loop deadlocked while
+ * running is found by the periodic ping: within VM_PING_QMP_MS + 4 s. A dead process is
+ * noticed at once through its pidfd.
+ * The ping is an idle VM's largest host-side cost: each wakes QEMU's monitor iothread
+ * twice and its main loop about twice, and costs spaced a QMP round trip (TCG, idle
+ * `base` clone: at 250 ms 77 QEMU thread wakeups/s and ~0.7 % of a core more than
+ * without pings; at 2 s ~0.07 % of a core, two thirds of an idle clone's CPU;
+ * docs/benchmarks.md "Idle cost"), so it is rare and the tick asks /proc instead. */
 /* TCG's translation cache in MiB (`-accel tcg,tb-size=`). QEMU's default (1 GiB) grows
  * with everything the guest ever ran (seen at 700 MiB RSS for a 256 MiB guest), which
  * would push a jailed QEMU over its cgroup memory limit; a full cache is flushed and
@@ -424,6 +430,11 @@ size_t vm_console_tail(const struct vm *vm, char *out, size_t cap);
 #define VM_TCG_TB_MIB 192
 
 #define VM_PING_INTERVAL_MS 2000
+#define VM_PING_QMP_MS      30000
+/* Whether a supervision tick at now_ms sends a QMP ping, given the QEMU main thread's
+ * state letter from /proc ('T'/'t': stopped or traced; '?': unreadable) and when the last
+ * ping went out (0: never): 1 when stopped, never pinged, or VM_PING_QMP_MS passed. */
+int vm_ping_due(char proc_state, uint64_t now_ms, uint64_t last_sent_ms);
 #define VM_HANG_MS          1000
 #define VM_HANG_SAVE_MS     10000
 

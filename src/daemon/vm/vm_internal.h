@@ -34,7 +34,7 @@ struct vm {
     int pidfd;                /* -1 if none */
     struct event *pid_ev;     /* owned: pidfd readable = process gone */
     struct qmp *qmp;          /* owned */
-    struct event *ping_timer; /* owned: periodic query-status */
+    struct event *ping_timer; /* owned: the supervision tick (vm.h VM_PING_INTERVAL_MS) */
     int ping_outstanding;     /* a query-status is waiting for its reply */
     uint64_t ping_tick_ms;    /* monotonic time of the last ping tick (0: none yet) */
     uint64_t ping_sent_ms;    /* when the outstanding ping was sent */
