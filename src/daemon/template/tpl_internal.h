@@ -61,6 +61,13 @@ void tpl_snapshots_rootfs(struct spaced *sp, json_t *arr);
  * sweep: removes pins that are not current and that neither `live_paths` (disk chains of
  * live sandboxes) nor the snapshot versions in `version_dirs` (paths) name. */
 void tpl_pin_builtin(struct spaced *sp, struct tpl_info *t);
+/* Images named by their content (tpl_pin.c): <data>/images/sha256-<hex>.ext4 for a
+ * SHA-256 `hex` (0, or -1 when it does not fit cap). link: makes that name a hard link of
+ * `from` (whose digest the caller knows): 0, or -1 (another filesystem: the caller keeps
+ * using `from`). Bytes under such a name are never replaced; the sweep removes a name no
+ * template here, sandbox chain or snapshot version needs. */
+int tpl_image_path(const struct spaced *sp, const char *hex, char *out, size_t cap);
+int tpl_image_link(struct spaced *sp, const char *from, const char *cas);
 void tpl_pins_sweep(struct spaced *sp, const json_t *live_paths, json_t *version_dirs);
 
 /* True while a build in flight uses template `name` as its base. */
