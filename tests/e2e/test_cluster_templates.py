@@ -116,8 +116,10 @@ def test_template_built_on_one_node_runs_on_the_other(cluster, pg_url):  # noqa:
     log = full_log(other)
     assert "template.fetch" in log and "result=verified" in log and digest in log, log[-3000:]
     print(next(line for line in log.splitlines() if "result=verified" in line))  # size and ms (TCG host)
-    fetched = os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4")
+    # Named by its digest (images never written over), not under the template's name.
+    fetched = os.path.join(other.data_dir, "images", "sha256-%s.ext4" % digest)
     assert sha256_file(fetched) == digest
+    assert not os.path.exists(os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4"))
     assert row(pg_url, NAME)[1] == [builder.node_id, other.node_id]  # a holder now too
     d = control.request("DELETE", "/v1/sandboxes/" + sid)
     assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
@@ -126,7 +128,7 @@ def test_template_built_on_one_node_runs_on_the_other(cluster, pg_url):  # noqa:
     # is refused: the other node forgets its copy and the row its holding, the builder's
     # image gets one byte flipped, and a create on the other node fails, booting nothing.
     sql(pg_url, "UPDATE templates SET nodes='%s' WHERE name='%s'" % (builder.node_id, NAME))
-    subprocess.run(["rm", "-rf", os.path.join(other.data_dir, "templates", NAME)], check=True)
+    subprocess.run(["rm", "-rf", os.path.join(other.data_dir, "templates", NAME), fetched], check=True)
     with open(image, "r+b") as f:
         f.seek(size // 2)
         b = f.read(1)
@@ -144,8 +146,8 @@ def test_template_built_on_one_node_runs_on_the_other(cluster, pg_url):  # noqa:
         assert op["state"] == "failed" and op["error"]["code"] == "template_digest_mismatch", op
         assert "SHA-256" in op["error"]["message"], op
         assert not os.path.exists(os.path.join(other.data_dir, "sandboxes", bad)), "no disk, no VM"
-    assert not os.path.exists(os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4"))
-    assert not os.path.exists(os.path.join(other.data_dir, "templates", NAME, "rootfs.ext4.fetch"))
+    assert not os.path.exists(fetched)
+    assert not [f for f in os.listdir(os.path.join(other.data_dir, "images")) if f.endswith(".fetch")]
     log = full_log(other)
     assert log.count("result=failed code=template_digest_mismatch") == 1, log[-3000:]
     assert log.count("result=started") - started_before == 1, log[-3000:]

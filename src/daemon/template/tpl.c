@@ -21,6 +21,13 @@
 #include "tpl_internal.h"
 #include "tpl_log.h"
 
+static void on_gc_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    tpl_snapshots_gc_soon(arg, NULL);
+}
+
 struct tpl_registry *tpl_registry_new(struct spaced *sp)
 {
     struct tpl_registry *r = calloc(1, sizeof *r);
@@ -31,6 +38,11 @@ struct tpl_registry *tpl_registry_new(struct spaced *sp)
     r->snap_retry_ms = TPL_SNAP_RETRY_MS;
     tpl_kill_stale_vms(sp->opt.data_dir);
     tpl_snapshots_gc_soon(sp, r); /* first loop turn: the sandbox table is loaded by then */
+    /* A node also learns of templates deleted or built again through other nodes: it
+     * sweeps now and then (tpl_copies_sweep). */
+    struct timeval every = {TPL_COPIES_SWEEP_S, 0};
+    if (tpl_self_node(sp)[0] && (r->gc_tick = event_new(sp->base, -1, EV_PERSIST, on_gc_tick, sp)))
+        event_add(r->gc_tick, &every);
     return r;
 }
 
@@ -56,6 +68,8 @@ void tpl_registry_free(struct tpl_registry *r)
     tpl_logs_free(r);
     if (r->gc)
         event_free(r->gc);
+    if (r->gc_tick)
+        event_free(r->gc_tick);
     free(r);
 }
 

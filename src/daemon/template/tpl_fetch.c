@@ -9,6 +9,7 @@
  * here. Creates on the node waiting for the same template share one fetch. An image is
  * never written over: a template deleted and built again under the same name has another
  * digest, hence another file, and sandboxes of the old one keep theirs. */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -367,6 +368,86 @@ void tpl_fetch_cancel(struct spaced *sp, void *arg)
             } else {
                 pp = &(*pp)->next;
             }
+}
+
+/* ---- copies of templates deleted or built again elsewhere ---------------------------------- */
+
+struct copy_use {
+    const char *name;
+    const char *dir;
+    unsigned n;
+};
+
+static void count_copy_user(const char *template_name, const char *const *layers, unsigned n, void *arg)
+{
+    struct copy_use *u = arg;
+    size_t dl = strlen(u->dir);
+    bool uses = strcmp(template_name, u->name) == 0;
+    for (unsigned i = 0; i < n && !uses; i++)
+        uses = strncmp(layers[i], u->dir, dl) == 0 && layers[i][dl] == '/';
+    u->n += uses;
+}
+
+static bool fetching(struct spaced *sp, const char *name)
+{
+    for (struct tpl_fetch *f = sp->tpl->fetches; f; f = f->next)
+        if (!f->ended && strcmp(f->name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Whether the copy of `name` here, whose template.json records `local` (a digest), is
+ * one the store no longer names: its row is gone or deleted, or ready with another
+ * image. A store that cannot be read says no. */
+static bool copy_stale(struct spaced *sp, const char *name, const char *local)
+{
+    struct store_tpl row;
+    int rc = store_tpl_get(sp->store, name, &row);
+    if (rc == STORE_NOTFOUND)
+        return true;
+    if (rc != 0)
+        return false;
+    bool stale = strcmp(row.state, "deleted") == 0 ||
+                 (strcmp(row.state, "ready") == 0 && strcmp(row.digest, local) != 0);
+    store_tpl_clear(&row);
+    return stale;
+}
+
+void tpl_copies_sweep(struct spaced *sp)
+{
+    if (!tpl_self_node(sp)[0])
+        return; /* a single host's delete removes its own files */
+    char tdir[TPL_PATH_MAX];
+    snprintf(tdir, sizeof tdir, "%s/templates", sp->opt.data_dir);
+    DIR *dp = opendir(tdir);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        struct tpl_info bt;
+        if (!tpl_name_valid(e->d_name) || tpl_builtin_peek(sp, e->d_name, &bt) || fetching(sp, e->d_name))
+            continue;
+        char dir[TPL_PATH_MAX + 80], meta[TPL_PATH_MAX + 100];
+        snprintf(dir, sizeof dir, "%s/%.64s", tdir, e->d_name);
+        snprintf(meta, sizeof meta, "%s/template.json", dir);
+        json_t *j = json_load_file(meta, 0, NULL);
+        char local[TPL_DIGEST_HEX] = "";
+        const char *d = json_string_value(json_object_get(j, "sha256"));
+        if (tpl_digest_valid(d))
+            snprintf(local, sizeof local, "%s", d);
+        json_decref(j);
+        if (!local[0] || !copy_stale(sp, e->d_name, local))
+            continue; /* built before digests (a single host's), or current */
+        struct copy_use u = {e->d_name, dir, 0};
+        tpl_users_each(sp, count_copy_user, &u);
+        if (u.n) {
+            log_info("template.gc", "template=%s copy=stale action=keep sandboxes=%u", e->d_name, u.n);
+            continue; /* removed when the last one goes (tpl_user_gone sweeps again) */
+        }
+        log_info("template.gc", "template=%s sha256=%s copy=stale action=remove", e->d_name, local);
+        tpl_snapshots_forget(sp, e->d_name);
+        spaced_rm_rf(dir);
+    }
+    if (dp)
+        closedir(dp);
 }
 
 /* ---- serving (the node API) ---------------------------------------------------------------- */

@@ -12,9 +12,11 @@ struct tpl_snap;  /* one (template, shape, fingerprint) snapshot version (tpl_sn
 struct tpl_build; /* one template build in flight (tpl_build.c) */
 struct tpl_log;   /* the output of one build (tpl_log.h) */
 struct tpl_fetch; /* one image being fetched from another node (tpl_fetch.c) */
+struct tpl_base_wait; /* a build waiting for its base's image (tpl_build.c) */
 struct event;
 
 #define TPL_SNAP_RETRY_MS 30000 /* first wait before a failed snapshot is built again */
+#define TPL_COPIES_SWEEP_S 10   /* a node's sweep for copies deleted elsewhere */
 
 struct tpl_registry {
     char kernel[TPL_PATH_MAX];    /* <guest-dir>/vmlinux */
@@ -23,13 +25,19 @@ struct tpl_registry {
     struct tpl_build *builds;     /* builds in flight, owned */
     struct tpl_log *logs;         /* build logs, newest first, owned (tpl_log.h) */
     struct tpl_fetch *fetches;    /* images being fetched from other nodes (tpl_fetch.c) */
+    struct tpl_base_wait *base_waits; /* builds waiting for a base being fetched (owned) */
     struct event *gc;             /* deferred snapshot-version sweep (owned) */
+    struct event *gc_tick;        /* a node's periodic sweep: copies deleted elsewhere (owned) */
     tpl_users_fn users;           /* tpl_set_users, NULL = no sandboxes */
     int64_t snap_retry_ms;        /* first wait before a failed snapshot is built again */
 };
 
 /* Fills t's description and shape from a template.json document. */
 void tpl_meta_fill(struct tpl_info *t, const json_t *meta);
+/* On a node: removes copies of built templates whose row is gone, deleted, or names
+ * another image now (deleted or built again on another node), when no sandbox here uses
+ * them; their digest-named images go with the pin sweep once unused (tpl_fetch.c). */
+void tpl_copies_sweep(struct spaced *sp);
 /* Ends every fetch in flight, telling no waiter (spaced is stopping). */
 void tpl_fetches_free(struct tpl_registry *r);
 
