@@ -342,7 +342,8 @@ static int start_request(struct tpl_blob *b, const char *token, int timeout_s, s
     char hostport[300];
     snprintf(hostport, sizeof hostport, "%s:%d", host ? host : "", port);
     if (!host || port <= 0) {
-        evhttp_uri_free(u);
+        if (u) /* evhttp_uri_free(NULL) crashes */
+            evhttp_uri_free(u);
         return spaced_err_set(err, 502, "blob_source_unavailable", "%s: node %s has an unusable address %s",
                               b->what, b->source, b->url);
     }
