@@ -513,6 +513,7 @@ int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t *
         char dir[TPL_PATH_MAX];
         snprintf(dir, sizeof dir, "%s/templates/%s", sp->opt.data_dir, name);
         spaced_rm_rf(dir);
+        tpl_snapshots_gc_soon(sp, NULL); /* its digest-named image, unless a sandbox uses it */
         log_info("template.deleted", "template=%s tenant=%s", name, tenant);
         *out = json_pack("{s:{s:s, s:s, s:b}}", "template", "name", name, "state", "deleted",
                          "builtin", 0);
