@@ -17,8 +17,16 @@
 #include "daemon/store/store.h"
 #include "daemon/vm/vm.h"
 #include "log.h"
+#include "tpl_digest.h"
 #include "tpl_internal.h"
 #include "tpl_log.h"
+
+static void on_gc_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    tpl_snapshots_gc_soon(arg, NULL);
+}
 
 struct tpl_registry *tpl_registry_new(struct spaced *sp)
 {
@@ -30,6 +38,11 @@ struct tpl_registry *tpl_registry_new(struct spaced *sp)
     r->snap_retry_ms = TPL_SNAP_RETRY_MS;
     tpl_kill_stale_vms(sp->opt.data_dir);
     tpl_snapshots_gc_soon(sp, r); /* first loop turn: the sandbox table is loaded by then */
+    /* A node also learns of templates deleted or built again through other nodes: it
+     * sweeps now and then (tpl_copies_sweep). */
+    struct timeval every = {TPL_COPIES_SWEEP_S, 0};
+    if (tpl_self_node(sp)[0] && (r->gc_tick = event_new(sp->base, -1, EV_PERSIST, on_gc_tick, sp)))
+        event_add(r->gc_tick, &every);
     return r;
 }
 
@@ -55,6 +68,8 @@ void tpl_registry_free(struct tpl_registry *r)
     tpl_logs_free(r);
     if (r->gc)
         event_free(r->gc);
+    if (r->gc_tick)
+        event_free(r->gc_tick);
     free(r);
 }
 
@@ -136,6 +151,37 @@ static bool found_at(const char *root, const char *name, bool builtin, struct tp
     return true;
 }
 
+/* A template built here or fetched (data dir): its template.json records the image's
+ * SHA-256, and the image used is the digest-named <data>/images/sha256-<hex>.ext4, made
+ * by hard link from the build's rootfs.ext4 when missing (a data dir from before images
+ * were named by digest, or a fresh build). Bytes under that name never change, so a
+ * sandbox's chain stays on the exact image it was created from whatever happens to the
+ * template's name later. Without a digest (built before images were hashed) or when the
+ * link cannot be made: rootfs.ext4 itself, as before. */
+static bool found_built(struct spaced *sp, const char *name, struct tpl_info *out)
+{
+    if (!found_at(sp->opt.data_dir, name, false, out) && access(out->dir, R_OK) != 0)
+        return false;
+    char meta[TPL_PATH_MAX + 32], legacy[TPL_PATH_MAX + 32];
+    snprintf(meta, sizeof meta, "%s/template.json", out->dir);
+    snprintf(legacy, sizeof legacy, "%s/rootfs.ext4", out->dir);
+    json_t *j = json_load_file(meta, 0, NULL);
+    const char *digest = json_string_value(json_object_get(j, "sha256"));
+    char cas[TPL_PATH_MAX];
+    bool ok = false;
+    if (tpl_digest_valid(digest) && tpl_image_path(sp, digest, cas, sizeof cas) == 0 &&
+        (access(cas, R_OK) == 0 || (access(legacy, R_OK) == 0 && tpl_image_link(sp, legacy, cas) == 0))) {
+        snprintf(out->rootfs, sizeof out->rootfs, "%s", cas);
+        ok = true;
+    } else {
+        ok = access(legacy, R_OK) == 0; /* out->rootfs is the legacy path */
+    }
+    if (ok)
+        tpl_meta_fill(out, j);
+    json_decref(j);
+    return ok;
+}
+
 /* Whether t's template.json records the image digest `digest`. */
 static bool local_digest_is(const struct tpl_info *t, const char *digest)
 {
@@ -177,7 +223,7 @@ int tpl_lookup(struct spaced *sp, const char *tenant, const char *name, struct t
         store_tpl_clear(&row);
         /* A copy whose template.json names another digest than the row is a stale one
          * (the name was deleted and built again elsewhere): not this template. */
-        if (mine && found_at(sp->opt.data_dir, name, false, out) && (!digest[0] || local_digest_is(out, digest)))
+        if (mine && found_built(sp, name, out) && (!digest[0] || local_digest_is(out, digest)))
             return 0;
     }
     memset(out, 0, sizeof *out);
@@ -467,6 +513,7 @@ int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t *
         char dir[TPL_PATH_MAX];
         snprintf(dir, sizeof dir, "%s/templates/%s", sp->opt.data_dir, name);
         spaced_rm_rf(dir);
+        tpl_snapshots_gc_soon(sp, NULL); /* its digest-named image, unless a sandbox uses it */
         log_info("template.deleted", "template=%s tenant=%s", name, tenant);
         *out = json_pack("{s:{s:s, s:s, s:b}}", "template", "name", name, "state", "deleted",
                          "builtin", 0);

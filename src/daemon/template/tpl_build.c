@@ -696,6 +696,62 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
     stage(b, 5, "booting the build VM");
 }
 
+/* A build whose base is a template built on another node waits here for the base's
+ * image (tpl_fetch), then starts as any build. */
+struct tpl_base_wait {
+    struct tpl_base_wait *next;
+    struct spaced *sp;
+    char op_id[STORE_ID_MAX];
+    char name[64];
+    char base[64];
+};
+
+static void base_wait_unlink(struct tpl_base_wait *w)
+{
+    for (struct tpl_base_wait **pp = &w->sp->tpl->base_waits; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+}
+
+static void on_base_fetched(void *arg, const struct spaced_err *err)
+{
+    struct tpl_base_wait *w = arg;
+    base_wait_unlink(w);
+    if (err) {
+        char msg[sizeof err->message + 128];
+        snprintf(msg, sizeof msg, "the base template %s could not be fetched: %s", w->base, err->message);
+        op_finish(w->sp, w->op_id, false, err->code, msg);
+    } else
+        tpl_build_start(w->sp, w->op_id, w->name); /* finds the base here now */
+    free(w);
+}
+
+/* Fetches `base` for the build of `name`: 0 (the build starts when it is here), 1 (it is
+ * here already), -1 with err. */
+static int base_fetch(struct spaced *sp, const char *op_id, const char *name, const char *base,
+                      struct spaced_err *err)
+{
+    struct tpl_base_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return spaced_err_set(err, 500, "internal", "out of memory");
+    w->sp = sp;
+    snprintf(w->op_id, sizeof w->op_id, "%s", op_id);
+    snprintf(w->name, sizeof w->name, "%s", name);
+    snprintf(w->base, sizeof w->base, "%s", base);
+    int rc = tpl_fetch(sp, base, on_base_fetched, w, err);
+    if (rc != 0) {
+        free(w);
+        return rc;
+    }
+    w->next = sp->tpl->base_waits;
+    sp->tpl->base_waits = w;
+    log_info("template.build", "template=%s base=%s msg=\"the base is on another node: fetching it first\"",
+             name, base);
+    return 0;
+}
+
 int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
 {
     struct store_tpl row;
@@ -708,10 +764,26 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
     const char *base = json_string_value(json_object_get(spec, "base"));
     struct tpl_build *b = calloc(1, sizeof *b);
     if (!b || !base || tpl_lookup(sp, row.tenant, base, &from, NULL) < 0) {
+        /* A base built on another node is fetched first (verified), then the build runs. */
+        struct spaced_err e = {0};
+        char base_name[64] = "";
+        bool remote = b && base && tpl_lookup_fetchable(sp, row.tenant, base, &from, NULL) == 0 && from.remote;
+        if (remote)
+            snprintf(base_name, sizeof base_name, "%s", base);
         store_tpl_clear(&row);
         json_decref(spec);
         free(b);
-        op_finish(sp, op_id, false, "unknown_template", "the base template is missing");
+        int rc = remote ? base_fetch(sp, op_id, name, base_name, &e) : -1;
+        if (rc == 0)
+            return 0;
+        if (rc == 1)
+            return tpl_build_start(sp, op_id, name);
+        char msg[sizeof e.message + 128];
+        snprintf(msg, sizeof msg, "the base template %s cannot be fetched: %s", base_name, e.message);
+        if (remote)
+            op_finish(sp, op_id, false, e.code, msg);
+        else
+            op_finish(sp, op_id, false, "unknown_template", "the base template is missing");
         return -1;
     }
     store_tpl_clear(&row);
@@ -778,6 +850,11 @@ void tpl_build_interrupted(struct spaced *sp, const char *name)
 
 void tpl_builds_free(struct tpl_registry *r)
 {
+    while (r->base_waits) { /* their fetches go next, telling no one */
+        struct tpl_base_wait *w = r->base_waits;
+        r->base_waits = w->next;
+        free(w);
+    }
     while (r->builds) {
         struct tpl_build *b = r->builds;
         if (b->vm) {

@@ -12,9 +12,11 @@ struct tpl_snap;  /* one (template, shape, fingerprint) snapshot version (tpl_sn
 struct tpl_build; /* one template build in flight (tpl_build.c) */
 struct tpl_log;   /* the output of one build (tpl_log.h) */
 struct tpl_fetch; /* one image being fetched from another node (tpl_fetch.c) */
+struct tpl_base_wait; /* a build waiting for its base's image (tpl_build.c) */
 struct event;
 
 #define TPL_SNAP_RETRY_MS 30000 /* first wait before a failed snapshot is built again */
+#define TPL_COPIES_SWEEP_S 10   /* a node's sweep for copies deleted elsewhere */
 
 struct tpl_registry {
     char kernel[TPL_PATH_MAX];    /* <guest-dir>/vmlinux */
@@ -23,13 +25,19 @@ struct tpl_registry {
     struct tpl_build *builds;     /* builds in flight, owned */
     struct tpl_log *logs;         /* build logs, newest first, owned (tpl_log.h) */
     struct tpl_fetch *fetches;    /* images being fetched from other nodes (tpl_fetch.c) */
+    struct tpl_base_wait *base_waits; /* builds waiting for a base being fetched (owned) */
     struct event *gc;             /* deferred snapshot-version sweep (owned) */
+    struct event *gc_tick;        /* a node's periodic sweep: copies deleted elsewhere (owned) */
     tpl_users_fn users;           /* tpl_set_users, NULL = no sandboxes */
     int64_t snap_retry_ms;        /* first wait before a failed snapshot is built again */
 };
 
 /* Fills t's description and shape from a template.json document. */
 void tpl_meta_fill(struct tpl_info *t, const json_t *meta);
+/* On a node: removes copies of built templates whose row is gone, deleted, or names
+ * another image now (deleted or built again on another node), when no sandbox here uses
+ * them; their digest-named images go with the pin sweep once unused (tpl_fetch.c). */
+void tpl_copies_sweep(struct spaced *sp);
 /* Ends every fetch in flight, telling no waiter (spaced is stopping). */
 void tpl_fetches_free(struct tpl_registry *r);
 
@@ -61,6 +69,13 @@ void tpl_snapshots_rootfs(struct spaced *sp, json_t *arr);
  * sweep: removes pins that are not current and that neither `live_paths` (disk chains of
  * live sandboxes) nor the snapshot versions in `version_dirs` (paths) name. */
 void tpl_pin_builtin(struct spaced *sp, struct tpl_info *t);
+/* Images named by their content (tpl_pin.c): <data>/images/sha256-<hex>.ext4 for a
+ * SHA-256 `hex` (0, or -1 when it does not fit cap). link: makes that name a hard link of
+ * `from` (whose digest the caller knows): 0, or -1 (another filesystem: the caller keeps
+ * using `from`). Bytes under such a name are never replaced; the sweep removes a name no
+ * template here, sandbox chain or snapshot version needs. */
+int tpl_image_path(const struct spaced *sp, const char *hex, char *out, size_t cap);
+int tpl_image_link(struct spaced *sp, const char *from, const char *cas);
 void tpl_pins_sweep(struct spaced *sp, const json_t *live_paths, json_t *version_dirs);
 
 /* True while a build in flight uses template `name` as its base. */

@@ -11,7 +11,12 @@
  * and gets a new link. A hard link costs nothing, but needs the data dir on the guest
  * dir's filesystem; elsewhere the guest-dir path is used as before (logged once).
  * Pins no sandbox chain, snapshot version or current key names any more are removed by
- * the snapshot sweep (tpl_pins_sweep). */
+ * the snapshot sweep (tpl_pins_sweep).
+ *
+ * Built and fetched templates' images are named by their SHA-256 in the same directory,
+ * sha256-<hex>.ext4 (tpl_image_path): the same bytes always have the same name and a
+ * name never gets other bytes. The sweep removes one when no template here records that
+ * digest and no sandbox chain or snapshot version uses it. */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -75,6 +80,61 @@ void tpl_pin_builtin(struct spaced *sp, struct tpl_info *t)
     memcpy(t->rootfs, pin, n + 1);
 }
 
+/* ---- images named by digest ---------------------------------------------------------------- */
+
+#define IMAGE_PREFIX "sha256-"
+#define IMAGE_SUFFIX ".ext4"
+
+int tpl_image_path(const struct spaced *sp, const char *hex, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/images/" IMAGE_PREFIX "%s" IMAGE_SUFFIX, sp->opt.data_dir, hex);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+int tpl_image_link(struct spaced *sp, const char *from, const char *cas)
+{
+    char dir[TPL_PATH_MAX + 16], tmp[TPL_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/images", sp->opt.data_dir);
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.link", cas) >= sizeof tmp)
+        return -1;
+    unlink(tmp);
+    if (spaced_mkdir_p(dir) != 0 || link(from, tmp) != 0 || rename(tmp, cas) != 0) {
+        log_warn("template.pin", "image=%s errno=%d msg=\"cannot hard-link %s under its digest (another "
+                 "filesystem?): sandboxes use the template's own file\"", cas, errno, from);
+        unlink(tmp);
+        return -1;
+    }
+    log_info("template.pin", "image=%s from=%s", cas, from);
+    return 0;
+}
+
+/* Whether a template in the data dir names the digest-named image `leaf` as its image
+ * (its template.json records that digest). */
+static bool image_current(struct spaced *sp, const char *leaf)
+{
+    size_t lp = strlen(IMAGE_PREFIX);
+    char hex[72];
+    snprintf(hex, sizeof hex, "%.64s", leaf + lp);
+    char tdir[TPL_PATH_MAX];
+    snprintf(tdir, sizeof tdir, "%s/templates", sp->opt.data_dir);
+    DIR *dp = opendir(tdir);
+    struct dirent *e;
+    bool found = false;
+    while (dp && !found && (e = readdir(dp))) {
+        if (!tpl_name_valid(e->d_name))
+            continue;
+        char meta[TPL_PATH_MAX + 300];
+        snprintf(meta, sizeof meta, "%s/%.64s/template.json", tdir, e->d_name);
+        json_t *j = json_load_file(meta, 0, NULL);
+        const char *d = json_string_value(json_object_get(j, "sha256"));
+        found = d && strcmp(d, hex) == 0;
+        json_decref(j);
+    }
+    if (dp)
+        closedir(dp);
+    return found;
+}
+
 /* Adds dir's version.json rootfs path to `keep`. */
 static void keep_version_rootfs(const char *vdir, json_t *keep)
 {
@@ -116,6 +176,16 @@ void tpl_pins_sweep(struct spaced *sp, const json_t *live_paths, json_t *version
         if (e->d_name[0] == '.' || !dash)
             continue;
         char name[64], path[TPL_PATH_MAX + 300];
+        if (strncmp(e->d_name, IMAGE_PREFIX, strlen(IMAGE_PREFIX)) == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            size_t len = strlen(e->d_name);
+            if (len < strlen(IMAGE_SUFFIX) || strcmp(e->d_name + len - strlen(IMAGE_SUFFIX), IMAGE_SUFFIX) != 0 ||
+                listed(keep, path) || listed(live_paths, path) || image_current(sp, e->d_name))
+                continue; /* a temporary link, or needed */
+            log_info("template.gc", "image=%s action=remove", e->d_name);
+            unlink(path);
+            continue;
+        }
         snprintf(name, sizeof name, "%.*s", (int)(dash - e->d_name), e->d_name);
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct tpl_info t;

@@ -758,6 +758,7 @@ static void on_gc(evutil_socket_t fd, short what, void *arg)
     struct spaced *sp = arg;
     (void)fd;
     (void)what;
+    tpl_copies_sweep(sp); /* first: what it removes, the sweeps below need not keep */
     json_t *paths = live_chains(sp), *left = json_array();
     char tdir[TPL_PATH_MAX], one[TPL_PATH_MAX + 300];
     snprintf(tdir, sizeof tdir, "%s/templates", sp->opt.data_dir);

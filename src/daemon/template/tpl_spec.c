@@ -280,8 +280,8 @@ int tpl_spec_check(struct spaced *sp, const char *tenant, json_t *o, struct spac
         return spaced_err_set(err, 400, BAD,
                               "base %.64s is built on the host by guest/build-template.sh; API builds "
                               "start from an existing template (e.g. base or python)", b);
-    struct tpl_info t;
-    if (tpl_lookup(sp, tenant, b, &t, err) < 0)
+    struct tpl_info t; /* on a node, a base built on another node is fetched by the build */
+    if (tpl_lookup_fetchable(sp, tenant, b, &t, err) < 0)
         return -1;
     json_t *desc = json_object_get(o, "description");
     if (desc && !json_is_null(desc) && !(json_is_string(desc) && json_string_length(desc) < 256 &&
