@@ -62,6 +62,15 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
     if (sbx_spec_parse(body, len, &spec, &err) == 0) {
         struct tpl_info t;
         bool known = cluster_template_known(sp, spec.template_name, &t, w.holders, sizeof w.holders);
+        struct store_snap snap;
+        /* A snapshot named by id: its shape, and its holder preferred (others fetch it). */
+        if (!known && store_snap_get(sp->store, spec.template_name, &snap) == 0 && snap.vcpus && snap.memory_mib) {
+            memset(&t, 0, sizeof t);
+            t.vcpus = snap.vcpus;
+            t.memory_mib = snap.memory_mib;
+            snprintf(w.holders, sizeof w.holders, "%s", snap.node);
+            known = true;
+        }
         sbx_spec_shape(&spec, known ? &t : NULL, &w.vcpus, &w.memory_mib);
         snprintf(w.template_name, sizeof w.template_name, "%s", spec.template_name);
         sbx_spec_clear(&spec);
