@@ -281,7 +281,7 @@ static int rec_list(struct sbx_travel_rec *t)
                 return -1;
             k = (int)p->n++;
             snprintf(p->f[k].name, sizeof p->f[0].name, "%s", name);
-            snprintf(p->f[k].path, sizeof p->f[0].path, "%s", c.path[i]);
+            memcpy(p->f[k].path, c.path[i], sizeof p->f[k].path);
         }
         p->chain[p->nchain] = (unsigned)k;
         snprintf(p->format[p->nchain++], sizeof p->format[0], "%s", c.format[i]);
