@@ -427,9 +427,8 @@ static int start_part(struct sbx_travel *t, struct spaced_err *err)
     t->blob = tpl_blob_fetch(t->s->sp, t->node, target, dst, f->size, f->sha256, "snapshot", on_part, t, err);
     if (t->blob)
         return 0;
-    char msg[sizeof err->message];
-    snprintf(msg, sizeof msg, "%s", err->message);
-    spaced_err_set(err, err->status, err->code, "snapshot %s: %s", t->snap, msg);
+    struct spaced_err e = *err; /* not formatted into itself */
+    spaced_err_set(err, e.status, e.code, "snapshot %s: %s", t->snap, e.message);
     return -1;
 }
 
