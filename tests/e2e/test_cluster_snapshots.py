@@ -10,7 +10,9 @@ verifies them and restores: the new sandbox sees the file. The node API serves t
 to nobody without the node token. A part altered on the holder's disk after it was hashed
 is refused (the create fails with snapshot_digest_mismatch, no sandbox directory and no
 fetched file left), and with the holder stopped a create fails at once with
-snapshot_source_unavailable. Two sandbox VMs in all (TCG)."""
+snapshot_source_unavailable; restoring a sandbox suspended on the stopped node fails at
+once with node_down, saying its files are on that node's local storage. Two sandbox VMs
+in all (TCG)."""
 import json
 import os
 import subprocess
@@ -58,7 +60,10 @@ def test_snapshot_taken_on_one_node_restores_on_the_other(cluster, pg_url):  # n
     op = control.wait_op(r.json["operation"]["id"], timeout=600)
     assert op["state"] == "succeeded", (op, holder.log())
 
-    # 2. Its parts: hashed on the holder, recorded with it in the row.
+    # 2. Its parts: hashed on the holder, recorded with it in the row (the control lists
+    # the snapshot from the store, with its holder).
+    got = control.request("GET", "/v1/snapshots/travelling")
+    assert got.status == 200 and got.json["snapshot"]["node"] == holder.node_id, got
     state, node, parts = snap_row(pg_url, snap)
     assert state == "ready" and node == holder.node_id, (state, node)
     names = {f["name"]: f for f in parts["files"]}
@@ -126,8 +131,15 @@ def test_snapshot_taken_on_one_node_restores_on_the_other(cluster, pg_url):  # n
     nothing_left(other, snap, bad)
     assert "result=failed code=snapshot_digest_mismatch" in full_log(other)
 
-    # 5. The holder gone: a create fails at once, naming it, and leaves nothing.
+    # 5. The holder gone: a create fails at once, naming it, and leaves nothing; a
+    # sandbox suspended there cannot come back elsewhere (its memory image and disk are
+    # on that node's disk): its restore fails at once, saying so.
+    r = control.request("POST", "/v1/sandboxes/%s/suspend" % src)
+    assert r.status == 202 and control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", r
     holder.stop(cleanup=False)
+    r = control.request("POST", "/v1/sandboxes/%s/restore" % src)
+    assert r.status == 503 and r.error_code() == "node_down", r
+    assert "local storage" in r.json["error"]["message"], r
     t0 = time.monotonic()
     r = control.request("POST", "/v1/sandboxes", dict(BODY, template=snap))
     assert r.status == 202 and r.headers.get("x-space-node") == other.node_id, r

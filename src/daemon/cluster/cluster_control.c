@@ -173,8 +173,15 @@ bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const cha
     }
     int64_t silent_ms = spaced_now_ms() - n.heartbeat_ms;
     if (silent_ms >= CLUSTER_DEAD_MS) {
-        cluster_reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
-                   id, node, (long long)(silent_ms / 1000));
+        /* A suspended sandbox's memory image and disk are in that node's data directory
+         * (docs/multinode.md "Suspended sandboxes that move"): no other node can resume it. */
+        const char *verb = strrchr(http_req_path(req), '/');
+        bool resume = verb && (strcmp(verb, "/restore") == 0 || strcmp(verb, "/resume") == 0 ||
+                               strcmp(verb, "/wake") == 0 || strcmp(verb, "/start") == 0);
+        cluster_reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s%s",
+                           id, node, (long long)(silent_ms / 1000),
+                           resume ? "; its saved memory and disk are on that node's local storage, so it can "
+                                    "come back only there, once the node reports again" : "");
         return true;
     }
     cluster_proxy_fwd(sp, req, &n, NULL, fwd);
