@@ -244,6 +244,12 @@ typedef void (*sbx_travel_done)(struct sbx *s, const struct spaced_err *err);
 int sbx_travel_need(struct sbx *s, sbx_travel_done done, struct spaced_err *err);
 /* The sandbox goes: its fetch, if any, stops and what it fetched is removed. */
 void sbx_travel_cancel(struct sbx *s);
+/* Whether a snapshots row's `parts` is one a fetch accepts (pure; unit-tested): at most
+ * 16 files named from the fixed set (snapshot.json, state, mem, disk.qcow2, disk.raw,
+ * template, layer0..layer<VM_DISK_BACKING_MAX-1>), each once, with a size in 0..4 TiB
+ * and a 64-hex SHA-256; a chain of 1..VM_DISK_BACKING_MAX listed parts, each qcow2 or
+ * raw; snapshot.json and state present. */
+bool sbx_travel_parts_ok(const char *parts);
 
 /* ---- sbx_vol.c ---- */
 /* Mounts the record's volumes that are not live on the current agent connection (called

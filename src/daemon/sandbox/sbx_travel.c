@@ -128,6 +128,12 @@ static int parts_parse(const char *s, struct travel_parts *out)
     return rc;
 }
 
+bool sbx_travel_parts_ok(const char *parts)
+{
+    struct travel_parts p;
+    return parts && parts_parse(parts, &p) == 0;
+}
+
 /* ---- the holder: hashing the parts when a snapshot is taken -------------------------- */
 
 struct sbx_travel_rec {
