@@ -582,6 +582,8 @@ static void check_snapshots(void **state)
     assert_int_equal(store_snap_put(st, &a), 0);
     snprintf(a.state, sizeof a.state, "ready");
     a.size_bytes = 123456789012LL;
+    snprintf(a.node, sizeof a.node, "node-a"); /* a travelling snapshot's holder and parts */
+    snprintf(a.parts, sizeof a.parts, "{\"files\":[],\"chain\":[]}");
     assert_int_equal(store_snap_put(st, &a), 0); /* the upsert updates state and size */
     struct store_snap b = {.id = "sn02", .tenant = "A", .source = "sb2", .template_name = "base",
                            .state = "ready"};
@@ -599,6 +601,8 @@ static void check_snapshots(void **state)
     assert_string_equal(g.state, "ready");
     assert_int_equal(g.size_bytes, 123456789012LL);
     assert_int_equal(g.created_ms, 5);
+    assert_string_equal(g.node, "node-a");
+    assert_string_equal(g.parts, "{\"files\":[],\"chain\":[]}");
     assert_int_equal(store_snap_find(st, "A", "first", &g), 0);
     assert_string_equal(g.id, "sn01");
     assert_int_equal(store_snap_find(st, "B", "first", &g), 0);

@@ -62,6 +62,15 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
     if (sbx_spec_parse(body, len, &spec, &err) == 0) {
         struct tpl_info t;
         bool known = cluster_template_known(sp, spec.template_name, &t, w.holders, sizeof w.holders);
+        struct store_snap snap;
+        /* A snapshot named by id: its shape, and its holder preferred (others fetch it). */
+        if (!known && store_snap_get(sp->store, spec.template_name, &snap) == 0 && snap.vcpus && snap.memory_mib) {
+            memset(&t, 0, sizeof t);
+            t.vcpus = snap.vcpus;
+            t.memory_mib = snap.memory_mib;
+            snprintf(w.holders, sizeof w.holders, "%s", snap.node);
+            known = true;
+        }
         sbx_spec_shape(&spec, known ? &t : NULL, &w.vcpus, &w.memory_mib);
         snprintf(w.template_name, sizeof w.template_name, "%s", spec.template_name);
         sbx_spec_clear(&spec);
@@ -202,8 +211,15 @@ bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const cha
     }
     int64_t silent_ms = spaced_now_ms() - n.heartbeat_ms;
     if (silent_ms >= CLUSTER_DEAD_MS) {
-        cluster_reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s",
-                   id, node, (long long)(silent_ms / 1000));
+        /* A suspended sandbox's memory image and disk are in that node's data directory
+         * (docs/multinode.md "Suspended sandboxes that move"): no other node can resume it. */
+        const char *verb = strrchr(http_req_path(req), '/');
+        bool resume = verb && (strcmp(verb, "/restore") == 0 || strcmp(verb, "/resume") == 0 ||
+                               strcmp(verb, "/wake") == 0 || strcmp(verb, "/start") == 0);
+        cluster_reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s%s",
+                           id, node, (long long)(silent_ms / 1000),
+                           resume ? "; its saved memory and disk are on that node's local storage, so it can "
+                                    "come back only there, once the node reports again" : "");
         return true;
     }
     cluster_proxy_fwd(sp, req, &n, NULL, fwd);

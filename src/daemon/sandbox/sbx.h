@@ -311,6 +311,11 @@ int sbx_submit_snapshot(struct spaced *sp, const char *tenant, const char *sandb
                         struct spaced_err *err);
 /* API representation: {"id","name","tenant","source_sandbox","template","vcpus",
  * "memory_mib","state","size_bytes","created_at"}. New reference. */
+/* Node API: GET /internal/snapshots/{id}/parts/{part}, another node fetching a part of a
+ * snapshot this node holds (sbx_travel.c): 404 to anyone without the node token, and for
+ * any id, part or row that is not this node's ready snapshot's. */
+struct http_req;
+void sbx_travel_serve(struct spaced *sp, struct http_req *req, const char *id, const char *part);
 json_t *sbx_snap_to_json(const struct store_snap *r);
 /* Deletes the tenant's snapshot (id or name): 404 unknown, 409 while being taken. Its
  * files go once no sandbox stands on them. */

@@ -684,6 +684,13 @@ static void on_template_fetched(void *arg, const struct spaced_err *err)
     act_create(s);
 }
 
+/* The parts of a snapshot taken on another node are here now (sbx_travel.c), or not:
+ * the same. */
+static void on_snapshot_fetched(struct sbx *s, const struct spaced_err *err)
+{
+    on_template_fetched(s, err);
+}
+
 /* Template stage: the template, the memory snapshot of this shape (none while it is not
  * built yet: cold boot) and the disk chain. Makes no file. 0; 1 while the template's
  * image is being fetched from another node (on_template_fetched goes on); -1 after
@@ -717,6 +724,14 @@ static int stage_template(struct sbx *s, struct sbx_create *c)
     }
     c->nic = wants_network(s);
     if (s->rec.source[0]) { /* a fork: its parent's capture, not the template's snapshot */
+        int r = sbx_travel_need(s, on_snapshot_fetched, &e); /* a snapshot taken on another node */
+        if (r != 0) {
+            if (r < 0)
+                act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+            else if (s->op_id[0] && s->op_kind == OP_CREATE)
+                progress_write(s, "fetching the snapshot's parts from the node that took it");
+            return r;
+        }
         if (sbx_fork_source(s, c->snap, sizeof c->snap, &c->chain, &e) < 0) {
             act_fail(s, SBX_FAILED, e.code, "%s", e.message);
             return -1;

@@ -21,6 +21,7 @@ struct vm_disk_protos;
 
 struct sbx {
     struct spaced *sp;
+    struct sbx_travel *travel;   /* its snapshot's parts being fetched (sbx_travel.c, owned) */
     struct store_sbx rec;        /* persisted record (owned); rec.state mirrors `state` */
     enum sbx_state state;        /* actual state */
     enum sbx_state desired;      /* where queued ops lead */
@@ -75,6 +76,7 @@ struct sbx_table {
     struct sbx_waiter *waiters;  /* calls waiting for an auto-resume (sbx_wake.c) */
     bool wake_listening;         /* sbx_wake.c's state listener is registered */
     struct sbx_fork *forks;      /* forks in progress (sbx_fork.c, owned) */
+    struct sbx_travel_rec *travel_recs; /* snapshots being hashed (sbx_travel.c, owned) */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -224,6 +226,30 @@ void sbx_fork_gc(struct spaced *sp);
 void sbx_capture_users(struct spaced *sp, tpl_use_fn use, void *arg);
 /* Shutdown: frees the forks in progress (their ops resume as "interrupted"). */
 void sbx_fork_forget(struct sbx_table *t);
+
+/* ---- snapshots that travel between nodes (sbx_travel.c) ---- */
+
+/* A node's snapshot capture is complete (row: its ready values but state): hashes every
+ * part on a worker thread, then writes the row ready with its holder and parts and
+ * finishes op_id (or fails it and removes the snapshot). 0, or -1 when nothing started
+ * (the caller fails the snapshot). */
+int sbx_travel_record(struct spaced *sp, const char *op_id, const struct store_snap *row);
+/* Shutdown: drops the hashings in progress (their ops resume as "interrupted"). */
+void sbx_travel_forget(struct sbx_table *t);
+/* A create from snapshot s->rec.source: 0 when its capture is here (or is no snapshot's:
+ * sbx_fork_source decides); 1 when its parts are being fetched from the holder (done(s,
+ * NULL) once the capture is in place, done(s, err) after removing everything fetched);
+ * -1 with err (nothing left behind). */
+typedef void (*sbx_travel_done)(struct sbx *s, const struct spaced_err *err);
+int sbx_travel_need(struct sbx *s, sbx_travel_done done, struct spaced_err *err);
+/* The sandbox goes: its fetch, if any, stops and what it fetched is removed. */
+void sbx_travel_cancel(struct sbx *s);
+/* Whether a snapshots row's `parts` is one a fetch accepts (pure; unit-tested): at most
+ * 16 files named from the fixed set (snapshot.json, state, mem, disk.qcow2, disk.raw,
+ * template, layer0..layer<VM_DISK_BACKING_MAX-1>), each once, with a size in 0..4 TiB
+ * and a 64-hex SHA-256; a chain of 1..VM_DISK_BACKING_MAX listed parts, each qcow2 or
+ * raw; snapshot.json and state present. */
+bool sbx_travel_parts_ok(const char *parts);
 
 /* ---- sbx_vol.c ---- */
 /* Mounts the record's volumes that are not live on the current agent connection (called

@@ -115,8 +115,16 @@ void sbx_snap_captured(struct sbx_fork *f, int err, const char *msg)
     if (!why[0]) {
         r.size_bytes = file_bytes(dir, "state") + file_bytes(dir, "mem") +
                        file_bytes(dir, "disk.qcow2") + file_bytes(dir, "disk.raw");
+        /* A cluster node hashes the parts first, so other nodes can fetch them. */
+        bool travels = sp->sbx->node_id[0] != '\0';
+        if (travels && sbx_travel_record(sp, op, &r) == 0) {
+            sbx_job_free(f);
+            return; /* sbx_travel_record finishes the op */
+        }
         snprintf(r.state, sizeof r.state, "ready");
-        if (store_snap_put(sp->store, &r) != 0)
+        if (travels)
+            snprintf(why, sizeof why, "cannot start hashing the snapshot's parts");
+        else if (store_snap_put(sp->store, &r) != 0)
             snprintf(why, sizeof why, "the store refused the snapshot's row");
     }
     sbx_job_free(f);
@@ -193,11 +201,12 @@ json_t *sbx_snap_to_json(const struct store_snap *r)
 {
     char created[32];
     spaced_fmt_time(r->created_ms, created);
-    return json_pack("{s:s, s:s?, s:s, s:s, s:s, s:i, s:i, s:s, s:I, s:s}", "id", r->id, "name",
-                     r->name[0] ? r->name : NULL, "tenant", r->tenant, "source_sandbox", r->source,
-                     "template", r->template_name, "vcpus", (int)r->vcpus, "memory_mib",
-                     (int)r->memory_mib, "state", r->state, "size_bytes",
-                     (json_int_t)r->size_bytes, "created_at", created);
+    return json_pack("{s:s, s:s?, s:s, s:s, s:s, s:i, s:i, s:s, s:I, s:s, s:s?}", "id", r->id,
+                     "name", r->name[0] ? r->name : NULL, "tenant", r->tenant, "source_sandbox",
+                     r->source, "template", r->template_name, "vcpus", (int)r->vcpus,
+                     "memory_mib", (int)r->memory_mib, "state", r->state, "size_bytes",
+                     (json_int_t)r->size_bytes, "created_at", created, "node",
+                     r->node[0] ? r->node : NULL);
 }
 
 int sbx_snap_delete(struct spaced *sp, const char *tenant, const char *id_or_name,

@@ -35,6 +35,7 @@ void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id)
 
 static void sbx_free(struct sbx *s)
 {
+    sbx_travel_cancel(s);
     if (s->vm)
         vm_detach(s->vm);
     sbx_agent_free(s);
@@ -64,6 +65,7 @@ void sbx_table_free(struct sbx_table *t)
     }
     vm_disk_protos_free(t->disks);
     sbx_fork_forget(t);
+    sbx_travel_forget(t);
     free(t);
 }
 

@@ -103,6 +103,10 @@ static const char *const store_migrations[] = {
     "ALTER TABLE templates ADD COLUMN digest TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE templates ADD COLUMN size_bytes BIGINT NOT NULL DEFAULT 0;"
     "ALTER TABLE templates ADD COLUMN meta TEXT;",
+    /* 14: sandbox snapshots that travel between nodes (sandbox/sbx_travel.c): the node
+     * holding a snapshot's files and their names, sizes and SHA-256s. */
+    "ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE snapshots ADD COLUMN parts TEXT NOT NULL DEFAULT '';",
 };
 
 #define SQL_CAP 2048

@@ -295,6 +295,8 @@ int store_quota_usage(struct store *st, const char *tenant, struct store_quota_v
 
 /* ---- snapshots (a running sandbox captured for later creates: sbx_snap.c) -------------- */
 
+#define STORE_SNAP_PARTS_MAX 4096
+
 struct store_snap {
     char id[STORE_ID_MAX];       /* "sn" + 16 hex; also its capture directory's name */
     char tenant[STORE_ID_MAX];
@@ -307,6 +309,8 @@ struct store_snap {
     char state[STORE_STATE_MAX]; /* "creating" | "ready" */
     int64_t size_bytes;          /* its files on disk (memory image + disk layer) */
     int64_t created_ms;
+    char node[STORE_ID_MAX];     /* the node holding its files ("" = a single host) */
+    char parts[STORE_SNAP_PARTS_MAX]; /* what another node fetches (sbx_travel.c): JSON, "" = not hashed */
 };
 
 int store_snap_put(struct store *st, const struct store_snap *s); /* insert or replace */

@@ -142,6 +142,8 @@ static const struct store_col snap_cols[] = {
     TEXT(struct store_snap, state, false),
     COL("size_bytes", STORE_COL_I64, struct store_snap, size_bytes, false),
     COL("created_ms", STORE_COL_I64, struct store_snap, created_ms, true),
+    TEXT(struct store_snap, node, false),
+    TEXT(struct store_snap, parts, false),
 };
 const struct store_table store_tbl_snapshots = TABLE("snapshots", "id", true, struct store_snap, snap_cols, NULL);
 
