@@ -737,14 +737,20 @@ void agent_proc_reap(void)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        bool known = false;
         for (struct proc *p = proc_list; p; p = p->next) {
             if (p->pid != pid || p->exited)
                 continue;
+            known = true;
             p->exited = true;
             p->status = status;
-            proc_service(p);
+            proc_service(p); /* may free p */
             break;
         }
+        /* Maybe a command whose spawn has not been delivered yet (spawn_done claims it),
+         * or an orphan reparented to us (PID 1). */
+        if (!known)
+            agent_spawn_async_reaped(pid, status);
     }
     proc_trim_exited();
 }
