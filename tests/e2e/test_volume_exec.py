@@ -7,48 +7,10 @@ exec waited for the loop and the loop for the exec, and the agent and the sandbo
 Each command here must end with its own exit code within a bounded time, and the agent
 must answer the next one. Needs a guest whose initramfs has fuse.ko; skips (saying why)
 when guest artifacts are missing."""
-import base64
-import json
-import threading
-
 from test_volume_mount import create_mounting, delete, output_within, vfiles
 
 SCRIPT = b"#!/bin/sh\necho ran-$(basename $0)\nexit 7\n"
 NOSHEBANG = b"echo no-shebang\nexit 9\n"  # ENOEXEC: the spawner runs it with /bin/sh
-
-
-def run_within(s, body, seconds):
-    """Creates a session from body (argv, env, cwd), reads its attach stream to the end
-    on a thread joined with a deadline (keep-alives would defeat a socket timeout);
-    returns (stdout, exit code)."""
-    box = {}
-
-    def work():
-        try:
-            r = s.request("POST", "/v1/sandboxes/%s/sessions" % body.pop("sid"), body)
-            assert r.status == 201, r
-            r = s.request("GET", r.json["attach_url"], timeout=seconds)
-            out, code, event = b"", None, None
-            for line in r.body.decode().splitlines():
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    d = json.loads(line[5:])
-                    if event == "stdout":
-                        out += base64.b64decode(d["data"])
-                    elif event == "exit":
-                        code = d["code"]
-            box["out"] = (out, code)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            box["err"] = e
-
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), "%r: no exit after %d s: the agent hangs (%s)" % (body, seconds, s.log())
-    if "err" in box:
-        raise box["err"]
-    return box["out"]
 
 
 def test_exec_from_volume(spaced):
@@ -75,7 +37,7 @@ def test_exec_from_volume(spaced):
         ({"argv": ["/mnt/v/bin/missing"]}, b"", None),  # fails at exec: an error event
     ]
     for body, want_out, want_code in cases:
-        out, code = run_within(s, dict(body, sid=sid), 90)
+        out, code = output_within(s, sid, body, 90)
         assert (out, code) == (want_out, want_code), (body, out, code, s.log())
     assert output_within(s, sid, "echo still-answering", 60) == (b"still-answering\n", 0)
     delete(s, sid)
