@@ -287,9 +287,17 @@ static bool gw_attach(struct net *n, const struct net_rec *r, const char *nspath
     return ok;
 }
 
-/* The claim's error when the gateway did not take the sandbox: a create or start that
- * went on would report a sandbox whose DNS and egress refuse everything until the next
- * resync, and only a gateway restart resyncs. */
+/* Whether a claim whose attach failed must fail. A gateway that is down (starting,
+ * restarting) is not an error: its first answered ping resyncs every record (net_gw.c),
+ * and net_claim's contract says so. One that is up but did not take the attach (stuck,
+ * refused) would leave the sandbox's DNS and egress refused until a resync that only a
+ * gateway restart brings: the create would report a sandbox that cannot resolve. */
+static bool gw_attach_failed(struct net *n, const struct net_rec *r, const char *nspath)
+{
+    return !gw_attach(n, r, nspath, true) && net_gateway_up(n);
+}
+
+/* The claim's error for gw_attach_failed. */
 static int gw_unavailable(struct spaced_err *err, const char *sandbox)
 {
     return spaced_err_set(err, 503, "gateway_unavailable",
@@ -495,7 +503,7 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
         return 0;
     if (lease_tap(n, sandbox, out, err) != 0)
         return -1;
-    if (!gw_attach(n, r, out->netns, true)) {
+    if (gw_attach_failed(n, r, out->netns)) {
         close(out->tap_fd);
         out->tap_fd = -1;
         return gw_unavailable(err, sandbox);
@@ -539,7 +547,7 @@ int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
             spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
         return -1;
     }
-    if (!gw_attach(n, r, to, true)) {
+    if (gw_attach_failed(n, r, to)) {
         net_ns_unmount(to); /* owner's is still mounted, for net_release(owner) */
         return gw_unavailable(err, sandbox);
     }
