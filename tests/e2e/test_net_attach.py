@@ -40,6 +40,7 @@ def test_create_waits_for_or_fails_on_the_gateway_attach(net_spaced):
         r = sp.create({"template": "base", "timeout": 0, "network": ALLOW})
         op = sp.wait_op(r["operation"]["id"])
         sid = r["sandbox"]["id"]
+        print("create with the gateway stopped: %s %s" % (op["state"], (op.get("error") or {}).get("code")))
         if op["state"] == "succeeded":
             # Asked while the gateway still cannot answer: a create that succeeded must
             # have been attached already (before: "connection refused", then a timeout).
