@@ -19,6 +19,7 @@
 #include "agent/relay.h"
 #include "agent/req.h"
 #include "agent/spawn.h"
+#include "agent/spawn_async.h"
 #include "log.h"
 
 #define PROC_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -48,6 +49,7 @@ struct proc {
     struct agent_buf in_buf; /* stdin accepted from the host, not yet written */
     bool in_eof;             /* host closed stdin: finish after in_buf */
     struct proc_out out[2];  /* [0] OUT, [1] ERR (unused with a PTY) */
+    bool starting;           /* its spawn is in flight (spawn_async.h): no pid yet */
     bool exited;
     int status;              /* waitpid status once exited */
     struct agent_chan *chan; /* attached channel, NULL when detached */
@@ -272,7 +274,8 @@ static void proc_in_ready(struct agent_watch *w, uint32_t events)
 static void proc_on_data(struct agent_chan *ch, const uint8_t *data, size_t n)
 {
     struct proc *p = ch->impl;
-    if (p->in_fd < 0 || agent_buf_add(&p->in_buf, data, n) < 0) {
+    /* While starting, stdin is kept (within the channel's window) for the command. */
+    if ((p->in_fd < 0 && !p->starting) || agent_buf_add(&p->in_buf, data, n) < 0) {
         agent_chan_grant(ch, (uint32_t)n);
         return;
     }
@@ -298,7 +301,9 @@ static void proc_on_ctrl(struct agent_chan *ch, json_t *ctrl)
         if (agent_req_int(ch, ctrl, "signal", 1, 64, SIGTERM, &sig) < 0 ||
             agent_req_bool(ch, ctrl, "group", true, &group) < 0)
             return;
-        if (p->exited)
+        if (p->starting) /* no pid yet: kill(-0) would signal the agent's own group */
+            agent_chan_error(ch, FRAME_E_NOT_FOUND, "the process is still starting");
+        else if (p->exited)
             agent_chan_error(ch, FRAME_E_NOT_FOUND, "process %d already exited", (int)p->pid);
         else if (kill(group ? -p->pid : p->pid, (int)sig) < 0)
             agent_chan_errno(ch, errno, "kill");
@@ -354,7 +359,8 @@ static void proc_attach(struct proc *p, struct agent_chan *ch)
 struct spawn {
     char **argv;             /* NULL-terminated (owned) */
     char **envp;             /* NULL-terminated "K=V" (owned) */
-    char cwd[PATH_MAX];
+    char cwd[PATH_MAX];      /* cwd_default: the workdir to try first, "" for none */
+    bool cwd_default;        /* no cwd asked: spawn_pick_cwd chooses on the spawn thread */
     struct agent_user user;
     bool pty;
     bool stdin_pipe;
@@ -452,50 +458,79 @@ static void close_pair(int fds[2])
             close(fds[i]);
 }
 
-/* Spawns (spawn.h); on success fills p's fds and returns the pid, else -1 after
- * sending ERROR on ch. */
-static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct proc *p)
+/* A spawn in flight (spawn_async.h): what the spawn thread reads, owned until it is
+ * delivered. The loop does not touch s or sp meanwhile. */
+struct proc_start {
+    struct spawn s;
+    struct agent_spawn sp;
+    struct proc *p;          /* not yet in proc_list; its channel may go meanwhile */
+    int in[2], out[2], err[2];
+    int master, slave;       /* PTY */
+};
+
+static void proc_start_free(struct proc_start *st)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    int master = -1, slave = -1;
-    int ok = 1;
+    strv_free(st->s.argv);
+    strv_free(st->s.envp);
+    free(st);
+}
+
+/* The descriptors the command gets (pipes through relays, or a PTY). 0, or -1 (errno). */
+static int spawn_fds(struct proc_start *st)
+{
+    const struct spawn *s = &st->s;
     if (s->pty) {
         struct winsize ws = s->ws;
-        ok = openpty(&master, &slave, NULL, NULL, &ws) == 0;
-        if (ok) {
-            fcntl(master, F_SETFD, FD_CLOEXEC);
-            fcntl(slave, F_SETFD, FD_CLOEXEC);
-        }
-    } else {
-        /* The loop gets relay sockets instead of the pipes' own ends (relay.c: a
-         * command's pipe must never block the loop that relays FUSE). */
-        ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0 &&
-             (s->stdin_pipe ? pipe2(in, O_CLOEXEC) == 0
-                            : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) &&
-             (out[0] = agent_relay_start(out[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
-             (err[0] = agent_relay_start(err[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
-             (!s->stdin_pipe || (in[1] = agent_relay_start(in[1], AGENT_RELAY_TO_CMD)) >= 0);
+        if (openpty(&st->master, &st->slave, NULL, NULL, &ws) < 0)
+            return -1;
+        fcntl(st->master, F_SETFD, FD_CLOEXEC);
+        fcntl(st->slave, F_SETFD, FD_CLOEXEC);
+        return 0;
     }
-    enum agent_spawn_stage stage = AGENT_SPAWN_START;
-    pid_t pid = -1;
-    if (ok) {
-        struct agent_spawn sp = {.argv = s->argv, .envp = s->envp, .cwd = s->cwd,
-                                 .user = &s->user, .pty = s->pty,
-                                 .in_fd = s->pty ? slave : in[0],
-                                 .out_fd = s->pty ? slave : out[1],
-                                 .err_fd = s->pty ? slave : err[1]};
-        pid = agent_spawn_start(&sp, &stage);
-    }
-    int e = errno;
-    if (slave >= 0)
-        close(slave);
+    /* The loop gets relay sockets instead of the pipes' own ends (relay.c: a command's
+     * pipe must never block the loop that relays FUSE). */
+    int *in = st->in, *out = st->out, *err = st->err;
+    bool ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0 &&
+              (s->stdin_pipe ? pipe2(in, O_CLOEXEC) == 0
+                             : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) &&
+              (out[0] = agent_relay_start(out[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
+              (err[0] = agent_relay_start(err[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
+              (!s->stdin_pipe || (in[1] = agent_relay_start(in[1], AGENT_RELAY_TO_CMD)) >= 0);
+    return ok ? 0 : -1;
+}
+
+/* On the spawn thread, before the spawn: the default cwd (the template's workdir, else
+ * the user's home, else /) is chosen by stat, and either may be on a volume mount, whose
+ * FUSE the loop must stay free to relay. */
+static void spawn_pick_cwd(void *arg)
+{
+    struct proc_start *st = arg;
+    struct spawn *s = &st->s;
+    struct stat sb;
+    if (!s->cwd_default)
+        return;
+    if (!s->cwd[0] || stat(s->cwd, &sb) < 0 || !S_ISDIR(sb.st_mode))
+        snprintf(s->cwd, sizeof s->cwd, "%s", stat(s->user.home, &sb) == 0 ? s->user.home : "/");
+}
+
+/* On the loop: the spawn thread's result. Hands the descriptors to p and lists it, or
+ * reports the failure on p's channel (if it still has one) and frees p. */
+static void spawn_done(void *arg, pid_t pid, int e, enum agent_spawn_stage stage)
+{
+    struct proc_start *st = arg;
+    const struct spawn *s = &st->s;
+    struct proc *p = st->p;
+    struct agent_chan *ch = p->chan;
+    if (st->slave >= 0)
+        close(st->slave);
     /* The child's ends, marked closed so the failure path's close_pair skips them. */
-    int *childs[] = {&in[0], &out[1], &err[1]};
+    int *childs[] = {&st->in[0], &st->out[1], &st->err[1]};
     for (size_t i = 0; i < sizeof childs / sizeof childs[0]; i++)
         if (*childs[i] >= 0) {
             close(*childs[i]);
             *childs[i] = -1;
         }
+    p->starting = false;
     if (pid < 0) {
         static const char *const stages[] = {"setting up stdio", "switching user",
                                               "changing to cwd", "executing"};
@@ -503,21 +538,27 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
         char msg[PATH_MAX + 64];
         snprintf(msg, sizeof msg, "%s %s", what,
                  stage == AGENT_SPAWN_CWD ? s->cwd : stage == AGENT_SPAWN_EXEC ? s->argv[0] : "");
-        agent_chan_errno(ch, e, msg);
-        if (master >= 0)
-            close(master);
-        close_pair(in);
-        close_pair(out);
-        close_pair(err);
-        return -1;
+        if (st->master >= 0)
+            close(st->master);
+        close_pair(st->in);
+        close_pair(st->out);
+        close_pair(st->err);
+        if (ch) {
+            agent_chan_errno(ch, e, msg);
+            p->chan = NULL;
+            ch->ops = NULL;
+            agent_chan_close(ch);
+        }
+        proc_free(p);
+        return proc_start_free(st);
     }
     if (s->pty) {
-        p->out[0].fd = master;
-        p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 0);
+        p->out[0].fd = st->master;
+        p->in_fd = fcntl(st->master, F_DUPFD_CLOEXEC, 0);
     } else {
-        p->out[0].fd = out[0];
-        p->out[1].fd = err[0];
-        p->in_fd = in[1];
+        p->out[0].fd = st->out[0];
+        p->out[1].fd = st->err[0];
+        p->in_fd = st->in[1];
         p->out[0].relayed = p->out[1].relayed = true;
     }
     for (int i = 0; i < 2; i++)
@@ -525,7 +566,29 @@ static pid_t spawn_start(struct agent_chan *ch, const struct spawn *s, struct pr
             fcntl(p->out[i].fd, F_SETFL, O_NONBLOCK);
     if (p->in_fd >= 0)
         fcntl(p->in_fd, F_SETFL, O_NONBLOCK);
-    return pid;
+    p->pid = pid;
+    p->pty = s->pty;
+    json_object_set_new(p->info, "cwd", json_string(s->cwd));
+    json_object_set_new(p->info, "pid", json_integer(pid));
+    proc_start_free(st);
+    for (int i = 0; i < 2; i++)
+        p->out[i].w.fd = p->out[i].fd;
+    p->in_w.fd = p->in_fd;
+    if (p->out[1].fd < 0)
+        p->out[1].ended = p->out[1].eof_sent = true;
+    p->next = proc_list;
+    proc_list = p;
+    /* A command quicker than this delivery was reaped as an unknown pid. */
+    p->exited = agent_spawn_async_claim(pid, &p->status);
+    if (p->chan)
+        agent_chan_event(p->chan, json_pack("{s:s, s:i}", "type", "started", "pid", (int)pid));
+    if (p->in_fd < 0 && p->in_buf.len) { /* stdin sent to a command that takes none */
+        if (p->chan)
+            agent_chan_grant(p->chan, (uint32_t)p->in_buf.len);
+        agent_buf_free(&p->in_buf);
+    }
+    proc_in_flush(p); /* stdin the host sent while the spawn was in flight */
+    proc_service(p);
 }
 
 static struct proc *proc_new(json_t *info)
@@ -554,18 +617,18 @@ static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_
         agent_req_bool(ch, req, "stdin", false, &s->stdin_pipe) < 0)
         return -1;
     if (json_object_get(req, "cwd")) {
-        if (agent_req_path(ch, req, "cwd", &s->user, s->cwd) < 0)
+        /* Resolved lexically only: a cwd on a volume mount is fine, since the chdir
+         * happens in the child, off the loop (spawn_async.h). */
+        if (agent_req_path_any(ch, req, "cwd", &s->user, s->cwd) < 0)
             return -1;
     } else {
         /* The template's workdir belongs to its default user (as a Dockerfile's WORKDIR
          * goes with its USER); anyone else starts at home. Service users often have a
-         * home that does not exist (/nonexistent). */
+         * home that does not exist (/nonexistent). The stat is spawn_pick_cwd's. */
         const char *wd = agent_user_workdir();
-        struct stat st;
-        if (!wd || strcmp(s->user.name, agent_user_default()) != 0 || stat(wd, &st) < 0 ||
-            !S_ISDIR(st.st_mode))
-            wd = stat(s->user.home, &st) == 0 ? s->user.home : "/";
-        snprintf(s->cwd, sizeof s->cwd, "%s", wd);
+        s->cwd_default = true;
+        snprintf(s->cwd, sizeof s->cwd, "%s",
+                 wd && strcmp(s->user.name, agent_user_default()) == 0 ? wd : "");
     }
     if (env && !json_is_object(env)) {
         agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "env must be an object");
@@ -597,42 +660,45 @@ static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_
 
 void agent_op_exec(struct agent_chan *ch, json_t *req)
 {
-    unsigned running = 0;
+    unsigned running = agent_spawn_async_pending();
     for (struct proc *q = proc_list; q; q = q->next)
         running += !q->exited;
     if (running >= AGENT_PROC_MAX)
         return agent_chan_fail(ch, FRAME_E_TOO_MANY, "%d processes are running", AGENT_PROC_MAX);
-    struct spawn s = {0};
-    json_t *info = json_object();
+    struct proc_start *st = calloc(1, sizeof *st);
+    json_t *info = st ? json_object() : NULL;
     struct proc *p = info ? proc_new(info) : NULL;
     if (!p) {
         json_decref(info);
+        free(st);
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     }
-    pid_t pid = -1;
-    if (exec_parse(ch, req, &s, info) == 0)
-        pid = spawn_start(ch, &s, p);
-    strv_free(s.argv);
-    strv_free(s.envp);
-    if (pid < 0) {
+    st->p = p;
+    st->master = st->slave = -1;
+    for (int i = 0; i < 2; i++)
+        st->in[i] = st->out[i] = st->err[i] = -1;
+    struct spawn *s = &st->s;
+    if (exec_parse(ch, req, s, info) < 0) {
         proc_free(p);
+        proc_start_free(st);
         return agent_chan_close(ch);
     }
-    p->pid = pid;
-    p->pty = s.pty;
-    json_object_set_new(info, "pid", json_integer(pid));
-    for (int i = 0; i < 2; i++)
-        p->out[i].w.fd = p->out[i].fd;
-    p->in_w.fd = p->in_fd;
-    if (p->out[1].fd < 0)
-        p->out[1].ended = p->out[1].eof_sent = true;
-    p->next = proc_list;
-    proc_list = p;
+    if (spawn_fds(st) < 0) {
+        int e = errno;
+        spawn_done(st, -1, e, AGENT_SPAWN_START); /* no channel yet: just frees */
+        return agent_chan_fail_errno(ch, e, "starting process");
+    }
+    st->sp = (struct agent_spawn){.argv = s->argv, .envp = s->envp, .cwd = s->cwd,
+                                  .user = &s->user, .pty = s->pty,
+                                  .in_fd = s->pty ? st->slave : st->in[0],
+                                  .out_fd = s->pty ? st->slave : st->out[1],
+                                  .err_fd = s->pty ? st->slave : st->err[1]};
+    /* The channel is the process's from now on: stdin is kept, and a host that closes
+     * the channel before the spawn is delivered leaves a detached process behind. */
+    p->starting = true;
     proc_attach(p, ch);
-    agent_chan_event(ch, json_pack("{s:s, s:i}", "type", "started", "pid", (int)pid));
-    if (p->in_fd >= 0)
-        agent_loop_set(&p->in_w, 0);
-    proc_service(p);
+    if (agent_spawn_async_start(&st->sp, spawn_pick_cwd, spawn_done, st) < 0)
+        spawn_done(st, -1, errno, AGENT_SPAWN_START);
 }
 
 void agent_op_attach(struct agent_chan *ch, json_t *req)
@@ -671,14 +737,20 @@ void agent_proc_reap(void)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        bool known = false;
         for (struct proc *p = proc_list; p; p = p->next) {
             if (p->pid != pid || p->exited)
                 continue;
+            known = true;
             p->exited = true;
             p->status = status;
-            proc_service(p);
+            proc_service(p); /* may free p */
             break;
         }
+        /* Maybe a command whose spawn has not been delivered yet (spawn_done claims it),
+         * or an orphan reparented to us (PID 1). */
+        if (!known)
+            agent_spawn_async_reaped(pid, status);
     }
     proc_trim_exited();
 }

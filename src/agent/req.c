@@ -124,8 +124,8 @@ int agent_path_resolve(const char *in, const char *home, char *out, size_t cap,
     return 0;
 }
 
-int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
-                   const struct agent_user *u, char *out)
+int agent_req_path_any(struct agent_chan *ch, json_t *req, const char *key,
+                       const struct agent_user *u, char *out)
 {
     const char *in, *why;
     if (agent_req_str(ch, req, key, true, NULL, &in) < 0)
@@ -135,11 +135,19 @@ int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
                          strlen(in) >= PATH_MAX ? "path too long" : why);
         return -1;
     }
+    return 0;
+}
+
+int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
+                   const struct agent_user *u, char *out)
+{
+    if (agent_req_path_any(ch, req, key, u, out) < 0)
+        return -1;
     /* The agent's own file ops on a volume would wait for replies only this loop can
      * relay (fuse_relay.c): refused. */
     if (agent_fuse_covers(out)) {
         agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "%s \"%.200s\": inside a volume mount "
-                         "(use the volume files API, or a command in the sandbox)", key, in);
+                         "(use the volume files API, or a command in the sandbox)", key, out);
         return -1;
     }
     return 0;

@@ -27,7 +27,11 @@ int agent_req_int(struct agent_chan *ch, json_t *req, const char *key, long long
 int agent_req_bool(struct agent_chan *ch, json_t *req, const char *key, bool def, bool *out);
 /* The "user" field (default "root") looked up in /etc/passwd. */
 int agent_req_user(struct agent_chan *ch, json_t *req, struct agent_user *u);
-/* A path field resolved against u's home into out[PATH_MAX]. */
+/* A path field resolved (lexically) against u's home into out[PATH_MAX]. */
+int agent_req_path_any(struct agent_chan *ch, json_t *req, const char *key,
+                       const struct agent_user *u, char *out);
+/* The same, refused inside a volume mount: for paths the agent itself opens on its loop,
+ * which would wait for FUSE replies only that loop relays (fuse_relay.c). */
 int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
                    const struct agent_user *u, char *out);
 

@@ -307,8 +307,10 @@ def poll(fn, timeout=180, every=0.5):
 
 def session_output(sp, sid, cmd, timeout=300):
     """Runs cmd in sandbox sid through a session, reading its attach stream to the end;
-    returns (stdout bytes, exit code)."""
-    r = sp.request("POST", "/v1/sandboxes/%s/sessions" % sid, {"cmd": cmd})
+    returns (stdout bytes, exit code; None if it never started). cmd: a shell command, or
+    a whole session body (a dict: argv, env, cwd...)."""
+    body = cmd if isinstance(cmd, dict) else {"cmd": cmd}
+    r = sp.request("POST", "/v1/sandboxes/%s/sessions" % sid, body)
     assert r.status == 201, r
     r = sp.request("GET", r.json["attach_url"], timeout=timeout)
     assert r.status == 200, r

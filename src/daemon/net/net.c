@@ -241,8 +241,9 @@ static json_t *gw_call(struct net *n, json_t *req, char *code, size_t codelen)
     return rep;
 }
 
-/* The creds request: secrets travel as "value" (the gateway's name for them). */
-static void gw_send_creds(struct net *n, const struct net_rec *r)
+/* The creds request: secrets travel as "value" (the gateway's name for them). True once
+ * the gateway has them. */
+static bool gw_send_creds(struct net *n, const struct net_rec *r)
 {
     json_t *rules = json_array();
     size_t i;
@@ -251,26 +252,57 @@ static void gw_send_creds(struct net *n, const struct net_rec *r)
         json_array_append_new(rules, json_pack("{s:O, s:O, s:O}", "host", json_object_get(c, "host"),
                                                "header", json_object_get(c, "header"),
                                                "value", json_object_get(c, "secret")));
-    json_decref(gw_call(n, json_pack("{s:s, s:s, s:o}", "op", "creds", "sandbox", r->id,
-                                     "rules", rules), NULL, 0));
+    json_t *rep = gw_call(n, json_pack("{s:s, s:s, s:o}", "op", "creds", "sandbox", r->id,
+                                       "rules", rules), NULL, 0);
+    json_decref(rep);
+    return rep != NULL;
 }
 
-/* attach (or, if the gateway already has it, a policy update), then credentials. */
-static void gw_attach(struct net *n, const struct net_rec *r)
+/* attach on the namespace at nspath, then credentials. True once the gateway serves the
+ * sandbox: its DNS, HTTP and TLS sockets are open in the namespace when attach answers.
+ *
+ * `replace` is for a claim (a VM start): the VM is new and its namespace may be too (a
+ * pooled VM's), so an attachment the gateway still holds under the id (an earlier attempt
+ * of the create, a request that timed out but was served late) may be on another
+ * namespace: it is dropped and made again. Without it (a resync after spaced restarts),
+ * an attachment the gateway has is live and only gets the policy. */
+static bool gw_attach(struct net *n, const struct net_rec *r, const char *nspath, bool replace)
 {
-    char path[NS_PATH_MAX], code[48];
-    ns_path(n, r->id, path, sizeof path);
-    json_t *rep = gw_call(n, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:O}", "op",
-                                       "attach", "sandbox", r->id, "tenant", r->tenant, "netns",
-                                       path, "dev", NET_TAP, "guest_mac", NET_GUEST_MAC,
-                                       "guest_ip", NET_GUEST_IP, "gateway_ip", NET_GATEWAY_IP,
-                                       "policy", r->policy), code, sizeof code);
-    if (!rep && strcmp(code, "exists") == 0)
+    char code[48];
+    json_t *req = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:O}", "op", "attach",
+                            "sandbox", r->id, "tenant", r->tenant, "netns", nspath, "dev",
+                            NET_TAP, "guest_mac", NET_GUEST_MAC, "guest_ip", NET_GUEST_IP,
+                            "gateway_ip", NET_GATEWAY_IP, "policy", r->policy);
+    json_t *rep = gw_call(n, json_incref(req), code, sizeof code);
+    if (!rep && strcmp(code, "exists") == 0 && replace) {
+        json_decref(gw_call(n, json_pack("{s:s, s:s}", "op", "detach", "sandbox", r->id), NULL, 0));
+        rep = gw_call(n, json_incref(req), NULL, 0);
+    } else if (!rep && strcmp(code, "exists") == 0) {
         rep = gw_call(n, json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id,
                                    "policy", r->policy), NULL, 0);
-    if (rep && json_array_size(r->creds))
-        gw_send_creds(n, r);
+    }
+    json_decref(req);
+    bool ok = rep && (!json_array_size(r->creds) || gw_send_creds(n, r));
     json_decref(rep);
+    return ok;
+}
+
+/* Whether a claim whose attach failed must fail. A gateway that is down (starting,
+ * restarting) is not an error: its first answered ping resyncs every record (net_gw.c),
+ * and net_claim's contract says so. One that is up but did not take the attach (stuck,
+ * refused) would leave the sandbox's DNS and egress refused until a resync that only a
+ * gateway restart brings: the create would report a sandbox that cannot resolve. */
+static bool gw_attach_failed(struct net *n, const struct net_rec *r, const char *nspath)
+{
+    return !gw_attach(n, r, nspath, true) && net_gateway_up(n);
+}
+
+/* The claim's error for gw_attach_failed. */
+static int gw_unavailable(struct spaced_err *err, const char *sandbox)
+{
+    return spaced_err_set(err, 503, "gateway_unavailable",
+                          "the network gateway did not attach sandbox %s (see spaced's log); "
+                          "try again", sandbox);
 }
 
 void net_on_gateway_up(struct net *n, void (*fn)(void *arg), void *arg)
@@ -291,7 +323,7 @@ void net_gateway_resync(struct net *n)
         if (fd < 0)
             continue; /* no namespace yet: the next claim attaches it */
         close(fd);
-        gw_attach(n, r);
+        gw_attach(n, r, path, false); /* a failure is logged; the next resync retries */
         count++;
     }
     log_info("net.resync", "attached=%u", count);
@@ -471,7 +503,11 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
         return 0;
     if (lease_tap(n, sandbox, out, err) != 0)
         return -1;
-    gw_attach(n, r);
+    if (gw_attach_failed(n, r, out->netns)) {
+        close(out->tap_fd);
+        out->tap_fd = -1;
+        return gw_unavailable(err, sandbox);
+    }
     return 0;
 }
 
@@ -511,8 +547,11 @@ int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
             spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
         return -1;
     }
+    if (gw_attach_failed(n, r, to)) {
+        net_ns_unmount(to); /* owner's is still mounted, for net_release(owner) */
+        return gw_unavailable(err, sandbox);
+    }
     net_ns_unmount(from);
-    gw_attach(n, r);
     return 0;
 }
 

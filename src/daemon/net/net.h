@@ -107,8 +107,11 @@ bool net_policy_rule_ok(const char *s);
  * fd on its tap, and the gateway attached with the policy. policy_json is the policy to
  * use the first time (the create request's); once a record exists it wins, since live
  * changes are recorded there. A gateway that is down is not an error: it is attached as
- * soon as it is back, and until then nothing answers in the namespace. Returns 0, or -1
- * with err (nothing claimed). */
+ * soon as it is back, and until then nothing answers in the namespace. One that is up but
+ * does not take the attach (stuck: its control socket times out; or refusing) fails the
+ * claim with 503 gateway_unavailable: nothing would ever attach it. An attachment the
+ * gateway still holds under the id is replaced (the namespace may be new). Returns 0, or
+ * -1 with err (nothing claimed). */
 int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
               struct net_lease *out, struct spaced_err *err);
 

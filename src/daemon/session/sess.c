@@ -316,9 +316,16 @@ static void sess_on_close(void *arg)
         return;
     s->chan = NULL;
     s->link = NULL;
+    sess_stdin_abort(s, "the agent connection to the process ended");
     if (!sess_finished(s) && s->state == SESS_RUNNING)
         s->state = SESS_STARTING; /* detached: re-attach by pid when next used */
-    sess_stdin_abort(s, "the agent connection to the process ended");
+    else if (s->state == SESS_STARTING && s->pid == 0)
+        /* The exec went out but its "started" never came back: whether the process runs
+         * is unknown and it has no pid to re-attach by, and only a pid is re-attached
+         * (sess_gc, sess_on_sbx). Left `starting`, its attach streams waited forever. */
+        sess_fail(s, SESS_LOST, "agent_disconnected",
+                  "the agent connection ended before the process was reported started; "
+                  "it may or may not have run");
 }
 
 static void sess_on_drain(void *arg)
