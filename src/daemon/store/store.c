@@ -105,8 +105,8 @@ static const char *const store_migrations[] = {
     "ALTER TABLE templates ADD COLUMN meta TEXT;",
     /* 14: sandbox snapshots that travel between nodes (sandbox/sbx_travel.c): the node
      * holding a snapshot's files and their names, sizes and SHA-256s. */
-    "ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';"
-    "ALTER TABLE snapshots ADD COLUMN parts TEXT NOT NULL DEFAULT '';",
+    ("ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE snapshots ADD COLUMN parts TEXT NOT NULL DEFAULT '';"), /* one migration, two statements (clang's -Wstring-concatenation) */
 };
 
 #define SQL_CAP 2048
