@@ -86,8 +86,8 @@ $(B)/space-gateway: $(call objs,src/gateway/main.c $(GATEWAY_LIB) $(COMMON_SRC))
 $(B)/space: $(call objs,src/cli/main.c $(CLI_LIB) $(COMMON_SRC))
 	$(CC) $(LDSAN) -o $@ $^ $(LIBS_CLI)
 
-# The volume server (src/volfs/volfs.h): libc only.
-$(B)/space-volfs: $(call objs,src/volfs/main.c $(VOLFS_LIB))
+# The volume server (src/volfs/volfs.h): libc only (common/writeall is too).
+$(B)/space-volfs: $(call objs,src/volfs/main.c $(VOLFS_LIB) src/common/writeall.c)
 	$(CC) $(LDSAN) -o $@ $^
 
 # Loaded into Debian's QEMU: no sanitizer runtime, no _FORTIFY_SOURCE (its inline open

@@ -16,6 +16,7 @@
 
 #include "b64.h"
 #include "cli_sse.h"
+#include "writeall.h"
 
 /* An id the server gave us: [A-Za-z0-9_-], 1..63 characters. */
 static bool plain_id(const char *s)
@@ -189,20 +190,6 @@ int cli_session_attach(struct cli_session *s, const struct cli_sse *sse, struct 
     return c->status;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int cli_emit_output(int fd, const json_t *data)
 {
     const char *b = json_string_value(json_object_get(data, "data"));
@@ -212,7 +199,7 @@ int cli_emit_output(int fd, const json_t *data)
     size_t cap = strlen(b) / 4 * 3 + 3;
     uint8_t *out = malloc(cap);
     long n = out ? b64_decode(b, out, cap) : -1;
-    int rc = n < 0 ? -1 : write_all(fd, out, (size_t)n);
+    int rc = n < 0 ? -1 : writeall_fd(fd, out, (size_t)n);
     free(out);
     return rc;
 }

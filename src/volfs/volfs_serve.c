@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "volfs_internal.h"
+#include "writeall.h"
 
 /* Reads exactly n bytes: 1, 0 at EOF before the first byte, -1 on error or a cut. */
 static int read_full(int fd, char *buf, size_t n)
@@ -21,20 +22,6 @@ static int read_full(int fd, char *buf, size_t n)
         got += (size_t)r;
     }
     return 1;
-}
-
-static int write_full(int fd, const char *buf, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, buf, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        buf += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 int volfs_serve(struct volfs *v, int fd)
@@ -56,7 +43,7 @@ int volfs_serve(struct volfs *v, int fd)
             break;
         }
         ssize_t n = volfs_handle(v, in, len, out, VOLFS_REPLY_MAX);
-        if (n < 0 || (n > 0 && write_full(fd, out, (size_t)n) < 0))
+        if (n < 0 || (n > 0 && writeall_fd(fd, out, (size_t)n) < 0))
             rc = -1;
     }
     free(in);

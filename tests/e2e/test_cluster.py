@@ -17,13 +17,26 @@ import time
 import pytest
 
 import spacedlib
-from spacedlib import GUEST, Spaced, stop_all, vm_missing
+from spacedlib import GUEST, Spaced, poll, stop_all, vm_missing
 from test_sessions import run
 from test_store_pg import pg_server, pg_url, run_after_restart  # noqa: F401 (fixtures)
 
 BODY = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
 # Sandbox states that hold no VM on their node (capacity accounting, cluster.h).
 NO_VM = "('suspended','stopped','deleted','failed')"
+
+
+def wait_live(control, want=("node-a", "node-b"), timeout=60):
+    """Returns once exactly the nodes `want` are live on the control; fails after timeout s."""
+    seen = []
+
+    def check():
+        seen[:] = live_nodes(control)
+        return set(seen) == set(want)
+    try:
+        poll(check, timeout=timeout)
+    except AssertionError:
+        raise AssertionError("live nodes %r after %d s, want %r" % (seen, timeout, list(want)))
 
 
 def live_nodes(control):
@@ -97,11 +110,7 @@ class Cluster:
         self._start(d)
 
     def wait_live(self, timeout=60):
-        want = {n.node_id for n in self.nodes}
-        deadline = time.monotonic() + timeout
-        while set(live_nodes(self.controls[0])) != want:
-            assert time.monotonic() < deadline, live_nodes(self.controls[0])
-            time.sleep(0.5)
+        wait_live(self.controls[0], [n.node_id for n in self.nodes], timeout)
 
     def stop(self):
         stop_all(self.made)
@@ -128,10 +137,7 @@ def cluster(pg_url, monkeypatch, request):  # noqa: F811 (fixture from test_stor
 
 def test_two_nodes_place_exec_delete_through_control(cluster, pg_url):  # noqa: F811
     control, nodes, restart, second_control = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
 
     # Nothing is placed where it does not fit (each node offers 4096 MiB).
     r = control.request("POST", "/v1/sandboxes", dict(BODY, memory_mib=8192))
@@ -246,10 +252,7 @@ def test_port_proxy_through_control_keeps_secrets_from_the_guest(cluster):
     (test_port_secrets.py covers the single-daemon routes)."""
     from test_port_secrets import PORT, assert_nothing_leaked, exchange, secret_headers, start_recorder
     control, nodes, _, _ = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     r = control.request("POST", "/v1/sandboxes", dict(BODY, template="python"))
     assert r.status == 202, r
     sid = r.json["sandbox"]["id"]
@@ -287,10 +290,7 @@ def test_e2b_through_control(cluster):
     if why:
         pytest.skip(why)
     control, nodes, _, _ = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     e2b_key = {"X-API-KEY": control.admin_key}
     # Nothing is placed or looked up for a caller without a key: E2B's 401, no node name.
     r = control.request("POST", "/v2/sandboxes", {"templateID": "base"}, key=None)
@@ -317,10 +317,7 @@ def test_drain_and_remove_nodes(cluster):
     node_not_empty, its disks are there), done when it is down and empty; a removed node
     whose daemon starts again registers again."""
     control, nodes, restart, _ = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     cli_env = dict(os.environ, SPACE_URL=control.url, SPACE_API_KEY=control.admin_key)
 
     def space(*args):
@@ -399,10 +396,7 @@ def test_concurrent_creates_on_two_controls_never_overcommit(cluster, pg_url):  
     no_capacity naming the largest free shape; no node ever holds more vCPUs than it
     offers, and no reservation outlives its create."""
     control, nodes, _, second_control = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     control2 = second_control()
     results = at_once(8, lambda i: (control if i % 2 else control2).request(
         "POST", "/v1/sandboxes", dict(BODY, metadata={"i": str(i)})))
@@ -439,10 +433,7 @@ def test_concurrent_resumes_and_creates_never_overcommit(cluster, pg_url):  # no
     get 503 no_capacity, no node holds more vCPUs than it offers, and no reservation is
     left. Before restores reserved, both restores and two creates were accepted."""
     control, nodes, _, second_control = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     control2 = second_control()
     sids = []
     for i in range(2):

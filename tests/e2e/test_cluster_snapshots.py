@@ -19,7 +19,7 @@ import subprocess
 import time
 
 import spacedlib
-from test_cluster import BODY, cluster, live_nodes, sql  # noqa: F401 (fixture)
+from test_cluster import BODY, cluster, live_nodes, sql, wait_live  # noqa: F401 (fixture)
 from test_cluster_templates import full_log, raw_get
 from test_sessions import run
 from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
@@ -40,10 +40,7 @@ def nothing_left(node, snap, sandbox):
 
 def test_snapshot_taken_on_one_node_restores_on_the_other(cluster, pg_url):  # noqa: F811
     control, nodes, restart, _ = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     by_id = {n.node_id: n for n in nodes}
 
     # 1. A sandbox writes a file; its snapshot is taken through the control.

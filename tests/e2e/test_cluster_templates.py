@@ -18,7 +18,7 @@ import subprocess
 import time
 
 import spacedlib
-from test_cluster import cluster, live_nodes, sql  # noqa: F401 (fixture)
+from test_cluster import cluster, live_nodes, sql, wait_live  # noqa: F401 (fixture)
 from test_sessions import run
 from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
 
@@ -60,10 +60,7 @@ def raw_get(port, path, headers=None, limit=None):
 
 def test_template_built_on_one_node_runs_on_the_other(cluster, pg_url):  # noqa: F811
     control, nodes, restart, _ = cluster
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     by_id = {n.node_id: n for n in nodes}
 
     # The control authenticates before placing a build.
@@ -238,10 +235,7 @@ def test_rebuilt_template_never_replaces_bytes_in_use(cluster, pg_url):  # noqa:
     last is gone it succeeds and every node's copies and images go."""
     control, nodes, _, _ = cluster
     control.pg_url = pg_url
-    deadline = time.monotonic() + 60
-    while set(live_nodes(control)) != {"node-a", "node-b"}:
-        assert time.monotonic() < deadline, live_nodes(control)
-        time.sleep(0.5)
+    wait_live(control)
     x, y = nodes
     token = spacedlib.SPACED_ENV["SPACE_NODE_TOKEN"]
 

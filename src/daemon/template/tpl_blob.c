@@ -31,6 +31,7 @@
 #include "log.h"
 #include "http_hdr.h"
 #include "tpl_digest.h"
+#include "writeall.h"
 
 #define BLOB_CHUNK_MAX (256u * 1024)
 #define BLOB_PATH_MAX 4096
@@ -79,20 +80,6 @@ static void poke(int efd)
 
 /* ---- the worker ---------------------------------------------------------------------------- */
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static void *worker_main(void *arg)
 {
     struct tpl_blob *b = arg;
@@ -128,7 +115,7 @@ static void *worker_main(void *arg)
             break; /* stopped, or the end of the stream */
         if (!err) {
             tpl_digest_update(h, c->data, c->len);
-            if (write_all(fd, c->data, c->len) != 0) {
+            if (writeall_fd(fd, c->data, c->len) != 0) {
                 err = errno ? errno : EIO;
                 op = "write";
             }
