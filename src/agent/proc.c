@@ -50,6 +50,8 @@ struct proc {
     bool in_eof;             /* host closed stdin: finish after in_buf */
     struct proc_out out[2];  /* [0] OUT, [1] ERR (unused with a PTY) */
     bool starting;           /* its spawn is in flight (spawn_async.h): no pid yet */
+    bool ws_pending;         /* a resize came while starting: applied once the pty is ours */
+    struct winsize ws;       /* that size */
     bool exited;
     int status;              /* waitpid status once exited */
     struct agent_chan *chan; /* attached channel, NULL when detached */
@@ -313,9 +315,12 @@ static void proc_on_ctrl(struct agent_chan *ch, json_t *ctrl)
             agent_req_int(ch, ctrl, "cols", 1, 65535, 80, &cols) < 0)
             return;
         struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
-        if (!p->pty)
+        if (!p->pty) {
             agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "resize needs a pty");
-        else if (p->out[0].fd >= 0 && ioctl(p->out[0].fd, TIOCSWINSZ, &ws) < 0)
+        } else if (p->starting) { /* a terminal client resizes at once: keep the last size */
+            p->ws = ws;
+            p->ws_pending = true;
+        } else if (p->out[0].fd >= 0 && ioctl(p->out[0].fd, TIOCSWINSZ, &ws) < 0)
             agent_chan_errno(ch, errno, "TIOCSWINSZ");
     } else {
         agent_chan_error(ch, FRAME_E_UNSUPPORTED, "unknown ctrl op \"%.64s\"", op);
@@ -555,6 +560,8 @@ static void spawn_done(void *arg, pid_t pid, int e, enum agent_spawn_stage stage
     if (s->pty) {
         p->out[0].fd = st->master;
         p->in_fd = fcntl(st->master, F_DUPFD_CLOEXEC, 0);
+        if (p->ws_pending && ioctl(st->master, TIOCSWINSZ, &p->ws) < 0)
+            log_debug("agent.pty_resize", "errno=%d", errno);
     } else {
         p->out[0].fd = st->out[0];
         p->out[1].fd = st->err[0];
@@ -693,9 +700,11 @@ void agent_op_exec(struct agent_chan *ch, json_t *req)
                                   .in_fd = s->pty ? st->slave : st->in[0],
                                   .out_fd = s->pty ? st->slave : st->out[1],
                                   .err_fd = s->pty ? st->slave : st->err[1]};
-    /* The channel is the process's from now on: stdin is kept, and a host that closes
-     * the channel before the spawn is delivered leaves a detached process behind. */
+    /* The channel is the process's from now on: stdin is kept, a resize is kept for the
+     * pty, and a host that closes the channel before the spawn is delivered leaves a
+     * detached process behind. */
     p->starting = true;
+    p->pty = s->pty;
     proc_attach(p, ch);
     if (agent_spawn_async_start(&st->sp, spawn_pick_cwd, spawn_done, st) < 0)
         spawn_done(st, -1, errno, AGENT_SPAWN_START);

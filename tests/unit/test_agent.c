@@ -218,6 +218,28 @@ static void test_exec_pty(void **state)
     ah_stop(&h);
 }
 
+/* A terminal client resizes right after its exec, before "started": the size is kept and
+ * set once the pty is the process's (it was refused with "resize needs a pty" while the
+ * spawn was in flight, and `space shell` failed). */
+static void test_exec_pty_resize_at_once(void **state)
+{
+    struct ah h;
+    ah_start(&h);
+    struct col k;
+    col_open(&h, &k, json_pack("{s:s, s:s, s:{s:i, s:i}}", "op", "exec", "cmd",
+                               "read x; stty size", "pty", "rows", 30, "cols", 100), 0, true);
+    json_t *rs = json_pack("{s:s, s:i, s:i}", "op", "resize", "rows", 40, "cols", 120);
+    assert_int_equal(agentc_ctrl(k.ch, rs), 0); /* queued behind the OPEN: no "started" yet */
+    json_decref(rs);
+    assert_int_equal(agentc_write(k.ch, "go\n", 3), 0);
+    ah_wait(&h, &k.closed);
+    assert_int_equal(col_exit(&k), 0);
+    assert_string_equal(k.code, "");
+    assert_non_null(strstr(k.buf[FRAME_STREAM_OUT], "40 120"));
+    col_free(&k);
+    ah_stop(&h);
+}
+
 /* 100 processes alive at once, each with its own stdin and output */
 static void test_exec_many(void **state)
 {
@@ -490,7 +512,8 @@ int main(void)
         cmocka_unit_test(test_exec_spawn),
         cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_exec_pipe_ends),
         cmocka_unit_test(test_exec_signal),
-        cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_many),
+        cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_pty_resize_at_once),
+        cmocka_unit_test(test_exec_many),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_detach_attach),
         cmocka_unit_test(test_close_detaches), cmocka_unit_test(test_refresh_health),
         cmocka_unit_test(test_refresh_default_user),
