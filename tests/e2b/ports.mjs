@@ -322,7 +322,10 @@ await main(async () => {
       }, `the private sandbox's server via ${which}`)
       assert.equal(r.text, 'hello /p')
       const unknown = await request(which, ghost, { path: '/p' })
-      for (const headers of [{}, { 'e2b-traffic-access-token': token.slice(0, -1) + '0' }, { 'e2b-traffic-access-token': sbx.trafficAccessToken ?? 'x' }]) {
+      // A wrong token: the last digit changed (a token ending in '0' was sent unchanged
+      // before, 1 time in 16, and rightly accepted).
+      const wrong = token.slice(0, -1) + (token.endsWith('0') ? '1' : '0')
+      for (const headers of [{}, { 'e2b-traffic-access-token': wrong }, { 'e2b-traffic-access-token': sbx.trafficAccessToken ?? 'x' }]) {
         const x = await request(which, phost, { path: '/p', headers })
         assert.equal(x.status, unknown.status, `${which}: ${JSON.stringify(headers)}`)
         assert.equal(x.text.replace(priv.sandboxId, '<id>'), unknown.text.replace('sb0000000000000000', '<id>'))
