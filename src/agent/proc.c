@@ -574,7 +574,6 @@ static void spawn_done(void *arg, pid_t pid, int e, enum agent_spawn_stage stage
     if (p->in_fd >= 0)
         fcntl(p->in_fd, F_SETFL, O_NONBLOCK);
     p->pid = pid;
-    p->pty = s->pty;
     json_object_set_new(p->info, "cwd", json_string(s->cwd));
     json_object_set_new(p->info, "pid", json_integer(pid));
     proc_start_free(st);
