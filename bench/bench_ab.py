@@ -15,7 +15,10 @@ claim path and not a refill.
 
 Each side is a checkout: ROOT/build/spaced (`make programs`) and ROOT/build/guest (its
 own initramfs: the agent must match its spaced; templates may be copies). Prints p50 per
-side, the ratio B/A per figure, the accelerator and the load average before and after.
+side, the ratio B/A per figure, the accelerator and the load average before and after,
+then the median of each create stage (spaced's `sandbox.create.stages` log line: queued,
+template, disk, vm, spawn, net, refresh, persist, total) of the measured creates on both
+sides, so where a difference comes from is read in the same run.
 Not a test: it asserts nothing.
 
 Usage: python3 bench/bench_ab.py A_ROOT B_ROOT [-n SAMPLES] [--rounds R] [--file-mib M]
@@ -30,6 +33,27 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from benchlib import Daemon, pct, wait_snapshot  # noqa: E402
 from space import SpaceError  # noqa: E402
+
+
+STAGES = ("queued", "template", "disk", "vm", "spawn", "net", "refresh", "persist", "total")
+
+
+def create_stages(log_path, ids):
+    """{stage: [ms...]} from the `sandbox.create.stages` lines of the sandboxes in ids
+    (the measured creates; the first, snapshot-making create is not among them)."""
+    out = {k: [] for k in STAGES}
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if "event=sandbox.create.stages" not in line:
+                continue
+            kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            if kv.get("sandbox") not in ids or kv.get("result") != "ok":
+                continue
+            for k in STAGES:
+                v = kv.get(k + "_ms")
+                if v is not None and v.lstrip("-").isdigit():
+                    out[k].append(int(v))
+    return out
 
 
 def ms_since(t0):
@@ -53,6 +77,7 @@ def sample(d, rounds, out, pool, daemons):
     t0 = time.monotonic()
     sbx = c.create(template="base", timeout=0)
     out["create"].append(ms_since(t0))
+    out["ids"].add(sbx.id)
     for _ in range(rounds):
         t0 = time.monotonic()
         assert sbx.run("true").exit_code == 0
@@ -102,6 +127,8 @@ def main():
             if a.pool:  # this create starts the shape's pool (made on first demand)
                 d.client.create(template="base", timeout=0).delete()
         res = [{k: [] for k in ("create", "rtt", "delete", "upload", "download")} for _ in roots]
+        for r in res:
+            r["ids"] = set()
         for i in range(a.n):
             order = (0, 1) if i % 2 == 0 else (1, 0)
             for side in order:
@@ -109,6 +136,9 @@ def main():
         for i in range(a.file_samples):
             for side in ((0, 1) if i % 2 == 0 else (1, 0)):
                 files(daemons[side].client, a.file_mib, res[side])
+        for d, r in zip(daemons, res):  # read before remove() deletes the data dir
+            d.stop()
+            r["stages"] = create_stages(os.path.join(d.data, "spaced.log"), r["ids"])
     finally:
         for d in daemons:
             d.stop()
@@ -129,6 +159,13 @@ def main():
                         "a_p95": pct(res[0][key], 95), "b_p95": pct(res[1][key], 95)}
     print("create p95 [%s]: A %.1f ms, B %.1f ms" % (acc, summary["create"]["a_p95"],
                                                    summary["create"]["b_p95"]))
+    print("%-28s %12s %12s %8s" % ("create stage p50 (spaced log)", "A", "B", "B/A"))
+    summary["stages"] = {}
+    for k in STAGES:
+        va, vb = pct(res[0]["stages"][k], 50), pct(res[1]["stages"][k], 50)
+        print("%-28s %9.1f ms %9.1f ms %7.2fx" % ("%s [%s]" % (k, acc), va, vb,
+                                                 vb / va if va else 0.0))
+        summary["stages"][k] = {"a": va, "b": vb}
     print(json.dumps(summary))
 
 

@@ -18,6 +18,10 @@ spaced's HTTP API, and what each costs while it idles.
      memory such as page tables), and the drop of the host's MemAvailable since before
      the creates (noisy on a shared host);
    - spaced's own RSS, open file descriptors and CPU over the same window;
+   and, read as soon as the creates are done, the CPU time per create (each QEMU's
+   whole life so far plus spaced's CPU during the creates): the cores divided by it
+   bound the creates/s the host can sustain, and unlike wall time it stays meaningful
+   on a shared host;
 4. counts errors (failed creates, sandboxes not running at the end, QEMUs gone): must be 0;
 5. deletes everything it created (P clients), stops spaced, removes its data dir.
 
@@ -309,9 +313,11 @@ def main():
             sbx = c.create(template=a.template, timeout=0)
             return sbx, (time.monotonic() - t0) * 1000
 
+        sp_cpu0 = cpu_ticks("/proc/%d/stat" % d.proc.pid)
         t0 = time.monotonic()
         res = run_parallel(a.n, a.p, create)
         wall = time.monotonic() - t0
+        sp_cpu1 = cpu_ticks("/proc/%d/stat" % d.proc.pid)
         load_creates = [load_creates, loadavg()]
         lat = []
         for _, r in res:
@@ -320,9 +326,6 @@ def main():
             else:
                 made.append(r[0])
                 lat.append(r[1])
-        print("created %d of %d in %.1f s; settling %.0f s" % (len(made), a.n, wall, a.settle),
-              flush=True)
-        time.sleep(a.settle)
         by_id = qemu_by_sandbox(d.proc.pid)
         for vm_name, sid in pool_claims(d).items():
             if vm_name in by_id:
@@ -332,6 +335,16 @@ def main():
                 pids[s.id] = by_id[s.id]
             else:
                 errors.append("no QEMU process for %s" % s.id)
+        # CPU per create, read at once: each QEMU's whole life so far (restore, HELLO,
+        # refresh; a pooled clone's warm-up too) plus spaced's CPU during the creates.
+        # CPU time, unlike wall time, stays meaningful on a shared host; cores divided by
+        # it bound the creates/s this host can sustain.
+        qemu_ms = [cpu_ticks("/proc/%d/stat" % p) * 1000.0 / CLK_TCK for p in pids.values()]
+        cpu_create = {"qemu_ms": sum(qemu_ms) / max(1, len(qemu_ms)),
+                      "spaced_ms": (sp_cpu1 - sp_cpu0) * 1000.0 / CLK_TCK / max(1, len(made))}
+        print("created %d of %d in %.1f s; settling %.0f s" % (len(made), a.n, wall, a.settle),
+              flush=True)
+        time.sleep(a.settle)
         m = measure(d, pids, a.window)
         host_mib = (avail0 - mem_available()) / max(1, len(made)) / MIB
         states = {s.id: s.state for s in c.list()}
@@ -377,6 +390,12 @@ def main():
               (claimed, a.n, a.pool))
     print("create latency p50 / p95 / max     [%s] %8.1f / %.1f / %.1f ms" %
           (acc, pct(lat, 50), pct(lat, 95), max(lat) if lat else 0))
+    per_create = cpu_create["qemu_ms"] + cpu_create["spaced_ms"]
+    print("CPU per create (QEMU + spaced)     [%s] %8.1f ms (%.1f + %.1f): at most %.1f "
+          "creates/s on %d cores" % (acc, per_create, cpu_create["qemu_ms"],
+                                     cpu_create["spaced_ms"],
+                                     1000.0 * (os.cpu_count() or 1) / per_create if per_create else 0,
+                                     os.cpu_count() or 0))
     print("idle CPU per sandbox (mean / max)  [%s] %8.3f / %.3f %% of a core" %
           (acc, m["cpu_pct"], m["cpu_pct_max"]))
     sp = m["cpu_split_pct"]
@@ -410,7 +429,8 @@ def main():
            "create_max_ms": round(max(lat) if lat else 0, 1),
            "host_mem_avail_drop_mib": round(host_mib, 1), "errors": len(errors),
            "spaced_rss_before_mib": round(spaced_rss0, 1), "spaced_fds_before": spaced_fds0,
-           "load_creates": load_creates, "cores": os.cpu_count()}
+           "load_creates": load_creates, "cores": os.cpu_count(),
+           "cpu_per_create_ms": {k: round(v, 1) for k, v in cpu_create.items()}}
     out.update({k: (round(v, 4) if isinstance(v, float) else v) for k, v in m.items()
                 if k not in ("cpu_split_pct", "cpu_pct_per_vm")})
     out["cpu_split_pct"] = {k: round(v, 4) for k, v in sp.items()}

@@ -348,3 +348,31 @@ def test_fork_with_a_network_device(spaced):
     assert run(s, x["sandbox"]["id"], nic) == want
     assert s.request("DELETE", "/v1/snapshots/" + sn).status == 204
     delete(s, parent, f, x["sandbox"]["id"])
+
+
+def test_refresh_refused_after_the_answer_fails_the_sandbox(spaced):
+    """A create is answered once its refresh is queued; an agent that then refuses it
+    (here: the snapshot's /etc/passwd lost the template's default user) fails the
+    sandbox with the reason, its VM is gone, and a command gets an error, not a hang."""
+    s = spaced
+    sid = running_sandbox(s)
+    run(s, sid, {"cmd": "sed -i '/^user:/d' /etc/passwd && sync", "user": "root"})
+    snap = snapshot(s, sid)
+    out = s.create({"template": snap})
+    op = s.wait_op(out["operation"]["id"])
+    clone = out["sandbox"]["id"]
+    # answered before or after the guest refused: either way the sandbox ends failed
+    sb = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        sb = s.request("GET", "/v1/sandboxes/" + clone).json["sandbox"]
+        if sb["state"] == "failed":
+            break
+        time.sleep(0.2)
+    assert sb["state"] == "failed", (op, sb, s.log())
+    assert "default user" in sb["failure"] and "/etc/passwd" in sb["failure"], sb
+    r = s.request("POST", "/v1/sandboxes/%s/sessions" % clone, {"cmd": "true"})
+    assert r.status == 409, r
+    for x in (clone, sid):
+        delete(s, x)
+    s.request("DELETE", "/v1/snapshots/" + snap)

@@ -383,3 +383,42 @@ def test_hung_and_dead_qemu_fail_the_sandbox(need_vm, fresh_spaced):
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not pid_alive(pid), "the hung QEMU was not killed"
+
+
+def test_refresh_not_answered_before_a_kill_is_sent_again(need_vm, fresh_spaced):
+    """A create is answered once its refresh is queued (clock, entropy, hostname, env,
+    user), not once the guest has applied it; `refresh.pending` in the sandbox's directory
+    marks the time between. A spaced killed then must send the refresh again when it
+    adopts the VM, before any request reaches the agent. The kill is made certain here:
+    the guest's identity is broken by hand and the mark put back, as a kill at that very
+    moment leaves them."""
+    from spacedlib import session_output
+    s = fresh_spaced()
+    (sid,) = running(s, 1)
+    mark = os.path.join(s.data_dir, "sandboxes", sid, "refresh.pending")
+    deadline = time.monotonic() + 60  # the agent's answer removes the mark
+    while os.path.exists(mark):
+        assert time.monotonic() < deadline, "refresh.pending stayed after the refresh"
+        time.sleep(0.1)
+    out, code = session_output(s, sid, {"cmd": "hostname not-the-sandbox && hostname",
+                                        "user": "root"})
+    assert code == 0 and out.decode().strip() == "not-the-sandbox", out
+    open(mark, "w").close()
+    pid = qemu_pid(s, sid)
+    s.kill9()
+    s.start()
+    settle(s, sid, "running")
+    assert qemu_pid(s, sid) == pid  # adopted, not rebooted
+    deadline = time.monotonic() + 60  # 503 agent_unavailable until the agent reconnected
+    while s.request("POST", "/v1/sandboxes/%s/sessions" % sid, {"cmd": "true"}).status == 503:
+        assert time.monotonic() < deadline, s.log()
+        time.sleep(0.2)
+    out, code = session_output(s, sid, "hostname")
+    assert code == 0 and out.decode().strip() == sid, (out, s.log())
+    assert "event=resend" in s.log()
+    deadline = time.monotonic() + 60
+    while os.path.exists(mark):
+        assert time.monotonic() < deadline, "refresh.pending stayed after the resend"
+        time.sleep(0.1)
+    r = s.request("DELETE", "/v1/sandboxes/" + sid)
+    assert s.wait_op(r.json["operation"]["id"])["state"] == "succeeded"

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <event2/event.h>
 #include <jansson.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -185,6 +186,8 @@ static void act_fail(struct sbx *s, enum sbx_state back, const char *code, const
 
 /* ---- agent -------------------------------------------------------------------------- */
 
+static void refresh_after_resume(struct sbx *s);
+
 static void on_agent_hello(void *arg, json_t *hello)
 {
     struct sbx *s = arg;
@@ -195,6 +198,7 @@ static void on_agent_hello(void *arg, json_t *hello)
     stage_end(s, CS_VM);
     log_info("sandbox.agent", "sandbox=%s event=ready", s->rec.id);
     sbx_vol_attach(s); /* before the refresh: the agent handles OPENs in order */
+    refresh_after_resume(s);
     act_continue_after_agent(s);
 }
 
@@ -242,6 +246,110 @@ static void on_agent_closed(void *arg, const char *code, const char *message)
 
 static const struct agentc_callbacks sbx_agent_cbs = {on_agent_hello, on_agent_closed};
 
+/* ---- the refresh after the answer (creates) -------------------------------------------
+ * A create is answered once its refresh is queued on the agent connection, not once the
+ * agent has answered it. Every request a client can send next travels the same
+ * connection behind it (sbx_agent() hands out a connection only after its HELLO) and the
+ * agent handles frames in order, so no request sees the guest before its clock, entropy,
+ * hostname, env and default user are set; the guest's refresh (23-38 ms of a restore
+ * create under TCG) runs while the state is written instead of before it.
+ * Durable across a spaced restart: `refresh.pending` in the sandbox's directory is made
+ * before the state `running` is committed and removed once the agent has answered. A
+ * spaced that died in between finds it when it adopts the VM, and the HELLO handler sends
+ * the refresh again before any request can reach the agent; so does an agent connection
+ * that dropped and came back. Twice is harmless: a later clock, more entropy, the same
+ * names. A plain file without fsync: it matters only while the VM lives, and a host crash
+ * ends the VM. An agent that refuses the refresh after the answer fails the sandbox
+ * (code agent_refresh_failed), as the create would have. */
+#define SBX_REFRESH_PENDING "refresh.pending"
+
+static void refresh_done(struct sbx *s);
+static json_t *refresh_request(struct sbx *s);
+
+static bool refresh_pending(const struct sbx *s)
+{
+    char p[SBX_PATH_MAX];
+    sbx_path(s, SBX_REFRESH_PENDING, p, sizeof p);
+    return file_exists(p);
+}
+
+static void refresh_pending_set(const struct sbx *s, bool on)
+{
+    char p[SBX_PATH_MAX];
+    sbx_path(s, SBX_REFRESH_PENDING, p, sizeof p);
+    if (!on) {
+        unlink(p);
+        return;
+    }
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void refresh_after_event(void *arg, json_t *ev)
+{
+    struct sbx *s = arg;
+    if (strcmp(json_string_value(json_object_get(ev, "type")), "result") == 0)
+        s->refresh_after_ok = true;
+}
+
+static void refresh_after_error(void *arg, const char *code, const char *message)
+{
+    struct sbx *s = arg;
+    if (strcmp(code, FRAME_E_DISCONNECTED) == 0)
+        return; /* not refused: sent again on the next connection (refresh.pending stays) */
+    s->refresh_after_failed = true;
+    snprintf(s->refresh_err, sizeof s->refresh_err, "%s: %s", code, message);
+}
+
+static void refresh_after_close(void *arg)
+{
+    struct sbx *s = arg;
+    s->refresh_after = NULL;
+    if (s->refresh_after_ok) {
+        refresh_pending_set(s, false);
+        log_info("sandbox.refresh", "sandbox=%s result=ok after_answer=true", s->rec.id);
+    } else if (s->refresh_after_failed && s->state != SBX_DELETING && s->state != SBX_DELETED &&
+               s->state != SBX_FAILED) {
+        refresh_pending_set(s, false);
+        act_fail(s, SBX_FAILED, "agent_refresh_failed", "agent refresh failed: %s",
+                 s->refresh_err);
+    }
+}
+
+static const struct agentc_chan_ops refresh_after_ops = {
+    .on_event = refresh_after_event, .on_error = refresh_after_error, .on_close = refresh_after_close};
+
+/* Queues the refresh with no action waiting on it. false: not sent (agent gone or the
+ * request could not be made): refresh.pending stays for the next connection. */
+static bool refresh_after_send(struct sbx *s)
+{
+    json_t *req = refresh_request(s);
+    if (!req)
+        return false;
+    s->refresh_after_ok = false;
+    s->refresh_after_failed = false;
+    char err[128] = "";
+    s->refresh_after = agentc_open(s->agent, req, &refresh_after_ops, s, 0, err, sizeof err);
+    json_decref(req);
+    if (!s->refresh_after)
+        log_warn("sandbox.refresh", "sandbox=%s result=not_sent msg=\"%s\"", s->rec.id, err);
+    return s->refresh_after != NULL;
+}
+
+/* The agent said HELLO: a refresh a create was answered before is sent (again) first. */
+static void refresh_after_resume(struct sbx *s)
+{
+    if (s->refresh_after || s->pending || !refresh_pending(s))
+        return;
+    if (s->op_id[0] && (s->state == SBX_CREATING || s->state == SBX_STARTING ||
+                        s->state == SBX_RESTORING))
+        return; /* the action sends its own refresh, which clears the mark */
+    log_info("sandbox.refresh", "sandbox=%s event=resend msg=\"the last refresh was not "
+             "answered\"", s->rec.id);
+    refresh_after_send(s);
+}
+
 /* The refresh request after boot/restore: one channel, result then close. */
 static void refresh_event(void *arg, json_t *ev)
 {
@@ -267,6 +375,14 @@ static void refresh_close(void *arg)
                  s->refresh_err[0] ? s->refresh_err : "no result");
         return;
     }
+    refresh_pending_set(s, false); /* a create answered early may have left it */
+    refresh_done(s);
+}
+
+/* The refresh's outcome is settled (answered ok, or queued for a create): the action
+ * succeeds. */
+static void refresh_done(struct sbx *s)
+{
     if (s->rec.timeout_s && (s->op_kind == OP_CREATE || s->op_kind == OP_RESTORE ||
                              s->op_kind == OP_WAKE || s->op_kind == OP_START))
         s->rec.deadline_ms = spaced_now_ms() + s->rec.timeout_s * 1000;
@@ -285,33 +401,56 @@ static void refresh_close(void *arg)
 static const struct agentc_chan_ops refresh_ops = {
     .on_event = refresh_event, .on_error = refresh_error, .on_close = refresh_close};
 
-/* Sends refresh: wall clock, >= 32 bytes of host entropy, hostname = id, the template's
- * env, user and workdir. */
-static void send_refresh(struct sbx *s)
+/* The refresh request: wall clock, >= 32 bytes of host entropy, hostname = id, the
+ * template's env, user and workdir. NULL when it cannot be made. */
+static json_t *refresh_request(struct sbx *s)
 {
-    stage_begin(s, CS_REFRESH);
-    sbx_vol_attach(s); /* a pooled VM's agent was ready before it became this sandbox */
     unsigned char raw[64];
     char b64[100];
-    if (RAND_bytes(raw, sizeof raw) != 1) {
-        act_fail(s, SBX_FAILED, "internal", "host random source failed");
-        return;
-    }
+    if (RAND_bytes(raw, sizeof raw) != 1)
+        return NULL;
     EVP_EncodeBlock((unsigned char *)b64, raw, sizeof raw);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     json_t *req = json_pack("{s:s, s:I, s:s, s:s}", "op", "refresh", "time_ns",
                             (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec, "entropy", b64,
                             "hostname", s->rec.id);
+    OPENSSL_cleanse(raw, sizeof raw);
+    OPENSSL_cleanse(b64, sizeof b64);
     /* The template's env (overridden by the sandbox's own), default user and workdir. */
     if (req && tpl_sandbox_refresh(s->sp, s->rec.template_name, s->rec.env_json, req) < 0) {
         json_decref(req);
         req = NULL;
     }
+    return req;
+}
+
+/* Sends the refresh of the current action (create, start, restore, wake). A create is
+ * answered once it is queued ("the refresh after the answer" above); the others wait
+ * for the agent's result (refresh_close). */
+static void send_refresh(struct sbx *s)
+{
+    stage_begin(s, CS_REFRESH);
+    sbx_vol_attach(s); /* a pooled VM's agent was ready before it became this sandbox */
+    if (s->op_kind == OP_CREATE && s->state == SBX_CREATING) {
+        refresh_pending_set(s, true);
+        if (!refresh_after_send(s)) {
+            act_fail(s, SBX_FAILED, "agent_unavailable", "cannot send refresh to the agent");
+            return;
+        }
+        if (s->agent_ready) /* else a claimed clone's HELLO is still on its way: */
+            refresh_done(s); /* act_continue_after_agent answers */
+        return;
+    }
+    json_t *req = refresh_request(s);
+    if (!req) {
+        act_fail(s, SBX_FAILED, "internal", "cannot make the refresh request");
+        return;
+    }
     s->refresh_ok = false;
     s->refresh_err[0] = '\0';
     char err[128] = "";
-    s->pending = req ? agentc_open(s->agent, req, &refresh_ops, s, 0, err, sizeof err) : NULL;
+    s->pending = agentc_open(s->agent, req, &refresh_ops, s, 0, err, sizeof err);
     json_decref(req);
     if (!s->pending)
         act_fail(s, SBX_FAILED, "agent_unavailable", "cannot send refresh to the agent: %s", err);
@@ -629,6 +768,10 @@ static void act_continue_after_agent(struct sbx *s)
 {
     if (!s->op_id[0] || s->pending)
         return;
+    if (s->refresh_after && s->op_kind == OP_CREATE && s->state == SBX_CREATING) {
+        refresh_done(s); /* a claimed clone's refresh went out right behind the HELLO */
+        return;
+    }
     switch (s->op_kind) {
     case OP_CREATE:
     case OP_START:

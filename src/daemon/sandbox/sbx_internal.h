@@ -44,6 +44,10 @@ struct sbx {
                                     (sbx_act.c, owned), NULL otherwise */
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
+    struct agentc_chan *refresh_after; /* a refresh sent after its create was answered
+                                    (sbx_act.c "refresh after the answer"), or NULL */
+    bool refresh_after_ok;       /* that refresh got its result */
+    bool refresh_after_failed;   /* the agent answered it with an error */
     bool unsaved;                /* rec differs from the store: sbx_table_retry writes it */
     bool awaiting_capture;       /* a fork whose parent is being captured: no op of its
                                     own yet (busy, so nothing else acts on it) */

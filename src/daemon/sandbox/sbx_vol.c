@@ -181,4 +181,5 @@ void sbx_agent_free(struct sbx *s)
     sbx_vol_release(s);
     agentc_free(s->agent);
     s->agent = NULL;
+    s->refresh_after = NULL; /* dropped with the connection, without callbacks */
 }
