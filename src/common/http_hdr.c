@@ -55,3 +55,12 @@ bool hh_host_ok(const char *h)
         return false;
     return strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") == n;
 }
+
+bool hh_public_url_ok(const char *u)
+{
+    const char *h = !u                                 ? NULL
+                    : strncmp(u, "https://", 8) == 0 ? u + 8
+                    : strncmp(u, "http://", 7) == 0  ? u + 7
+                                                     : NULL;
+    return h && hh_host_ok(h);
+}

@@ -21,6 +21,10 @@
 
 #define HH_NODE_TOKEN_HEADER    "X-Space-Node-Token"       /* control -> node secret */
 #define HH_TRAFFIC_TOKEN_HEADER "e2b-traffic-access-token" /* private sandbox ports */
+/* control -> node: the scheme://host[:port] the client reached the control at, for links
+ * the node hands out (a node honours it only beside a valid node token; the control
+ * drops a client's copy) */
+#define HH_PUBLIC_URL_HEADER    "X-Space-Public-Url"
 
 /* True if `name` is hop-by-hop: Connection, Keep-Alive, Proxy-Connection, TE, Trailer,
  * Transfer-Encoding, Upgrade, or a field listed in `connection` (the request's
@@ -36,5 +40,9 @@ bool hh_credential(const char *name);
  * control byte. Used for a client's Host header and for SPACE_PUBLIC_URL's host, so
  * both refuse the same characters. NULL is not a host. */
 bool hh_host_ok(const char *h);
+
+/* True if `u` is "http://" or "https://" followed by a host[:port] hh_host_ok accepts
+ * and nothing else (SPACE_PUBLIC_URL's form: links are built by appending a path). */
+bool hh_public_url_ok(const char *u);
 
 #endif

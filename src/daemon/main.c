@@ -100,14 +100,6 @@ static void usage(FILE *f)
             "                       proxy): links spaced hands out use it (default: http://Host)\n");
 }
 
-/* SPACE_PUBLIC_URL: a scheme and an authority only, since links are built by appending
- * a path to it. */
-static bool public_url_ok(const char *u)
-{
-    const char *h = strncmp(u, "https://", 8) == 0 ? u + 8 : strncmp(u, "http://", 7) == 0 ? u + 7 : NULL;
-    return h && hh_host_ok(h);
-}
-
 /* An environment variable, NULL when unset or empty. */
 static const char *env_opt(const char *name)
 {
@@ -328,7 +320,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
         usage(stderr);
         return -1;
     }
-    if (o->public_url && !public_url_ok(o->public_url)) {
+    if (o->public_url && !hh_public_url_ok(o->public_url)) {
         fprintf(stderr, "spaced: SPACE_PUBLIC_URL must be http://HOST[:PORT] or https://HOST[:PORT] "
                         "(no path, query or trailing slash)\n");
         return -1;

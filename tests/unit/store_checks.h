@@ -630,6 +630,37 @@ static void check_snapshots(void **state)
     store_close(st);
 }
 
+/* Template routes: one per tenant and name (another tenant's request for the same name is
+ * another row), replaced by a new request, expired by age. */
+static void check_tpl_routes(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_tpl_route a = {.tenant = "A", .name = "web", .node = "node-a", .created_ms = 10};
+    struct store_tpl_route b = {.tenant = "B", .name = "web", .node = "node-b", .created_ms = 20};
+    assert_int_equal(store_tpl_route_put(st, &a), 0);
+    assert_int_equal(store_tpl_route_put(st, &b), 0);
+    struct store_tpl_route g;
+    assert_int_equal(store_tpl_route_get(st, "A", "web", &g), 0);
+    assert_string_equal(g.node, "node-a");
+    assert_string_equal(g.tenant, "A");
+    assert_string_equal(g.name, "web");
+    assert_int_equal(g.created_ms, 10);
+    assert_int_equal(store_tpl_route_get(st, "B", "web", &g), 0);
+    assert_string_equal(g.node, "node-b");
+    assert_int_equal(store_tpl_route_get(st, "A", "other", &g), STORE_NOTFOUND);
+    assert_int_equal(store_tpl_route_get(st, "C", "web", &g), STORE_NOTFOUND);
+    snprintf(a.node, sizeof a.node, "node-c"); /* a new request for the name */
+    a.created_ms = 30;
+    assert_int_equal(store_tpl_route_put(st, &a), 0);
+    assert_int_equal(store_tpl_route_get(st, "A", "web", &g), 0);
+    assert_string_equal(g.node, "node-c");
+    assert_int_equal(store_tpl_route_expire(st, 25), 0); /* B's (20) goes, A's (30) stays */
+    assert_int_equal(store_tpl_route_get(st, "B", "web", &g), STORE_NOTFOUND);
+    assert_int_equal(store_tpl_route_get(st, "A", "web", &g), 0);
+    store_close(st);
+}
+
 static void check_crash_mid_transaction(void **state)
 {
     (void)state;

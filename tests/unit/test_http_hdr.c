@@ -55,12 +55,26 @@ static void test_host(void **state)
     assert_true(hh_host_ok(longest));
 }
 
+static void test_public_url(void **state)
+{
+    (void)state;
+    const char *ok[] = {"http://127.0.0.1:3000", "https://space.example.test:8443", "http://[::1]:80"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        assert_true(hh_public_url_ok(ok[i]));
+    const char *bad[] = {"", "127.0.0.1:3000", "ftp://host", "http://", "http://host/", "https://h/p?q",
+                         "http://user@host", "http://h\r\nX: y", "HTTP://host"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_false(hh_public_url_ok(bad[i]));
+    assert_false(hh_public_url_ok(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_credentials),
         cmocka_unit_test(test_host),
+        cmocka_unit_test(test_public_url),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

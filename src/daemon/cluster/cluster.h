@@ -132,10 +132,11 @@ void cluster_proxy(struct spaced *sp, struct http_req *req, const struct store_n
  * control sets in place of any the client sent, and the shape of the control's own
  * error replies (NULL: our API's, http_reply_error). */
 #define CLUSTER_FWD_SET_MAX 2
+#define CLUSTER_FWD_VALUE_MAX 272 /* an id, or a public URL: "https://" + a 255-byte host */
 struct cluster_fwd {
     struct {
         const char *name;         /* static */
-        char value[STORE_ID_MAX];
+        char value[CLUSTER_FWD_VALUE_MAX];
     } set[CLUSTER_FWD_SET_MAX];
     unsigned nset;
     void (*error)(struct http_req *req, int status, const char *code, const char *message);
@@ -152,6 +153,11 @@ void cluster_proxy_fwd(struct spaced *sp, struct http_req *req, const struct sto
  * id); true when it forwarded or replied (unknown or silent node: 502/503). */
 bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
                               const char *tenant, const struct cluster_fwd *fwd);
+/* Forwards req to the first live node of `nodes` (a template row's holders, the builder
+ * first; ',' between ids) with fwd (NULL: as cluster_proxy); 503 node_down (in fwd's
+ * shape) naming template `name` when none is live. */
+void cluster_forward_to_holder(struct spaced *sp, struct http_req *req, const char *name, const char *nodes,
+                               const struct cluster_fwd *fwd);
 /* A create's template as the control sees it: a built-in's (guest dir) or a built one's
  * (its templates row: the shape its recorded template.json gives, and the nodes holding
  * its image into holders, cap bytes). False when neither exists (*t zeroed). */
@@ -174,6 +180,13 @@ int cluster_place(struct spaced *sp, struct http_req *req, const struct cluster_
 bool cluster_path_id(const char *path, const char *prefix, char *id, size_t cap);
 /* The E2B side of the control role (cluster_e2b.c): registers its hook and the listings. */
 int cluster_e2b_start(struct spaced *sp);
+/* E2B's error reply (cluster_e2b.c): a cluster_fwd.error for E2B's routes. */
+void cluster_e2b_error(struct http_req *req, int status, const char *code, const char *message);
+/* E2B's template builder through the control (cluster_e2btpl.c): takes req when it is one
+ * of the builder's calls (POST /v3/templates, /templates/{id}/..., /v2/templates/{id}/...,
+ * except /templates/aliases/..., which the control answers from the store), answering
+ * or forwarding it; false for any other request. */
+bool cluster_e2btpl_route(struct spaced *sp, struct http_req *req);
 /* Ends a reservation made by placement: removes its row (NULL accepted). */
 void cluster_resv_release(struct spaced *sp, struct cluster_resv *r);
 

@@ -93,19 +93,24 @@ static int choose_build(struct spaced *sp, struct http_req *req, const char *bod
     return cluster_place(sp, req, &w, NULL, to, resv);
 }
 
-/* Forwards req to the first live node of `nodes` (a template row's holders, the builder
- * first). */
-static void forward_to_holder(struct spaced *sp, struct http_req *req, const char *name, const char *nodes)
+void cluster_forward_to_holder(struct spaced *sp, struct http_req *req, const char *name, const char *nodes,
+                               const struct cluster_fwd *fwd)
 {
     int64_t now = spaced_now_ms();
     char id[STORE_ID_MAX];
     struct store_node n;
     for (const char *p = nodes; tpl_nodes_next(&p, id, sizeof id);)
         if (store_node_get(sp->store, id, &n) == 0 && now - n.heartbeat_ms < CLUSTER_DEAD_MS) {
-            cluster_proxy(sp, req, &n, NULL);
+            cluster_proxy_fwd(sp, req, &n, NULL, fwd);
             return;
         }
-    http_reply_error(req, 503, "node_down", "template %s is on node(s) %s, none of which is live", name, nodes);
+    cluster_reply_fail(req, fwd, 503, "node_down", "template %s is on node(s) %s, none of which is live", name,
+                       nodes);
+}
+
+static void forward_to_holder(struct spaced *sp, struct http_req *req, const char *name, const char *nodes)
+{
+    cluster_forward_to_holder(sp, req, name, nodes, NULL);
 }
 
 /* Sandboxes made from a template, over every node: how many, and on which nodes. */

@@ -25,13 +25,13 @@
 #include "daemon/sandbox/sbx.h"
 #include "daemon/spaced.h"
 
-static void e2b_error(struct http_req *req, int status, const char *code, const char *message)
+void cluster_e2b_error(struct http_req *req, int status, const char *code, const char *message)
 {
     (void)code;
     e2b_reply_rest_error(req, status, "%s", message);
 }
 
-static const struct cluster_fwd plain_e2b = {.error = e2b_error};
+static const struct cluster_fwd plain_e2b = {.error = cluster_e2b_error};
 
 static int choose_e2b_create(struct spaced *sp, struct http_req *req, const char *body, size_t len,
                              struct store_node *to, struct cluster_resv **resv)
@@ -88,6 +88,8 @@ static bool e2b_control_hook(struct http_req *req, void *arg)
         forward_traffic(sp, req, id, port);
         return true;
     }
+    if (cluster_e2btpl_route(sp, req))
+        return true;
     bool create = strcmp(method, "POST") == 0 &&
                   (strcmp(path, "/sandboxes") == 0 || strcmp(path, "/v2/sandboxes") == 0);
     bool one = cluster_path_id(path, "/sandboxes/", id, sizeof id) ||

@@ -54,14 +54,15 @@ static bool fwd_sets(const struct cluster_fwd *f, const char *name)
 }
 
 /* Fields not copied on either leg: hop-by-hop ones (http_hdr.h; `connection` is the
- * message's Connection value), those evhttp or our server set themselves, and the node
+ * message's Connection value), those evhttp or our server set themselves, the node
  * token (a client's never reaches a node: the control adds its own; a node's reply
- * never carries it back). The client's API key does go to the node, which
+ * never carries it back) and the public URL a node builds links on (only the control
+ * names it, cluster_e2btpl.c). The client's API key does go to the node, which
  * authenticates it; the node's own proxies strip it before anything reaches a guest. */
 static bool skip_header(const char *name, const char *connection)
 {
     static const char *const names[] = {"content-length", "host", "expect", "date",
-                                        CLUSTER_TOKEN_HEADER};
+                                        CLUSTER_TOKEN_HEADER, HH_PUBLIC_URL_HEADER};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcasecmp(name, names[i]) == 0)
             return true;

@@ -889,6 +889,7 @@ static void add_listings(struct router *r, struct e2b *e)
 {
     router_add(r, "GET", "/v2/sandboxes", h_list_v2, e);
     router_add(r, "GET", "/sandboxes", h_list_v1, e);
+    e2b_template_alias_register(r, e);
 }
 
 void e2b_register_listings(struct router *r, struct spaced *sp)

@@ -117,6 +117,9 @@ void e2b_fork_register(struct router *r, struct e2b *e);
 json_t *e2b_body_object(struct http_req *req, const char *data, size_t len);
 /* E2B's template builder routes (e2b_template.c). */
 void e2b_template_register(struct router *r, struct e2b *e);
+/* GET /templates/aliases/{alias}: read from the store, so registered with the listings
+ * (a control daemon serves it too). */
+void e2b_template_alias_register(struct router *r, struct e2b *e);
 /* copy()'s archives (e2b_tplfiles.c): the upload route; the link answer of
  * GET /templates/{id}/files/{hash} for the tenant; an archive's bytes (malloc'd, at most
  * TPL_COPY_MAX) for a build, 0, or -1 when the tenant has none by that hash. */

@@ -15,6 +15,8 @@
  *        -> {"templateID", "buildID", "status": building|ready|error, "logEntries",
  *        "logs", "reason"?}: the template's row and the build's log (tpl_log.h), one
  *        entry per stage or piece of output, from the offset-th on.
+ *   GET  /templates/aliases/{alias}
+ *        -> 200 {"templateID", "public"} for a built-in or one of the caller's, else 404
  *
  * What maps: fromTemplate(T) and fromImage of E2B's default base image (Template()
  * without a from*, or fromBaseImage()) = space's `base`; RUN (a runCmd with a user runs
@@ -433,6 +435,44 @@ static void h_status(struct http_req *req, void *arg)
     store_tpl_clear(&t);
     http_reply_json(req, 200, r);
     json_decref(r);
+}
+
+/* GET /templates/aliases/{alias} (SDK: Template.exists / aliasExists): 200 for a
+ * built-in or one of the caller's templates in any state but deleted, else 404 (the same
+ * whether absent or another tenant's, as tpl_lookup: existence never leaks). Read from
+ * the store alone, so a control daemon answers it too (e2b_register_listings). */
+static void h_alias(struct http_req *req, void *arg)
+{
+    struct e2b *e = arg;
+    struct auth_principal who;
+    const char *alias = router_param(req, "alias");
+    struct tpl_info t;
+    struct store_tpl row;
+    if (!e2b_api_authenticate(e->sp, req, &who))
+        return;
+    bool builtin = alias && tpl_name_valid(alias) && tpl_builtin_peek(e->sp, alias, &t);
+    bool mine = false;
+    int rc = builtin || !alias || !tpl_name_valid(alias) ? STORE_NOTFOUND : store_tpl_get(e->sp->store, alias, &row);
+    if (rc == 0) {
+        mine = strcmp(row.tenant, who.tenant) == 0 && strcmp(row.state, "deleted") != 0;
+        store_tpl_clear(&row);
+    }
+    if (rc != 0 && rc != STORE_NOTFOUND) {
+        e2b_reply_rest_error(req, 503, "looking up template %s: the store failed", alias);
+        return;
+    }
+    if (!builtin && !mine) {
+        e2b_reply_rest_error(req, 404, "template %.64s not found", alias ? alias : "");
+        return;
+    }
+    json_t *r = json_pack("{s:s, s:b}", "templateID", alias, "public", builtin);
+    http_reply_json(req, 200, r);
+    json_decref(r);
+}
+
+void e2b_template_alias_register(struct router *r, struct e2b *e)
+{
+    router_add(r, "GET", "/templates/aliases/{alias}", h_alias, e);
 }
 
 void e2b_template_register(struct router *r, struct e2b *e)

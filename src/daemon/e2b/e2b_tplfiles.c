@@ -6,7 +6,9 @@
  * (the Host the SDK reached it by) on the same path, with ?tenant=T&token=K: K is an
  * auth token (auth.h) for the scope "e2b-tplfile:<tenant>:<hash>", valid
  * TPLFILE_TTL_MS, so a link is good for one tenant and one hash only, and expires.
- * The PUT needs no API key (the SDK sends none to upload links).
+ * The PUT needs no API key (the SDK sends none to upload links). Through a control
+ * daemon the link names the control (HH_PUBLIC_URL_HEADER), which routes the PUT back to
+ * this node by tenant and template (cluster/cluster_e2btpl.c).
  *
  * An archive is kept as <data_dir>/e2b-files/<tenant>/<hash> (0600, written whole through
  * a temporary file and a rename, so a half-written one is never taken as present), at most
@@ -30,6 +32,7 @@
 #include "daemon/http/router.h"
 #include "daemon/spaced.h"
 #include "daemon/template/tpl.h"
+#include "daemon/template/tpl_blob.h"
 #include "daemon/vm/vm.h"
 #include "e2b.h"
 #include "e2b_internal.h"
@@ -81,9 +84,13 @@ void e2b_tplfile_link(struct e2b *e, struct http_req *req, const char *tenant, c
         json_decref(r);
         return;
     }
-    /* The link is the address the client reached us at: configured when a proxy
-     * terminates TLS in front of spaced, else plain HTTP to the Host it named. */
-    const char *base = e->sp->opt.public_url;
+    /* The link is the address the client reached us at: through a control daemon, the
+     * control's (it names it beside the node token, and drops a client's copy of that
+     * header); else configured when a proxy terminates TLS in front of spaced, else plain
+     * HTTP to the Host it named. */
+    const char *fwd = http_req_header(req, HH_PUBLIC_URL_HEADER);
+    const char *base = fwd && tpl_blob_token_ok(req, e->sp->opt.node_token) && hh_public_url_ok(fwd)
+                           ? fwd : e->sp->opt.public_url;
     char hostbase[300];
     if (!base) {
         if (!hh_host_ok(host)) {

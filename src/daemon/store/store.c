@@ -107,6 +107,12 @@ static const char *const store_migrations[] = {
      * holding a snapshot's files and their names, sizes and SHA-256s. */
     ("ALTER TABLE snapshots ADD COLUMN node TEXT NOT NULL DEFAULT '';"
      "ALTER TABLE snapshots ADD COLUMN parts TEXT NOT NULL DEFAULT '';"), /* one migration, two statements (clang's -Wstring-concatenation) */
+    /* 15: which node holds an E2B template build before its templates row exists (the
+     * control role routes its later calls there: cluster/cluster_e2btpl.c). */
+    ("CREATE TABLE IF NOT EXISTS template_routes("
+     " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL,"
+     " node TEXT NOT NULL, created_ms BIGINT NOT NULL);"
+     "CREATE INDEX IF NOT EXISTS template_routes_created ON template_routes(created_ms);"),
 };
 
 #define SQL_CAP 2048
@@ -615,6 +621,40 @@ int store_snap_each(struct store *st, const char *tenant,
     struct store_arg a = STORE_ARG_S(tenant);
     return rec_select(st, &store_tbl_snapshots, "WHERE tenant=? ORDER BY id", &a, 1, &s,
                       (int (*)(const void *, void *))fn, arg);
+}
+
+/* ---- template routes ------------------------------------------------------------------ */
+
+/* The row's key: tenant and name (a tenant id has no '/'), so one tenant's request never
+ * replaces another's route. -1 when they do not fit. */
+static int route_key(const char *tenant, const char *name, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/%s", tenant, name);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int store_tpl_route_put(struct store *st, const struct store_tpl_route *r)
+{
+    struct store_tpl_route row = *r;
+    if (route_key(r->tenant, r->name, row.id, sizeof row.id) < 0) {
+        snprintf(st->err, sizeof st->err, "template route key too long");
+        return -1;
+    }
+    return rec_put(st, &store_tbl_tpl_routes, &row);
+}
+
+int store_tpl_route_get(struct store *st, const char *tenant, const char *name, struct store_tpl_route *out)
+{
+    char id[sizeof out->id];
+    if (route_key(tenant, name, id, sizeof id) < 0)
+        return STORE_NOTFOUND;
+    return rec_get(st, &store_tbl_tpl_routes, "WHERE id=?", id, out);
+}
+
+int store_tpl_route_expire(struct store *st, int64_t before_ms)
+{
+    struct store_arg a = STORE_ARG_I(before_ms);
+    return q(st, "DELETE FROM template_routes WHERE created_ms<?", &a, 1, NULL, NULL);
 }
 
 /* ---- nodes ---------------------------------------------------------------------------- */

@@ -259,6 +259,23 @@ int store_tpl_put(struct store *st, const struct store_tpl *t);   /* insert or r
 int store_tpl_get(struct store *st, const char *name, struct store_tpl *out);
 int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *), void *arg);
 
+/* Which node holds a template build that has no templates row yet: an E2B build is
+ * requested (POST /v3/templates), its files uploaded and then started in separate calls,
+ * all of which must reach the node the first one was placed on (cluster/cluster_e2btpl.c).
+ * One row per tenant and name: a new request for the name replaces it. */
+struct store_tpl_route {
+    char id[2 * STORE_ID_MAX];  /* "<tenant>/<name>", set by store_tpl_route_put */
+    char tenant[STORE_ID_MAX];
+    char name[STORE_ID_MAX];
+    char node[STORE_ID_MAX];
+    int64_t created_ms;
+};
+int store_tpl_route_put(struct store *st, const struct store_tpl_route *r); /* insert or replace */
+/* STORE_NOTFOUND when the tenant has no route for name. */
+int store_tpl_route_get(struct store *st, const char *tenant, const char *name, struct store_tpl_route *out);
+/* Removes the routes made before before_ms. */
+int store_tpl_route_expire(struct store *st, int64_t before_ms);
+
 /* ---- quotas (per tenant) ------------------------------------------------------------- */
 
 /* One value per quota resource: limits, or a tenant's usage. */

@@ -149,6 +149,16 @@ const struct store_table store_tbl_snapshots = TABLE("snapshots", "id", true, st
 
 const struct store_table store_tbl_nodes = TABLE("nodes", "id", true, struct store_node, node_cols, NULL);
 
+static const struct store_col tpl_route_cols[] = {
+    TEXT(struct store_tpl_route, id, true),
+    TEXT(struct store_tpl_route, tenant, false),
+    TEXT(struct store_tpl_route, name, false),
+    TEXT(struct store_tpl_route, node, false),
+    COL("created_ms", STORE_COL_I64, struct store_tpl_route, created_ms, false),
+};
+const struct store_table store_tbl_tpl_routes =
+    TABLE("template_routes", "id", true, struct store_tpl_route, tpl_route_cols, NULL);
+
 static const struct store_col quota_cols[] = {
     TEXT(struct store_quota, tenant, true),
     COL("max_sandboxes", STORE_COL_I64, struct store_quota, limit.sandboxes, false),

@@ -42,7 +42,7 @@ struct store_table {
 
 extern const struct store_table store_tbl_tenants, store_tbl_keys, store_tbl_sandboxes,
     store_tbl_operations, store_tbl_sessions, store_tbl_templates, store_tbl_nodes,
-    store_tbl_quotas, store_tbl_snapshots;
+    store_tbl_quotas, store_tbl_snapshots, store_tbl_tpl_routes;
 
 /* Writes "SELECT c1,c2,... FROM table" into buf (cap >= 1024 is always enough).
  * Returns buf. */
