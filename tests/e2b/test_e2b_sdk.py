@@ -104,12 +104,14 @@ def lab_spaced():
         lab.stop()
 
 
-def run_script(spaced, script, sdk, via_control=False):
+def run_script(spaced, script, sdk, via_control=False, env_extra=None):
+    """Runs tests/e2b/<script> with that SDK against spaced (env_extra: more variables);
+    asserts every step passed and returns its stdout."""
     env = dict(os.environ, SPACE_TEST_VIA_CONTROL="1" if via_control else "",
                E2B_API_URL=spaced.url, E2B_SANDBOX_URL=spaced.url,
                E2B_API_KEY=spaced.admin_key, E2B_DOMAIN="localhost",
                E2B_VOLUME_API_URL=spaced.url,
-               SPACE_TEST_PORT_LISTEN=getattr(spaced, "port_listen", ""))
+               SPACE_TEST_PORT_LISTEN=getattr(spaced, "port_listen", ""), **(env_extra or {}))
     env.pop("E2B_DEBUG", None)
     path = os.path.join(HERE, script)
     p = subprocess.run(["node", path, sdk], cwd=HERE, env=env, capture_output=True,
@@ -121,6 +123,7 @@ def run_script(spaced, script, sdk, via_control=False):
     assert p.returncode == 0 and passed == steps, (
         "%s with %s: %d/%d steps passed (exit %d)\n%s\n--- spaced log ---\n%s"
         % (script, sdk, passed, steps, p.returncode, out[-8000:], spaced.log()))
+    return p.stdout
 
 
 PY_SDKS = ["2.34.0", "2.7.0"]  # the Python SDK versions tests/e2b/install.sh puts in venvs
