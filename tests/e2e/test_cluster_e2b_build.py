@@ -8,7 +8,8 @@ in the store (template_routes) and forwards every later call there, the upload P
 included (it carries no API key: routed by the tenant its link names). The upload link
 the node hands out names the control (or its SPACE_PUBLIC_URL), since nodes refuse
 clients. A caller without a key is refused (E2B's 401) before anything is placed; a
-second control replica routes the same build the same way; with the builder drained, a
+second control replica, and the first one after a SIGKILL and restart, route the same
+build the same way; with the builder drained, a
 create from the template through the control lands on the other node, which fetches the
 image by digest, and a command there sees the files the build wrote. One build VM and one
 sandbox VM (TCG)."""
@@ -32,7 +33,7 @@ def test_e2b_template_build_through_control(cluster, pg_url, monkeypatch):  # no
     why = e2b.node_missing()
     if why:
         pytest.skip(why)
-    control, nodes, _, second_control = cluster
+    control, nodes, restart, second_control = cluster
     wait_live(control)
     by_id = {n.node_id: n for n in nodes}
     key = {"X-API-KEY": control.admin_key}
@@ -85,6 +86,11 @@ def test_e2b_template_build_through_control(cluster, pg_url, monkeypatch):  # no
     r = control.request("GET", "/templates/%s/files/%s" % (NAME, HASH), key=None,
                         headers=dict(key, **{"X-Space-Public-Url": "http://evil.example.test"}))
     assert r.status == 200 and r.json["url"].startswith(control.url + "/templates/"), r
+    # A control killed and started again routes it the same way (nothing was in its memory).
+    restart(control)
+    r = control.request("GET", path, key=None, headers=key)
+    assert r.status == 200 and r.json["status"] == "ready", r
+    assert r.headers.get("x-space-node") == builder.node_id, r.headers
     # Aliases are answered from the store by either replica.
     for c in (control, control2):
         assert c.request("GET", "/templates/aliases/" + NAME, key=None, headers=key).status == 200
