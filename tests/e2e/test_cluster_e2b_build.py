@@ -11,8 +11,9 @@ clients. A caller without a key is refused (E2B's 401) before anything is placed
 second control replica, and the first one after a SIGKILL and restart, route the same
 build the same way; with the builder drained, a
 create from the template through the control lands on the other node, which fetches the
-image by digest, and a command there sees the files the build wrote. One build VM and one
-sandbox VM (TCG)."""
+image by digest, and a command there sees the files the build wrote; a snapshot of that
+sandbox is deleted through the control (E2B's DELETE /templates/{id}, forwarded to the
+snapshot's node). One build VM and one sandbox VM (TCG)."""
 import os
 import re
 import subprocess
@@ -49,6 +50,9 @@ def test_e2b_template_build_through_control(cluster, pg_url, monkeypatch):  # no
     r = control.request("PUT", "/templates/%s/files/%s?tenant=admin&token=1.00" % (NAME, HASH), key=None,
                         raw=b"x")
     assert r.status == 401 and r.json["code"] == 401 and "x-space-node" not in r.headers, r
+    # A snapshot the caller does not have (E2B's deleteSnapshot): E2B's 404, from the control.
+    r = control.request("DELETE", "/templates/sn0123456789abcdef", key=None, headers=key)
+    assert r.status == 404 and r.json["code"] == 404 and "x-space-node" not in r.headers, r
     # A template the caller never requested: E2B's 404, from the control.
     r = control.request("GET", "/templates/never-requested/files/" + HASH, key=None, headers=key)
     assert r.status == 404 and r.json["code"] == 404 and "x-space-node" not in r.headers, r
