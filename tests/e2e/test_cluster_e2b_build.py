@@ -50,6 +50,11 @@ def test_e2b_template_build_through_control(cluster, pg_url, monkeypatch):  # no
     r = control.request("PUT", "/templates/%s/files/%s?tenant=admin&token=1.00" % (NAME, HASH), key=None,
                         raw=b"x")
     assert r.status == 401 and r.json["code"] == 401 and "x-space-node" not in r.headers, r
+    r = control.request("PUT", "/templates/%s/files/%s" % (NAME, HASH), key=None, raw=b"x")  # no tenant
+    assert r.status == 401 and r.json["code"] == 401, r
+    for bad in ("/templates/%s/files/%s" % ("a" * 100, HASH), "/templates//files/" + HASH, "/v2/templates/"):
+        r = control.request("GET", bad, key=None, headers=key)
+        assert r.status == 404 and r.json["code"] == 404 and "x-space-node" not in r.headers, (bad, r)
     # A snapshot the caller does not have (E2B's deleteSnapshot): E2B's 404, from the control.
     r = control.request("DELETE", "/templates/sn0123456789abcdef", key=None, headers=key)
     assert r.status == 404 and r.json["code"] == 404 and "x-space-node" not in r.headers, r

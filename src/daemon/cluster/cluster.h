@@ -18,9 +18,10 @@
  *            that owns the sandbox, over HTTP with the shared secret. The node
  *            authenticates the client's own credentials (keys live in the shared store).
  *            GET /v1/nodes (admin key; every role) lists nodes with capacity and use. Template
- *            builds answer 501 (they would boot a VM on the control daemon). The E2B
- *            API, envd and sandbox-port traffic are forwarded the same way
- *            (cluster_e2b.c).
+ *            builds are placed like creates and forwarded (their logs and deletes go to
+ *            the builder). The E2B API, envd and sandbox-port traffic are forwarded the
+ *            same way (cluster_e2b.c); E2B's multi-call template builds to the node the
+ *            build was placed on, recorded in the store (cluster_e2btpl.c).
  *
  * Capacity use of a node = vCPUs and memory of its sandboxes in any state that holds a
  * VM (every state except suspended, stopped, deleted, failed), plus the reservations of

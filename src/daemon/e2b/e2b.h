@@ -22,7 +22,9 @@
  * Through a control daemon (--role=control) the control forwards E2B calls to nodes
  * (cluster_e2b.c): it serves the listings itself, places creates, and forwards
  * per-sandbox calls, envd and sandbox-port traffic (naming the sandbox and port in
- * E2b-Sandbox-Id/-Port, since the Host it forwards is the node's). */
+ * E2b-Sandbox-Id/-Port, since the Host it forwards is the node's), and the template
+ * builder's calls to the node the build was placed on (naming its own address for the
+ * upload link in HH_PUBLIC_URL_HEADER: e2b_tplfiles.c). */
 #ifndef SPACE_E2B_H
 #define SPACE_E2B_H
 
