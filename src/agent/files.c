@@ -1,7 +1,9 @@
-/* files.c: stat, list, mkdir, remove, rename (synchronous: local disk, short calls). */
+/* files.c: stat, list, mkdir, remove, rename (synchronous: local disk, short calls).
+ * Every path is resolved by agent_req_path and every directory walked is read through
+ * agent_resolve_lstatat, so nothing here reaches a volume mount (resolve.h). */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,16 +11,20 @@
 #include "agent/fs.h"
 #include "agent/ops.h"
 #include "agent/req.h"
+#include "agent/resolve.h"
 
 #define LIST_MAX_ENTRIES 100000
 #define LIST_MAX_DEPTH   16
 #define LIST_BATCH_BYTES 40000   /* estimated JSON bytes per "entries" event (< 64 KiB) */
+#define REMOVE_MAX_DEPTH 256     /* directories open at once in a recursive remove (ELOOP past it) */
 
-/* Common start of every file op: the user, then one path field. */
-static int files_begin(struct agent_chan *ch, json_t *req, const char *key,
+/* Common start of every file op: the user, then one path field (resolved, its last link
+ * followed if follow_last). */
+static int files_begin(struct agent_chan *ch, json_t *req, const char *key, bool follow_last,
                        struct agent_user *u, char *path)
 {
-    if (agent_req_user(ch, req, u) < 0 || agent_req_path(ch, req, key, u, path) < 0) {
+    if (agent_req_user(ch, req, u) < 0 ||
+        agent_req_path(ch, req, key, u, follow_last, path) < 0) {
         agent_chan_close(ch);
         return -1;
     }
@@ -38,7 +44,7 @@ void agent_op_stat(struct agent_chan *ch, json_t *req)
 {
     struct agent_user u;
     char path[PATH_MAX];
-    if (files_begin(ch, req, "path", &u, path) == 0)
+    if (files_begin(ch, req, "path", false, &u, path) == 0)
         files_result_stat(ch, path);
 }
 
@@ -60,7 +66,8 @@ static void list_flush(struct list_walk *w)
     w->batch_bytes = 0;
 }
 
-/* Walks dir (depth 1 = its own entries). Returns 0, or -1 with errno. */
+/* Walks dir (depth 1 = its own entries). Returns 0, or -1 with errno. A volume's mount
+ * point is left out (agent_resolve_lstatat: its attributes would be a FUSE request). */
 static int list_dir(struct list_walk *w, const char *dir, int depth)
 {
     DIR *d = opendir(dir);
@@ -75,8 +82,8 @@ static int list_dir(struct list_walk *w, const char *dir, int depth)
         struct stat st;
         if (snprintf(path, sizeof path, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", de->d_name) >=
                 (int)sizeof path ||
-            lstat(path, &st) < 0)
-            continue; /* vanished or unreachable: a listing is a snapshot anyway */
+            agent_resolve_lstatat(dirfd(d), de->d_name, &st) < 0)
+            continue; /* vanished, unreachable or a volume: a listing is a snapshot anyway */
         if (++w->count > LIST_MAX_ENTRIES) {
             errno = E2BIG;
             rc = -1;
@@ -107,7 +114,7 @@ void agent_op_list(struct agent_chan *ch, json_t *req)
     struct agent_user u;
     char path[PATH_MAX];
     long long depth;
-    if (files_begin(ch, req, "path", &u, path) < 0)
+    if (files_begin(ch, req, "path", true, &u, path) < 0)
         return;
     if (agent_req_int(ch, req, "depth", 1, LIST_MAX_DEPTH, 1, &depth) < 0)
         return agent_chan_close(ch);
@@ -136,7 +143,7 @@ void agent_op_mkdir(struct agent_chan *ch, json_t *req)
     char path[PATH_MAX];
     bool parents;
     long long mode;
-    if (files_begin(ch, req, "path", &u, path) < 0)
+    if (files_begin(ch, req, "path", false, &u, path) < 0)
         return;
     if (agent_req_bool(ch, req, "parents", true, &parents) < 0 ||
         agent_req_int(ch, req, "mode", 0, 07777, 0755, &mode) < 0)
@@ -150,18 +157,67 @@ void agent_op_mkdir(struct agent_chan *ch, json_t *req)
             rc = -1;
     }
     if (rc < 0 && errno == EEXIST) {
+        /* What is there, links followed: a file is exists_not_dir; a directory, a
+         * dangling link or a link into a volume (not looked at) already_exists. */
+        char real[PATH_MAX];
         struct stat st;
-        if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
-            errno = ENOTDIR;
+        errno = agent_resolve(path, true, real) == 0 && stat(real, &st) == 0 &&
+                        !S_ISDIR(st.st_mode)
+                    ? ENOTDIR
+                    : EEXIST;
     }
     if (rc < 0)
         return agent_chan_fail_errno(ch, errno, path);
     files_result_stat(ch, path);
 }
 
-static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+/* Removes everything below the directory dirfd (which it closes), then nothing else:
+ * like nftw(FTW_DEPTH | FTW_PHYS | FTW_MOUNT) but through agent_resolve_lstatat, so a
+ * volume's mount point below is not even stat'ed (it fails as any mount point does,
+ * EBUSY). Entries on another device are not entered. 0, or -1 with errno. */
+static int remove_below(int dirfd, dev_t dev, int depth)
 {
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
+    DIR *d = fdopendir(dirfd);
+    if (!d) {
+        close(dirfd);
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (errno = 0, de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        struct stat st;
+        if (agent_resolve_lstatat(dirfd, de->d_name, &st) < 0) {
+            if (errno == EXDEV)
+                errno = EBUSY;
+            rc = errno == ENOENT ? 0 : -1;
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            rc = unlinkat(dirfd, de->d_name, 0) < 0 && errno != ENOENT ? -1 : 0;
+            continue;
+        }
+        if (st.st_dev == dev) {
+            if (depth >= REMOVE_MAX_DEPTH) {
+                errno = ELOOP;
+                rc = -1;
+                continue;
+            }
+            int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0 || remove_below(sub, dev, depth + 1) < 0) {
+                rc = -1;
+                continue;
+            }
+        }
+        rc = unlinkat(dirfd, de->d_name, AT_REMOVEDIR) < 0 ? -1 : 0;
+    }
+    if (rc == 0 && errno != 0)
+        rc = -1;
+    int e = errno;
+    closedir(d);
+    errno = e;
+    return rc;
 }
 
 void agent_op_remove(struct agent_chan *ch, json_t *req)
@@ -169,7 +225,7 @@ void agent_op_remove(struct agent_chan *ch, json_t *req)
     struct agent_user u;
     char path[PATH_MAX];
     bool recursive;
-    if (files_begin(ch, req, "path", &u, path) < 0)
+    if (files_begin(ch, req, "path", false, &u, path) < 0)
         return;
     if (agent_req_bool(ch, req, "recursive", false, &recursive) < 0)
         return agent_chan_close(ch);
@@ -181,9 +237,10 @@ void agent_op_remove(struct agent_chan *ch, json_t *req)
     int rc;
     if (!S_ISDIR(st.st_mode))
         rc = unlink(path);
-    else if (recursive)
-        rc = nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-    else
+    else if (recursive) {
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        rc = fd < 0 || remove_below(fd, st.st_dev, 1) < 0 ? -1 : rmdir(path);
+    } else
         rc = rmdir(path);
     if (rc < 0)
         return agent_chan_fail_errno(ch, errno == EEXIST ? ENOTEMPTY : errno, path);
@@ -194,9 +251,9 @@ void agent_op_rename(struct agent_chan *ch, json_t *req)
 {
     struct agent_user u;
     char from[PATH_MAX], to[PATH_MAX];
-    if (files_begin(ch, req, "from", &u, from) < 0)
+    if (files_begin(ch, req, "from", false, &u, from) < 0)
         return;
-    if (agent_req_path(ch, req, "to", &u, to) < 0)
+    if (agent_req_path(ch, req, "to", &u, false, to) < 0)
         return agent_chan_close(ch);
     if (rename(from, to) < 0)
         return agent_chan_fail_errno(ch, errno, from);

@@ -78,7 +78,7 @@ void agent_op_read(struct agent_chan *ch, json_t *req)
     struct agent_user u;
     char path[PATH_MAX];
     long long offset, length;
-    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, path) < 0 ||
+    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, true, path) < 0 ||
         agent_req_int(ch, req, "offset", 0, INT64_MAX, 0, &offset) < 0 ||
         agent_req_int(ch, req, "length", 0, INT64_MAX, INT64_MAX, &length) < 0)
         return agent_chan_close(ch);
@@ -267,7 +267,7 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
     if (!w)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     w->fd = -1;
-    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, w->path) < 0 ||
+    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, true, w->path) < 0 ||
         agent_req_int(ch, req, "mode", 0, 07777, -1, &mode) < 0 ||
         agent_req_bool(ch, req, "append", false, &append) < 0 ||
         agent_req_bool(ch, req, "in_place", false, &in_place) < 0 ||
