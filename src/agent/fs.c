@@ -45,13 +45,13 @@ static json_t *fs_user_xattrs(const char *path)
     return out;
 }
 
-json_t *agent_fs_stat_json(const char *path, const struct stat *st)
+json_t *agent_fs_stat_json(const char *shown, const char *path, const struct stat *st)
 {
     char owner[64], group[64];
-    const char *slash = strrchr(path, '/');
-    const char *name = slash && slash[1] ? slash + 1 : path;
+    const char *slash = strrchr(shown, '/');
+    const char *name = slash && slash[1] ? slash + 1 : shown;
     json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:I, s:I, s:s, s:s, s:I}", "name", name,
-                          "path", path, "type", fs_type(st->st_mode), "size",
+                          "path", shown, "type", fs_type(st->st_mode), "size",
                           (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "uid",
                           (json_int_t)st->st_uid, "gid", (json_int_t)st->st_gid, "owner",
                           agent_user_name(st->st_uid, owner, sizeof owner), "group",

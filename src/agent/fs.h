@@ -11,11 +11,12 @@
 #define AGENT_XATTR_VALUE_MAX 4096   /* bytes of one extended attribute value */
 #define AGENT_XATTR_MAX       64     /* attributes one write may set */
 
-/* The protocol's stat object for `path` (its lstat in *st; path off the volumes: it is
- * read again for xattrs and a link's target), with name, path, type, size, mode, uid,
- * gid, owner, group, mtime_ns, symlink_target, and xattrs ("user." attributes with UTF-8
- * values) when there are any. New reference, NULL on OOM. */
-json_t *agent_fs_stat_json(const char *path, const struct stat *st);
+/* The protocol's stat object for the file at `real` (its lstat in *st; real is off the
+ * volumes, resolve.h: it is read again for xattrs and a link's target) as named by
+ * `shown` (the path the request gave, which may go through links): name, path, type,
+ * size, mode, uid, gid, owner, group, mtime_ns, symlink_target, and xattrs ("user."
+ * attributes with UTF-8 values) when there are any. New reference, NULL on OOM. */
+json_t *agent_fs_stat_json(const char *shown, const char *real, const struct stat *st);
 
 /* Creates directory `path` and missing parents with `mode`, owned by u (only the ones
  * it creates). path is resolved (agent_resolve): its parents are real directories, and

@@ -194,7 +194,7 @@ void agent_op_mount(struct agent_chan *ch, json_t *req)
     struct agent_user root = {.uid = 0, .gid = 0};
     snprintf(root.home, sizeof root.home, "/");
     char path[PATH_MAX];
-    if (agent_req_path(ch, req, "path", &root, true, path) < 0)
+    if (agent_req_path(ch, req, "path", &root, true, NULL, path) < 0)
         return agent_chan_close(ch);
     if (strcmp(path, "/") == 0)
         return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "mount: path must not be /");

@@ -139,9 +139,9 @@ int agent_req_path_any(struct agent_chan *ch, json_t *req, const char *key,
 }
 
 int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
-                   const struct agent_user *u, bool follow_last, char *out)
+                   const struct agent_user *u, bool follow_last, char *shown, char *out)
 {
-    char lexical[PATH_MAX];
+    char buf[PATH_MAX], *lexical = shown ? shown : buf;
     if (agent_req_path_any(ch, req, key, u, lexical) < 0)
         return -1;
     if (agent_resolve(lexical, follow_last, out) == 0)

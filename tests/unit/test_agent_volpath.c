@@ -231,6 +231,17 @@ static void test_ops_through_links_into_a_mount(void **state)
     json_decref(mnt_op(&m, op2("mkdir", "path", p), FRAME_E_ALREADY_EXISTS));
     snprintf(q, sizeof q, "%s/lf2", d);
     json_decref(mnt_op(&m, json_pack("{s:s, s:s, s:s}", "op", "rename", "from", p, "to", q), NULL));
+    /* Replies name paths as the request did, even through a link to a directory. */
+    snprintf(p, sizeof p, "%s/ml", d);
+    snprintf(q, sizeof q, "%s/mid", d);
+    assert_int_equal(symlink(q, p), 0);
+    r = mnt_op(&m, op2("list", "path", p), NULL);
+    assert_int_equal(json_integer_value(json_object_get(r, "count")), 1);
+    json_decref(r);
+    snprintf(p, sizeof p, "%s/ml/up", d);
+    r = mnt_op(&m, op2("stat", "path", p), NULL);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "stat"), "path")), p);
+    json_decref(r);
     /* The mount point is left out of a listing of its parent (and of a deep one). */
     snprintf(p, sizeof p, "%s/vols", d);
     r = mnt_op(&m, op2("list", "path", p), NULL);
