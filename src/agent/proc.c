@@ -50,6 +50,8 @@ struct proc {
     bool in_eof;             /* host closed stdin: finish after in_buf */
     struct proc_out out[2];  /* [0] OUT, [1] ERR (unused with a PTY) */
     bool starting;           /* its spawn is in flight (spawn_async.h): no pid yet */
+    bool unconfirmed;        /* exec "confirm": killed if its channel ends before the
+                              * host's CTRL confirm (proc_orphan_kill) */
     bool ws_pending;         /* a resize came while starting: applied once the pty is ours */
     struct winsize ws;       /* that size */
     bool exited;
@@ -62,6 +64,19 @@ static struct proc *proc_list;   /* every process (owned) */
 static json_t *proc_env;         /* sandbox default env (owned), may be NULL */
 
 static void proc_service(struct proc *p);
+
+/* An exec with "confirm" whose channel ended before the host confirmed it: the host
+ * never recorded its pid (the "started" event may have been lost with the connection,
+ * or the host restarted before storing it), so nobody could reach it again. Killed,
+ * with its process group, as the `signal` op's default would. */
+static void proc_orphan_kill(struct proc *p)
+{
+    if (!p->unconfirmed || p->starting || p->exited || p->chan)
+        return;
+    log_info("agent.orphan_kill", "pid=%d", (int)p->pid);
+    kill(-p->pid, SIGKILL);
+    p->unconfirmed = false;
+}
 
 /* ---- lifetime ---- */
 
@@ -309,6 +324,13 @@ static void proc_on_ctrl(struct agent_chan *ch, json_t *ctrl)
             agent_chan_error(ch, FRAME_E_NOT_FOUND, "process %d already exited", (int)p->pid);
         else if (kill(group ? -p->pid : p->pid, (int)sig) < 0)
             agent_chan_errno(ch, errno, "kill");
+    } else if (strcmp(op, "confirm") == 0) {
+        /* The host has recorded the pid "started" gave: the process may outlive this
+         * channel (detached) from now on. */
+        if (p->starting)
+            agent_chan_error(ch, FRAME_E_NOT_FOUND, "the process is still starting");
+        else
+            p->unconfirmed = false;
     } else if (strcmp(op, "resize") == 0) {
         long long rows, cols;
         if (agent_req_int(ch, ctrl, "rows", 1, 65535, 24, &rows) < 0 ||
@@ -336,6 +358,7 @@ static void proc_on_close(struct agent_chan *ch)
 {
     struct proc *p = ch->impl;
     p->chan = NULL;
+    proc_orphan_kill(p); /* while starting: once its spawn is delivered (spawn_done) */
     proc_trim_exited();
 }
 
@@ -369,6 +392,7 @@ struct spawn {
     struct agent_user user;
     bool pty;
     bool stdin_pipe;
+    bool confirm;            /* "confirm": unconfirmed until the host's CTRL confirm */
     struct winsize ws;
 };
 
@@ -588,6 +612,7 @@ static void spawn_done(void *arg, pid_t pid, int e, enum agent_spawn_stage stage
     p->exited = agent_spawn_async_claim(pid, &p->status);
     if (p->chan)
         agent_chan_event(p->chan, json_pack("{s:s, s:i}", "type", "started", "pid", (int)pid));
+    proc_orphan_kill(p); /* its channel closed while it was starting */
     if (p->in_fd < 0 && p->in_buf.len) { /* stdin sent to a command that takes none */
         if (p->chan)
             agent_chan_grant(p->chan, (uint32_t)p->in_buf.len);
@@ -620,7 +645,8 @@ static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_
     const char *tag;
     json_t *jpty = json_object_get(req, "pty"), *env = json_object_get(req, "env");
     if (agent_req_user(ch, req, &s->user) < 0 || agent_req_str(ch, req, "tag", false, NULL, &tag) < 0 ||
-        agent_req_bool(ch, req, "stdin", false, &s->stdin_pipe) < 0)
+        agent_req_bool(ch, req, "stdin", false, &s->stdin_pipe) < 0 ||
+        agent_req_bool(ch, req, "confirm", false, &s->confirm) < 0)
         return -1;
     if (json_object_get(req, "cwd")) {
         /* Resolved lexically only: a cwd on a volume mount is fine, since the chdir
@@ -704,6 +730,7 @@ void agent_op_exec(struct agent_chan *ch, json_t *req)
      * detached process behind. */
     p->starting = true;
     p->pty = s->pty;
+    p->unconfirmed = s->confirm;
     proc_attach(p, ch);
     if (agent_spawn_async_start(&st->sp, spawn_pick_cwd, spawn_done, st) < 0)
         spawn_done(st, -1, errno, AGENT_SPAWN_START);
@@ -720,6 +747,7 @@ void agent_op_attach(struct agent_chan *ch, json_t *req)
             found = p; /* a running process wins over an old record of the same pid */
     if (!found)
         return agent_chan_fail(ch, FRAME_E_NOT_FOUND, "no process %lld", pid);
+    found->unconfirmed = false; /* the host knows its pid: it can reach it again */
     proc_attach(found, ch);
     agent_chan_event(ch, json_pack("{s:s, s:i, s:b}", "type", "attached", "pid", (int)pid, "pty",
                                    found->pty));
