@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "agent/resolve.h"
+#include "agent/users.h"
 
 #define BUF (2 * PATH_MAX) /* room for a PATH_MAX base plus a suffix */
 
@@ -172,6 +173,13 @@ static void test_ops_through_links_into_a_mount(void **state)
         print_message("skipped: mounting FUSE on this host needs root and /dev/fuse\n");
         skip();
     }
+    /* The agent's user files are read on its loop too: they live in etc/ here, which
+     * the test points into the mount later. */
+    char etc[] = "/tmp/test-volpath-etc-XXXXXX", pw[PATH_MAX];
+    assert_non_null(mkdtemp(etc));
+    snprintf(pw, sizeof pw, "cp /etc/passwd /etc/group '%s'/", etc);
+    assert_int_equal(system(pw), 0);
+    agent_users_set_dir(etc); /* the agent child inherits it */
     struct mnt m;
     ah_start(&m.h);
     const char *d = m.h.dir;
@@ -255,6 +263,18 @@ static void test_ops_through_links_into_a_mount(void **state)
     snprintf(p, sizeof p, "%s/vols", d);
     json_decref(mnt_op(&m, json_pack("{s:s, s:s, s:b}", "op", "remove", "path", p, "recursive", 1),
                        FRAME_E_INTERNAL));
+    /* /etc/passwd (here etc/passwd) made a link into the mount: every request naming a
+     * user (all default to root) fails at once instead of hanging; put back, they work. */
+    snprintf(pw, sizeof pw, "%s/passwd", etc);
+    snprintf(q, sizeof q, "%s.real", pw);
+    assert_int_equal(rename(pw, q), 0);
+    snprintf(p, sizeof p, "%s/passwd", m.dir);
+    assert_int_equal(symlink(p, pw), 0);
+    json_decref(mnt_op(&m, op2("stat", "path", d), FRAME_E_INTERNAL));
+    json_decref(mnt_op(&m, json_pack("{s:s, s:[s]}", "op", "exec", "argv", "true"), FRAME_E_INTERNAL));
+    assert_int_equal(unlink(pw), 0);
+    assert_int_equal(rename(q, pw), 0);
+    json_decref(mnt_op(&m, op2("stat", "path", d), NULL));
     /* Closing the channel detaches the mount (fuse_relay.c); then the agent still runs
      * a command. */
     agentc_close(m.k.ch);
@@ -267,6 +287,9 @@ static void test_ops_through_links_into_a_mount(void **state)
     assert_int_equal(statx(AT_FDCWD, p, AT_STATX_DONT_SYNC, STATX_TYPE, &parent), 0);
     assert_true(st.stx_dev_major == parent.stx_dev_major && st.stx_dev_minor == parent.stx_dev_minor);
     ah_stop(&m.h);
+    agent_users_set_dir("/etc");
+    snprintf(pw, sizeof pw, "rm -rf '%s'", etc);
+    assert_int_equal(system(pw), 0);
 }
 
 int main(void)
