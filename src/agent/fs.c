@@ -1,5 +1,6 @@
 /* fs.c: stat objects, mkdir -p with ownership; see fs.h. */
 #include "agent/fs.h"
+#include "agent/resolve.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -44,13 +45,13 @@ static json_t *fs_user_xattrs(const char *path)
     return out;
 }
 
-json_t *agent_fs_stat_json(const char *path, const struct stat *st)
+json_t *agent_fs_stat_json(const char *shown, const char *path, const struct stat *st)
 {
     char owner[64], group[64];
-    const char *slash = strrchr(path, '/');
-    const char *name = slash && slash[1] ? slash + 1 : path;
+    const char *slash = strrchr(shown, '/');
+    const char *name = slash && slash[1] ? slash + 1 : shown;
     json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:I, s:I, s:s, s:s, s:I}", "name", name,
-                          "path", path, "type", fs_type(st->st_mode), "size",
+                          "path", shown, "type", fs_type(st->st_mode), "size",
                           (json_int_t)st->st_size, "mode", (int)(st->st_mode & 07777), "uid",
                           (json_int_t)st->st_uid, "gid", (json_int_t)st->st_gid, "owner",
                           agent_user_name(st->st_uid, owner, sizeof owner), "group",
@@ -67,10 +68,11 @@ json_t *agent_fs_stat_json(const char *path, const struct stat *st)
             json_object_set_new(o, "symlink_target", json_stringn(target, (size_t)n));
         }
         /* Where the link finally leads and what is there (E2B reports a link as its
-         * target's type); absent for a dangling link or a loop. */
+         * target's type); absent for a dangling link, a loop, or a link into a volume
+         * mount (whose attributes only the agent's own loop could fetch: resolve.h). */
         char resolved[PATH_MAX];
         struct stat ts;
-        if (realpath(path, resolved) && stat(resolved, &ts) == 0)
+        if (agent_resolve(path, true, resolved) == 0 && stat(resolved, &ts) == 0)
             json_object_set_new(o, "target",
                                 json_pack("{s:s, s:s, s:i}", "path", resolved, "type",
                                           fs_type(ts.st_mode), "mode", (int)(ts.st_mode & 07777)));
@@ -89,13 +91,15 @@ void agent_fs_dirname(const char *path, char *out)
 int agent_fs_mkdirs(const char *path, mode_t mode, const struct agent_user *u, bool must_create)
 {
     struct stat st;
-    if (stat(path, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) {
-            errno = ENOTDIR;
-            return -1;
-        }
+    /* lstat: a link is not followed (it may lead into a volume); a link where a
+     * directory is wanted is "exists" (must_create) or ENOTDIR. */
+    if (lstat(path, &st) == 0) {
         if (must_create) {
             errno = EEXIST;
+            return -1;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            errno = ENOTDIR;
             return -1;
         }
         return 0;

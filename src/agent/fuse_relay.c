@@ -19,8 +19,9 @@
  * kernel ending the mount (umount in the guest) reads as ENODEV: EOF OUT, then CLOSE.
  *
  * The agent itself must never touch a mounted path: its file ops would wait for a
- * reply only this same loop can relay. agent_fuse_covers lets agent_req_path refuse
- * such paths (lexically; docs/agent-protocol.md "mount"). */
+ * reply only this same loop can relay. Each mount's device is kept (read at mount time
+ * without a FUSE request) so that agent_resolve can refuse every path that leads onto
+ * it, however it gets there (resolve.h; docs/agent-protocol.md "mount"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include <sys/epoll.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "agent/fs.h"
@@ -44,6 +46,7 @@ struct fuse_relay {
     struct agent_buf out;    /* one request read from /dev/fuse, not yet sent */
     struct agent_buf in;     /* reply bytes from the host, up to one incomplete reply */
     bool dev_gone;           /* /dev/fuse said ENODEV: the mount is gone */
+    dev_t dev;               /* the mount's device (its files' st_dev) */
     char path[PATH_MAX];     /* the mount point */
     struct fuse_relay *next; /* fuse_mounts list */
 };
@@ -51,13 +54,11 @@ struct fuse_relay {
 static struct fuse_relay *fuse_mounts;
 static unsigned fuse_count;
 
-bool agent_fuse_covers(const char *path)
+bool agent_fuse_is_volume(dev_t dev)
 {
-    for (struct fuse_relay *r = fuse_mounts; r; r = r->next) {
-        size_t n = strlen(r->path);
-        if (strncmp(path, r->path, n) == 0 && (path[n] == '\0' || path[n] == '/'))
+    for (struct fuse_relay *r = fuse_mounts; r; r = r->next)
+        if (r->dev == dev)
             return true;
-    }
     return false;
 }
 
@@ -193,7 +194,7 @@ void agent_op_mount(struct agent_chan *ch, json_t *req)
     struct agent_user root = {.uid = 0, .gid = 0};
     snprintf(root.home, sizeof root.home, "/");
     char path[PATH_MAX];
-    if (agent_req_path(ch, req, "path", &root, path) < 0)
+    if (agent_req_path(ch, req, "path", &root, true, NULL, path) < 0)
         return agent_chan_close(ch);
     if (strcmp(path, "/") == 0)
         return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "mount: path must not be /");
@@ -211,12 +212,18 @@ void agent_op_mount(struct agent_chan *ch, json_t *req)
         close(fd);
         return agent_chan_fail_errno(ch, e, "mount");
     }
-    struct fuse_relay *r = calloc(1, sizeof *r);
-    if (!r) {
+    /* The new mount's device, read as agent_resolve reads devices: AT_STATX_DONT_SYNC
+     * sends FUSE nothing (the host has not even answered INIT yet). */
+    struct statx sx;
+    struct fuse_relay *r = NULL;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_DONT_SYNC, STATX_TYPE,
+              &sx) < 0 || !(r = calloc(1, sizeof *r))) {
+        int e = errno; /* statx's, or calloc's ENOMEM */
         umount2(path, MNT_DETACH);
         close(fd);
-        return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
+        return agent_chan_fail_errno(ch, e, "mount: reading the mount's device");
     }
+    r->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
     r->ch = ch;
     r->fd = fd;
     snprintf(r->path, sizeof r->path, "%s", path);

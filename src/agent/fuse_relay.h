@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Largest FUSE message either way: 128 KiB of data (the max_write space-volfs offers)
  * plus headers, the same bound as space-volfs's VOLFS_MSG_MAX. The kernel wants a read
@@ -14,8 +15,9 @@
 #define AGENT_FUSE_HDR_MIN 16     /* sizeof(struct fuse_out_header) */
 #define AGENT_FUSE_MOUNTS_MAX 8   /* mounts per guest (spaced allows as many) */
 
-/* Whether the absolute normalised path is a mount point of a live mount or below one. */
-bool agent_fuse_covers(const char *path);
+/* Whether dev is the device of a live mount (any path to it: the mount point, a bind
+ * mount of it, a link into it). agent_resolve keeps the agent's own file ops off it. */
+bool agent_fuse_is_volume(dev_t dev);
 
 /* The length of the reply starting at p[n]: 0 when fewer than 4 bytes are there yet,
  * (size_t)-1 when the header announces less than a header or more than

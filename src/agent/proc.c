@@ -1,15 +1,14 @@
-/* proc.c: exec / attach / ps, process I/O under credits, reaping; see proc.h. */
+/* proc.c: a process from its start on: I/O under credits, signals, attach, ps, reaping;
+ * see proc.h (exec.c starts it). */
 #include "agent/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pty.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -18,12 +17,8 @@
 #include "agent/ops.h"
 #include "agent/relay.h"
 #include "agent/req.h"
-#include "agent/spawn.h"
 #include "agent/spawn_async.h"
 #include "log.h"
-
-#define PROC_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#define PROC_MAX_ARGS 4096
 
 struct proc;
 
@@ -50,6 +45,8 @@ struct proc {
     bool in_eof;             /* host closed stdin: finish after in_buf */
     struct proc_out out[2];  /* [0] OUT, [1] ERR (unused with a PTY) */
     bool starting;           /* its spawn is in flight (spawn_async.h): no pid yet */
+    bool unconfirmed;        /* exec "confirm": killed if its channel ends before the
+                              * host's CTRL confirm (proc_orphan_kill) */
     bool ws_pending;         /* a resize came while starting: applied once the pty is ours */
     struct winsize ws;       /* that size */
     bool exited;
@@ -62,6 +59,19 @@ static struct proc *proc_list;   /* every process (owned) */
 static json_t *proc_env;         /* sandbox default env (owned), may be NULL */
 
 static void proc_service(struct proc *p);
+
+/* An exec with "confirm" whose channel ended before the host confirmed it: the host
+ * never recorded its pid (the "started" event may have been lost with the connection,
+ * or the host restarted before storing it), so nobody could reach it again. Killed,
+ * with its process group, as the `signal` op's default would. */
+static void proc_orphan_kill(struct proc *p)
+{
+    if (!p->unconfirmed || p->starting || p->exited || p->chan)
+        return;
+    log_info("agent.orphan_kill", "pid=%d", (int)p->pid);
+    kill(-p->pid, SIGKILL);
+    p->unconfirmed = false;
+}
 
 /* ---- lifetime ---- */
 
@@ -309,6 +319,13 @@ static void proc_on_ctrl(struct agent_chan *ch, json_t *ctrl)
             agent_chan_error(ch, FRAME_E_NOT_FOUND, "process %d already exited", (int)p->pid);
         else if (kill(group ? -p->pid : p->pid, (int)sig) < 0)
             agent_chan_errno(ch, errno, "kill");
+    } else if (strcmp(op, "confirm") == 0) {
+        /* The host has recorded the pid "started" gave: the process may outlive this
+         * channel (detached) from now on. */
+        if (p->starting)
+            agent_chan_error(ch, FRAME_E_NOT_FOUND, "the process is still starting");
+        else
+            p->unconfirmed = false;
     } else if (strcmp(op, "resize") == 0) {
         long long rows, cols;
         if (agent_req_int(ch, ctrl, "rows", 1, 65535, 24, &rows) < 0 ||
@@ -336,6 +353,7 @@ static void proc_on_close(struct agent_chan *ch)
 {
     struct proc *p = ch->impl;
     p->chan = NULL;
+    proc_orphan_kill(p); /* while starting: once its spawn is delivered (spawn_done) */
     proc_trim_exited();
 }
 
@@ -358,244 +376,7 @@ static void proc_attach(struct proc *p, struct agent_chan *ch)
         p->out[i].eof_sent = false;
 }
 
-/* ---- spawning ---- */
-
-/* Everything exec needs, built before the spawn so the child only makes syscalls. */
-struct spawn {
-    char **argv;             /* NULL-terminated (owned) */
-    char **envp;             /* NULL-terminated "K=V" (owned) */
-    char cwd[PATH_MAX];      /* cwd_default: the workdir to try first, "" for none */
-    bool cwd_default;        /* no cwd asked: spawn_pick_cwd chooses on the spawn thread */
-    struct agent_user user;
-    bool pty;
-    bool stdin_pipe;
-    struct winsize ws;
-};
-
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* Env precedence: login basics < sandbox default env (refresh) < request env (may be
- * NULL). */
-static char **spawn_env(struct agent_chan *ch, const struct spawn *s, json_t *req_env)
-{
-    json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s}", "HOME", s->user.home, "USER",
-                            s->user.name, "LOGNAME", s->user.name, "SHELL", s->user.shell,
-                            "PATH", PROC_DEFAULT_PATH);
-    if (!env)
-        return NULL;
-    if (s->pty)
-        json_object_set_new(env, "TERM", json_string("xterm-256color"));
-    if (proc_env)
-        json_object_update(env, proc_env);
-    const char *k;
-    json_t *v;
-    json_object_foreach(req_env, k, v) {
-        if (!json_is_string(v) || !k[0] || strchr(k, '=') ||
-            strlen(json_string_value(v)) != json_string_length(v)) {
-            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT,
-                             "env \"%.64s\": names are non-empty without '=', values strings", k);
-            json_decref(env);
-            return NULL;
-        }
-        json_object_set(env, k, v);
-    }
-    char **envp = calloc(json_object_size(env) + 1, sizeof *envp);
-    size_t n = 0;
-    json_object_foreach(env, k, v) {
-        if (envp && asprintf(&envp[n], "%s=%s", k, json_string_value(v)) >= 0)
-            n++;
-    }
-    json_decref(env);
-    return envp;
-}
-
-static char **spawn_argv(struct agent_chan *ch, json_t *req, json_t *info)
-{
-    json_t *jargv = json_object_get(req, "argv");
-    const char *cmd;
-    if (agent_req_str(ch, req, "cmd", false, NULL, &cmd) < 0)
-        return NULL;
-    if ((jargv != NULL) == (cmd != NULL)) {
-        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "exec needs exactly one of argv, cmd");
-        return NULL;
-    }
-    if (cmd) {
-        json_object_set_new(info, "cmd", json_string(cmd));
-        char **argv = calloc(4, sizeof *argv);
-        if (argv && (!(argv[0] = strdup("/bin/sh")) || !(argv[1] = strdup("-c")) ||
-                     !(argv[2] = strdup(cmd)))) {
-            strv_free(argv);
-            return NULL;
-        }
-        return argv;
-    }
-    size_t n = json_array_size(jargv);
-    if (!json_is_array(jargv) || n == 0 || n > PROC_MAX_ARGS) {
-        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "argv must be 1..%d strings", PROC_MAX_ARGS);
-        return NULL;
-    }
-    char **argv = calloc(n + 1, sizeof *argv);
-    for (size_t i = 0; argv && i < n; i++) {
-        json_t *a = json_array_get(jargv, i);
-        if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a)) {
-            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "argv[%zu] must be a string without NUL", i);
-            strv_free(argv);
-            return NULL;
-        }
-        if (!(argv[i] = strdup(json_string_value(a)))) {
-            strv_free(argv);
-            return NULL;
-        }
-    }
-    json_object_set(info, "argv", jargv);
-    return argv;
-}
-
-static void close_pair(int fds[2])
-{
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-}
-
-/* A spawn in flight (spawn_async.h): what the spawn thread reads, owned until it is
- * delivered. The loop does not touch s or sp meanwhile. */
-struct proc_start {
-    struct spawn s;
-    struct agent_spawn sp;
-    struct proc *p;          /* not yet in proc_list; its channel may go meanwhile */
-    int in[2], out[2], err[2];
-    int master, slave;       /* PTY */
-};
-
-static void proc_start_free(struct proc_start *st)
-{
-    strv_free(st->s.argv);
-    strv_free(st->s.envp);
-    free(st);
-}
-
-/* The descriptors the command gets (pipes through relays, or a PTY). 0, or -1 (errno). */
-static int spawn_fds(struct proc_start *st)
-{
-    const struct spawn *s = &st->s;
-    if (s->pty) {
-        struct winsize ws = s->ws;
-        if (openpty(&st->master, &st->slave, NULL, NULL, &ws) < 0)
-            return -1;
-        fcntl(st->master, F_SETFD, FD_CLOEXEC);
-        fcntl(st->slave, F_SETFD, FD_CLOEXEC);
-        return 0;
-    }
-    /* The loop gets relay sockets instead of the pipes' own ends (relay.c: a command's
-     * pipe must never block the loop that relays FUSE). */
-    int *in = st->in, *out = st->out, *err = st->err;
-    bool ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0 &&
-              (s->stdin_pipe ? pipe2(in, O_CLOEXEC) == 0
-                             : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) &&
-              (out[0] = agent_relay_start(out[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
-              (err[0] = agent_relay_start(err[0], AGENT_RELAY_FROM_CMD)) >= 0 &&
-              (!s->stdin_pipe || (in[1] = agent_relay_start(in[1], AGENT_RELAY_TO_CMD)) >= 0);
-    return ok ? 0 : -1;
-}
-
-/* On the spawn thread, before the spawn: the default cwd (the template's workdir, else
- * the user's home, else /) is chosen by stat, and either may be on a volume mount, whose
- * FUSE the loop must stay free to relay. */
-static void spawn_pick_cwd(void *arg)
-{
-    struct proc_start *st = arg;
-    struct spawn *s = &st->s;
-    struct stat sb;
-    if (!s->cwd_default)
-        return;
-    if (!s->cwd[0] || stat(s->cwd, &sb) < 0 || !S_ISDIR(sb.st_mode))
-        snprintf(s->cwd, sizeof s->cwd, "%s", stat(s->user.home, &sb) == 0 ? s->user.home : "/");
-}
-
-/* On the loop: the spawn thread's result. Hands the descriptors to p and lists it, or
- * reports the failure on p's channel (if it still has one) and frees p. */
-static void spawn_done(void *arg, pid_t pid, int e, enum agent_spawn_stage stage)
-{
-    struct proc_start *st = arg;
-    const struct spawn *s = &st->s;
-    struct proc *p = st->p;
-    struct agent_chan *ch = p->chan;
-    if (st->slave >= 0)
-        close(st->slave);
-    /* The child's ends, marked closed so the failure path's close_pair skips them. */
-    int *childs[] = {&st->in[0], &st->out[1], &st->err[1]};
-    for (size_t i = 0; i < sizeof childs / sizeof childs[0]; i++)
-        if (*childs[i] >= 0) {
-            close(*childs[i]);
-            *childs[i] = -1;
-        }
-    p->starting = false;
-    if (pid < 0) {
-        static const char *const stages[] = {"setting up stdio", "switching user",
-                                              "changing to cwd", "executing"};
-        const char *what = stage == AGENT_SPAWN_START ? "starting process" : stages[stage & 3];
-        char msg[PATH_MAX + 64];
-        snprintf(msg, sizeof msg, "%s %s", what,
-                 stage == AGENT_SPAWN_CWD ? s->cwd : stage == AGENT_SPAWN_EXEC ? s->argv[0] : "");
-        if (st->master >= 0)
-            close(st->master);
-        close_pair(st->in);
-        close_pair(st->out);
-        close_pair(st->err);
-        if (ch) {
-            agent_chan_errno(ch, e, msg);
-            p->chan = NULL;
-            ch->ops = NULL;
-            agent_chan_close(ch);
-        }
-        proc_free(p);
-        return proc_start_free(st);
-    }
-    if (s->pty) {
-        p->out[0].fd = st->master;
-        p->in_fd = fcntl(st->master, F_DUPFD_CLOEXEC, 0);
-        if (p->ws_pending && ioctl(st->master, TIOCSWINSZ, &p->ws) < 0)
-            log_debug("agent.pty_resize", "errno=%d", errno);
-    } else {
-        p->out[0].fd = st->out[0];
-        p->out[1].fd = st->err[0];
-        p->in_fd = st->in[1];
-        p->out[0].relayed = p->out[1].relayed = true;
-    }
-    for (int i = 0; i < 2; i++)
-        if (p->out[i].fd >= 0)
-            fcntl(p->out[i].fd, F_SETFL, O_NONBLOCK);
-    if (p->in_fd >= 0)
-        fcntl(p->in_fd, F_SETFL, O_NONBLOCK);
-    p->pid = pid;
-    json_object_set_new(p->info, "cwd", json_string(s->cwd));
-    json_object_set_new(p->info, "pid", json_integer(pid));
-    proc_start_free(st);
-    for (int i = 0; i < 2; i++)
-        p->out[i].w.fd = p->out[i].fd;
-    p->in_w.fd = p->in_fd;
-    if (p->out[1].fd < 0)
-        p->out[1].ended = p->out[1].eof_sent = true;
-    p->next = proc_list;
-    proc_list = p;
-    /* A command quicker than this delivery was reaped as an unknown pid. */
-    p->exited = agent_spawn_async_claim(pid, &p->status);
-    if (p->chan)
-        agent_chan_event(p->chan, json_pack("{s:s, s:i}", "type", "started", "pid", (int)pid));
-    if (p->in_fd < 0 && p->in_buf.len) { /* stdin sent to a command that takes none */
-        if (p->chan)
-            agent_chan_grant(p->chan, (uint32_t)p->in_buf.len);
-        agent_buf_free(&p->in_buf);
-    }
-    proc_in_flush(p); /* stdin the host sent while the spawn was in flight */
-    proc_service(p);
-}
+/* ---- the process's start (exec.c builds and runs the spawn) ---- */
 
 static struct proc *proc_new(json_t *info)
 {
@@ -615,98 +396,83 @@ static struct proc *proc_new(json_t *info)
     return p;
 }
 
-static int exec_parse(struct agent_chan *ch, json_t *req, struct spawn *s, json_t *info)
+struct proc *agent_proc_new_starting(struct agent_chan *ch, json_t *info, bool pty, bool confirm)
 {
-    const char *tag;
-    json_t *jpty = json_object_get(req, "pty"), *env = json_object_get(req, "env");
-    if (agent_req_user(ch, req, &s->user) < 0 || agent_req_str(ch, req, "tag", false, NULL, &tag) < 0 ||
-        agent_req_bool(ch, req, "stdin", false, &s->stdin_pipe) < 0)
-        return -1;
-    if (json_object_get(req, "cwd")) {
-        /* Resolved lexically only: a cwd on a volume mount is fine, since the chdir
-         * happens in the child, off the loop (spawn_async.h). */
-        if (agent_req_path_any(ch, req, "cwd", &s->user, s->cwd) < 0)
-            return -1;
-    } else {
-        /* The template's workdir belongs to its default user (as a Dockerfile's WORKDIR
-         * goes with its USER); anyone else starts at home. Service users often have a
-         * home that does not exist (/nonexistent). The stat is spawn_pick_cwd's. */
-        const char *wd = agent_user_workdir();
-        s->cwd_default = true;
-        snprintf(s->cwd, sizeof s->cwd, "%s",
-                 wd && strcmp(s->user.name, agent_user_default()) == 0 ? wd : "");
-    }
-    if (env && !json_is_object(env)) {
-        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "env must be an object");
-        return -1;
-    }
-    if (jpty && !json_is_null(jpty)) {
-        long long rows, cols;
-        if (!json_is_object(jpty)) {
-            agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "pty must be an object {rows, cols}");
-            return -1;
-        }
-        if (agent_req_int(ch, jpty, "rows", 1, 65535, 24, &rows) < 0 ||
-            agent_req_int(ch, jpty, "cols", 1, 65535, 80, &cols) < 0)
-            return -1;
-        s->pty = true;
-        s->ws = (struct winsize){.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
-    }
-    json_object_set_new(info, "user", json_string(s->user.name));
-    json_object_set_new(info, "cwd", json_string(s->cwd));
-    json_object_set_new(info, "pty", json_boolean(s->pty));
-    if (tag)
-        json_object_set_new(info, "tag", json_string(tag));
-    if (!(s->argv = spawn_argv(ch, req, info)))
-        return -1;
-    if (!(s->envp = spawn_env(ch, s, env)))
-        return -1;
-    return 0;
+    struct proc *p = proc_new(info);
+    if (!p)
+        return NULL;
+    /* The channel is the process's from now on: stdin is kept, a resize is kept for the
+     * pty, and a host that closes the channel before the spawn is delivered leaves a
+     * detached process behind (killed, if unconfirmed: proc_orphan_kill). */
+    p->starting = true;
+    p->pty = pty;
+    p->unconfirmed = confirm;
+    proc_attach(p, ch);
+    return p;
 }
 
-void agent_op_exec(struct agent_chan *ch, json_t *req)
+void agent_proc_start_failed(struct proc *p, int err, const char *msg)
+{
+    struct agent_chan *ch = p->chan;
+    if (ch) {
+        agent_chan_errno(ch, err, msg);
+        p->chan = NULL;
+        ch->ops = NULL;
+        agent_chan_close(ch);
+    }
+    proc_free(p);
+}
+
+void agent_proc_started(struct proc *p, pid_t pid, const char *cwd, int out_fd, int err_fd,
+                        int in_fd, bool relayed)
+{
+    p->starting = false;
+    p->out[0].fd = out_fd;
+    p->out[1].fd = err_fd;
+    p->in_fd = in_fd;
+    p->out[0].relayed = p->out[1].relayed = relayed;
+    if (p->pty && p->ws_pending && ioctl(out_fd, TIOCSWINSZ, &p->ws) < 0)
+        log_debug("agent.pty_resize", "errno=%d", errno);
+    for (int i = 0; i < 2; i++)
+        if (p->out[i].fd >= 0)
+            fcntl(p->out[i].fd, F_SETFL, O_NONBLOCK);
+    if (p->in_fd >= 0)
+        fcntl(p->in_fd, F_SETFL, O_NONBLOCK);
+    p->pid = pid;
+    json_object_set_new(p->info, "cwd", json_string(cwd));
+    json_object_set_new(p->info, "pid", json_integer(pid));
+    for (int i = 0; i < 2; i++)
+        p->out[i].w.fd = p->out[i].fd;
+    p->in_w.fd = p->in_fd;
+    if (p->out[1].fd < 0)
+        p->out[1].ended = p->out[1].eof_sent = true;
+    p->next = proc_list;
+    proc_list = p;
+    /* A command quicker than this delivery was reaped as an unknown pid. */
+    p->exited = agent_spawn_async_claim(pid, &p->status);
+    if (p->chan)
+        agent_chan_event(p->chan, json_pack("{s:s, s:i}", "type", "started", "pid", (int)pid));
+    proc_orphan_kill(p); /* its channel closed while it was starting */
+    if (p->in_fd < 0 && p->in_buf.len) { /* stdin sent to a command that takes none */
+        if (p->chan)
+            agent_chan_grant(p->chan, (uint32_t)p->in_buf.len);
+        agent_buf_free(&p->in_buf);
+    }
+    proc_in_flush(p); /* stdin the host sent while the spawn was in flight */
+    proc_service(p);
+}
+
+unsigned agent_proc_running(void)
 {
     unsigned running = agent_spawn_async_pending();
     for (struct proc *q = proc_list; q; q = q->next)
         running += !q->exited;
-    if (running >= AGENT_PROC_MAX)
-        return agent_chan_fail(ch, FRAME_E_TOO_MANY, "%d processes are running", AGENT_PROC_MAX);
-    struct proc_start *st = calloc(1, sizeof *st);
-    json_t *info = st ? json_object() : NULL;
-    struct proc *p = info ? proc_new(info) : NULL;
-    if (!p) {
-        json_decref(info);
-        free(st);
-        return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
-    }
-    st->p = p;
-    st->master = st->slave = -1;
-    for (int i = 0; i < 2; i++)
-        st->in[i] = st->out[i] = st->err[i] = -1;
-    struct spawn *s = &st->s;
-    if (exec_parse(ch, req, s, info) < 0) {
-        proc_free(p);
-        proc_start_free(st);
-        return agent_chan_close(ch);
-    }
-    if (spawn_fds(st) < 0) {
-        int e = errno;
-        spawn_done(st, -1, e, AGENT_SPAWN_START); /* no channel yet: just frees */
-        return agent_chan_fail_errno(ch, e, "starting process");
-    }
-    st->sp = (struct agent_spawn){.argv = s->argv, .envp = s->envp, .cwd = s->cwd,
-                                  .user = &s->user, .pty = s->pty,
-                                  .in_fd = s->pty ? st->slave : st->in[0],
-                                  .out_fd = s->pty ? st->slave : st->out[1],
-                                  .err_fd = s->pty ? st->slave : st->err[1]};
-    /* The channel is the process's from now on: stdin is kept, a resize is kept for the
-     * pty, and a host that closes the channel before the spawn is delivered leaves a
-     * detached process behind. */
-    p->starting = true;
-    p->pty = s->pty;
-    proc_attach(p, ch);
-    if (agent_spawn_async_start(&st->sp, spawn_pick_cwd, spawn_done, st) < 0)
-        spawn_done(st, -1, errno, AGENT_SPAWN_START);
+    return running;
+}
+
+json_t *agent_proc_env(void)
+{
+    return proc_env;
 }
 
 void agent_op_attach(struct agent_chan *ch, json_t *req)
@@ -720,6 +486,7 @@ void agent_op_attach(struct agent_chan *ch, json_t *req)
             found = p; /* a running process wins over an old record of the same pid */
     if (!found)
         return agent_chan_fail(ch, FRAME_E_NOT_FOUND, "no process %lld", pid);
+    found->unconfirmed = false; /* the host knows its pid: it can reach it again */
     proc_attach(found, ch);
     agent_chan_event(ch, json_pack("{s:s, s:i, s:b}", "type", "attached", "pid", (int)pid, "pty",
                                    found->pty));

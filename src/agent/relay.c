@@ -30,13 +30,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "agent/thread.h"
 
 #define RELAY_CHUNK (16 * 1024)
 #define RELAY_STACK (64 * 1024)
@@ -148,21 +148,8 @@ int agent_relay_start(int pipe_fd, enum agent_relay_dir dir)
     if (fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0 || !(r = malloc(sizeof *r)))
         goto fail;
     *r = (struct relay){.pipe_fd = pipe_fd, .sock_fd = sv[1], .dir = dir};
-    pthread_attr_t attr;
-    if ((errno = pthread_attr_init(&attr)) != 0)
-        goto fail;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, RELAY_STACK);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, relay_main, r);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc == 0)
+    if (agent_thread_start(relay_main, r, RELAY_STACK) == 0)
         return sv[0];
-    errno = rc;
 fail:
     e = errno;
     free(r);

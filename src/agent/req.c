@@ -1,6 +1,6 @@
 /* req.c: request field getters and path normalisation; see req.h. */
 #include "agent/req.h"
-#include "agent/fuse_relay.h"
+#include "agent/resolve.h"
 
 #include <errno.h>
 #include <string.h>
@@ -139,16 +139,18 @@ int agent_req_path_any(struct agent_chan *ch, json_t *req, const char *key,
 }
 
 int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
-                   const struct agent_user *u, char *out)
+                   const struct agent_user *u, bool follow_last, char *shown, char *out)
 {
-    if (agent_req_path_any(ch, req, key, u, out) < 0)
+    char buf[PATH_MAX], *lexical = shown ? shown : buf;
+    if (agent_req_path_any(ch, req, key, u, lexical) < 0)
         return -1;
-    /* The agent's own file ops on a volume would wait for replies only this loop can
-     * relay (fuse_relay.c): refused. */
-    if (agent_fuse_covers(out)) {
-        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "%s \"%.200s\": inside a volume mount "
-                         "(use the volume files API, or a command in the sandbox)", key, out);
-        return -1;
-    }
-    return 0;
+    if (agent_resolve(lexical, follow_last, out) == 0)
+        return 0;
+    if (errno == EXDEV)
+        agent_chan_error(ch, FRAME_E_INVALID_ARGUMENT, "%s \"%.200s\": inside a volume mount, or "
+                         "leads into one (use the volume files API, or a command in the sandbox)",
+                         key, lexical);
+    else
+        agent_chan_errno(ch, errno, lexical);
+    return -1;
 }

@@ -30,10 +30,13 @@ int agent_req_user(struct agent_chan *ch, json_t *req, struct agent_user *u);
 /* A path field resolved (lexically) against u's home into out[PATH_MAX]. */
 int agent_req_path_any(struct agent_chan *ch, json_t *req, const char *key,
                        const struct agent_user *u, char *out);
-/* The same, refused inside a volume mount: for paths the agent itself opens on its loop,
- * which would wait for FUSE replies only that loop relays (fuse_relay.c). */
+/* The same (into shown[PATH_MAX], unless NULL: the path as the request named it, for
+ * replies), then resolved through the file system (agent_resolve: links followed, the
+ * last one only if follow_last) into out[PATH_MAX], and refused when it leads into a
+ * volume mount: for paths the agent itself opens on its loop, which would wait for FUSE
+ * replies only that loop can relay (fuse_relay.c). out is made of real directories. */
 int agent_req_path(struct agent_chan *ch, json_t *req, const char *key,
-                   const struct agent_user *u, char *out);
+                   const struct agent_user *u, bool follow_last, char *shown, char *out);
 
 /* Lexical resolution used by agent_req_path: 0, or -1 with *why set. */
 int agent_path_resolve(const char *in, const char *home, char *out, size_t cap,

@@ -4,14 +4,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include "agent/loop.h"
+#include "agent/thread.h"
 #include "log.h"
 
 /* The thread's: agent_spawn_start's child stack (32 KiB) and its PATH buffer live on it. */
@@ -90,28 +89,13 @@ int agent_spawn_async_start(const struct agent_spawn *s, void (*prepare)(void *a
                             agent_spawn_async_fn fn, void *arg)
 {
     struct agent_spawn_async *j = NULL;
-    pthread_attr_t attr;
     if (sa_init() < 0 || agent_loop_set(&sa_watch, EPOLLIN) < 0 || !(j = malloc(sizeof *j)))
         goto fail;
     *j = (struct agent_spawn_async){.s = s, .prepare = prepare, .fn = fn, .arg = arg};
-    if ((errno = pthread_attr_init(&attr)) != 0)
-        goto fail;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, SPAWN_ASYNC_STACK);
-    /* Every signal blocked: SIGCHLD must stay pending for the loop's signalfd (the child
-     * unblocks its own mask). */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, sa_main, j);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc == 0) {
+    if (agent_thread_start(sa_main, j, SPAWN_ASYNC_STACK) == 0) {
         sa_pending++;
         return 0;
     }
-    errno = rc;
 fail:;
     int e = errno;
     free(j);

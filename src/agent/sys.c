@@ -61,10 +61,10 @@ bool agent_sys_shutdown_requested(void)
 
 json_t *agent_sys_hello(void)
 {
-    return json_pack("{s:i, s:i, s:s, s:[sssssssssss], s:s, s:i}", "version", FRAME_VERSION,
+    return json_pack("{s:i, s:i, s:s, s:[ssssssssssss], s:s, s:i}", "version", FRAME_VERSION,
                      "min_version", FRAME_MIN_VERSION, "software", AGENT_SOFTWARE, "features",
                      "exec", "pty", "attach", "ps", "files", "watch", "refresh", "shutdown",
-                     "tcp", "metrics", "mount", "boot_id", sys_boot_id, "pid", (int)getpid());
+                     "tcp", "metrics", "mount", "confirm", "boot_id", sys_boot_id, "pid", (int)getpid());
 }
 
 #ifndef RNDRESEEDCRNG

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "agent/resolve.h"
+
 /* One cached file: its text with ':' and '\n' left in place, and what it was read at. */
 struct users_file {
     const char *name;     /* "passwd" or "group" */
@@ -53,8 +55,12 @@ const char *agent_user_workdir(void) { return users_workdir[0] ? users_workdir :
 /* Returns the file's text, re-reading it if it changed; NULL with errno on failure. */
 static const char *users_load(struct users_file *f)
 {
-    char path[300];
-    snprintf(path, sizeof path, "%s/%s", users_dir, f->name);
+    char name[300], path[PATH_MAX];
+    snprintf(name, sizeof name, "%s/%s", users_dir, f->name);
+    /* Read on the loop: /etc/passwd must not lead into a volume mount (resolve.h; then
+     * EXDEV, "Invalid cross-device link", and requests naming a user fail). */
+    if (agent_resolve(name, true, path) < 0)
+        return NULL;
     struct stat st;
     if (stat(path, &st) < 0)
         return NULL;

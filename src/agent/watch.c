@@ -1,7 +1,8 @@
 /* watch.c: `watch`, filesystem events from inotify until the host closes the channel.
  * Recursive watches add a watch for every directory below, and for new ones as they
  * appear. Reading inotify pauses while the output queue to the host is congested (the
- * kernel queue then overflows and the host gets an "overflow" event). */
+ * kernel queue then overflows and the host gets an "overflow" event). Nothing on a volume
+ * mount is watched or stat'ed (resolve.h): a recursive watch skips a mount point below. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "agent/loop.h"
 #include "agent/ops.h"
 #include "agent/req.h"
+#include "agent/resolve.h"
 
 #define WATCH_MASK (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | \
                     IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR)
@@ -32,7 +34,8 @@ struct watch {
     struct agent_chan *ch;
     int fd;                       /* inotify instance */
     struct agent_watch w;
-    char root[PATH_MAX];
+    char root[PATH_MAX];          /* resolved (resolve.h) */
+    char shown[PATH_MAX];         /* as the request named it, for stat objects */
     bool recursive;
     bool stat;                    /* add the entry's stat object to events */
     struct watch_dir *dirs;       /* owned array */
@@ -68,6 +71,12 @@ static int watch_add(struct watch *wt, const char *rel)
         errno = ENOSPC;
         return -1;
     }
+    /* A directory below the root (found by the walk, or created since) may be a
+     * volume's mount point by now: checked without asking FUSE, and skipped. The root
+     * was resolved by agent_req_path. */
+    struct stat st;
+    if (rel[0] && (agent_resolve_lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)))
+        return -1;
     int wd = inotify_add_watch(wt->fd, path, WATCH_MASK);
     if (wd < 0)
         return -1;
@@ -130,14 +139,16 @@ static void watch_event(struct watch *wt, const struct inotify_event *ev)
     if (snprintf(name, sizeof name, "%s%s%s", rel, rel[0] && leaf[0] ? "/" : "", leaf) >= (int)sizeof name)
         return;
     json_t *fs = json_pack("{s:s, s:s, s:s}", "type", "fs", "name", name, "op", op);
-    char full[PATH_MAX];
+    char full[PATH_MAX], shown[PATH_MAX];
     struct stat st;
     /* Best effort: the entry may be gone again by now (then the event has no stat). */
     if (fs && wt->stat &&
         snprintf(full, sizeof full, "%s%s%s", wt->root, strcmp(wt->root, "/") && name[0] ? "/" : "",
                  name) < (int)sizeof full &&
-        lstat(full, &st) == 0)
-        json_object_set_new(fs, "stat", agent_fs_stat_json(full, &st));
+        snprintf(shown, sizeof shown, "%s%s%s", wt->shown, strcmp(wt->shown, "/") && name[0] ? "/" : "",
+                 name) < (int)sizeof shown &&
+        agent_resolve_lstat(full, &st) == 0)
+        json_object_set_new(fs, "stat", agent_fs_stat_json(shown, full, &st));
     agent_chan_event(wt->ch, fs);
     if (wt->recursive && (ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO)))
         watch_add(wt, name);
@@ -182,7 +193,7 @@ void agent_op_watch(struct agent_chan *ch, json_t *req)
     if (!wt)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     wt->fd = -1;
-    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, wt->root) < 0 ||
+    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, true, wt->shown, wt->root) < 0 ||
         agent_req_bool(ch, req, "recursive", false, &wt->recursive) < 0 ||
         agent_req_bool(ch, req, "stat", false, &wt->stat) < 0) {
         free(wt);
@@ -192,7 +203,7 @@ void agent_op_watch(struct agent_chan *ch, json_t *req)
     wt->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     wt->w = (struct agent_watch){.fd = wt->fd, .fn = watch_readable, .arg = wt};
     if (wt->fd < 0 || watch_add(wt, "") < 0 || agent_loop_set(&wt->w, EPOLLIN) < 0) {
-        agent_chan_errno(ch, errno, wt->root);
+        agent_chan_errno(ch, errno, wt->shown);
         if (wt->fd >= 0)
             watch_free(wt);
         else

@@ -76,9 +76,9 @@ static const struct agent_chan_ops read_ops = {
 void agent_op_read(struct agent_chan *ch, json_t *req)
 {
     struct agent_user u;
-    char path[PATH_MAX];
+    char shown[PATH_MAX], path[PATH_MAX];
     long long offset, length;
-    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, path) < 0 ||
+    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, true, shown, path) < 0 ||
         agent_req_int(ch, req, "offset", 0, INT64_MAX, 0, &offset) < 0 ||
         agent_req_int(ch, req, "length", 0, INT64_MAX, INT64_MAX, &length) < 0)
         return agent_chan_close(ch);
@@ -88,13 +88,13 @@ void agent_op_read(struct agent_chan *ch, json_t *req)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        return agent_chan_fail_errno(ch, e, path);
+        return agent_chan_fail_errno(ch, e, shown);
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         if (S_ISDIR(st.st_mode))
-            return agent_chan_fail(ch, FRAME_E_IS_DIR, "%s is a directory", path);
-        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "%s is not a regular file", path);
+            return agent_chan_fail(ch, FRAME_E_IS_DIR, "%s is a directory", shown);
+        return agent_chan_fail(ch, FRAME_E_INVALID_ARGUMENT, "%s is not a regular file", shown);
     }
     struct xfer_read *r = malloc(sizeof *r);
     if (!r) {
@@ -102,7 +102,7 @@ void agent_op_read(struct agent_chan *ch, json_t *req)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     }
     *r = (struct xfer_read){.fd = fd, .off = (off_t)offset, .left = (uint64_t)length};
-    agent_chan_event(ch, json_pack("{s:s, s:o}", "type", "stat", "stat", agent_fs_stat_json(path, &st)));
+    agent_chan_event(ch, json_pack("{s:s, s:o}", "type", "stat", "stat", agent_fs_stat_json(shown, path, &st)));
     ch->impl = r;
     ch->ops = &read_ops;
     read_pump(ch);
@@ -113,7 +113,8 @@ void agent_op_read(struct agent_chan *ch, json_t *req)
  * writes (E2B's, which keep the inode) go direct. */
 struct xfer_write {
     int fd;
-    char path[PATH_MAX];   /* target */
+    char path[PATH_MAX];   /* target (resolved) */
+    char shown[PATH_MAX];  /* target as the request named it */
     char tmp[PATH_MAX];    /* temporary file, "" when writing the target directly */
 };
 
@@ -133,7 +134,7 @@ static void write_on_data(struct agent_chan *ch, const uint8_t *p, size_t n)
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
-            agent_chan_errno(ch, errno, w->path);
+            agent_chan_errno(ch, errno, w->shown);
             write_free(w, false);
             return agent_chan_close(ch);
         }
@@ -147,11 +148,11 @@ static void write_on_eof(struct agent_chan *ch)
     struct xfer_write *w = ch->impl;
     struct stat st;
     if (w->tmp[0] && rename(w->tmp, w->path) < 0) {
-        agent_chan_errno(ch, errno, w->path);
+        agent_chan_errno(ch, errno, w->shown);
         write_free(w, false);
         return agent_chan_close(ch);
     }
-    json_t *res = lstat(w->path, &st) == 0 ? json_pack("{s:o}", "stat", agent_fs_stat_json(w->path, &st)) : NULL;
+    json_t *res = lstat(w->path, &st) == 0 ? json_pack("{s:o}", "stat", agent_fs_stat_json(w->shown, w->path, &st)) : NULL;
     write_free(w, true);
     agent_op_result(ch, res);
 }
@@ -267,7 +268,7 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
     if (!w)
         return agent_chan_fail(ch, FRAME_E_INTERNAL, "out of memory");
     w->fd = -1;
-    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, w->path) < 0 ||
+    if (agent_req_user(ch, req, &u) < 0 || agent_req_path(ch, req, "path", &u, true, w->shown, w->path) < 0 ||
         agent_req_int(ch, req, "mode", 0, 07777, -1, &mode) < 0 ||
         agent_req_bool(ch, req, "append", false, &append) < 0 ||
         agent_req_bool(ch, req, "in_place", false, &in_place) < 0 ||
@@ -279,7 +280,7 @@ void agent_op_write(struct agent_chan *ch, json_t *req)
     if (write_open(w, &u, mode, append, in_place) < 0 ||
         (in_place && !append && !w->tmp[0] && write_xattrs_clear(w->fd) < 0) ||
         (json_is_object(xa) && write_xattrs_apply(w->fd, xa) < 0)) {
-        agent_chan_errno(ch, errno, w->path);
+        agent_chan_errno(ch, errno, w->shown);
         if (w->fd >= 0)
             write_free(w, false);
         else

@@ -184,3 +184,54 @@ def test_sendfile_from_volume_into_stdout_pipe(spaced):
     assert output_within(s, sid, "echo still-answering", 60) == (b"still-answering\n", 0)
     delete(s, sid)
     assert s.request("DELETE", "/v1/volumes/sendfile").status == 204
+
+
+def test_files_api_through_links_into_a_mount(spaced):
+    """The sandbox's own files API never enters a mount, whatever leads there: links the
+    guest plants elsewhere (to the mount point, to a dir and a file inside, one in the
+    middle of a path, a chain of links) are refused like a path inside the mount, and
+    the sandbox's agent still answers. Before, such a request passed the lexical check
+    and the agent waited for FUSE replies only its own loop relays: the request and the
+    sandbox hung. A listing of the mount's parent leaves the mount point out; a stat of
+    the link itself works. The bounded request timeout makes a hang fail instead of
+    blocking the run."""
+    s = spaced
+    assert s.request("POST", "/v1/volumes", {"name": "linked"}).status == 201
+    r = s.request("PUT", vfiles("linked", "/f.txt"), raw=b"volume file\n",
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 200, r
+    sid = create_mounting(s, [{"name": "linked", "path": "/mnt/v"}])
+    run(s, sid, "mkdir -p /mnt/v/d && echo in > /mnt/v/d/g && ln -s /mnt/v /tmp/l && "
+                "ln -s /mnt/v/d /tmp/ld && ln -s /mnt/v/f.txt /tmp/lf && mkdir /tmp/mid && "
+                "ln -s ../../mnt /tmp/mid/up && ln -s /tmp/c2 /tmp/c1 && ln -s l /tmp/c2")
+    files = "/v1/sandboxes/%s/files" % sid
+
+    def call(method, path, body=None, raw=None):
+        try:
+            return s.request(method, path, body, raw=raw, timeout=60)
+        except OSError as e:  # socket timeout: the agent waits on itself
+            raise AssertionError("%s %s: no answer in 60 s (%s): the agent hangs" % (method, path, e))
+
+    def refused(r, what):
+        assert r.status == 400 and "volume mount" in r.body.decode(), (what, r)
+
+    def q(p):
+        return urllib.parse.urlencode({"path": p})
+
+    for p in ("/tmp/l/f.txt", "/tmp/lf", "/tmp/ld/g", "/tmp/mid/up/v/f.txt", "/tmp/c1/f.txt"):
+        refused(call("GET", files + "?" + q(p)), ("read", p))
+        refused(call("GET", files + "/stat?" + q(p + "/x")), ("stat", p))
+        refused(call("PUT", files + "?" + q(p), raw=b"x"), ("write", p))
+        refused(call("DELETE", files + "?" + q(p + "/x")), ("remove", p))
+        refused(call("POST", files + "/mkdir", {"path": p + "/x"}), ("mkdir", p))
+        refused(call("POST", files + "/rename", {"from": p + "/x", "to": "/tmp/moved"}), ("rename", p))
+    for p in ("/tmp/l", "/tmp/ld", "/tmp/c1", "/tmp/mid/up/v"):
+        refused(call("GET", files + "/list?" + q(p)), ("list", p))
+    r = call("GET", files + "/list?" + q("/mnt"))
+    assert r.status == 200 and [e["name"] for e in r.json["entries"]] == [], r
+    r = call("GET", files + "/stat?" + q("/tmp/lf"))
+    assert r.status == 200 and r.json["file"]["type"] == "symlink", r
+    # the agent still answers, and the guest's own view through the links is intact
+    assert output_within(s, sid, "cat /tmp/lf /tmp/c1/d/g", 60) == (b"volume file\nin\n", 0)
+    delete(s, sid)
+    assert s.request("DELETE", "/v1/volumes/linked").status == 204

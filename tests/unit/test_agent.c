@@ -387,6 +387,65 @@ static void test_detach_attach(void **state)
     ah_stop(&h);
 }
 
+/* Starts `sleep 1000` (exec with confirm as given); returns its pid. */
+static int start_sleeper(struct ah *h, struct col *k, bool confirm)
+{
+    col_open(h, k, json_pack("{s:s, s:[sss], s:b}", "op", "exec", "argv", "sh", "-c", "sleep 1000",
+                             "confirm", confirm), 0, true);
+    ah_wait(h, &k->started);
+    int pid = (int)json_integer_value(json_object_get(col_find(k, "started"), "pid"));
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* Attaches to pid and returns how it ended (col_exit), killing it first if kill_it. */
+static int attach_exit(struct ah *h, int pid, bool kill_it)
+{
+    struct col k;
+    col_open(h, &k, json_pack("{s:s, s:i}", "op", "attach", "pid", pid), 0, true);
+    ah_wait(h, &k.started);
+    if (kill_it) {
+        json_t *sig = json_pack("{s:s, s:i}", "op", "signal", "signal", 15);
+        assert_int_equal(agentc_ctrl(k.ch, sig), 0);
+        json_decref(sig);
+    }
+    ah_wait(h, &k.closed);
+    int code = col_exit(&k);
+    col_free(&k);
+    return code;
+}
+
+/* exec "confirm": a process whose channel ends before the host's CTRL confirm (the host
+ * never recorded its pid: a lost "started", a restart of spaced) is killed, by a CLOSE
+ * or by the connection going; a confirmed one, one without "confirm" and one re-attached
+ * by pid live on, detached, as before (the rule the session layer relies on). */
+static void test_exec_confirm(void **state)
+{
+    struct ah h;
+    ah_start_mode(&h, true);
+    struct col lost, confirmed, plain, closed;
+    int lost_pid = start_sleeper(&h, &lost, true);
+    int confirmed_pid = start_sleeper(&h, &confirmed, true);
+    json_t *c = json_pack("{s:s}", "op", "confirm");
+    assert_int_equal(agentc_ctrl(confirmed.ch, c), 0);
+    json_decref(c);
+    int plain_pid = start_sleeper(&h, &plain, false);
+    int closed_pid = start_sleeper(&h, &closed, true);
+    agentc_close(closed.ch); /* a CLOSE before the confirm kills too */
+    col_free(&closed);
+    assert_int_equal(attach_exit(&h, closed_pid, false), -1000 - SIGKILL);
+    /* the connection goes (as when spaced restarts), then a new one */
+    agentc_free(h.c);
+    col_free(&lost);
+    col_free(&confirmed);
+    col_free(&plain);
+    ah_reconnect(&h);
+    assert_int_equal(attach_exit(&h, lost_pid, false), -1000 - SIGKILL);
+    assert_int_equal(attach_exit(&h, confirmed_pid, true), -1000 - SIGTERM);
+    assert_int_equal(attach_exit(&h, plain_pid, true), -1000 - SIGTERM);
+    ah_stop(&h);
+}
+
 /* Closing an exec channel detaches (the process lives); attach moves a process. */
 static void test_close_detaches(void **state)
 {
@@ -515,7 +574,8 @@ int main(void)
         cmocka_unit_test(test_exec_pty),       cmocka_unit_test(test_exec_pty_resize_at_once),
         cmocka_unit_test(test_exec_many),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_detach_attach),
-        cmocka_unit_test(test_close_detaches), cmocka_unit_test(test_refresh_health),
+        cmocka_unit_test(test_close_detaches), cmocka_unit_test(test_exec_confirm),
+        cmocka_unit_test(test_refresh_health),
         cmocka_unit_test(test_refresh_default_user),
         cmocka_unit_test(test_shutdown),
     };

@@ -151,6 +151,17 @@ static void sess_forget_chan(struct sess *s)
     s->link = NULL;
 }
 
+/* Whether the agent announces the exec field "confirm" (docs/agent-protocol.md exec). */
+static bool sess_agent_confirms(struct agentc *agent)
+{
+    json_t *v;
+    size_t i;
+    json_array_foreach(json_object_get(agentc_hello(agent), "features"), i, v)
+        if (json_is_string(v) && !strcmp(json_string_value(v), "confirm"))
+            return true;
+    return false;
+}
+
 /* Opens the exec channel (first attach) or re-attaches a detached process. */
 static int sess_open_chan(struct sess *s, struct agentc *agent, struct spaced_err *err)
 {
@@ -163,9 +174,23 @@ static int sess_open_chan(struct sess *s, struct agentc *agent, struct spaced_er
         return spaced_err_set(err, 409, "not_running",
                               "sandbox %s is not running; resume or wake it first", s->sbx);
     json_t *req;
-    if (s->state == SESS_CREATED)
-        req = json_incref(s->spec.exec);
-    else if (s->pid > 0)
+    if (s->state == SESS_CREATED) {
+        /* The process is the agent's to kill until we have stored its pid (sess_on_event
+         * confirms then): if the "started" is lost with the connection, or spaced
+         * restarts before storing it, nothing could reach the process again. */
+        s->confirm = sess_agent_confirms(agent);
+        req = s->confirm ? json_deep_copy(s->spec.exec) : json_incref(s->spec.exec);
+        if (req && s->confirm)
+            json_object_set_new(req, "confirm", json_true());
+        /* Stored as starting before the exec goes out: a spaced restarted from here on
+         * finds it lost (sess_store.c) instead of running the command a second time. */
+        s->state = SESS_STARTING;
+        if (sess_persist(s) < 0) {
+            s->state = SESS_CREATED;
+            json_decref(req);
+            return spaced_err_set(err, 500, "internal", "cannot record the session's start");
+        }
+    } else if (s->pid > 0)
         req = json_pack("{s:s,s:I}", "op", "attach", "pid", (json_int_t)s->pid);
     else {
         sess_fail(s, SESS_LOST, "lost", "the agent connection ended before the process started");
@@ -181,6 +206,10 @@ static int sess_open_chan(struct sess *s, struct agentc *agent, struct spaced_er
     json_decref(req);
     if (!s->chan) {
         free(link);
+        if (s->state == SESS_STARTING && s->pid == 0) { /* the exec never went out */
+            s->state = SESS_CREATED;
+            sess_persist(s);
+        }
         return spaced_err_set(err, 503, "unavailable", "cannot reach the sandbox's agent: %s",
                               why[0] ? why : "out of memory");
     }
@@ -190,10 +219,8 @@ static int sess_open_chan(struct sess *s, struct agentc *agent, struct spaced_er
         s->credit[i] = FRAME_WINDOW_INITIAL;
         s->eof[i] = false;
     }
-    if (s->state == SESS_CREATED) {
-        s->state = SESS_STARTING;
+    if (s->state == SESS_STARTING && s->pid == 0)
         log_info("session.start", "session=%s sandbox=%s", s->id, s->sbx);
-    }
     /* stdin was closed on the previous channel; close it on this one too. */
     if (s->stdin_closed && s->spec.stdin_open)
         agentc_eof(s->chan);
@@ -246,6 +273,11 @@ static void sess_on_event(void *arg, json_t *ev)
             s->started_ms = spaced_now_ms();
             sess_append_json(s, EVLOG_START, json_pack("{s:I}", "pid", (json_int_t)s->pid));
             sess_persist(s); /* the pid is what a restarted spaced re-attaches by */
+            /* Stored: the agent may let the process outlive this channel now. */
+            json_t *c = s->confirm ? json_pack("{s:s}", "op", "confirm") : NULL;
+            if (c && s->chan && agentc_ctrl(s->chan, c) < 0)
+                log_warn("session.confirm", "session=%s: cannot send", s->id);
+            json_decref(c);
             if (s->spec.timeout_s > 0)
                 evtimer_add(s->timer, &(struct timeval){.tv_sec = s->spec.timeout_s});
             sess_readers_pump(s);
@@ -324,8 +356,10 @@ static void sess_on_close(void *arg)
          * is unknown and it has no pid to re-attach by, and only a pid is re-attached
          * (sess_gc, sess_on_sbx). Left `starting`, its attach streams waited forever. */
         sess_fail(s, SESS_LOST, "agent_disconnected",
-                  "the agent connection ended before the process was reported started; "
-                  "it may or may not have run");
+                  s->confirm ? "the agent connection ended before the process was reported "
+                               "started; if it had begun, the agent ended it"
+                             : "the agent connection ended before the process was reported "
+                               "started; it may or may not have run");
 }
 
 static void sess_on_drain(void *arg)

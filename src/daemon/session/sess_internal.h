@@ -45,6 +45,8 @@ struct sess {
     uint32_t credit[FRAME_STREAM_COUNT]; /* OUT/ERR credit the agent still holds */
     bool eof[FRAME_STREAM_COUNT];      /* agent ended OUT/ERR */
     bool stdin_closed;                 /* close-stdin sent (or stdin never open) */
+    bool confirm;                      /* the exec asked the agent to kill the process if
+                                        * its channel ends before our CTRL confirm */
     struct sess_reader *readers;       /* attached SSE clients */
     unsigned nreaders;
     struct http_req *stdin_req;        /* the stdin upload in progress, or NULL */
