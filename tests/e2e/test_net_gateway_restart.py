@@ -216,3 +216,29 @@ def test_restart_time_until_dns_answers(held):
     print("\ngateway SIGKILL -> DNS socket back in the sandbox: %s ms; gateway start %s ms, "
           "resync %s ms (spaced's log)" % (", ".join("%.0f" % t for t in times), up[-5:], resync[-5:]))
     delete(sp, sid)
+
+
+def test_pool_claim_while_the_gateway_restarts(held):
+    """A warm-pool claim would answer at once: with the gateway down the create does not
+    take a pooled VM (nothing would attach it), it restores and waits like the others.
+    Last: spaced runs with a pool from here on."""
+    from test_pool import start_pool, wait_pool
+    sp, hold = held
+    sp.stop(cleanup=False)
+    sp.start(extra=("--pool", "1"))  # the wrapper environment is kept
+    made, _ = start_pool(sp, 1, BODY)
+    wait_pool(sp, 1)
+    with gateway_held(hold):
+        kill_gateway(sp)
+        r = sp.create(BODY)
+        sid, op_id = r["sandbox"]["id"], r["operation"]["id"]
+        wait_while_held(sp, sid, op_id, hold)
+    op = sp.wait_op(op_id)
+    assert op["state"] == "succeeded", (op, sp.log())
+    ok, out = resolves(sp, sid)
+    assert ok, out
+    # With the gateway back, a create is claimed from the pool again and resolves at once.
+    wait_pool(sp, 1)
+    created_and_answering(sp)
+    for s in made + [sid]:
+        delete(sp, s)
