@@ -12,7 +12,8 @@ the hold is given up after 60 s so nothing hangs). Then:
     hold is released it succeeds, and its first DNS query is answered;
   - held past spaced's bound (10 s), the create fails with gateway_unavailable and
     leaves no namespace, no network record and no VM; the next create works;
-  - a start of a stopped sandbox and a restore of a suspended one wait the same way;
+  - a start of a stopped sandbox and a restore of a suspended one wait the same way; a
+    restore held past the bound fails and leaves the sandbox suspended, restorable;
   - measured (printed, not asserted): from the SIGKILL until the gateway's DNS socket is
     back in a running sandbox's namespace and the guest resolves again.
 Runs in the network lab (tests/netsec's fake internet, as test_network.py); skips, saying
@@ -100,8 +101,13 @@ def op_if_done(sp, op_id):
     return op if op["state"] in ("succeeded", "failed", "canceled") else None
 
 
+def full_log(sp):
+    with open(sp.log_path, errors="replace") as f:  # sp.log() is only the tail
+        return f.read()
+
+
 def waits_logged(sp, sid):
-    return re.search(r"sandbox\.gateway_wait.*sandbox=%s.*result=waiting" % sid, sp.log()) is not None
+    return re.search(r"sandbox\.gateway_wait.*sandbox=%s.*result=waiting" % sid, full_log(sp)) is not None
 
 
 def wait_while_held(sp, sid, op_id, hold):
@@ -173,6 +179,28 @@ def test_start_and_restore_wait_for_the_gateway(held, down, up):
     delete(sp, sid)
 
 
+def test_restore_stays_suspended_when_the_gateway_stays_down(held):
+    """Past the bound a restore fails with gateway_unavailable and starts no VM; the
+    sandbox is still suspended (its image kept: a failed sandbox could not be restored)
+    and restores once the gateway is back."""
+    sp, hold = held
+    sid = create(sp, ALLOW)
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    with gateway_held(hold):
+        kill_gateway(sp)
+        r = sp.request("POST", "/v1/sandboxes/%s/restore" % sid)
+        op = sp.wait_op(r.json["operation"]["id"])
+        assert op["state"] == "failed" and op["error"]["code"] == "gateway_unavailable", (op, sp.log())
+        assert not [p for p, argv in spacedlib.procs_naming(sp.data_dir) if any(sid in a for a in argv)]
+        assert sp.request("GET", "/v1/sandboxes/" + sid).json["sandbox"]["state"] == "suspended"
+    r = sp.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded", sp.log()
+    ok, out = resolves(sp, sid)
+    assert ok, out
+    delete(sp, sid)
+
+
 PROBE = r"""
 import sys, time
 def present():  # the gateway's DNS socket, 10.0.2.2:53, in this namespace
@@ -211,8 +239,8 @@ def test_restart_time_until_dns_answers(held):
         ok, out = resolves(sp, sid)
         assert ok, out
         time.sleep(3)  # served for a while: the next death is a crash, not a failed start
-    up = re.findall(r"gateway\.up.*start_ms=(\d+)", sp.log())
-    resync = re.findall(r"net\.resync.*ms=(\d+)", sp.log())
+    up = re.findall(r"gateway\.up.*start_ms=(\d+)", full_log(sp))
+    resync = re.findall(r"net\.resync.*ms=(\d+)", full_log(sp))
     print("\ngateway SIGKILL -> DNS socket back in the sandbox: %s ms; gateway start %s ms, "
           "resync %s ms (spaced's log)" % (", ".join("%.0f" % t for t in times), up[-5:], resync[-5:]))
     delete(sp, sid)
