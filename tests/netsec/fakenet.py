@@ -49,6 +49,8 @@ ZONE = {
     "evilallowed.test": ["203.0.113.20"],
     "allowed.test.evil.test": ["203.0.113.20"],
     "private.allowed.test": ["10.1.2.3"],
+    "private172.allowed.test": ["172.20.1.1"],
+    "private192.allowed.test": ["192.168.1.1"],
     "loop.allowed.test": ["127.0.0.1"],
     "meta.allowed.test": ["169.254.169.254"],
     "cgnat.allowed.test": ["100.64.0.1"],
@@ -68,6 +70,14 @@ ZONE = {
     "deb.mirror.test": ["203.0.113.50"],
     # More A records than a 512-byte UDP answer holds (DNS over TCP carries them all).
     "many.allowed.test": ["203.0.113.%d" % i for i in range(100, 132)],
+}
+# AAAA records: a public one for an allowed name, and names whose only addresses are the
+# IPv6 forms of forbidden IPv4 ones (IPv4-mapped loopback, NAT64 of loopback and of
+# 10/8). The gateway answers AAAA empty without asking (IPv6 never leaves a sandbox).
+ZONE6 = {
+    "allowed.test": ["2001:db8::10"],
+    "mapped.allowed.test": ["::ffff:127.0.0.1"],
+    "nat64.allowed.test": ["64:ff9b::7f00:1", "64:ff9b::a00:1"],
 }
 _rebind = [0]
 
@@ -130,12 +140,16 @@ def dns_answer(msg, server):
         _rebind[0] += 1
     elif name and name.endswith(".evil.test"):
         addrs = ["203.0.113.20"]
-    rcode = 0 if addrs is not None else 3
-    answers = b""
+    rcode = 0 if addrs is not None or name in ZONE6 else 3
+    answers, n = b"", 0
     if addrs and qtype == 1:
         for a in addrs:
             answers += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, ttl, 4) + socket.inet_aton(a)
-    n = len(answers) // 16
+            n += 1
+    if qtype == 28:
+        for a in ZONE6.get(name, []):
+            answers += b"\xc0\x0c" + struct.pack("!HHIH", 28, 1, ttl, 16) + socket.inet_pton(socket.AF_INET6, a)
+            n += 1
     hdr = msg[:2] + struct.pack("!HHHHH", 0x8400 | rcode, 1, n, 0, 0)
     return hdr + msg[12:off + 4] + answers
 

@@ -52,3 +52,27 @@ def ipv6_ra(src_mac):
     dst = bytes.fromhex("ff020000000000000000000000000001")
     hdr = struct.pack("!IHBB", 0x60000000, len(icmp), 58, 255) + src + dst
     return eth("33:33:00:00:00:01", src_mac, 0x86DD, hdr + icmp)
+
+
+def ipv6_icmp(src_mac, dst_mac, src, dst, icmp_type, body, hop=255):
+    """A well-formed ICMPv6 packet (checksum over the pseudo-header): the kind a host with
+    IPv6 on acts upon, so only a filter can make it vanish."""
+    s6, d6 = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
+    msg = struct.pack("!BBH", icmp_type, 0, 0) + body
+    pseudo = s6 + d6 + struct.pack("!IxxxB", len(msg), 58)
+    msg = msg[:2] + struct.pack("!H", csum(pseudo + msg)) + msg[4:]
+    hdr = struct.pack("!IHBB", 0x60000000, len(msg), 58, hop) + s6 + d6
+    return eth(dst_mac, src_mac, 0x86DD, hdr + msg)
+
+
+def ipv6_valid_set(src_mac, src_ll, dst_mac, dst_ll):
+    """Echo request and neighbour solicitation for dst_ll (each makes the receiver learn
+    src_ll as a neighbour), and a router advertisement from fe80::1 (makes a default
+    route), all well-formed."""
+    lladdr = struct.pack("!BB", 1, 1) + mac(src_mac)
+    echo = ipv6_icmp(src_mac, dst_mac, src_ll, dst_ll, 128, struct.pack("!HH", 0x5b, 1) + b"v6" * 16, 64)
+    ns = ipv6_icmp(src_mac, dst_mac, src_ll, dst_ll, 135,
+                   b"\0" * 4 + socket.inet_pton(socket.AF_INET6, dst_ll) + lladdr)
+    ra = ipv6_icmp(src_mac, "33:33:00:00:00:01", "fe80::1", "ff02::1", 134,
+                   struct.pack("!BBHII", 64, 0, 1800, 0, 0) + lladdr)
+    return [echo, ns, ra]

@@ -59,7 +59,7 @@ def parse_answer(r):
     while r[off]:
         off += 1 + r[off]
     off += 5
-    ips = []
+    ips, ips6 = [], []
     for _ in range(an):
         if r[off] & 0xC0:
             off += 2
@@ -71,8 +71,10 @@ def parse_answer(r):
         off += 10
         if typ == 1:
             ips.append(socket.inet_ntoa(r[off:off + 4]))
+        elif typ == 28:
+            ips6.append(socket.inet_ntop(socket.AF_INET6, r[off:off + 16]))
         off += ln
-    return {"rcode": rcode, "answers": ips, "ancount": an}
+    return {"rcode": rcode, "answers": ips, "answers6": ips6, "ancount": an}
 
 
 def cmd_dns(server, name, qtype, tcp=None):

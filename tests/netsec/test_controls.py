@@ -41,6 +41,15 @@ def test_resolvers_record_queries(lab):
             ("auth", "auth-probe.evil.test", 16)} <= seen, seen
 
 
+def test_nameserver_serves_aaaa(lab):
+    """test_dns.py::test_aaaa_empty means something: asked directly, the zone's
+    nameserver does answer the AAAA records the gateway must not pass on."""
+    r = from_gw(lab, "dns", "192.0.2.53", "mapped.allowed.test", "28")
+    assert r["answers6"] == ["::ffff:127.0.0.1"], r
+    r = from_gw(lab, "dns", "192.0.2.53", "nat64.allowed.test", "28", "tcp")
+    assert r["answers6"] == ["64:ff9b::7f00:1", "64:ff9b::a00:1"], r
+
+
 def test_web_servers_log_blocked_vhost_and_hosts(lab):
     """Direct requests for the blocked virtual host (SNI and Host) are logged."""
     mark = lab.mark()

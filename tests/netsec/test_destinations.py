@@ -8,7 +8,7 @@ import time
 
 import netlab
 
-FORBIDDEN = ["private", "loop", "meta", "cgnat", "zero", "mcast", "self"]
+FORBIDDEN = ["private", "private172", "private192", "loop", "meta", "cgnat", "zero", "mcast", "self"]
 
 
 def canary_hits(lab, mark):

@@ -94,6 +94,55 @@ def test_ipv6_router_advertisement_dropped(lab, sb):
     assert "inet6" not in addrs and "fe80::1" not in routes
 
 
+def _v6_state(ns):
+    neigh = netlab.sh("ip", "-6", "neigh", "show", "dev", "tap0", ns=ns).stdout
+    routes = netlab.sh("ip", "-6", "route", "show", ns=ns).stdout
+    return neigh, routes
+
+
+def test_ipv6_dropped_at_the_tap_with_ipv6_on_behind_it(lab, sb):
+    """The tap's filter alone stops IPv6 (RA, ND, echo). The namespace also has IPv6 off,
+    and the RA above has no valid checksum, so neither case above would see the filter
+    gone. Here IPv6 is turned on in the sandbox namespace (the second layer removed, for
+    the test) and the VM sends well-formed ICMPv6: an echo request and a neighbour
+    solicitation for the tap's link-local address, and a router advertisement. Nothing
+    may be learnt (no neighbour, no route). Control: with an accept rule for IPv6
+    inserted ahead of the filter, the same frames do make a neighbour and a route."""
+    ns, guest_ll = sb.ns, "fe80::5b:ff:fe00:1"
+    sysctls = ["net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6",
+               "net.ipv6.conf.tap0.disable_ipv6"]
+    netlab.sh("sysctl", "-qw", "net.ipv6.conf.tap0.accept_dad=0", ns=ns)
+    handle = None
+    try:
+        for k in sysctls:
+            netlab.sh("sysctl", "-qw", k + "=0", ns=ns)
+        addr = netlab.sh("ip", "-6", "-o", "addr", "show", "dev", "tap0", "scope", "link", ns=ns).stdout
+        assert "fe80::" in addr, "IPv6 did not come up on the tap: " + addr
+        tap_ll = addr.split("inet6 ", 1)[1].split("/", 1)[0]
+        v6 = frames.ipv6_valid_set(vmlab.GUEST_MAC, guest_ll, vmlab.gw_mac(sb), tap_ll)
+        send(sb, *v6)
+        time.sleep(1.0)
+        neigh, routes = _v6_state(ns)
+        assert guest_ll not in neigh and "fe80::1" not in routes, (neigh, routes)
+        # Control: without the filter's verdict, the same frames are acted upon.
+        netlab.sh("nft", "insert", "rule", "netdev", "space_l2", "ingress", "ether", "type", "ip6",
+                  "accept", "comment", "netsec-control", ns=ns)
+        listing = netlab.sh("nft", "-a", "list", "chain", "netdev", "space_l2", "ingress", ns=ns).stdout
+        handle = [l.rsplit("handle ", 1)[1].strip() for l in listing.splitlines() if "netsec-control" in l][0]
+        send(sb, *v6)
+        time.sleep(1.0)
+        neigh, routes = _v6_state(ns)
+        assert guest_ll in neigh and "default via fe80::1" in routes, \
+            "control: accepted, the frames should make a neighbour and a route: %s %s" % (neigh, routes)
+    finally:
+        if handle:
+            netlab.sh("nft", "delete", "rule", "netdev", "space_l2", "ingress", "handle", handle, ns=ns)
+        for k in sysctls:
+            netlab.sh("sysctl", "-qw", k + "=1", ns=ns)
+        netlab.sh("ip", "-6", "neigh", "flush", "dev", "tap0", ns=ns, check=False)
+    assert "netsec-control" not in netlab.sh("nft", "list", "ruleset", ns=ns).stdout
+
+
 def test_ipv6_traffic_gets_nothing(lab, sb):
     r = sb.py("ipv6")
     assert not r["reply"] and not r["connected"], r

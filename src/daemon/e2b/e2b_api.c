@@ -232,7 +232,10 @@ static void wait_done(struct wait *w, const struct store_op *op)
             store_op_clear(&del);
     }
     if (strcmp(op->state, "succeeded") != 0) {
-        rest_error(req, strcmp(op->error_code, "not_found") == 0 ? 404 : 500,
+        /* A gateway that stayed down is a temporary condition: the client retries. */
+        int status = strcmp(op->error_code, "not_found") == 0 ? 404
+                     : strcmp(op->error_code, "gateway_unavailable") == 0 ? 503 : 500;
+        rest_error(req, status,
                    "%s %s: %s", op->kind, op->state,
                    op->error_message ? op->error_message : op->error_code);
         return;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/net/net_internal.h"
@@ -287,19 +288,17 @@ static bool gw_attach(struct net *n, const struct net_rec *r, const char *nspath
     return ok;
 }
 
-/* Whether a claim whose attach failed must fail. A gateway that is down (starting,
- * restarting) is not an error: its first answered ping resyncs every record (net_gw.c),
- * and net_claim's contract says so. One that is up but did not take the attach (stuck,
- * refused) would leave the sandbox's DNS and egress refused until a resync that only a
- * gateway restart brings: the create would report a sandbox that cannot resolve. */
-static bool gw_attach_failed(struct net *n, const struct net_rec *r, const char *nspath)
+/* A claim's error when the gateway did not take the attach, whatever the reason: down
+ * (restarting), stuck (its control socket times out) or refusing. A VM started anyway
+ * would have its DNS refused and every connection reset until the next resync, and the
+ * create would report a sandbox that cannot resolve. Callers that can wait for a
+ * restarting gateway check net_gateway_up first (sbx_gwwait.c). */
+static int gw_unavailable(struct net *n, struct spaced_err *err, const char *sandbox)
 {
-    return !gw_attach(n, r, nspath, true) && net_gateway_up(n);
-}
-
-/* The claim's error for gw_attach_failed. */
-static int gw_unavailable(struct spaced_err *err, const char *sandbox)
-{
+    if (!net_gateway_up(n))
+        return spaced_err_set(err, 503, "gateway_unavailable",
+                              "the network gateway is not running (spaced restarts it); "
+                              "sandbox %s was not attached: try again", sandbox);
     return spaced_err_set(err, 503, "gateway_unavailable",
                           "the network gateway did not attach sandbox %s (see spaced's log); "
                           "try again", sandbox);
@@ -313,6 +312,8 @@ void net_on_gateway_up(struct net *n, void (*fn)(void *arg), void *arg)
 
 void net_gateway_resync(struct net *n)
 {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (n->gateway_up)
         n->gateway_up(n->gateway_up_arg); /* the tenants' rules before the sandboxes */
     unsigned count = 0;
@@ -326,7 +327,9 @@ void net_gateway_resync(struct net *n)
         gw_attach(n, r, path, false); /* a failure is logged; the next resync retries */
         count++;
     }
-    log_info("net.resync", "attached=%u", count);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    log_info("net.resync", "attached=%u ms=%lld", count,
+             (long long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
 }
 
 bool net_gateway_up(struct net *n)
@@ -503,10 +506,10 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
         return 0;
     if (lease_tap(n, sandbox, out, err) != 0)
         return -1;
-    if (gw_attach_failed(n, r, out->netns)) {
+    if (!gw_attach(n, r, out->netns, true)) {
         close(out->tap_fd);
         out->tap_fd = -1;
-        return gw_unavailable(err, sandbox);
+        return gw_unavailable(n, err, sandbox);
     }
     return 0;
 }
@@ -547,9 +550,9 @@ int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
             spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
         return -1;
     }
-    if (gw_attach_failed(n, r, to)) {
+    if (!gw_attach(n, r, to, true)) {
         net_ns_unmount(to); /* owner's is still mounted, for net_release(owner) */
-        return gw_unavailable(err, sandbox);
+        return gw_unavailable(n, err, sandbox);
     }
     net_ns_unmount(from);
     return 0;

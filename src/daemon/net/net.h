@@ -106,12 +106,14 @@ bool net_policy_rule_ok(const char *s);
  * namespace (taken from the pool at the first claim, the same one afterwards), a fresh
  * fd on its tap, and the gateway attached with the policy. policy_json is the policy to
  * use the first time (the create request's); once a record exists it wins, since live
- * changes are recorded there. A gateway that is down is not an error: it is attached as
- * soon as it is back, and until then nothing answers in the namespace. One that is up but
- * does not take the attach (stuck: its control socket times out; or refusing) fails the
- * claim with 503 gateway_unavailable: nothing would ever attach it. An attachment the
- * gateway still holds under the id is replaced (the namespace may be new). Returns 0, or
- * -1 with err (nothing claimed). */
+ * changes are recorded there. A gateway that does not take the attach fails the claim
+ * with 503 gateway_unavailable, whether it is down (restarting), stuck (its control
+ * socket times out) or refusing: a VM started without the attach would have nothing
+ * answering in its namespace. A caller that can wait for a restart asks net_gateway_up
+ * first (the sandbox module waits up to 10 s, sbx_gwwait.c). An attachment the gateway
+ * still holds under the id is replaced (the namespace may be new). Returns 0, or -1 with
+ * err (nothing claimed; the record and namespace made for a first claim stay for the
+ * next attempt, net_release removes them). */
 int net_claim(struct net *n, const char *sandbox, const char *tenant, const char *policy_json,
               struct net_lease *out, struct spaced_err *err);
 
@@ -164,7 +166,9 @@ void net_release(struct net *n, const char *sandbox);
  * was down, or between its delete and the release). */
 void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), void *arg);
 
-/* True while a gateway answers on the control socket (health, tests). */
+/* True while a gateway answers on the control socket and has been sent every record
+ * (health, tests, and a VM start deciding to wait): a supervised gateway that died is
+ * down from the moment it exits, before its exit event is handled. */
 bool net_gateway_up(struct net *n);
 
 /* spaced's network module (sp->net, made by main.c with net_spaced_new; freed with

@@ -4,8 +4,12 @@
  * the network down) and is left running when spaced stops: sandboxes outlive spaced,
  * and so must their network. Its pid is kept in <dir>/gateway.pid so the next spaced
  * adopts it (after checking that the pid still runs the same program) instead of
- * starting a second one. Death is noticed through a pidfd; restarts back off from
- * 200 ms to 10 s. Each time a gateway answers its first ping, every sandbox's attach,
+ * starting a second one. Death is noticed through a pidfd. A gateway that had served
+ * for STABLE_MS is restarted at once (a crash of a working gateway costs its start-up
+ * time, not a backoff: VM starts wait for it, sbx_gwwait.c); one that dies sooner, or
+ * never answers, is restarted after a backoff from 200 ms to 10 s, so a gateway that
+ * cannot start does not spin. Its control socket is polled every PING_EVERY_MS until
+ * it answers. Each time a gateway answers its first ping, every sandbox's attach,
  * policy and credentials are sent again (net_gateway_resync: first what net_on_gateway_up
  * registered, the tenants' rules, then the sandboxes): the gateway keeps no state of its
  * own across restarts. */
@@ -21,6 +25,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/net/net_internal.h"
@@ -29,8 +34,9 @@
 #define GW_ARGS_MAX 40 /* our 5 + the caller's extra arguments */
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 10000
-#define PING_EVERY_MS 100
-#define PING_TRIES 150 /* 15 s for a fresh gateway to open its control socket */
+#define STABLE_MS 2000 /* served this long: its death is a crash, not a failed start */
+#define PING_EVERY_MS 20 /* a refused connect on a local socket: cheap */
+#define PING_TRIES 750   /* 15 s for a fresh gateway to open its control socket */
 
 struct net_gw {
     struct net *n;
@@ -48,7 +54,16 @@ struct net_gw {
     int backoff_ms;
     int ping_left;               /* pings before giving up on a fresh gateway */
     bool up;                     /* answered a ping since it was (re)started */
+    int64_t spawned_ms;          /* CLOCK_MONOTONIC of the last spawn (0: adopted) */
+    int64_t up_ms;               /* of its first answered ping */
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void arm(struct net_gw *g, int ms)
 {
@@ -139,6 +154,7 @@ static void spawn(struct net_gw *g)
         return;
     }
     write_pid(g);
+    g->spawned_ms = mono_ms();
     log_info("gateway.start", "pid=%d", (int)pid);
     g->ping_left = PING_TRIES;
     arm(g, PING_EVERY_MS);
@@ -155,7 +171,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         return;
     if (ping(g)) {
         g->up = true;
+        g->up_ms = mono_ms();
         g->backoff_ms = BACKOFF_MIN_MS;
+        log_info("gateway.up", "pid=%d start_ms=%lld", (int)g->pid,
+                 (long long)(g->up_ms - g->spawned_ms));
         net_gateway_resync(g->n);
         return;
     }
@@ -175,14 +194,19 @@ static void on_exit_cb(evutil_socket_t fd, short what, void *arg)
     int status = 0;
     if (g->child)
         waitpid(g->pid, &status, 0);
-    log_error("gateway.exit", "pid=%d status=%d restart_in_ms=%d", (int)g->pid, status,
-              g->backoff_ms);
+    /* A gateway that served a while crashed: sandboxes wait for it, restart now. */
+    bool stable = g->up && mono_ms() - g->up_ms >= STABLE_MS;
+    int delay = stable ? 0 : g->backoff_ms;
+    log_error("gateway.exit", "pid=%d status=%d restart_in_ms=%d", (int)g->pid, status, delay);
     unwatch(g);
     g->pid = 0;
     g->up = false;
     evtimer_del(g->timer);
-    arm(g, g->backoff_ms);
-    g->backoff_ms = g->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : g->backoff_ms * 2;
+    arm(g, delay);
+    if (stable)
+        g->backoff_ms = BACKOFF_MIN_MS;
+    else
+        g->backoff_ms = g->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : g->backoff_ms * 2;
 }
 
 /* Adopts the gateway a previous spaced started, if its pid file names a live process
@@ -215,6 +239,7 @@ static bool adopt(struct net_gw *g)
         return false;
     }
     g->up = true;
+    g->up_ms = mono_ms() - STABLE_MS; /* served before us */
     log_info("gateway.adopt", "pid=%d", pid);
     return true;
 }
@@ -300,5 +325,10 @@ void net_gw_stop(struct net_gw *g)
 
 bool net_gw_up(const struct net_gw *g)
 {
-    return g && g->up;
+    if (!g || !g->up || g->pidfd < 0)
+        return false;
+    /* Dead but not yet reaped by the loop (the exit event comes later in this turn or
+     * the next): not up, so a VM start waits for the restart instead of failing. */
+    struct pollfd p = {.fd = g->pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
 }

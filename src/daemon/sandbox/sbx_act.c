@@ -142,6 +142,7 @@ static void act_close(struct sbx *s, bool finish, bool ok, const char *code, con
     s->cold_fallback = false;
     if (s->timer)
         event_del(s->timer);
+    sbx_gw_reset(s);
     if (s->greet)
         vmg_stop(s->greet);
     sbx_resv_op_ended(s, op); /* whatever the outcome: the row says what it holds now */
@@ -668,10 +669,50 @@ static void mark_net_claimed(struct sbx *s)
 /* True unless the sandbox's network policy is "none" (no NIC, no namespace). */
 static bool wants_network(const struct sbx *s) { return sbx_policy_nic(s->rec.network_json); }
 
+/* Where an action whose VM could not get its network leaves the sandbox: nothing of the
+ * VM started, so a start or a restore leaves it as it was (a suspended sandbox keeps its
+ * image for a later restore); a create fails. */
+static enum sbx_state net_fail_state(const struct sbx *s)
+{
+    if (s->op_kind == OP_CREATE)
+        return SBX_FAILED;
+    if (s->state == SBX_RESTORING)
+        return SBX_SUSPENDED;
+    if (s->state == SBX_STARTING)
+        return SBX_STOPPED;
+    return SBX_FAILED;
+}
+
+/* The gateway did not come back within SBX_GW_WAIT_MS (sbx_gwwait.c). A create leaves no
+ * network state behind (a claim may have made its record and namespace before the
+ * gateway died; the gateway is down, so the detach costs nothing). */
+static void fail_no_gateway(struct sbx *s)
+{
+    struct net *n = net_get(s->sp);
+    if (s->op_kind == OP_CREATE && n)
+        net_release(n, s->rec.id);
+    act_fail(s, net_fail_state(s), "gateway_unavailable",
+             "the network gateway is down and did not come back within %d s (spaced restarts "
+             "it; see spaced's log): the sandbox's VM was not started; try again",
+             SBX_GW_WAIT_MS / 1000);
+}
+
+/* Before a VM with a NIC starts: true to go on; false when the action waits for the
+ * gateway (start_vm runs again, sbx_gwwait.c) or failed because it stayed down. */
+static bool gateway_ready(struct sbx *s, const char *snapshot_dir)
+{
+    switch (sbx_gw_check(s, snapshot_dir, start_vm)) {
+    case SBX_GW_GO: return true;
+    case SBX_GW_WAIT: return false;
+    default: fail_no_gateway(s); return false;
+    }
+}
+
 /* The net stage before a spawn: the NIC for the VM, a tap inside the sandbox's own
- * namespace with the gateway attached (net.h); none (tap_fd -1) for policy none.
- * Returns 0, or -1 after failing the action. */
-static int stage_net(struct sbx *s, struct net_lease *lease)
+ * namespace with the gateway attached (net.h); none (tap_fd -1) for policy none. A
+ * gateway that died after gateway_ready said it was up is waited for as there.
+ * Returns 0, or -1 after failing the action or while it waits. */
+static int stage_net(struct sbx *s, struct net_lease *lease, const char *snapshot_dir)
 {
     lease->tap_fd = -1;
     if (!wants_network(s))
@@ -680,12 +721,13 @@ static int stage_net(struct sbx *s, struct net_lease *lease)
     struct net *n = net_get(s->sp);
     struct spaced_err e;
     if (!n) {
-        act_fail(s, SBX_FAILED, "network_unavailable",
+        act_fail(s, net_fail_state(s), "network_unavailable",
                  "sandbox networking is not available on this host (see spaced's log)");
         return -1;
     }
     if (net_claim(n, s->rec.id, s->rec.tenant, s->rec.network_json, lease, &e) < 0) {
-        act_fail(s, SBX_FAILED, e.code, "%s", e.message);
+        if (strcmp(e.code, "gateway_unavailable") != 0 || gateway_ready(s, snapshot_dir))
+            act_fail(s, net_fail_state(s), e.code, "%s", e.message); /* up, yet refused */
         return -1;
     }
     mark_net_claimed(s);
@@ -698,6 +740,8 @@ static int stage_net(struct sbx *s, struct net_lease *lease)
  * then the vm stage (until the agent's HELLO). */
 static void start_vm(struct sbx *s, const char *snapshot_dir)
 {
+    if (wants_network(s) && !gateway_ready(s, snapshot_dir))
+        return;
     struct vm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     struct spaced_err e;
@@ -730,7 +774,7 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     cfg.disk = disk;
     cfg.run_dir = s->rec.run_dir;
     struct net_lease lease;
-    if (stage_net(s, &lease) < 0)
+    if (stage_net(s, &lease, snapshot_dir) < 0)
         return;
     if (lease.tap_fd >= 0) {
         cfg.net.tap_fd = lease.tap_fd;
@@ -952,6 +996,9 @@ static void stage_net_pooled(struct sbx *s, struct sbx_create *c)
 static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
 {
     if (!c->snap[0] || s->rec.source[0]) /* no pool of a fork's capture */
+        return false;
+    struct net *n = c->nic ? net_get(s->sp) : NULL;
+    if (n && !net_gateway_up(n)) /* restore instead: start_vm waits for the gateway */
         return false;
     stage_begin(s, CS_VM);
     int64_t t0 = mono_us();
@@ -1188,6 +1235,7 @@ void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op
     s->op_kind = kind;
     s->expect_exit = false;
     s->cold_fallback = false;
+    sbx_gw_reset(s);
     bool has_vm = s->vm != NULL;
     enum vm_state vs = has_vm ? vm_state(s->vm) : VM_STATE_EXITED;
     switch (kind) {

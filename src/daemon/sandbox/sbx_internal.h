@@ -17,6 +17,7 @@ struct event;
 struct vmg;
 struct sbx_create;
 struct sbx_fork;
+struct sbx_gw_wait;
 struct vm_disk_protos;
 
 struct sbx {
@@ -42,6 +43,8 @@ struct sbx {
                                     made on first use) */
     struct sbx_create *create;   /* the create in progress: its stages' outputs and times
                                     (sbx_act.c, owned), NULL otherwise */
+    struct sbx_gw_wait *gw;      /* waiting for the egress gateway (sbx_gwwait.c, owned,
+                                    made on first use) */
     bool refresh_ok;             /* refresh request got its result */
     char refresh_err[256];       /* or why it failed */
     struct agentc_chan *refresh_after; /* a refresh sent after its create was answered
@@ -254,6 +257,22 @@ void sbx_travel_cancel(struct sbx *s);
  * and a 64-hex SHA-256; a chain of 1..VM_DISK_BACKING_MAX listed parts, each qcow2 or
  * raw; snapshot.json and state present. */
 bool sbx_travel_parts_ok(const char *parts);
+
+/* ---- waiting for the egress gateway (sbx_gwwait.c) ---- */
+#define SBX_GW_WAIT_MS 10000 /* from an action's first wait to its 503 gateway_unavailable */
+enum sbx_gw {
+    SBX_GW_GO,   /* the gateway is up (or there is no network module: the claim says why) */
+    SBX_GW_WAIT, /* not up: resume(s, snap) runs from the loop once it is, or in time */
+    SBX_GW_DOWN, /* still not up SBX_GW_WAIT_MS after the action first waited: fail it */
+};
+typedef void (*sbx_gw_resume_fn)(struct sbx *s, const char *snap);
+/* Before the current action starts a VM with a NIC: may it go on? On SBX_GW_WAIT the
+ * caller returns; resume gets a copy of snap (NULL stays NULL) and calls this again. */
+enum sbx_gw sbx_gw_check(struct sbx *s, const char *snap, sbx_gw_resume_fn resume);
+/* A new action, or its end: no wait in progress and a fresh bound. */
+void sbx_gw_reset(struct sbx *s);
+/* The sandbox goes (sbx_free). */
+void sbx_gw_free(struct sbx *s);
 
 /* ---- sbx_vol.c ---- */
 /* Mounts the record's volumes that are not live on the current agent connection (called

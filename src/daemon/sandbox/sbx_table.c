@@ -41,6 +41,7 @@ static void sbx_free(struct sbx *s)
     sbx_agent_free(s);
     if (s->timer)
         event_free(s->timer);
+    sbx_gw_free(s);
     vmg_free(s->greet);
     free(s->create);
     store_sbx_clear(&s->rec);
