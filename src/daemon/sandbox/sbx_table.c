@@ -82,6 +82,7 @@ struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec)
     s->rec.metadata_json = dup_or_null(rec->metadata_json);
     s->rec.network_json = dup_or_null(rec->network_json);
     s->rec.volumes_json = dup_or_null(rec->volumes_json);
+    s->rec.parts = dup_or_null(rec->parts);
     s->rec.failure = dup_or_null(rec->failure);
     int st = sbx_state_parse(rec->state), de = sbx_state_parse(rec->desired);
     s->state = st < 0 ? SBX_FAILED : (enum sbx_state)st;
