@@ -240,6 +240,17 @@ json_t *sbx_record_to_json(const struct store_sbx *r);
 int sbx_traffic_token(const struct sbx *s, char *out, size_t cap);
 bool sbx_traffic_allowed(const struct sbx *s, const char *presented);
 
+/* ---- suspended sandboxes that move between nodes (sbx_move.c) ------------------------ */
+
+/* GET /internal/sandboxes/{id}/parts/{part} (node token only; 404 to anyone else and for
+ * any sandbox or part that is not a suspended or stopped sandbox's recorded part held by
+ * this node): streams the file. */
+struct http_req;
+void sbx_move_serve(struct spaced *sp, struct http_req *req, const char *id, const char *part);
+/* On a cluster node, a request names sandbox id, which is not in the table: loads its
+ * row when it names this node (moved here by a control). The sandbox, or NULL. */
+struct sbx *sbx_move_adopt(struct spaced *sp, const char *id);
+
 /* ---- auto-resume (sbx_wake.c) ---------------------------------------------------------- */
 
 /* How long a call waits for an auto-resume: longer than a restore's agent deadline. */

@@ -36,6 +36,7 @@ void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id)
 static void sbx_free(struct sbx *s)
 {
     sbx_travel_cancel(s);
+    sbx_move_cancel(s);
     if (s->vm)
         vm_detach(s->vm);
     sbx_agent_free(s);
@@ -97,7 +98,9 @@ static int load_one(const struct store_sbx *rec, void *arg)
     struct spaced *sp = arg;
     if (sp->sbx->owns && !sp->sbx->owns(sp, rec))
         return 0; /* another node daemon's (--role=node) */
-    return sbx_table_add(sp, rec) ? 0 : 1;
+    struct store_sbx r = *rec; /* heap fields borrowed: sbx_table_add copies them */
+    sbx_move_fix_run_dir(sp, &r);
+    return sbx_table_add(sp, &r) ? 0 : 1;
 }
 
 int sbx_table_load(struct spaced *sp)
@@ -194,7 +197,14 @@ void sbx_set_desired(struct sbx *s, enum sbx_state desired)
  * the store is back, not every retry. Returns 0 when stored. */
 static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *unsaved, bool lazy)
 {
-    if ((lazy ? store_sbx_put_lazy(sp->store, rec) : store_sbx_put(sp->store, rec)) != 0) {
+    int rc = lazy ? store_sbx_put_lazy(sp->store, rec) : store_sbx_put(sp->store, rec);
+    if (rc == STORE_MOVED) { /* moved to another node (sbx_move.c): never written back */
+        log_warn("sandbox.move", "sandbox=%s op=persist state=%s write=refused reason=row_names_another_node",
+                 rec->id, rec->state);
+        spaced_retry_mark(&sp->store_retry, unsaved, false);
+        return -1;
+    }
+    if (rc != 0) {
         char q[300];
         if (!*unsaved)
             log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
@@ -304,6 +314,8 @@ void sbx_set_state_succeed(struct sbx *s, enum sbx_state state, const char *op_i
             op_finish(s->sp, op_id, true, NULL, NULL);
     }
     state_announce(s, old, NULL);
+    if (state == SBX_SUSPENDED || state == SBX_STOPPED)
+        sbx_move_record(s); /* hashed after this; recorded when done */
 }
 
 void sbx_path(const struct sbx *s, const char *leaf, char *out, size_t cap)
