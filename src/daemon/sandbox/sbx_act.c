@@ -1044,7 +1044,9 @@ static void act_delete(struct sbx *s)
 static void on_moved_in(struct sbx *s, const struct spaced_err *err)
 {
     if (!err) {
-        sbx_act(s->sp, s, s->op_kind, s->op_id);
+        char op[STORE_ID_MAX];
+        snprintf(op, sizeof op, "%s", s->op_id);
+        sbx_act(s->sp, s, s->op_kind, op);
         return;
     }
     bool mismatch = strstr(err->code, "digest_mismatch") != NULL;

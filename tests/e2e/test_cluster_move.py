@@ -1,0 +1,154 @@
+"""Suspended sandboxes that move off a drained node (issue 14 item 6, docs/multinode.md
+"Suspended sandboxes that move"): PostgreSQL, one control and two nodes on one machine
+(test_cluster's world).
+
+A sandbox on node A writes a file, starts a process and puts a value in /dev/shm (its
+memory), then is suspended through the control: A hashes its files into the row. A
+restore of a running sandbox on a drained node is not moved. With A drained, a restore
+through the control moves the row to B, which fetches A's files over the node API,
+verifies them and restores: the file, the value in memory and the process are there; the
+row and the listing name B; A removes its copy once B has it. Suspended again on B, with
+B drained and one byte of its saved state flipped, the move to A is refused by A's
+digest check: the restore fails with sandbox_digest_mismatch, A keeps nothing, the row
+names B again (without parts, so it is not moved again) and, the byte restored, the
+sandbox comes back on B. One sandbox VM (TCG)."""
+import json
+import os
+import subprocess
+import time
+
+import spacedlib
+from test_cluster import BODY, cluster, sql, wait_live  # noqa: F401 (fixture)
+from test_cluster_templates import full_log, raw_get
+from test_sessions import run
+from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
+
+
+def row(pg_url, sid):  # noqa: F811
+    out = sql(pg_url, "SELECT state||'|'||node||'|'||COALESCE(parts,'') FROM sandboxes WHERE id='%s'" % sid)
+    state, node, parts = out[0].split("|", 2)
+    return state, node, json.loads(parts) if parts else None
+
+
+def wait_for(what, fn, timeout=120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def space(control, *args):
+    env = dict(os.environ, SPACE_URL=control.url, SPACE_API_KEY=control.admin_key)
+    out = subprocess.run([os.path.join(spacedlib.BUILD, "space")] + list(args), env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    return out.stdout
+
+
+def verb(control, sid, name, want="succeeded"):
+    r = control.request("POST", "/v1/sandboxes/%s/%s" % (sid, name))
+    assert r.status == 202, r
+    op = control.wait_op(r.json["operation"]["id"], timeout=600)
+    assert op["state"] == want, op
+    return r, op
+
+
+def flip(path, at):
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_suspended_sandbox_moves_off_a_drained_node(cluster, pg_url):  # noqa: F811
+    control, nodes, _, _ = cluster
+    wait_live(control)
+    by_id = {n.node_id: n for n in nodes}
+
+    # 1. A sandbox on node A with a file on its disk and state in its memory.
+    r = control.request("POST", "/v1/sandboxes", BODY)
+    assert r.status == 202, r
+    sid, a = r.json["sandbox"]["id"], by_id[r.headers.get("x-space-node")]
+    b = next(n for n in nodes if n is not a)
+    assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", a.log()
+    _, res = run(control, sid, {"cmd": "echo moved-$((40+2)) > ~/movefile && sync && "
+                                       "echo mem-$((6*7)) > /dev/shm/val && "
+                                       "setsid sleep 100000 < /dev/null > /dev/null 2>&1 & "
+                                       "echo $! > /dev/shm/pid; cat /dev/shm/pid"})
+    assert res["exit"] == {"code": 0, "signal": None}, res
+    pid = res["stdout"].strip()
+
+    # 2. A running sandbox on a drained node is not moved: the verb reaches A, which
+    # refuses it; the row still names A.
+    space(control, "node", "drain", a.node_id)
+    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    assert r.status == 409 and r.headers.get("x-space-node") == a.node_id, r
+    assert row(pg_url, sid)[1] == a.node_id
+    space(control, "node", "undrain", a.node_id)
+
+    # 3. Suspended: A hashes its files into the row.
+    verb(control, sid, "suspend")
+    parts = wait_for("the suspended sandbox's parts", lambda: row(pg_url, sid)[2])
+    names = {f["name"]: f for f in parts["files"]}
+    assert parts["node"] == a.node_id, parts
+    assert {"state", "snapshot.json", "disk.qcow2", "layer0"} <= set(names), names
+    assert os.path.getsize(os.path.join(a.data_dir, "sandboxes", sid, "suspend", "state")) == names["state"]["size"]
+    # The node API gives the files to no one without the node token.
+    target = "/internal/sandboxes/%s/parts/state" % sid
+    token = spacedlib.SPACED_ENV["SPACE_NODE_TOKEN"]
+    for port, headers, want in ((a.port, {}, 403), (a.port, {"X-Space-Node-Token": "x" * 32}, 403),
+                                (control.port, {"Authorization": "Bearer " + control.admin_key}, 404)):
+        status, body = raw_get(port, target, headers)
+        assert status == want and len(body) < 1024, (port, status, body[:200])
+    for bad in ("../../etc/passwd", "layer9", "backing.json", "net.claimed"):
+        status, _ = raw_get(a.port, "/internal/sandboxes/%s/parts/%s" % (sid, bad), {"X-Space-Node-Token": token})
+        assert status == 404, (bad, status)
+
+    # 4. A drained: the restore through the control moves the sandbox to B, which fetches
+    # and verifies its files and restores it with its memory.
+    space(control, "node", "drain", a.node_id)
+    r, _ = verb(control, sid, "restore")
+    assert r.headers.get("x-space-node") == b.node_id, r
+    _, res = run(control, sid, {"cmd": "cat ~/movefile /dev/shm/val; kill -0 %s && echo alive" % pid})
+    assert res["stdout"] == b"moved-42\nmem-42\nalive\n", (res, b.log())
+    state, node, parts = row(pg_url, sid)
+    assert (state, node, parts) == ("running", b.node_id, None), (state, node, parts)
+    got = control.request("GET", "/v1/sandboxes/" + sid)
+    assert got.status == 200 and got.json["sandbox"]["node"] == b.node_id, got
+    assert sid in space(control, "ls")
+    line = next(x for x in full_log(b).splitlines() if "sandbox.move" in x and "result=verified" in x)
+    print(line)  # parts, bytes and ms (TCG host, loopback)
+    # A lets go: the sandbox leaves its table and its files go, once B has them.
+    wait_for("A to remove its copy", lambda: not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid)))
+    assert "event=moved_out" in full_log(a) and "event=files_removed" in full_log(a)
+
+    # 5. Back the other way, with B's saved state altered after it was hashed: A refuses
+    # the bytes, keeps nothing, and the sandbox stays on B (its row without parts, so it
+    # is not moved again), where it comes back.
+    verb(control, sid, "suspend")
+    parts = wait_for("the parts on B", lambda: row(pg_url, sid)[2])
+    assert parts["node"] == b.node_id, parts
+    space(control, "node", "undrain", a.node_id)
+    space(control, "node", "drain", b.node_id)
+    state_path = os.path.join(b.data_dir, "sandboxes", sid, "suspend", "state")
+    size = os.path.getsize(state_path)
+    flip(state_path, size // 2)
+    r, op = verb(control, sid, "restore", want="failed")
+    assert r.headers.get("x-space-node") == a.node_id, r
+    assert op["error"]["code"] == "sandbox_digest_mismatch" and "SHA-256" in op["error"]["message"], op
+    assert row(pg_url, sid) == ("suspended", b.node_id, None)
+    assert not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid))
+    assert not [e for e in os.listdir(os.path.join(a.data_dir, "sandboxes")) if sid in e]
+    flip(state_path, size // 2)  # the node's own copy, repaired, restores where it is
+    r, _ = verb(control, sid, "restore")
+    assert r.headers.get("x-space-node") == b.node_id, r
+    _, res = run(control, sid, {"cmd": "cat /dev/shm/val"})
+    assert res["stdout"] == b"mem-42\n", res
+    space(control, "node", "undrain", b.node_id)
+    d = control.request("DELETE", "/v1/sandboxes/" + sid)
+    assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
