@@ -14,6 +14,7 @@ names B again (without parts, so it is not moved again) and, the byte restored, 
 sandbox comes back on B. One sandbox VM (TCG)."""
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -22,6 +23,14 @@ from test_cluster import BODY, cluster, sql, wait_live  # noqa: F401 (fixture)
 from test_cluster_templates import full_log, raw_get
 from test_sessions import run
 from test_store_pg import pg_server, pg_url  # noqa: F401 (fixtures)
+
+
+# A file on the disk, a value in /dev/shm (memory only) and a process (its own session,
+# so it outlives the command) that writes its pid.
+SETUP = ("echo moved-$((40+2)) > ~/movefile && sync && echo mem-$((6*7)) > /dev/shm/val && "
+         "(setsid sh -c 'echo $$ > /dev/shm/pid; exec sleep 100000' </dev/null >/dev/null 2>&1 &); "
+         "while [ ! -s /dev/shm/pid ]; do sleep 0.1; done; cat /dev/shm/pid")
+CHECK = "cat ~/movefile /dev/shm/val; kill -0 $(cat /dev/shm/pid) && echo alive"
 
 
 def row(pg_url, sid):  # noqa: F811
@@ -65,23 +74,23 @@ def flip(path, at):
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-def test_suspended_sandbox_moves_off_a_drained_node(cluster, pg_url):  # noqa: F811
-    control, nodes, _, _ = cluster
+def sandbox_with_state(control, nodes):
+    """A sandbox created through the control, running SETUP: (id, its node, the other)."""
     wait_live(control)
     by_id = {n.node_id: n for n in nodes}
-
-    # 1. A sandbox on node A with a file on its disk and state in its memory.
     r = control.request("POST", "/v1/sandboxes", BODY)
     assert r.status == 202, r
     sid, a = r.json["sandbox"]["id"], by_id[r.headers.get("x-space-node")]
-    b = next(n for n in nodes if n is not a)
     assert control.wait_op(r.json["operation"]["id"])["state"] == "succeeded", a.log()
-    _, res = run(control, sid, {"cmd": "echo moved-$((40+2)) > ~/movefile && sync && "
-                                       "echo mem-$((6*7)) > /dev/shm/val && "
-                                       "setsid sleep 100000 < /dev/null > /dev/null 2>&1 & "
-                                       "echo $! > /dev/shm/pid; cat /dev/shm/pid"})
-    assert res["exit"] == {"code": 0, "signal": None}, res
-    pid = res["stdout"].strip()
+    _, res = run(control, sid, {"cmd": SETUP})
+    assert res["exit"] == {"code": 0, "signal": None} and res["stdout"].strip().isdigit(), res
+    return sid, a, next(n for n in nodes if n is not a)
+
+
+def test_suspended_sandbox_moves_off_a_drained_node(cluster, pg_url):  # noqa: F811
+    control, nodes, _, _ = cluster
+    # 1. A sandbox on node A with a file on its disk and state in its memory.
+    sid, a, b = sandbox_with_state(control, nodes)
 
     # 2. A running sandbox on a drained node is not moved: the verb reaches A, which
     # refuses it; the row still names A.
@@ -114,7 +123,7 @@ def test_suspended_sandbox_moves_off_a_drained_node(cluster, pg_url):  # noqa: F
     space(control, "node", "drain", a.node_id)
     r, _ = verb(control, sid, "restore")
     assert r.headers.get("x-space-node") == b.node_id, r
-    _, res = run(control, sid, {"cmd": "cat ~/movefile /dev/shm/val; kill -0 %s && echo alive" % pid})
+    _, res = run(control, sid, {"cmd": CHECK})
     assert res["stdout"] == b"moved-42\nmem-42\nalive\n", (res, b.log())
     state, node, parts = row(pg_url, sid)
     assert (state, node, parts) == ("running", b.node_id, None), (state, node, parts)
@@ -152,3 +161,58 @@ def test_suspended_sandbox_moves_off_a_drained_node(cluster, pg_url):  # noqa: F
     space(control, "node", "undrain", b.node_id)
     d = control.request("DELETE", "/v1/sandboxes/" + sid)
     assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
+
+
+def node_get(node, control, path):
+    """A GET straight to a node's API, as a control would send it (node token)."""
+    return raw_get(node.port, path, {"X-Space-Node-Token": spacedlib.SPACED_ENV["SPACE_NODE_TOKEN"],
+                                     "Authorization": "Bearer " + control.admin_key})
+
+
+def test_kill9_of_either_node_during_a_move(cluster, pg_url):  # noqa: F811
+    """A move interrupted by a kill -9 of the old node (its files unreachable, the move
+    already stored) or of the new one (mid-fetch): nothing is lost, the old node coming
+    back never adopts the sandbox (its row names the new one) and keeps the files until
+    the new node has them, and the new node coming back finishes the move. The old node
+    is stopped (SIGSTOP) before each fetch starts, so the kill always finds the fetch in
+    progress."""
+    control, nodes, restart, _ = cluster
+    sid, a, b = sandbox_with_state(control, nodes)
+    verb(control, sid, "suspend")
+    wait_for("the parts on A", lambda: row(pg_url, sid)[2])
+    mark = "sandbox.move sandbox=%s source=%s" % (sid, a.node_id)
+
+    # 1. A stops answering as the fetch begins, then is killed: the restore fails, the
+    # sandbox stays on B, suspended, its files still recorded as A's.
+    space(control, "node", "drain", a.node_id)
+    a.proc.send_signal(signal.SIGSTOP)
+    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    assert r.status == 202 and r.headers.get("x-space-node") == b.node_id, r
+    wait_for("B's fetch", lambda: full_log(b).count(mark + " parts=") == 1)
+    op_id = r.json["operation"]["id"]
+    restart(a)  # SIGKILL, then started again
+    op = control.wait_op(op_id, timeout=600)
+    assert op["state"] == "failed" and op["error"]["code"] in (
+        "sandbox_source_unavailable", "sandbox_fetch_failed"), op
+    state, node, parts = row(pg_url, sid)
+    assert (state, node, parts["node"]) == ("suspended", b.node_id, a.node_id), (state, node, parts)
+    assert not [e for e in os.listdir(os.path.join(b.data_dir, "sandboxes")) if e.startswith(".move")]
+    # A, back, does not take the sandbox (its row names B) and keeps its files for B.
+    assert os.path.exists(os.path.join(a.data_dir, "sandboxes", sid, "suspend", "state"))
+    status, body = node_get(a, control, "/v1/sandboxes/" + sid)
+    assert status == 404, (status, body[:300])
+
+    # 2. B is killed mid-fetch (A stopped again so the fetch waits): B, back, runs the
+    # restore again and finishes the move.
+    a.proc.send_signal(signal.SIGSTOP)
+    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    assert r.status == 202 and r.headers.get("x-space-node") == b.node_id, r
+    wait_for("B's second fetch", lambda: full_log(b).count(mark + " parts=") == 2)
+    restart(b, between=lambda: a.proc.send_signal(signal.SIGCONT))
+    op = control.wait_op(r.json["operation"]["id"], timeout=600)
+    assert op["state"] == "succeeded", (op, b.log())
+    _, res = run(control, sid, {"cmd": CHECK})
+    assert res["stdout"] == b"moved-42\nmem-42\nalive\n", (res, b.log())
+    assert row(pg_url, sid) == ("running", b.node_id, None)
+    wait_for("A to remove its copy", lambda: not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid)))
+    space(control, "node", "undrain", a.node_id)
