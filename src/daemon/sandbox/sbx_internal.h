@@ -79,6 +79,9 @@ struct sbx_table {
     bool wake_listening;         /* sbx_wake.c's state listener is registered */
     struct sbx_fork *forks;      /* forks in progress (sbx_fork.c, owned) */
     struct sbx_travel_rec *travel_recs; /* snapshots being hashed (sbx_travel.c, owned) */
+    struct travel_fetch *travel_fetches; /* snapshots being fetched, one each, shared by the
+                                    creates waiting for it (sbx_travel.c; owned by their
+                                    waiters: the last one's cancel frees it) */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -300,11 +303,13 @@ int sbx_travel_record(struct spaced *sp, const char *op_id, const struct store_s
 void sbx_travel_forget(struct sbx_table *t);
 /* A create from snapshot s->rec.source: 0 when its capture is here (or is no snapshot's:
  * sbx_fork_source decides); 1 when its parts are being fetched from the holder (done(s,
- * NULL) once the capture is in place, done(s, err) after removing everything fetched);
- * -1 with err (nothing left behind). */
+ * NULL) once the capture is in place, done(s, err) after removing everything fetched),
+ * one fetch per snapshot on this node, which concurrent creates share; -1 with err
+ * (nothing left behind). */
 typedef void (*sbx_travel_done)(struct sbx *s, const struct spaced_err *err);
 int sbx_travel_need(struct sbx *s, sbx_travel_done done, struct spaced_err *err);
-/* The sandbox goes: its fetch, if any, stops and what it fetched is removed. */
+/* The sandbox goes: it stops waiting for its snapshot's fetch; the fetch stops and what
+ * it fetched is removed when no other create waits for it. */
 void sbx_travel_cancel(struct sbx *s);
 /* Whether a snapshots row's `parts` is one a fetch accepts (pure; unit-tested): at most
  * 16 files named from the fixed set (snapshot.json, state, mem, disk.qcow2, disk.raw,

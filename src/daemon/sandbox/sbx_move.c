@@ -385,7 +385,7 @@ static void check_moved(struct sbx *s, void *arg)
         sbx_path(s, "net.claimed", p2, sizeof p2);
         if (access(p2, F_OK) == 0 && net_get(sp))
             net_release(net_get(sp), s->rec.id);
-        s->unsaved = false; /* the row is the other node's now */
+        spaced_retry_mark(&sp->store_retry, &s->unsaved, false); /* the row is the other node's now */
         sbx_table_remove(sp, s);
     }
     store_sbx_clear(&row);

@@ -19,8 +19,9 @@
  * node serves them (GET /internal/snapshots/{id}/parts/{name}, node token only).
  *
  * Fetching side: a create from a snapshot whose capture is not here and whose row names
- * another holder fetches every part (tpl_blob: streamed, size and SHA-256 checked) into
- * captures/.fetch-<snapshot>-<sandbox>/ (the capture collection skips dot names), writes
+ * another holder fetches every part (sbx_parts.c: streamed, size and SHA-256 checked) into
+ * captures/.fetch-<snapshot>/ (the capture collection skips dot names; one fetch per
+ * snapshot on a node, shared by the creates waiting for it), writes
  * chain.json with this node's paths, then renames the directory to captures/<snapshot>:
  * from then on it is a capture like one taken here and the restore is a fork's. Any
  * failure removes the directory and fails the create, which has booted nothing. Only
@@ -83,12 +84,6 @@ static void rec_free(struct sbx_travel_rec *t)
         }
     sbx_parts_hash_cancel(t->hash);
     free(t);
-}
-
-void sbx_travel_forget(struct sbx_table *tbl)
-{
-    while (tbl->travel_recs)
-        rec_free(tbl->travel_recs); /* their ops resume as "interrupted" */
 }
 
 static void rec_end(void *arg, const char *why)
@@ -214,63 +209,140 @@ void sbx_travel_serve(struct spaced *sp, struct http_req *req, const char *id, c
 
 /* ---- the fetching node ------------------------------------------------------------------ */
 
+/* One fetch of a snapshot's parts on this node, shared by every create waiting for it
+ * (sbx_table.travel_fetches). */
+struct travel_fetch {
+    struct travel_fetch *next;
+    struct spaced *sp;
+    char snap[STORE_ID_MAX];
+    char node[STORE_ID_MAX];
+    char tmp[SBX_PATH_MAX];       /* captures/.fetch-<snap> */
+    struct sbx_parts parts;
+    int64_t started_ms;
+    struct sbx_parts_fetch *fetch; /* NULL once ended */
+    struct sbx_travel *waiters;
+};
+
+/* A create waiting for a fetch (s->travel). */
 struct sbx_travel {
     struct sbx *s;
     sbx_travel_done done;
-    char snap[STORE_ID_MAX];
-    char node[STORE_ID_MAX];
-    char tmp[SBX_PATH_MAX];       /* captures/.fetch-<snap>-<sandbox> */
-    struct sbx_parts parts;
-    int64_t started_ms;
-    struct sbx_parts_fetch *fetch;
+    struct travel_fetch *f;
+    struct sbx_travel *next;
 };
 
-static void fetch_end(struct sbx_travel *t, const struct spaced_err *err, int64_t bytes)
+static void fetch_unlist(struct travel_fetch *f)
 {
-    struct sbx *s = t->s;
-    sbx_travel_done done = t->done;
+    for (struct travel_fetch **pp = &f->sp->sbx->travel_fetches; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            return;
+        }
+}
+
+/* The fetch ended: every waiter's done, one at a time (a done may delete another waiter,
+ * which then leaves the list through sbx_travel_cancel). */
+static void fetch_end(struct travel_fetch *f, const struct spaced_err *err, int64_t bytes)
+{
     char q[400];
+    fetch_unlist(f);
+    f->fetch = NULL;
     if (err) {
-        spaced_rm_rf(t->tmp);
-        log_warn("snapshot.fetch", "snapshot=%s sandbox=%s source=%s result=failed code=%s bytes=%lld msg=%s",
-                 t->snap, s->rec.id, t->node, err->code, (long long)bytes,
-                 log_quote(err->message, q, sizeof q));
+        spaced_rm_rf(f->tmp);
+        log_warn("snapshot.fetch", "snapshot=%s source=%s result=failed code=%s bytes=%lld msg=%s", f->snap,
+                 f->node, err->code, (long long)bytes, log_quote(err->message, q, sizeof q));
     } else {
-        log_info("snapshot.fetch", "snapshot=%s sandbox=%s source=%s result=verified parts=%u bytes=%lld ms=%lld",
-                 t->snap, s->rec.id, t->node, t->parts.n, (long long)bytes,
-                 (long long)(spaced_now_ms() - t->started_ms));
+        log_info("snapshot.fetch", "snapshot=%s source=%s result=verified parts=%u bytes=%lld ms=%lld", f->snap,
+                 f->node, f->parts.n, (long long)bytes, (long long)(spaced_now_ms() - f->started_ms));
     }
-    s->travel = NULL;
-    free(t);
-    done(s, err);
+    while (f->waiters) {
+        struct sbx_travel *w = f->waiters;
+        f->waiters = w->next;
+        struct sbx *s = w->s;
+        sbx_travel_done done = w->done;
+        s->travel = NULL;
+        free(w);
+        done(s, err);
+    }
+    free(f);
 }
 
 /* Every part verified: chain.json with this node's paths, then the directory in place. */
 static void on_fetched(void *arg, const struct spaced_err *err, int64_t bytes)
 {
-    struct sbx_travel *t = arg;
-    t->fetch = NULL;
+    struct travel_fetch *f = arg;
+    f->fetch = NULL;
     if (err) {
-        fetch_end(t, err, bytes);
+        fetch_end(f, err, bytes);
         return;
     }
     struct spaced_err e = {0};
     char final[SBX_PATH_MAX - SBX_PART_NAME_MAX - 1], p[SBX_PATH_MAX + 32];
-    sbx_capture_dir(t->s->sp, t->snap, final, sizeof final);
-    struct sbx_chain c = {.n = t->parts.nchain};
-    for (unsigned i = 0; i < t->parts.nchain; i++) {
-        snprintf(c.path[i], sizeof c.path[i], "%s/%s", final, t->parts.f[t->parts.chain[i]].name);
-        snprintf(c.format[i], sizeof c.format[i], "%s", t->parts.format[i]);
+    sbx_capture_dir(f->sp, f->snap, final, sizeof final);
+    struct sbx_chain c = {.n = f->parts.nchain};
+    for (unsigned i = 0; i < f->parts.nchain; i++) {
+        snprintf(c.path[i], sizeof c.path[i], "%s/%s", final, f->parts.f[f->parts.chain[i]].name);
+        snprintf(c.format[i], sizeof c.format[i], "%s", f->parts.format[i]);
     }
-    snprintf(p, sizeof p, "%s/chain.json", t->tmp);
+    snprintf(p, sizeof p, "%s/chain.json", f->tmp);
     struct stat st;
     if (sbx_chain_write(p, &c) < 0)
         spaced_err_set(&e, 500, "host_io", "cannot write %s", p);
-    else if (stat(final, &st) == 0) /* another create fetched it meanwhile: theirs is used */
-        spaced_rm_rf(t->tmp);
-    else if (rename(t->tmp, final) < 0)
-        spaced_err_set(&e, 500, "host_io", "cannot rename %s to %s: %s", t->tmp, final, strerror(errno));
-    fetch_end(t, e.status ? &e : NULL, bytes);
+    else if (stat(final, &st) == 0) /* in place already (taken here meanwhile?): that one is used */
+        spaced_rm_rf(f->tmp);
+    else if (rename(f->tmp, final) < 0)
+        spaced_err_set(&e, 500, "host_io", "cannot rename %s to %s: %s", f->tmp, final, strerror(errno));
+    fetch_end(f, e.status ? &e : NULL, bytes);
+}
+
+/* Starts the one fetch of snapshot `row` on this node: f, or NULL with err. */
+static struct travel_fetch *fetch_start(struct spaced *sp, const struct store_snap *row, struct spaced_err *err)
+{
+    struct travel_fetch *f = calloc(1, sizeof *f);
+    if (!f) {
+        spaced_err_set(err, 500, "internal", "out of memory");
+        return NULL;
+    }
+    if (!row->parts[0] || parts_parse(row->parts, &f->parts) < 0) {
+        free(f);
+        spaced_err_set(err, 503, "snapshot_not_transferable", "snapshot %s is on node %s and its "
+                       "parts were not recorded (taken before snapshots travelled?): create from it "
+                       "on that node", row->id, row->node);
+        return NULL;
+    }
+    f->sp = sp;
+    f->started_ms = spaced_now_ms();
+    snprintf(f->snap, sizeof f->snap, "%s", row->id);
+    snprintf(f->node, sizeof f->node, "%s", row->node);
+    char top[SBX_PATH_MAX - STORE_ID_MAX - 16];
+    sbx_capture_dir(sp, NULL, top, sizeof top);
+    snprintf(f->tmp, sizeof f->tmp, "%s/.fetch-%s", top, row->id);
+    spaced_rm_rf(f->tmp);
+    if (spaced_mkdir_p(f->tmp) < 0) {
+        spaced_err_set(err, 500, "host_io", "cannot create %s: %s", f->tmp, strerror(errno));
+        free(f);
+        return NULL;
+    }
+    int64_t total = 0;
+    for (unsigned i = 0; i < f->parts.n; i++)
+        total += f->parts.f[i].size;
+    log_info("snapshot.fetch", "snapshot=%s source=%s parts=%u bytes=%lld result=started", f->snap, f->node,
+             f->parts.n, (long long)total);
+    char route[128], what[80];
+    snprintf(route, sizeof route, "/internal/snapshots/%s/parts/", f->snap);
+    snprintf(what, sizeof what, "snapshot %s", f->snap);
+    struct sbx_parts_from from = {.node = f->node, .route = route, .dir = f->tmp, .what = what,
+                                  .code = "snapshot"};
+    /* The first part is asked for now: a holder that is not live fails the create here. */
+    if (!(f->fetch = sbx_parts_fetch(sp, &f->parts, &from, on_fetched, f, err))) {
+        log_warn("snapshot.fetch", "snapshot=%s source=%s result=failed code=%s", f->snap, f->node, err->code);
+        spaced_rm_rf(f->tmp);
+        free(f);
+        return NULL;
+    }
+    f->next = sp->sbx->travel_fetches;
+    sp->sbx->travel_fetches = f;
+    return f;
 }
 
 int sbx_travel_need(struct sbx *s, sbx_travel_done done, struct spaced_err *err)
@@ -281,65 +353,60 @@ int sbx_travel_need(struct sbx *s, sbx_travel_done done, struct spaced_err *err)
     snprintf(p, sizeof p, "%s/snapshot.json", dir);
     if (access(p, F_OK) == 0 || !snap_id_ok(s->rec.source))
         return 0; /* here, or a fork's capture (never travels) */
-    struct store_snap row;
-    int rc = store_snap_get(sp->store, s->rec.source, &row);
-    if (rc == STORE_NOTFOUND || (rc == 0 && (!row.node[0] || strcmp(row.node, sp->sbx->node_id) == 0)))
-        return 0; /* gone, or ours: sbx_fork_source says what is missing */
-    if (rc != 0)
-        return spaced_err_set(err, 503, "store_unavailable", "reading snapshot %s: the store failed",
-                              s->rec.source);
-    struct sbx_travel *t = calloc(1, sizeof *t);
-    if (!t)
+    struct sbx_travel *w = calloc(1, sizeof *w);
+    if (!w)
         return spaced_err_set(err, 500, "internal", "out of memory");
-    if (!row.parts[0] || parts_parse(row.parts, &t->parts) < 0) {
-        free(t);
-        return spaced_err_set(err, 503, "snapshot_not_transferable", "snapshot %s is on node %s and its "
-                              "parts were not recorded (taken before snapshots travelled?): create from it "
-                              "on that node", row.id, row.node);
+    struct travel_fetch *f = sp->sbx->travel_fetches;
+    while (f && strcmp(f->snap, s->rec.source) != 0)
+        f = f->next;
+    if (f) {
+        log_info("snapshot.fetch", "snapshot=%s sandbox=%s result=joined", f->snap, s->rec.id);
+    } else {
+        struct store_snap row;
+        int rc = store_snap_get(sp->store, s->rec.source, &row);
+        if (rc == STORE_NOTFOUND || (rc == 0 && (!row.node[0] || strcmp(row.node, sp->sbx->node_id) == 0))) {
+            free(w);
+            return 0; /* gone, or ours: sbx_fork_source says what is missing */
+        }
+        if (rc != 0) {
+            free(w);
+            return spaced_err_set(err, 503, "store_unavailable", "reading snapshot %s: the store failed",
+                                  s->rec.source);
+        }
+        if (!(f = fetch_start(sp, &row, err))) {
+            free(w);
+            return -1;
+        }
     }
-    t->s = s;
-    t->done = done;
-    t->started_ms = spaced_now_ms();
-    snprintf(t->snap, sizeof t->snap, "%s", row.id);
-    snprintf(t->node, sizeof t->node, "%s", row.node);
-    char top[SBX_PATH_MAX - 2 * STORE_ID_MAX - 16];
-    sbx_capture_dir(sp, NULL, top, sizeof top);
-    snprintf(t->tmp, sizeof t->tmp, "%s/.fetch-%s-%s", top, row.id, s->rec.id);
-    spaced_rm_rf(t->tmp);
-    if (spaced_mkdir_p(t->tmp) < 0) {
-        spaced_err_set(err, 500, "host_io", "cannot create %s: %s", t->tmp, strerror(errno));
-        free(t);
-        return -1;
-    }
-    int64_t total = 0;
-    for (unsigned i = 0; i < t->parts.n; i++)
-        total += t->parts.f[i].size;
-    log_info("snapshot.fetch", "snapshot=%s sandbox=%s source=%s parts=%u bytes=%lld result=started", t->snap,
-             s->rec.id, t->node, t->parts.n, (long long)total);
-    char route[128], what[80];
-    snprintf(route, sizeof route, "/internal/snapshots/%s/parts/", t->snap);
-    snprintf(what, sizeof what, "snapshot %s", t->snap);
-    struct sbx_parts_from from = {.node = t->node, .route = route, .dir = t->tmp, .what = what,
-                                  .code = "snapshot"};
-    /* The first part is asked for now: a holder that is not live fails the create here. */
-    if (!(t->fetch = sbx_parts_fetch(sp, &t->parts, &from, on_fetched, t, err))) {
-        log_warn("snapshot.fetch", "snapshot=%s sandbox=%s source=%s result=failed code=%s", t->snap, s->rec.id,
-                 t->node, err->code);
-        spaced_rm_rf(t->tmp);
-        free(t);
-        return -1;
-    }
-    s->travel = t;
+    *w = (struct sbx_travel){.s = s, .done = done, .f = f, .next = f->waiters};
+    f->waiters = w;
+    s->travel = w;
     return 1;
 }
 
 void sbx_travel_cancel(struct sbx *s)
 {
-    struct sbx_travel *t = s->travel;
-    if (!t)
+    struct sbx_travel *w = s->travel;
+    if (!w)
         return;
-    sbx_parts_fetch_cancel(t->fetch);
-    spaced_rm_rf(t->tmp);
+    struct travel_fetch *f = w->f;
+    for (struct sbx_travel **pp = &f->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
     s->travel = NULL;
-    free(t);
+    free(w);
+    if (f->waiters || !f->fetch)
+        return; /* others wait for it, or it ended (fetch_end frees it) */
+    sbx_parts_fetch_cancel(f->fetch);
+    spaced_rm_rf(f->tmp);
+    fetch_unlist(f);
+    free(f);
+}
+
+void sbx_travel_forget(struct sbx_table *tbl)
+{
+    while (tbl->travel_recs)
+        rec_free(tbl->travel_recs); /* their ops resume as "interrupted" */
 }
