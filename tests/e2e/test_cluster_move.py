@@ -129,7 +129,8 @@ def test_suspended_sandbox_moves_off_a_drained_node(cluster, pg_url):  # noqa: F
     assert (state, node, parts) == ("running", b.node_id, None), (state, node, parts)
     got = control.request("GET", "/v1/sandboxes/" + sid)
     assert got.status == 200 and got.json["sandbox"]["node"] == b.node_id, got
-    assert sid in space(control, "ls")
+    listed = next(x for x in space(control, "ls").splitlines() if sid in x)
+    assert b.node_id in listed and a.node_id not in listed, listed
     line = next(x for x in full_log(b).splitlines() if "sandbox.move" in x and "result=verified" in x)
     print(line)  # parts, bytes and ms (TCG host, loopback)
     # A lets go: the sandbox leaves its table and its files go, once B has them.

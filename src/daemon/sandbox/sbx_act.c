@@ -1149,6 +1149,8 @@ void sbx_recover(struct spaced *sp, struct sbx *s)
     switch (s->state) {
     case SBX_STOPPED:
     case SBX_SUSPENDED:
+        sbx_move_record(s); /* a restart may have ended its hashing */
+        return;
     case SBX_FAILED:
     case SBX_DELETED:
         return;

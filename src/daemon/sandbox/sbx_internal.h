@@ -320,9 +320,10 @@ bool sbx_travel_parts_ok(const char *parts);
 
 /* ---- suspended and stopped sandboxes that move between nodes (sbx_move.c) ---- */
 
-/* s just became suspended or stopped on a cluster node: hashes its files and records
- * them in its row (parts, with this node as holder) unless something is done to it
- * meanwhile. No-op on a single host. */
+/* s just became suspended or stopped on a cluster node (a verb succeeded, failed back to
+ * it, or a restart found it so): hashes its files and records them in its row (parts,
+ * with this node as holder) unless something is done to it meanwhile. No-op on a single
+ * host, while hashing, and when a record exists (its own, or the node's it moved from). */
 void sbx_move_record(struct sbx *s);
 /* A verb starts on s: a hashing in progress stops and a record of files held here is
  * dropped (the files change; stored with the next state). A record naming another node

@@ -33,6 +33,7 @@
  * coming back never adopts a sandbox that moved. Prefix sbx_move_. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,8 +106,9 @@ static void on_hashed(void *arg, const char *why)
     s->move = NULL;
     free(m);
     if (!js || !same) {
-        log_warn("sandbox.move", "sandbox=%s record=%s%s%s", s->rec.id, why ? "failed why=" : "dropped",
-                 why ? why : "", why ? "" : " reason=changed");
+        char q[SBX_PATH_MAX + 128];
+        log_warn("sandbox.move", "sandbox=%s record=%s%s", s->rec.id, why ? "failed why=" : "dropped reason=changed",
+                 why ? log_quote(why, q, sizeof q) : "");
         free(js);
         return;
     }
@@ -117,8 +119,8 @@ static void on_hashed(void *arg, const char *why)
 
 void sbx_move_record(struct sbx *s)
 {
-    if (!on_cluster(s) || (s->state != SBX_SUSPENDED && s->state != SBX_STOPPED) || s->move)
-        return;
+    if (!on_cluster(s) || (s->state != SBX_SUSPENDED && s->state != SBX_STOPPED) || s->move || s->rec.parts)
+        return; /* recorded already, or files still on the node it moved from */
     struct sbx_move *m = calloc(1, sizeof *m);
     if (!m)
         return;
@@ -235,6 +237,17 @@ struct sbx *sbx_move_adopt(struct spaced *sp, const char *id)
     return s;
 }
 
+/* fsync of a file or a directory (its entries: renames into it survive a host crash).
+ * 0 or -1. */
+static int path_sync(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 static void fetch_end(struct sbx_move *m, const struct spaced_err *err, int64_t bytes, const char *from)
 {
     struct sbx *s = m->s;
@@ -296,6 +309,14 @@ static void on_fetched(void *arg, const struct spaced_err *err, int64_t bytes)
         if (rename(m->tmp, final) < 0)
             spaced_err_set(&e, 500, "host_io", "cannot rename %s to %s: %s", m->tmp, final, strerror(errno));
     }
+    char top[SBX_PATH_MAX];
+    sandboxes_dir(s->sp, NULL, top, sizeof top);
+    snprintf(a, sizeof a, "%s/suspend", final);
+    snprintf(b, sizeof b, "%s/backing.json", final);
+    /* Durable before the old node is told it may remove its copy (the parts themselves
+     * were fsynced as they were published). */
+    if (!e.status && (path_sync(b) != 0 || path_sync(a) != 0 || path_sync(final) != 0 || path_sync(top) != 0))
+        spaced_err_set(&e, 500, "host_io", "cannot sync %s: %s", final, strerror(errno));
     if (!e.status) {
         /* The files are here: from this write on the old node may remove its copy. */
         free(s->rec.parts);

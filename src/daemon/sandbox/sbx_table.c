@@ -289,6 +289,8 @@ void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
     if (sbx_persist(s) == 0)
         sbx_resv_stored(s);
     state_announce(s, old, failure);
+    if (state == SBX_SUSPENDED || state == SBX_STOPPED)
+        sbx_move_record(s); /* back to suspended after a failed verb, or recovered */
 }
 
 /* op_intent_fn: the sandbox row, in its op's transaction. */
