@@ -32,7 +32,9 @@
  * sbx_submit.c / sbx_exec.c (the op engine's side), sbx_chain.c (the disk chain file,
  * backing.json, and what it tells the template module), sbx_pool.c (warm pools),
  * sbx_spec.c, sbx_state.c, sbx_traffic.c, sbx_resv.c (on a cluster node: capacity
- * reserved before a VM comes back). Prefix sbx_.
+ * reserved before a VM comes back), sbx_parts.c / sbx_travel.c / sbx_move.c (on a
+ * cluster node: snapshots and suspended sandboxes whose files travel between nodes).
+ * Prefix sbx_.
  *
  * Layering: below cluster/ and above template/, net/, jail/, vm/. It knows no role
  * (main.c calls sbx_set_owner with cluster/'s answers) and tells the modules below what
