@@ -388,9 +388,10 @@ bool sbx_move_hand_back(struct sbx *s)
 static void check_moved(struct sbx *s, void *arg)
 {
     struct spaced *sp = arg;
-    struct sbx_parts p;
+    /* Only a sandbox with parts can have been moved (the move compares them); its files
+     * are here, or still on the node it came from (moved on again before it fetched). */
     if (!s->rec.parts || sbx_busy(s) || op_target_open(sp, s->rec.id) ||
-        (s->state != SBX_SUSPENDED && s->state != SBX_STOPPED) || !parts_here(s, s->rec.parts, &p))
+        (s->state != SBX_SUSPENDED && s->state != SBX_STOPPED))
         return;
     struct store_sbx row;
     if (store_sbx_get(sp->store, s->rec.id, &row) != 0)
