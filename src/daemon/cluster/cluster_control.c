@@ -201,8 +201,9 @@ static bool comes_back(struct http_req *req)
 
 /* A verb bringing back a sandbox on a draining node (docs/multinode.md "Suspended
  * sandboxes that move"): when it is suspended or stopped with its files recorded, a
- * node is chosen like a create's and reserved, the row moves there in one conditional
- * update (store_sbx_move), and the verb goes to it, which fetches the files first.
+ * node is chosen like a create's (where a reservation fits), the row moves there in one
+ * conditional update (store_sbx_move), and the verb goes to it, which reserves the VM's
+ * room itself and fetches the files first.
  * Otherwise (not movable, no other node, the row changed meanwhile) the verb goes to the
  * draining node, which brings it back itself. */
 static int choose_move(struct spaced *sp, struct http_req *req, const char *body, size_t len,
@@ -229,16 +230,14 @@ static int choose_move(struct spaced *sp, struct http_req *req, const char *body
         int rc = store_sbx_move(sp->store, id, s.node, p.node.id, s.parts, s.parts, spaced_now_ms());
         log_info("cluster.move", "sandbox=%s from=%s to=%s result=%s", id, s.node, p.node.id,
                  rc == 0 ? "moved" : rc == STORE_NOTFOUND ? "changed" : "store_failed");
-        if (rc == 0) {
-            *to = p.node;
-            *resv = cluster_resv_keep(sp, &p);
-            store_sbx_clear(&s);
-            return 0;
-        }
+        /* The reservation only chose B: B reserves the VM coming back itself (sbx_resv.c),
+         * and both at once would need twice the room there. */
         store_resv_release(sp->store, p.resv_id);
+        if (rc == 0)
+            *to = p.node;
     }
     store_sbx_clear(&s);
-    return 0; /* to: the draining node */
+    return 0; /* to: B when moved, else the draining node */
 }
 
 bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
