@@ -11,7 +11,9 @@ row and the listing name B; A removes its copy once B has it. Suspended again on
 B drained and one byte of its saved state flipped, the move to A is refused by A's
 digest check: the restore fails with sandbox_digest_mismatch, A keeps nothing, the row
 names B again (without parts, so it is not moved again) and, the byte restored, the
-sandbox comes back on B. One sandbox VM (TCG)."""
+sandbox comes back on B. Then kills between the steps: of the old node (the move stored,
+its files unreachable) and of the new node mid-fetch; and a stopped sandbox whose row a
+control moved just before it died. One sandbox VM per test (TCG)."""
 import json
 import os
 import signal
@@ -217,3 +219,25 @@ def test_kill9_of_either_node_during_a_move(cluster, pg_url):  # noqa: F811
     assert row(pg_url, sid) == ("running", b.node_id, None)
     wait_for("A to remove its copy", lambda: not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid)))
     space(control, "node", "undrain", a.node_id)
+
+
+def test_stopped_sandbox_moved_by_a_control_that_died(cluster, pg_url):  # noqa: F811
+    """A stopped sandbox (its disk and chain recorded, no memory) whose row a control moved
+    just before it was killed (the update done here as that control would, and no verb
+    forwarded): the next start through any control goes to the node the row names, which
+    loads the row, fetches the files from the old node and boots the disk there."""
+    control, nodes, _, _ = cluster
+    sid, a, b = sandbox_with_state(control, nodes)
+    verb(control, sid, "stop")
+    parts = wait_for("the stopped sandbox's parts", lambda: row(pg_url, sid)[2])
+    assert {f["name"] for f in parts["files"]} == {"disk.qcow2"} | {c["part"] for c in parts["chain"]}, parts
+    text = sql(pg_url, "SELECT parts FROM sandboxes WHERE id='%s'" % sid)[0]
+    sql(pg_url, "UPDATE sandboxes SET node='%s' WHERE id='%s' AND node='%s' AND parts='%s' AND "
+                "state IN ('suspended','stopped') AND desired=state" % (b.node_id, sid, a.node_id, text))
+    assert row(pg_url, sid)[:2] == ("stopped", b.node_id)
+    r, _ = verb(control, sid, "start")
+    assert r.headers.get("x-space-node") == b.node_id, r
+    _, res = run(control, sid, {"cmd": "cat ~/movefile"})
+    assert res["stdout"] == b"moved-42\n", (res, b.log())
+    assert row(pg_url, sid) == ("running", b.node_id, None)
+    wait_for("A to remove its copy", lambda: not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid)))
