@@ -507,6 +507,10 @@ int main(int argc, char **argv)
     http_server_free(srv);
     event_free(sigint);
     event_free(sigterm);
+    /* Before the template registry goes: the heartbeat reads it, and the last loop turn
+     * below would run a heartbeat that came due meanwhile (a table free can wait for a
+     * hashing worker: sbx_move.c). */
+    cluster_free(&sp);
     sbx_pools_free(sp.pools); /* unclaimed pooled VMs die with this spaced */
     sp.pools = NULL;          /* a create ending from here on kicks no pool */
     tpl_registry_free(sp.tpl);
@@ -520,7 +524,6 @@ int main(int argc, char **argv)
     auth_free(sp.auth);
     metrics_free(sp.metrics);
     hostload_free(sp.hostload);
-    cluster_free(&sp);
     store_close(sp.store);
     event_base_free(sp.base);
     log_info("stopped", NULL);

@@ -365,6 +365,50 @@ static void check_nodes(void **state)
     store_close(st);
 }
 
+/* A suspended sandbox moved off its node (sandbox/sbx_move.c): the conditional move, and
+ * the old node's late writes change nothing once the row names another node. */
+static void check_sandbox_move(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_sbx s, g;
+    fill_sbx(&s, "sbm", "A", "base", "suspended", NULL);
+    snprintf(s.desired, sizeof s.desired, "suspended");
+    snprintf(s.node, sizeof s.node, "na");
+    s.parts = (char *)"{\"node\":\"na\"}";
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    /* wrong source node, wrong parts: nothing moves */
+    assert_int_equal(store_sbx_move(st, "sbm", "nx", "nb", s.parts, s.parts, 5), STORE_NOTFOUND);
+    assert_int_equal(store_sbx_move(st, "sbm", "na", "nb", "{}", s.parts, 5), STORE_NOTFOUND);
+    /* a verb queued (desired running): not movable */
+    snprintf(s.desired, sizeof s.desired, "running");
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_move(st, "sbm", "na", "nb", s.parts, s.parts, 5), STORE_NOTFOUND);
+    snprintf(s.desired, sizeof s.desired, "suspended");
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_move(st, "sbm", "na", "nb", s.parts, s.parts, 5), 0);
+    assert_int_equal(store_sbx_move(st, "sbm", "na", "nb", s.parts, s.parts, 5), STORE_NOTFOUND);
+    /* the old node's record, written late, is refused and changes nothing */
+    snprintf(s.state, sizeof s.state, "restoring");
+    assert_int_equal(store_sbx_put(st, &s), STORE_MOVED);
+    assert_int_equal(store_sbx_get(st, "sbm", &g), 0);
+    assert_string_equal(g.node, "nb");
+    assert_string_equal(g.state, "suspended");
+    assert_string_equal(g.parts, "{\"node\":\"na\"}");
+    assert_int_equal(g.updated_ms, 5);
+    store_sbx_clear(&g);
+    /* the new node writes it; handing it back clears the parts */
+    snprintf(s.node, sizeof s.node, "nb");
+    snprintf(s.state, sizeof s.state, "suspended");
+    assert_int_equal(store_sbx_put(st, &s), 0);
+    assert_int_equal(store_sbx_move(st, "sbm", "nb", "na", s.parts, NULL, 6), 0);
+    assert_int_equal(store_sbx_get(st, "sbm", &g), 0);
+    assert_string_equal(g.node, "na");
+    assert_null(g.parts);
+    store_sbx_clear(&g);
+    store_close(st);
+}
+
 /* Keeps the use of the last node row (the checks have one node each). */
 static int use_of(const struct store_node *n, const struct store_node_use *u, void *arg)
 {

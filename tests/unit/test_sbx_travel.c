@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -93,6 +94,38 @@ static void test_counts_and_chain(void **state)
     assert_false(sbx_travel_parts_ok(NULL));
 }
 
+/* A suspended sandbox's record (sbx_move.c): the holder node travels in it, round-trips
+ * through sbx_parts_json, and must be a short string; no snapshot.json is required of
+ * a stopped sandbox's files. */
+static void test_sandbox_record(void **state)
+{
+    (void)state;
+    struct sbx_parts p;
+    snprintf(buf, sizeof buf, "{\"node\":\"node-a\",\"files\":[%s],\"chain\":[%s]}",
+             F("disk.qcow2", 10) "," F("layer0", 20), "{\"part\":\"layer0\",\"format\":\"qcow2\"}");
+    assert_int_equal(sbx_parts_parse(buf, &p), 0);
+    assert_string_equal(p.node, "node-a");
+    assert_int_equal(p.n, 2);
+    assert_false(sbx_travel_parts_ok(buf)); /* no snapshot.json nor state: not a snapshot's */
+    char *js = sbx_parts_json(&p);
+    struct sbx_parts q;
+    assert_int_equal(sbx_parts_parse(js, &q), 0);
+    assert_string_equal(q.node, "node-a");
+    assert_int_equal(q.nchain, 1);
+    assert_string_equal(q.f[q.chain[0]].name, "layer0");
+    free(js);
+    snprintf(buf, sizeof buf, "{\"node\":7,\"files\":[%s],\"chain\":[%s]}", F("layer0", 20),
+             "{\"part\":\"layer0\",\"format\":\"qcow2\"}");
+    assert_int_equal(sbx_parts_parse(buf, &p), -1);
+    char big[200];
+    memset(big, 'n', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    snprintf(buf, sizeof buf, "{\"node\":\"%s\",\"files\":[%s],\"chain\":[%s]}", big, F("layer0", 20),
+             "{\"part\":\"layer0\",\"format\":\"qcow2\"}");
+    assert_int_equal(sbx_parts_parse(buf, &p), -1);
+    assert_int_equal(sbx_parts_parse(NULL, &p), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -100,6 +133,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_sizes_and_digests),
         cmocka_unit_test(test_counts_and_chain),
+        cmocka_unit_test(test_sandbox_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,9 @@
  *   DELETE /v1/snapshots/{id}  (id or name)                 204
  *   GET    /internal/snapshots/{id}/parts/{part}             node API: another node fetching
  *                                                            a part (sbx_travel.c)
+ *   GET    /internal/sandboxes/{id}/parts/{part}             node API: the node a suspended
+ *                                                            sandbox moved to fetching a part
+ *                                                            of its files (sbx_move.c)
  * A snapshot is used by naming it as the template of a create (POST /v1/sandboxes). */
 #include <stdio.h>
 #include <string.h>
@@ -132,6 +135,11 @@ static void h_delete(struct http_req *req, void *arg)
     http_reply(req, 204, NULL, NULL, 0);
 }
 
+static void h_sandbox_part(struct http_req *req, void *arg)
+{
+    sbx_move_serve(arg, req, router_param(req, "id"), router_param(req, "part"));
+}
+
 static void h_part(struct http_req *req, void *arg)
 {
     sbx_travel_serve(arg, req, router_param(req, "id"), router_param(req, "part"));
@@ -140,6 +148,7 @@ static void h_part(struct http_req *req, void *arg)
 void routes_snapshots_register(struct router *r, struct spaced *sp)
 {
     router_add(r, "GET", "/internal/snapshots/{id}/parts/{part}", h_part, sp);
+    router_add(r, "GET", "/internal/sandboxes/{id}/parts/{part}", h_sandbox_part, sp);
     router_add(r, "POST", "/v1/sandboxes/{id}/snapshots", h_create, sp);
     router_add(r, "GET", "/v1/snapshots", h_list, sp);
     router_add(r, "GET", "/v1/snapshots/{id}", h_get, sp);

@@ -122,6 +122,12 @@ void cluster_dispatch(struct http_req *req, void *arg)
                              "this is a space node daemon: send API requests to the control daemon");
             return;
         }
+        /* A sandbox a control moved here (docs/multinode.md "Suspended sandboxes that
+         * move"): its row is loaded on the first request naming it. */
+        char id[STORE_ID_MAX];
+        if (cluster_path_id(path, "/v1/sandboxes/", id, sizeof id) ||
+            cluster_path_id(path, "/sandboxes/", id, sizeof id))
+            sbx_move_adopt(sp, id);
     }
     router_dispatch(req, sp->router);
 }

@@ -242,6 +242,9 @@ struct cluster_pick {
  * (*out then describes the live undrained node with the most free memory, found false
  * when there is none), -1 on a store error. */
 int cluster_pick(struct spaced *sp, const struct cluster_want *w, struct cluster_pick *out);
+/* Keeps the reservation placement took (p->resv_id) as the control's own, released
+ * with cluster_resv_release; NULL (the reservation released) when out of memory. */
+struct cluster_resv *cluster_resv_keep(struct spaced *sp, const struct cluster_pick *p);
 /* Registers the control role's forwarding hook on sp->router. */
 int cluster_control_start(struct spaced *sp);
 /* Registers GET /v1/nodes (every role: empty on a single host). */

@@ -195,6 +195,56 @@ bool cluster_path_id(const char *path, const char *prefix, char *id, size_t cap)
     return true;
 }
 
+/* A verb that brings a sandbox's VM back (ours and E2B's). */
+static bool comes_back(struct http_req *req)
+{
+    const char *verb = strrchr(http_req_path(req), '/');
+    return strcmp(http_req_method(req), "POST") == 0 && verb &&
+           (strcmp(verb, "/restore") == 0 || strcmp(verb, "/resume") == 0 || strcmp(verb, "/wake") == 0 ||
+            strcmp(verb, "/start") == 0 || strcmp(verb, "/connect") == 0);
+}
+
+/* A verb bringing back a sandbox on a draining node (docs/multinode.md "Suspended
+ * sandboxes that move"): when it is suspended or stopped with its files recorded, a
+ * node is chosen like a create's (where a reservation fits), the row moves there in one
+ * conditional update (store_sbx_move), and the verb goes to it, which reserves the VM's
+ * room itself and fetches the files first.
+ * Otherwise (not movable, no other node, the row changed meanwhile) the verb goes to the
+ * draining node, which brings it back itself. */
+static int choose_move(struct spaced *sp, struct http_req *req, const char *body, size_t len,
+                       struct store_node *to, struct cluster_resv **resv)
+{
+    (void)body;
+    (void)len;
+    char id[STORE_ID_MAX];
+    const char *path = http_req_path(req);
+    struct store_sbx s = {0};
+    if ((!cluster_path_id(path, "/v1/sandboxes/", id, sizeof id) && !cluster_path_id(path, "/sandboxes/", id, sizeof id)) ||
+        store_sbx_get(sp->store, id, &s) != 0 || store_node_get(sp->store, s.node, to) != 0) {
+        store_sbx_clear(&s);
+        cluster_reply_fail(req, NULL, 503, "store_unavailable", "cannot read the sandbox's row: %s",
+                           store_errmsg(sp->store));
+        return -1;
+    }
+    bool movable = s.parts && strstr(s.parts, "\"node\"") && strcmp(s.state, s.desired) == 0 &&
+                   (strcmp(s.state, "suspended") == 0 || strcmp(s.state, "stopped") == 0);
+    struct cluster_want w = {.vcpus = s.vcpus, .memory_mib = s.memory_mib};
+    snprintf(w.template_name, sizeof w.template_name, "%s", s.template_name);
+    struct cluster_pick p;
+    if (movable && cluster_pick(sp, &w, &p) == 0) {
+        int rc = store_sbx_move(sp->store, id, s.node, p.node.id, s.parts, s.parts, spaced_now_ms());
+        log_info("cluster.move", "sandbox=%s from=%s to=%s result=%s", id, s.node, p.node.id,
+                 rc == 0 ? "moved" : rc == STORE_NOTFOUND ? "changed" : "store_failed");
+        /* The reservation only chose B: B reserves the VM coming back itself (sbx_resv.c),
+         * and both at once would need twice the room there. */
+        store_resv_release(sp->store, p.resv_id);
+        if (rc == 0)
+            *to = p.node;
+    }
+    store_sbx_clear(&s);
+    return 0; /* to: B when moved, else the draining node */
+}
+
 bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const char *id,
                               const char *tenant, const struct cluster_fwd *fwd)
 {
@@ -217,14 +267,16 @@ bool cluster_forward_to_owner(struct spaced *sp, struct http_req *req, const cha
     int64_t silent_ms = spaced_now_ms() - n.heartbeat_ms;
     if (silent_ms >= CLUSTER_DEAD_MS) {
         /* A suspended sandbox's memory image and disk are in that node's data directory
-         * (docs/multinode.md "Suspended sandboxes that move"): no other node can resume it. */
-        const char *verb = strrchr(http_req_path(req), '/');
-        bool resume = verb && (strcmp(verb, "/restore") == 0 || strcmp(verb, "/resume") == 0 ||
-                               strcmp(verb, "/wake") == 0 || strcmp(verb, "/start") == 0);
+         * (docs/multinode.md "Suspended sandboxes that move"): with the node gone no
+         * other node can fetch them. */
         cluster_reply_fail(req, fwd, 503, "node_down", "sandbox %s is on node %s, which has not reported for %lld s%s",
                            id, node, (long long)(silent_ms / 1000),
-                           resume ? "; its saved memory and disk are on that node's local storage, so it can "
-                                    "come back only there, once the node reports again" : "");
+                           comes_back(req) ? "; its saved memory and disk are on that node's local storage, so it "
+                                             "can come back only there, once the node reports again" : "");
+        return true;
+    }
+    if (n.draining && comes_back(req)) { /* perhaps moved off the drained node first */
+        cluster_proxy_fwd(sp, req, NULL, choose_move, fwd);
         return true;
     }
     cluster_proxy_fwd(sp, req, &n, NULL, fwd);

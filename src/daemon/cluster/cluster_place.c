@@ -231,6 +231,20 @@ void cluster_resv_release(struct spaced *sp, struct cluster_resv *r)
     free(r);
 }
 
+struct cluster_resv *cluster_resv_keep(struct spaced *sp, const struct cluster_pick *p)
+{
+    struct cluster_resv *r = calloc(1, sizeof *r);
+    if (!r) {
+        store_resv_release(sp->store, p->resv_id);
+        return NULL;
+    }
+    snprintf(r->id, sizeof r->id, "%s", p->resv_id);
+    snprintf(r->node, sizeof r->node, "%s", p->node.id);
+    r->next = sp->cluster->resv;
+    sp->cluster->resv = r;
+    return r;
+}
+
 int cluster_place(struct spaced *sp, struct http_req *req, const struct cluster_want *w,
                   const struct cluster_fwd *fwd, struct store_node *to, struct cluster_resv **resv)
 {
@@ -253,16 +267,11 @@ int cluster_place(struct spaced *sp, struct http_req *req, const struct cluster_
                            p.free_memory_mib > 0 ? p.free_memory_mib : 0, p.node.id);
         return -1;
     }
-    struct cluster_resv *r = calloc(1, sizeof *r);
+    struct cluster_resv *r = cluster_resv_keep(sp, &p);
     if (!r) {
-        store_resv_release(sp->store, p.resv_id);
         cluster_reply_fail(req, fwd, 500, "internal", "out of memory");
         return -1;
     }
-    snprintf(r->id, sizeof r->id, "%s", p.resv_id);
-    snprintf(r->node, sizeof r->node, "%s", p.node.id);
-    r->next = sp->cluster->resv;
-    sp->cluster->resv = r;
     *resv = r;
     *to = p.node;
     log_info("cluster.place", "node=%s template=%s vcpus=%u memory_mib=%u free_vcpus=%lld "

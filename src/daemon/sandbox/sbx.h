@@ -32,7 +32,9 @@
  * sbx_submit.c / sbx_exec.c (the op engine's side), sbx_chain.c (the disk chain file,
  * backing.json, and what it tells the template module), sbx_pool.c (warm pools),
  * sbx_spec.c, sbx_state.c, sbx_traffic.c, sbx_resv.c (on a cluster node: capacity
- * reserved before a VM comes back). Prefix sbx_.
+ * reserved before a VM comes back), sbx_parts.c / sbx_travel.c / sbx_move.c (on a
+ * cluster node: snapshots and suspended sandboxes whose files travel between nodes).
+ * Prefix sbx_.
  *
  * Layering: below cluster/ and above template/, net/, jail/, vm/. It knows no role
  * (main.c calls sbx_set_owner with cluster/'s answers) and tells the modules below what
@@ -239,6 +241,17 @@ json_t *sbx_record_to_json(const struct store_sbx *r);
  * public ports, constant-time comparison otherwise. */
 int sbx_traffic_token(const struct sbx *s, char *out, size_t cap);
 bool sbx_traffic_allowed(const struct sbx *s, const char *presented);
+
+/* ---- suspended sandboxes that move between nodes (sbx_move.c) ------------------------ */
+
+/* GET /internal/sandboxes/{id}/parts/{part} (node token only; 404 to anyone else and for
+ * any sandbox or part that is not a suspended or stopped sandbox's recorded part held by
+ * this node): streams the file. */
+struct http_req;
+void sbx_move_serve(struct spaced *sp, struct http_req *req, const char *id, const char *part);
+/* On a cluster node, a request names sandbox id, which is not in the table: loads its
+ * row when it names this node (moved here by a control). The sandbox, or NULL. */
+struct sbx *sbx_move_adopt(struct spaced *sp, const char *id);
 
 /* ---- auto-resume (sbx_wake.c) ---------------------------------------------------------- */
 

@@ -1228,6 +1228,24 @@ static void act_delete(struct sbx *s)
     finish_delete(s);
 }
 
+/* The files of a sandbox moved here arrived (sbx_move.c): the verb goes on; or they did
+ * not, and it fails with the sandbox as it was. Bytes other than the old node recorded
+ * give the sandbox back to that node, which can still restore it. */
+static void on_moved_in(struct sbx *s, const struct spaced_err *err)
+{
+    if (!err) {
+        char op[STORE_ID_MAX];
+        snprintf(op, sizeof op, "%s", s->op_id);
+        sbx_act(s->sp, s, s->op_kind, op);
+        return;
+    }
+    bool mismatch = strstr(err->code, "digest_mismatch") != NULL;
+    act_fail(s, s->state, err->code, "%s%s", err->message,
+             mismatch ? "; the sandbox stays on the node it came from: run the verb again" : "");
+    if (mismatch)
+        sbx_move_hand_back(s); /* s may be freed */
+}
+
 void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op_id)
 {
     (void)sp;
@@ -1238,6 +1256,15 @@ void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op
     sbx_gw_reset(s);
     bool has_vm = s->vm != NULL;
     enum vm_state vs = has_vm ? vm_state(s->vm) : VM_STATE_EXITED;
+    sbx_move_op_begins(s);
+    if (!has_vm && (kind == OP_RESTORE || kind == OP_START || kind == OP_WAKE)) {
+        struct spaced_err e;
+        int m = sbx_move_need(s, on_moved_in, &e);
+        if (m < 0)
+            act_fail(s, s->state, e.code, "%s", e.message);
+        if (m != 0)
+            return; /* failed, or on_moved_in goes on */
+    }
     switch (kind) {
     case OP_CREATE:
         create_begin(s);
@@ -1313,6 +1340,8 @@ void sbx_recover(struct spaced *sp, struct sbx *s)
     switch (s->state) {
     case SBX_STOPPED:
     case SBX_SUSPENDED:
+        sbx_move_record(s); /* a restart may have ended its hashing */
+        return;
     case SBX_FAILED:
     case SBX_DELETED:
         return;

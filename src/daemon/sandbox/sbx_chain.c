@@ -76,4 +76,5 @@ void sbx_template_users(struct spaced *sp, tpl_use_fn use, void *arg)
         use(s->rec.template_name, layers, c.n, arg);
     }
     sbx_capture_users(sp, use, arg); /* snapshots and forks' captures stand on layers too */
+    sbx_move_users(sp, use, arg);    /* moved away, still served to the new node */
 }

@@ -96,6 +96,7 @@ static void on_tick(struct spaced *sp, void *arg)
         sp->sbx->last_reconcile_ms = now;
         sbx_each(sp, reconcile_one, sp);
         sbx_fork_gc(sp);
+        sbx_move_tick(sp);
     }
 }
 

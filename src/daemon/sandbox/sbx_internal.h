@@ -23,6 +23,8 @@ struct vm_disk_protos;
 struct sbx {
     struct spaced *sp;
     struct sbx_travel *travel;   /* its snapshot's parts being fetched (sbx_travel.c, owned) */
+    struct sbx_move *move;       /* its own files being hashed for a move, or fetched from the
+                                    node it moved from (sbx_move.c, owned) */
     struct store_sbx rec;        /* persisted record (owned); rec.state mirrors `state` */
     enum sbx_state state;        /* actual state */
     enum sbx_state desired;      /* where queued ops lead */
@@ -84,6 +86,9 @@ struct sbx_table {
     bool wake_listening;         /* sbx_wake.c's state listener is registered */
     struct sbx_fork *forks;      /* forks in progress (sbx_fork.c, owned) */
     struct sbx_travel_rec *travel_recs; /* snapshots being hashed (sbx_travel.c, owned) */
+    struct travel_fetch *travel_fetches; /* snapshots being fetched, one each, shared by the
+                                    creates waiting for it (sbx_travel.c; owned by their
+                                    waiters: the last one's cancel frees it) */
 };
 
 /* ---- behind the op executor (sbx_submit.c, sbx_exec.c) ---- */
@@ -234,6 +239,66 @@ void sbx_capture_users(struct spaced *sp, tpl_use_fn use, void *arg);
 /* Shutdown: frees the forks in progress (their ops resume as "interrupted"). */
 void sbx_fork_forget(struct sbx_table *t);
 
+/* ---- files that travel between nodes (sbx_parts.c) ---- */
+
+#define SBX_PARTS_MAX 16
+#define SBX_PART_NAME_MAX 16
+struct sbx_part {
+    char name[SBX_PART_NAME_MAX];
+    char path[SBX_PATH_MAX];     /* the holder: where it is (not in the record) */
+    int64_t size;
+    char sha256[65];
+};
+/* A parts record (sbx_parts.c's header says the JSON). */
+struct sbx_parts {
+    char node[STORE_ID_MAX];     /* the node holding them, "" when the record has none */
+    struct sbx_part f[SBX_PARTS_MAX];
+    unsigned n;
+    unsigned chain[VM_DISK_BACKING_MAX]; /* index into f, nearest layer first */
+    char format[VM_DISK_BACKING_MAX][8];
+    unsigned nchain;
+};
+/* The fixed part names (NULL-terminated); layer<i> names the chain's i-th layer. */
+const char *const *sbx_parts_own_names(void);
+bool sbx_parts_name_ok(const char *name);
+/* The index of part `name`, or -1. */
+int sbx_parts_find(const struct sbx_parts *p, const char *name);
+/* Parses and checks a record (NULL: -1): at most SBX_PARTS_MAX files named from the set,
+ * each once, sizes 0..4 TiB, 64-hex SHA-256s; a chain of 1..VM_DISK_BACKING_MAX listed
+ * parts, each qcow2 or raw. 0, or -1. */
+int sbx_parts_parse(const char *s, struct sbx_parts *out);
+/* The record (heap, compact JSON), NULL when out of memory. */
+char *sbx_parts_json(const struct sbx_parts *p);
+/* Appends file `name` at `path` (size and digest to be hashed): 0, or -1. */
+int sbx_parts_add(struct sbx_parts *p, const char *name, const char *path);
+/* Hashes every part of p at its path (size and SHA-256 filled in), one after another on
+ * a worker thread; done(arg, NULL), or done(arg, why) on the first failure. p must live
+ * until then; cancel: no callback follows. NULL when nothing started. */
+struct sbx_parts_hash;
+typedef void (*sbx_parts_hashed)(void *arg, const char *why);
+struct sbx_parts_hash *sbx_parts_hash(struct spaced *sp, struct sbx_parts *p, sbx_parts_hashed done, void *arg);
+void sbx_parts_hash_cancel(struct sbx_parts_hash *h);
+/* Fetches every part of p from node `node` (route + name, node token) into dir/<name>
+ * (read-only), each verified (size bound, SHA-256) before it is published; errors are
+ * "<code>_digest_mismatch", "<code>_fetch_failed", "<code>_source_unavailable" (the node
+ * is not live or does not answer), host_io. done(arg, NULL or err, bytes) once; NULL
+ * with err when nothing started. Cancel: no callback follows. */
+struct sbx_parts_from {
+    const char *node;
+    const char *route;           /* "/internal/snapshots/<id>/parts/" */
+    const char *dir;
+    const char *what;            /* "snapshot <id>", for messages */
+    const char *code;            /* "snapshot" */
+};
+struct sbx_parts_fetch;
+typedef void (*sbx_parts_fetched)(void *arg, const struct spaced_err *err, int64_t bytes);
+struct sbx_parts_fetch *sbx_parts_fetch(struct spaced *sp, const struct sbx_parts *p,
+                                        const struct sbx_parts_from *from, sbx_parts_fetched done, void *arg,
+                                        struct spaced_err *err);
+void sbx_parts_fetch_cancel(struct sbx_parts_fetch *f);
+/* The path of chain layer `part` (layer<i>) by the chain file at chain_file: 0, or -1. */
+int sbx_parts_layer_path(const char *chain_file, const char *part, char *out, size_t cap);
+
 /* ---- snapshots that travel between nodes (sbx_travel.c) ---- */
 
 /* A node's snapshot capture is complete (row: its ready values but state): hashes every
@@ -245,11 +310,13 @@ int sbx_travel_record(struct spaced *sp, const char *op_id, const struct store_s
 void sbx_travel_forget(struct sbx_table *t);
 /* A create from snapshot s->rec.source: 0 when its capture is here (or is no snapshot's:
  * sbx_fork_source decides); 1 when its parts are being fetched from the holder (done(s,
- * NULL) once the capture is in place, done(s, err) after removing everything fetched);
- * -1 with err (nothing left behind). */
+ * NULL) once the capture is in place, done(s, err) after removing everything fetched),
+ * one fetch per snapshot on this node, which concurrent creates share; -1 with err
+ * (nothing left behind). */
 typedef void (*sbx_travel_done)(struct sbx *s, const struct spaced_err *err);
 int sbx_travel_need(struct sbx *s, sbx_travel_done done, struct spaced_err *err);
-/* The sandbox goes: its fetch, if any, stops and what it fetched is removed. */
+/* The sandbox goes: it stops waiting for its snapshot's fetch; the fetch stops and what
+ * it fetched is removed when no other create waits for it. */
 void sbx_travel_cancel(struct sbx *s);
 /* Whether a snapshots row's `parts` is one a fetch accepts (pure; unit-tested): at most
  * 16 files named from the fixed set (snapshot.json, state, mem, disk.qcow2, disk.raw,
@@ -273,6 +340,38 @@ enum sbx_gw sbx_gw_check(struct sbx *s, const char *snap, sbx_gw_resume_fn resum
 void sbx_gw_reset(struct sbx *s);
 /* The sandbox goes (sbx_free). */
 void sbx_gw_free(struct sbx *s);
+
+/* ---- suspended and stopped sandboxes that move between nodes (sbx_move.c) ---- */
+
+/* s just became suspended or stopped on a cluster node (a verb succeeded, failed back to
+ * it, or a restart found it so): hashes its files and records them in its row (parts,
+ * with this node as holder) unless something is done to it meanwhile. No-op on a single
+ * host, while hashing, and when a record exists (its own, or the node's it moved from). */
+void sbx_move_record(struct sbx *s);
+/* A verb starts on s: a hashing in progress stops and a record of files held here is
+ * dropped (the files change; stored with the next state). A record naming another node
+ * (a sandbox moved here whose files are not fetched yet) stays. */
+void sbx_move_op_begins(struct sbx *s);
+/* Before a verb brings back s's VM: 0 when its files are here; 1 when they are being
+ * fetched from the node it moved from (done(s, NULL) once they are in place and the
+ * row's parts cleared, done(s, err) after removing what was fetched); -1 with err. */
+typedef void (*sbx_move_done)(struct sbx *s, const struct spaced_err *err);
+int sbx_move_need(struct sbx *s, sbx_move_done done, struct spaced_err *err);
+/* After a fetch refused the old node's bytes (digest mismatch): gives the sandbox back
+ * to that node (its row names it again, without parts, so it is not moved again) and
+ * removes it from the table (s is freed). False when it stays (nothing changed). */
+bool sbx_move_hand_back(struct sbx *s);
+/* The sandbox goes: its hashing or fetch stops, what it fetched is removed. */
+void sbx_move_cancel(struct sbx *s);
+/* From the tick, every SBX_RECONCILE_PERIOD_MS, on a cluster node: sandboxes whose row
+ * names another node leave the table; the files of those the other node has fetched
+ * (or deleted) are removed. */
+void sbx_move_tick(struct spaced *sp);
+/* For sbx_template_users: the layers of sandbox directories in no table entry (moved
+ * away, files not yet fetched by the new node). */
+void sbx_move_users(struct spaced *sp, tpl_use_fn use, void *arg);
+/* A row loaded on a cluster node gets this node's run directory. */
+void sbx_move_fix_run_dir(struct spaced *sp, struct store_sbx *rec);
 
 /* ---- sbx_vol.c ---- */
 /* Mounts the record's volumes that are not live on the current agent connection (called

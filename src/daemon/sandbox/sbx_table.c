@@ -36,6 +36,7 @@ void sbx_set_owner(struct spaced *sp, sbx_owner_fn owns, const char *node_id)
 static void sbx_free(struct sbx *s)
 {
     sbx_travel_cancel(s);
+    sbx_move_cancel(s);
     if (s->vm)
         vm_detach(s->vm);
     sbx_agent_free(s);
@@ -83,6 +84,7 @@ struct sbx *sbx_table_add(struct spaced *sp, const struct store_sbx *rec)
     s->rec.metadata_json = dup_or_null(rec->metadata_json);
     s->rec.network_json = dup_or_null(rec->network_json);
     s->rec.volumes_json = dup_or_null(rec->volumes_json);
+    s->rec.parts = dup_or_null(rec->parts);
     s->rec.failure = dup_or_null(rec->failure);
     int st = sbx_state_parse(rec->state), de = sbx_state_parse(rec->desired);
     s->state = st < 0 ? SBX_FAILED : (enum sbx_state)st;
@@ -97,7 +99,9 @@ static int load_one(const struct store_sbx *rec, void *arg)
     struct spaced *sp = arg;
     if (sp->sbx->owns && !sp->sbx->owns(sp, rec))
         return 0; /* another node daemon's (--role=node) */
-    return sbx_table_add(sp, rec) ? 0 : 1;
+    struct store_sbx r = *rec; /* heap fields borrowed: sbx_table_add copies them */
+    sbx_move_fix_run_dir(sp, &r);
+    return sbx_table_add(sp, &r) ? 0 : 1;
 }
 
 int sbx_table_load(struct spaced *sp)
@@ -194,7 +198,14 @@ void sbx_set_desired(struct sbx *s, enum sbx_state desired)
  * the store is back, not every retry. Returns 0 when stored. */
 static int record_write(struct spaced *sp, const struct store_sbx *rec, bool *unsaved, bool lazy)
 {
-    if ((lazy ? store_sbx_put_lazy(sp->store, rec) : store_sbx_put(sp->store, rec)) != 0) {
+    int rc = lazy ? store_sbx_put_lazy(sp->store, rec) : store_sbx_put(sp->store, rec);
+    if (rc == STORE_MOVED) { /* moved to another node (sbx_move.c): never written back */
+        log_warn("sandbox.move", "sandbox=%s op=persist state=%s write=refused reason=row_names_another_node",
+                 rec->id, rec->state);
+        spaced_retry_mark(&sp->store_retry, unsaved, false);
+        return -1;
+    }
+    if (rc != 0) {
         char q[300];
         if (!*unsaved)
             log_error("store.error", "sandbox=%s op=persist state=%s msg=%s retry=until_stored",
@@ -279,6 +290,8 @@ void sbx_set_state(struct sbx *s, enum sbx_state state, const char *failure)
     if (sbx_persist(s) == 0)
         sbx_resv_stored(s);
     state_announce(s, old, failure);
+    if (state == SBX_SUSPENDED || state == SBX_STOPPED)
+        sbx_move_record(s); /* back to suspended after a failed verb, or recovered */
 }
 
 /* op_intent_fn: the sandbox row, in its op's transaction. */
@@ -304,6 +317,8 @@ void sbx_set_state_succeed(struct sbx *s, enum sbx_state state, const char *op_i
             op_finish(s->sp, op_id, true, NULL, NULL);
     }
     state_announce(s, old, NULL);
+    if (state == SBX_SUSPENDED || state == SBX_STOPPED)
+        sbx_move_record(s); /* hashed after this; recorded when done */
 }
 
 void sbx_path(const struct sbx *s, const char *leaf, char *out, size_t cap)

@@ -113,6 +113,9 @@ static const char *const store_migrations[] = {
      " id TEXT COLLATE \"C\" PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL,"
      " node TEXT NOT NULL, created_ms BIGINT NOT NULL);"
      "CREATE INDEX IF NOT EXISTS template_routes_created ON template_routes(created_ms);"),
+    /* 16: suspended and stopped sandboxes that move off a drained node (sandbox/
+     * sbx_move.c): the names, sizes and SHA-256s of their files, and where they are. */
+    "ALTER TABLE sandboxes ADD COLUMN parts TEXT;",
 };
 
 #define SQL_CAP 2048
@@ -188,7 +191,14 @@ static int rec_put(struct store *st, const struct store_table *t, const void *re
     char sql[SQL_CAP];
     struct store_arg args[STORE_MAX_COLS];
     store_rec_args(t, rec, args);
-    return q(st, store_rec_insert(t, sql, sizeof sql), args, t->ncols, NULL, NULL);
+    int64_t changed = 1;
+    int rc = st->ops->query(st, store_rec_insert(t, sql, sizeof sql), args, t->ncols, NULL, NULL,
+                            t->upsert_where ? &changed : NULL);
+    if (rc == 0 && changed == 0) {
+        snprintf(st->err, sizeof st->err, "the %s row is not this writer's any more", t->name);
+        return STORE_MOVED;
+    }
+    return rc;
 }
 
 /* ---- lifetime ------------------------------------------------------------------------- */
@@ -329,6 +339,18 @@ int store_sbx_put(struct store *st, const struct store_sbx *s) { return rec_put(
 int store_sbx_get(struct store *st, const char *id, struct store_sbx *out)
 {
     return rec_get(st, &store_tbl_sandboxes, "WHERE id=?", id, out);
+}
+
+int store_sbx_move(struct store *st, const char *id, const char *from, const char *to, const char *parts,
+                   const char *new_parts, int64_t now_ms)
+{
+    struct store_arg a[] = {STORE_ARG_S(to), STORE_ARG_S(new_parts), STORE_ARG_I(now_ms), STORE_ARG_S(id),
+                            STORE_ARG_S(from), STORE_ARG_S(parts)};
+    int64_t changed = 0;
+    int rc = st->ops->query(st, "UPDATE sandboxes SET node=?, parts=?, updated_ms=? WHERE id=? AND node=? AND "
+                            "parts=? AND state IN ('suspended','stopped') AND desired=state",
+                            a, 6, NULL, NULL, &changed);
+    return rc == 0 && changed == 0 ? STORE_NOTFOUND : rc;
 }
 
 /* Metadata filtering happens in C rather than in SQL: JSON operators differ between

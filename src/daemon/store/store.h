@@ -60,6 +60,7 @@
 #define STORE_NOTFOUND 1
 #define STORE_CONFLICT 2
 #define STORE_FULL 3 /* store_resv_take: the node has no room (or takes no new sandbox) */
+#define STORE_MOVED 4 /* store_sbx_put: the row names another node now; nothing written */
 
 #define STORE_ID_MAX 64     /* ids: sandbox, op, key, tenant, session, template names */
 #define STORE_STATE_MAX 24  /* enum names stored as text ("running", "succeeded") */
@@ -148,16 +149,28 @@ struct store_sbx {
                               sandbox made from its template (migration 9) */
     char *volumes_json;    /* [{"name","path"}] volumes it mounts, NULL = none (sandbox/
                               sbx_vol.c; migration 10) */
+    char *parts;           /* a suspended or stopped sandbox's files, hashed for a move to
+                              another node (sandbox/sbx_move.c: JSON with the node holding
+                              them), NULL = none (migration 16) */
 };
 
 void store_sbx_clear(struct store_sbx *s); /* frees the heap fields, zeroes the record */
 
-int store_sbx_put(struct store *st, const struct store_sbx *s);    /* insert or replace */
+/* Insert or replace; a row that exists is replaced only when it names the same node as
+ * s (s->node): otherwise nothing is written and STORE_MOVED is returned (a node whose
+ * sandbox was moved away never writes it back, sandbox/sbx_move.c). */
+int store_sbx_put(struct store *st, const struct store_sbx *s);
 /* The same without an fsync (see Durability above): for what only describes a running
  * VM (a pooled VM's run dir at claim), which a host crash ends along with the VM and
  * which the sandbox's next state write makes durable anyway. */
 int store_sbx_put_lazy(struct store *st, const struct store_sbx *s);
 int store_sbx_get(struct store *st, const char *id, struct store_sbx *out);
+/* Moves sandbox id from node `from` to node `to` in one conditional update, and sets its
+ * parts to new_parts (NULL: none): only while its row names `from`, its parts are
+ * exactly `parts`, and it is suspended or stopped with no verb queued (desired = state).
+ * 0 when moved, STORE_NOTFOUND when any condition failed (nothing written), -1. */
+int store_sbx_move(struct store *st, const char *id, const char *from, const char *to, const char *parts,
+                   const char *new_parts, int64_t now_ms);
 
 struct store_sbx_filter {
     const char *tenant;        /* required: tenancy is enforced in the store query */

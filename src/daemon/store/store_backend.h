@@ -30,7 +30,7 @@ struct store_arg {
  * to stop reading further rows (not an error). */
 typedef int (*store_row_fn)(void *arg, const char *const *cols, int ncols);
 
-#define STORE_MAX_COLS 24 /* columns of the widest table, with room to grow */
+#define STORE_MAX_COLS 32 /* columns of the widest table, with room to grow */
 
 struct store_ops {
     const char *name; /* "sqlite" | "postgresql", for messages */

@@ -60,8 +60,15 @@ static const struct store_col sbx_cols[] = {
     COL("auto_resume", STORE_COL_BOOL, struct store_sbx, auto_resume, false),
     TEXT(struct store_sbx, source, false),
     COL("volumes", STORE_COL_HEAP, struct store_sbx, volumes_json, false),
+    COL("parts", STORE_COL_HEAP, struct store_sbx, parts, false),
 };
-const struct store_table store_tbl_sandboxes = TABLE("sandboxes", "id", true, struct store_sbx, sbx_cols, sbx_clear_v);
+/* A node writes only rows that name it: once a control moved a suspended sandbox to
+ * another node (store_sbx_move), a late write of the old node's record changes nothing
+ * (store_sbx_put: STORE_MOVED). */
+const struct store_table store_tbl_sandboxes = {
+    .name = "sandboxes", .key = "id", .upsert = true, .upsert_where = "sandboxes.node = excluded.node",
+    .cols = sbx_cols, .ncols = (int)(sizeof sbx_cols / sizeof sbx_cols[0]), .size = sizeof(struct store_sbx),
+    .clear = sbx_clear_v};
 
 static void op_clear_v(void *rec) { store_op_clear(rec); }
 
@@ -180,6 +187,7 @@ void store_sbx_clear(struct store_sbx *s)
     free(s->metadata_json);
     free(s->network_json);
     free(s->volumes_json);
+    free(s->parts);
     free(s->failure);
     memset(s, 0, sizeof *s);
 }
@@ -261,6 +269,10 @@ const char *store_rec_insert(const struct store_table *t, char *buf, size_t cap)
         put(buf, cap, &len, "=excluded.");
         put(buf, cap, &len, t->cols[i].name);
         first = false;
+    }
+    if (t->upsert_where) {
+        put(buf, cap, &len, " WHERE ");
+        put(buf, cap, &len, t->upsert_where);
     }
     return buf;
 }

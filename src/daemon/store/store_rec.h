@@ -34,6 +34,8 @@ struct store_table {
     const char *name;               /* SQL table */
     const char *key;                /* primary key column (the upsert's conflict target) */
     bool upsert;                    /* put replaces an existing row; false: plain INSERT */
+    const char *upsert_where;       /* upsert: replaces only a row meeting this condition
+                                       (SQL on the table and `excluded`), NULL: any row */
     const struct store_col *cols;   /* in SELECT order */
     int ncols;
     size_t size;                    /* sizeof the record */

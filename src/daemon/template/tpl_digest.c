@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,9 @@ void tpl_digest_free(struct tpl_digest *h)
     free(h);
 }
 
-int tpl_digest_file(const char *path, int64_t max, char out[TPL_DIGEST_HEX], int64_t *size)
+/* tpl_digest_file, stopping with ECANCELED between chunks once *stop is set (NULL: never). */
+static int digest_file(const char *path, int64_t max, char out[TPL_DIGEST_HEX], int64_t *size,
+                       const atomic_bool *stop)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -78,6 +81,11 @@ int tpl_digest_file(const char *path, int64_t max, char out[TPL_DIGEST_HEX], int
         e = ENOMEM;
     }
     while (rc == 0) {
+        if (stop && atomic_load(stop)) {
+            rc = -1;
+            e = ECANCELED;
+            break;
+        }
         ssize_t n = read(fd, buf, DIGEST_CHUNK);
         if (n < 0 && errno == EINTR)
             continue;
@@ -107,6 +115,11 @@ int tpl_digest_file(const char *path, int64_t max, char out[TPL_DIGEST_HEX], int
     return -1;
 }
 
+int tpl_digest_file(const char *path, int64_t max, char out[TPL_DIGEST_HEX], int64_t *size)
+{
+    return digest_file(path, max, out, size, NULL);
+}
+
 /* ---- on a worker thread ------------------------------------------------------------------ */
 
 struct tpl_digest_job {
@@ -116,6 +129,7 @@ struct tpl_digest_job {
     tpl_digest_done done;
     void *arg;
     char *path;
+    atomic_bool stop;  /* set by tpl_digest_job_free: the thread ends at its next chunk */
     /* written by the thread before it signals efd */
     int rc, err;
     int64_t size;
@@ -125,7 +139,7 @@ struct tpl_digest_job {
 static void *job_main(void *arg)
 {
     struct tpl_digest_job *j = arg;
-    j->rc = tpl_digest_file(j->path, 0, j->hex, &j->size);
+    j->rc = digest_file(j->path, 0, j->hex, &j->size, &j->stop);
     j->err = j->rc < 0 ? errno : 0;
     uint64_t one = 1;
     ssize_t w = write(j->efd, &one, sizeof one); /* the loop wakes; nothing to do if not */
@@ -183,6 +197,8 @@ struct tpl_digest_job *tpl_digest_start(struct event_base *base, const char *pat
 
 void tpl_digest_job_free(struct tpl_digest_job *j)
 {
-    if (j)
-        job_end(j);
+    if (!j)
+        return;
+    atomic_store(&j->stop, true); /* the join waits for one chunk at most */
+    job_end(j);
 }

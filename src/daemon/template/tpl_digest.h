@@ -33,8 +33,9 @@ void tpl_digest_free(struct tpl_digest *h);
 int tpl_digest_file(const char *path, int64_t max, char out[TPL_DIGEST_HEX], int64_t *size);
 
 /* Hashes path on a worker thread; done(arg, rc, hex, size) runs once on base's loop
- * (rc as tpl_digest_file, errno in err). Returns a job (tpl_digest_job_free waits for the
- * thread and drops the callback: call it only when the result is no longer wanted), or
+ * (rc as tpl_digest_file, errno in err). Returns a job (tpl_digest_job_free stops the
+ * thread at its next 1 MiB chunk, waits for it and drops the callback: call it only when
+ * the result is no longer wanted), or
  * NULL when no thread could start (the caller hashes inline). */
 typedef void (*tpl_digest_done)(void *arg, int rc, int err, const char *hex, int64_t size);
 struct tpl_digest_job;
