@@ -10,9 +10,9 @@
  * never answers, is restarted after a backoff from 200 ms to 10 s, so a gateway that
  * cannot start does not spin. Its control socket is polled every PING_EVERY_MS until
  * it answers. Each time a gateway answers its first ping, every sandbox's attach,
- * policy and credentials are sent again (net_gateway_resync: first what net_on_gateway_up
- * registered, the tenants' rules, then the sandboxes): the gateway keeps no state of its
- * own across restarts. */
+ * policy and credentials are sent again (net_gateway_resync, which starts net_resync.c's
+ * walk on the loop: first what net_on_gateway_up registered, the tenants' rules, then
+ * the sandboxes): the gateway keeps no state of its own across restarts. */
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
