@@ -347,11 +347,13 @@ static const char *gateway_bin(void)
     return access(path, X_OK) == 0 ? path : NULL;
 }
 
+/* The gateway answers and the resync that follows (net_resync.c, on the loop) is done. */
 static void wait_up(struct event_base *base, struct net *n)
 {
-    for (int i = 0; i < 400 && !net_gateway_up(n); i++)
+    for (int i = 0; i < 400 && (!net_gateway_up(n) || net_resync_running(n->resync)); i++)
         event_base_loop(base, EVLOOP_ONCE);
     assert_true(net_gateway_up(n));
+    assert_false(net_resync_running(n->resync));
 }
 
 static pid_t gateway_pid(void)

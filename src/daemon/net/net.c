@@ -9,57 +9,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/net/net_internal.h"
 #include "log.h"
-
-#define NET_ID_MAX 48
-#define NS_PATH_MAX 320 /* netns_dir + prefix + id */ /* sandbox ids: [A-Za-z0-9_-]{1,48} (they name files and mounts) */
-
-/* What spaced knows about one sandbox's network; mirrored in <data_dir>/net/<id>.json. */
-struct net_rec {
-    char id[NET_ID_MAX + 1];
-    char tenant[64];
-    json_t *policy;       /* canonical policy (owned) */
-    json_t *creds;        /* [{"host","header","secret"}] (owned) */
-    bool nic;             /* has a namespace and tap (false only for policy none) */
-    struct net_rec *next;
-};
-
-struct net {
-    struct event_base *base;
-    char rec_dir[PATH_MAX];
-    char netns_dir[200];
-    char prefix[32];
-    char ctl[PATH_MAX + 32];
-    int home_fd;            /* spaced's own network namespace */
-    int *pool;              /* ready namespace fds (owned) */
-    unsigned pool_n, pool_want;
-    struct event *refill;   /* fills the pool one namespace per loop turn */
-    struct net_rec *recs;   /* owned list */
-    struct net_gw *gw;      /* NULL when not supervising a gateway */
-    void (*gateway_up)(void *arg); /* net_on_gateway_up: runs before each resync */
-    void *gateway_up_arg;
-};
 
 static bool id_ok(const char *id)
 {
     return net_id_ok(id, NET_ID_MAX);
 }
 
-static void ns_path(const struct net *n, const char *id, char *out, size_t cap)
+void net_rec_ns_path(const struct net *n, const char *id, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/%s%s", n->netns_dir, n->prefix, id);
 }
 
-static struct net_rec *rec_find(struct net *n, const char *id)
+struct net_rec *net_rec_find(struct net *n, const char *id)
 {
     for (struct net_rec *r = n->recs; r; r = r->next)
         if (strcmp(r->id, id) == 0)
             return r;
     return NULL;
+}
+
+uint64_t net_rec_touch(struct net *n, struct net_rec *r)
+{
+    return r->gen = ++n->gen;
 }
 
 static void rec_free(struct net_rec *r)
@@ -121,6 +96,7 @@ static struct net_rec *rec_add(struct net *n, const char *id, const char *tenant
         spaced_err_set(err, 500, "internal", "cannot write the network record");
         return NULL;
     }
+    net_rec_touch(n, r);
     r->next = n->recs;
     n->recs = r;
     return r;
@@ -159,6 +135,7 @@ static void rec_load(struct net *n, const char *file)
     r->policy = policy;
     r->creds = creds;
     r->nic = json_is_true(json_object_get(o, "nic"));
+    net_rec_touch(n, r);
     r->next = n->recs;
     n->recs = r;
     json_decref(o);
@@ -214,27 +191,39 @@ static int pool_take(struct net *n, char *err, size_t errlen)
 
 /* ---- the gateway ------------------------------------------------------------------- */
 
-/* One request; NULL (error logged) when unreachable or refused. code gets the error
- * code of a refusal ("" otherwise). Returns the reply (new reference). */
+bool net_reply_ok(const json_t *req, const json_t *rep, const char *err, char *code,
+                  size_t codelen)
+{
+    const char *op = json_string_value(json_object_get(req, "op"));
+    const char *id = json_string_value(json_object_get(req, "sandbox"));
+    if (code)
+        *code = 0;
+    if (!rep) {
+        log_warn("net.gateway", "op=%s sandbox=%s error=\"%s\"", op, id ? id : "-", err);
+        return false;
+    }
+    if (json_is_true(json_object_get(rep, "ok")))
+        return true;
+    json_t *e = json_object_get(rep, "error");
+    const char *c = json_string_value(json_object_get(e, "code"));
+    const char *m = json_string_value(json_object_get(e, "message"));
+    if (code)
+        snprintf(code, codelen, "%s", c ? c : "");
+    if (!c || strcmp(c, "exists") != 0)
+        log_warn("net.gateway", "op=%s sandbox=%s code=%s msg=\"%s\"", op, id ? id : "-",
+                 c ? c : "?", m ? m : "");
+    return false;
+}
+
+/* One request (req stolen), after the resync's request in flight (net_resync_settle):
+ * the gateway must see ours last. NULL (error logged) when unreachable or refused; code
+ * gets the error code of a refusal ("" otherwise). Returns the reply (new reference). */
 static json_t *gw_call(struct net *n, json_t *req, char *code, size_t codelen)
 {
     char err[256];
-    if (code)
-        *code = 0;
+    net_resync_settle(n->resync);
     json_t *rep = net_ctl_call(n->ctl, req, err, sizeof err);
-    const char *op = json_string_value(json_object_get(req, "op"));
-    const char *id = json_string_value(json_object_get(req, "sandbox"));
-    if (!rep) {
-        log_warn("net.gateway", "op=%s sandbox=%s error=\"%s\"", op, id ? id : "-", err);
-    } else if (!json_is_true(json_object_get(rep, "ok"))) {
-        json_t *e = json_object_get(rep, "error");
-        const char *c = json_string_value(json_object_get(e, "code"));
-        const char *m = json_string_value(json_object_get(e, "message"));
-        if (code)
-            snprintf(code, codelen, "%s", c ? c : "");
-        if (!c || strcmp(c, "exists") != 0)
-            log_warn("net.gateway", "op=%s sandbox=%s code=%s msg=\"%s\"", op, id ? id : "-",
-                     c ? c : "?", m ? m : "");
+    if (!net_reply_ok(req, rep, err, code, codelen)) {
         json_decref(rep);
         rep = NULL;
     }
@@ -242,9 +231,7 @@ static json_t *gw_call(struct net *n, json_t *req, char *code, size_t codelen)
     return rep;
 }
 
-/* The creds request: secrets travel as "value" (the gateway's name for them). True once
- * the gateway has them. */
-static bool gw_send_creds(struct net *n, const struct net_rec *r)
+json_t *net_req_creds(const struct net_rec *r)
 {
     json_t *rules = json_array();
     size_t i;
@@ -253,38 +240,53 @@ static bool gw_send_creds(struct net *n, const struct net_rec *r)
         json_array_append_new(rules, json_pack("{s:O, s:O, s:O}", "host", json_object_get(c, "host"),
                                                "header", json_object_get(c, "header"),
                                                "value", json_object_get(c, "secret")));
-    json_t *rep = gw_call(n, json_pack("{s:s, s:s, s:o}", "op", "creds", "sandbox", r->id,
-                                       "rules", rules), NULL, 0);
+    return json_pack("{s:s, s:s, s:o}", "op", "creds", "sandbox", r->id, "rules", rules);
+}
+
+json_t *net_req_attach(const struct net_rec *r, const char *nspath)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:O}", "op", "attach", "sandbox",
+                     r->id, "tenant", r->tenant, "netns", nspath, "dev", NET_TAP, "guest_mac",
+                     NET_GUEST_MAC, "guest_ip", NET_GUEST_IP, "gateway_ip", NET_GATEWAY_IP,
+                     "policy", r->policy);
+}
+
+json_t *net_req_policy(const struct net_rec *r)
+{
+    return json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id, "policy", r->policy);
+}
+
+/* The creds request. True once the gateway has them. */
+static bool gw_send_creds(struct net *n, const struct net_rec *r)
+{
+    json_t *rep = gw_call(n, net_req_creds(r), NULL, 0);
     json_decref(rep);
     return rep != NULL;
 }
 
-/* attach on the namespace at nspath, then credentials. True once the gateway serves the
- * sandbox: its DNS, HTTP and TLS sockets are open in the namespace when attach answers.
+/* A claim's attach on the namespace at nspath, then credentials. True once the gateway
+ * serves the sandbox: its DNS, HTTP and TLS sockets are open in the namespace when
+ * attach answers.
  *
- * `replace` is for a claim (a VM start): the VM is new and its namespace may be too (a
- * pooled VM's), so an attachment the gateway still holds under the id (an earlier attempt
- * of the create, a request that timed out but was served late) may be on another
- * namespace: it is dropped and made again. Without it (a resync after spaced restarts),
- * an attachment the gateway has is live and only gets the policy. */
-static bool gw_attach(struct net *n, const struct net_rec *r, const char *nspath, bool replace)
+ * The VM is new and its namespace may be too (a pooled VM's), so an attachment the
+ * gateway still holds under the id (an earlier attempt of the create, a request that
+ * timed out but was served late) may be on another namespace: it is dropped and made
+ * again. (The resync, net_resync.c, keeps an attachment the gateway has: it is live and
+ * only gets the policy.) */
+static bool gw_attach(struct net *n, struct net_rec *r, const char *nspath)
 {
     char code[48];
-    json_t *req = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:O}", "op", "attach",
-                            "sandbox", r->id, "tenant", r->tenant, "netns", nspath, "dev",
-                            NET_TAP, "guest_mac", NET_GUEST_MAC, "guest_ip", NET_GUEST_IP,
-                            "gateway_ip", NET_GATEWAY_IP, "policy", r->policy);
+    json_t *req = net_req_attach(r, nspath);
     json_t *rep = gw_call(n, json_incref(req), code, sizeof code);
-    if (!rep && strcmp(code, "exists") == 0 && replace) {
+    if (!rep && strcmp(code, "exists") == 0) {
         json_decref(gw_call(n, json_pack("{s:s, s:s}", "op", "detach", "sandbox", r->id), NULL, 0));
         rep = gw_call(n, json_incref(req), NULL, 0);
-    } else if (!rep && strcmp(code, "exists") == 0) {
-        rep = gw_call(n, json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id,
-                                   "policy", r->policy), NULL, 0);
     }
     json_decref(req);
     bool ok = rep && (!json_array_size(r->creds) || gw_send_creds(n, r));
     json_decref(rep);
+    if (ok) /* everything is in this gateway: a resync under way need not send it */
+        r->claimed_gen = net_rec_touch(n, r);
     return ok;
 }
 
@@ -312,24 +314,7 @@ void net_on_gateway_up(struct net *n, void (*fn)(void *arg), void *arg)
 
 void net_gateway_resync(struct net *n)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (n->gateway_up)
-        n->gateway_up(n->gateway_up_arg); /* the tenants' rules before the sandboxes */
-    unsigned count = 0;
-    for (struct net_rec *r = n->recs; r; r = r->next) {
-        char path[NS_PATH_MAX];
-        ns_path(n, r->id, path, sizeof path);
-        int fd = r->nic ? net_ns_open(path) : -1;
-        if (fd < 0)
-            continue; /* no namespace yet: the next claim attaches it */
-        close(fd);
-        gw_attach(n, r, path, false); /* a failure is logged; the next resync retries */
-        count++;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    log_info("net.resync", "attached=%u ms=%lld", count,
-             (long long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
+    net_resync_start(n->resync);
 }
 
 bool net_gateway_up(struct net *n)
@@ -394,6 +379,10 @@ struct net *net_new(struct event_base *base, const struct net_opts *o, char *err
         }
         event_active(n->refill, 0, 0);
     }
+    if (!(n->resync = net_resync_new(n))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     if (o->gateway_bin) {
         n->gw = net_gw_new(n, base, o->gateway_bin, gwdir, n->ctl, o->gateway_args, err, errlen);
         if (!n->gw)
@@ -411,6 +400,7 @@ void net_free(struct net *n)
 {
     if (!n)
         return;
+    net_resync_free(n->resync);
     net_gw_free(n->gw);
     for (unsigned i = 0; i < n->pool_n; i++)
         close(n->pool[i]);
@@ -442,8 +432,8 @@ void net_exit(struct net *n)
 /* The sandbox's namespace fd, mounting a fresh one if none is there yet. */
 static int ns_for(struct net *n, const char *id, struct spaced_err *err)
 {
-    char path[NS_PATH_MAX], msg[256];
-    ns_path(n, id, path, sizeof path);
+    char path[NET_NS_PATH_MAX], msg[256];
+    net_rec_ns_path(n, id, path, sizeof path);
     int fd = net_ns_open(path);
     if (fd >= 0)
         return fd;
@@ -475,7 +465,7 @@ static int lease_tap(struct net *n, const char *id, struct net_lease *out, struc
     if (out->tap_fd < 0)
         return spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
     snprintf(out->mac, sizeof out->mac, "%s", NET_GUEST_MAC);
-    ns_path(n, id, out->netns, sizeof out->netns);
+    net_rec_ns_path(n, id, out->netns, sizeof out->netns);
     return 0;
 }
 
@@ -483,7 +473,7 @@ static int lease_tap(struct net *n, const char *id, struct net_lease *out, struc
 static struct net_rec *rec_for_claim(struct net *n, const char *sandbox, const char *tenant,
                                      const char *policy_json, struct spaced_err *err)
 {
-    struct net_rec *r = rec_find(n, sandbox);
+    struct net_rec *r = net_rec_find(n, sandbox);
     if (r)
         return r;
     json_t *given = json_loads(policy_json ? policy_json : "{\"mode\":\"none\"}", 0, NULL);
@@ -506,7 +496,7 @@ int net_claim(struct net *n, const char *sandbox, const char *tenant, const char
         return 0;
     if (lease_tap(n, sandbox, out, err) != 0)
         return -1;
-    if (!gw_attach(n, r, out->netns, true)) {
+    if (!gw_attach(n, r, out->netns)) {
         close(out->tap_fd);
         out->tap_fd = -1;
         return gw_unavailable(n, err, sandbox);
@@ -529,9 +519,9 @@ int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
 {
     if (!id_ok(sandbox) || !id_ok(owner))
         return spaced_err_set(err, 400, "invalid_id", "not a sandbox id");
-    char from[NS_PATH_MAX], to[NS_PATH_MAX], msg[256];
-    ns_path(n, owner, from, sizeof from);
-    ns_path(n, sandbox, to, sizeof to);
+    char from[NET_NS_PATH_MAX], to[NET_NS_PATH_MAX], msg[256];
+    net_rec_ns_path(n, owner, from, sizeof from);
+    net_rec_ns_path(n, sandbox, to, sizeof to);
     int fd = net_ns_open(from);
     if (fd < 0)
         return spaced_err_set(err, 500, "net_failed", "the pooled VM's namespace %s: %s", from,
@@ -550,7 +540,7 @@ int net_claim_from(struct net *n, const char *sandbox, const char *tenant,
             spaced_err_set(err, 500, "net_failed", "sandbox network: %s", msg);
         return -1;
     }
-    if (!gw_attach(n, r, to, true)) {
+    if (!gw_attach(n, r, to)) {
         net_ns_unmount(to); /* owner's is still mounted, for net_release(owner) */
         return gw_unavailable(n, err, sandbox);
     }
@@ -567,8 +557,8 @@ void net_release(struct net *n, const char *sandbox)
         pp = &(*pp)->next;
     if (*pp && (*pp)->nic)
         json_decref(gw_call(n, json_pack("{s:s, s:s}", "op", "detach", "sandbox", sandbox), NULL, 0));
-    char path[NS_PATH_MAX];
-    ns_path(n, sandbox, path, sizeof path);
+    char path[NET_NS_PATH_MAX];
+    net_rec_ns_path(n, sandbox, path, sizeof path);
     net_ns_unmount(path);
     rec_remove(n, sandbox);
     if (*pp) {
@@ -595,7 +585,7 @@ void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), voi
 
 static struct net_rec *rec_or_404(struct net *n, const char *id, struct spaced_err *err)
 {
-    struct net_rec *r = id_ok(id) ? rec_find(n, id) : NULL;
+    struct net_rec *r = id_ok(id) ? net_rec_find(n, id) : NULL;
     if (!r)
         spaced_err_set(err, 404, "not_found",
                        "sandbox %.48s has no network yet (it gets one when its VM first starts)",
@@ -611,7 +601,7 @@ int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const
     json_t *p = net_policy_check(policy, err);
     if (!p)
         return -1;
-    struct net_rec *r = rec_find(n, sandbox);
+    struct net_rec *r = net_rec_find(n, sandbox);
     if (!r) /* never claimed: the policy (and whether there is a NIC) is still open */
         return rec_add(n, sandbox, tenant, p, err) ? 0 : -1;
     if (!r->nic && !policy_is_none(p)) {
@@ -628,9 +618,9 @@ int net_set_policy(struct net *n, const char *sandbox, const char *tenant, const
         return spaced_err_set(err, 500, "internal", "cannot write the network record");
     }
     json_decref(old);
+    net_rec_touch(n, r);
     if (r->nic)
-        json_decref(gw_call(n, json_pack("{s:s, s:s, s:O}", "op", "policy", "sandbox", r->id,
-                                         "policy", r->policy), NULL, 0));
+        json_decref(gw_call(n, net_req_policy(r), NULL, 0));
     return 0;
 }
 
@@ -661,6 +651,7 @@ int net_set_creds(struct net *n, const char *sandbox, const json_t *rules,
         return spaced_err_set(err, 500, "internal", "cannot write the network record");
     }
     json_decref(old);
+    net_rec_touch(n, r);
     if (r->nic)
         gw_send_creds(n, r);
     return 0;

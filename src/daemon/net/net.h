@@ -21,14 +21,20 @@
  * policy and credential rules are kept in <data_dir>/net/<id>.json (0600; secrets live
  * only there and in the gateway's memory, never in the VM and never in an API reply),
  * written before the gateway is told. After spaced or the gateway restarts, every
- * record with a namespace is attached again with its policy and credentials.
+ * record with a namespace is attached again with its policy and credentials, in the
+ * background on the event loop, one request in flight at a time (net_resync.c): with
+ * many sandboxes the resync takes many gateway round trips (each attach runs `nft`), and
+ * the loop must keep serving meanwhile.
  *
  * Policy `none` means no NIC: claim returns tap_fd -1 and creates no namespace. A live
  * change from `none` to a mode with traffic would need a NIC and is refused (409); the
  * other way the NIC stays and the gateway refuses everything.
  *
  * All calls run on the event loop thread (they switch that thread's namespace briefly
- * and talk to the gateway synchronously over a local socket, a few ms at most).
+ * and talk to the gateway synchronously over a local socket: an attach is one `nft` run
+ * in the gateway, 20-200 ms). A call made while the resync has a request in flight first
+ * waits for that one (so the gateway sees the call's request after it, and a resync never
+ * undoes a newer change).
  *
  * Layering: below sandbox/ and template/, which claim and release namespaces by id; net/
  * knows neither (which ids are alive is passed in: net_spaced_new). Prefix net_. */
@@ -166,9 +172,10 @@ void net_release(struct net *n, const char *sandbox);
  * was down, or between its delete and the release). */
 void net_sweep(struct net *n, bool (*known)(const char *sandbox, void *arg), void *arg);
 
-/* True while a gateway answers on the control socket and has been sent every record
- * (health, tests, and a VM start deciding to wait): a supervised gateway that died is
- * down from the moment it exits, before its exit event is handled. */
+/* True while a gateway answers on the control socket (health, tests, and a VM start
+ * deciding to wait): a supervised gateway that died is down from the moment it exits,
+ * before its exit event is handled. The resync of the records may still be under way
+ * then; a claim does not need it (it attaches its own sandbox). */
 bool net_gateway_up(struct net *n);
 
 /* spaced's network module (sp->net, made by main.c with net_spaced_new; freed with

@@ -10,9 +10,9 @@
  * never answers, is restarted after a backoff from 200 ms to 10 s, so a gateway that
  * cannot start does not spin. Its control socket is polled every PING_EVERY_MS until
  * it answers. Each time a gateway answers its first ping, every sandbox's attach,
- * policy and credentials are sent again (net_gateway_resync: first what net_on_gateway_up
- * registered, the tenants' rules, then the sandboxes): the gateway keeps no state of its
- * own across restarts. */
+ * policy and credentials are sent again (net_gateway_resync, which starts net_resync.c's
+ * walk on the loop: first what net_on_gateway_up registered, the tenants' rules, then
+ * the sandboxes): the gateway keeps no state of its own across restarts. */
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -25,7 +25,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/net/net_internal.h"
@@ -57,13 +56,6 @@ struct net_gw {
     int64_t spawned_ms;          /* CLOCK_MONOTONIC of the last spawn (0: adopted) */
     int64_t up_ms;               /* of its first answered ping */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void arm(struct net_gw *g, int ms)
 {
@@ -154,7 +146,7 @@ static void spawn(struct net_gw *g)
         return;
     }
     write_pid(g);
-    g->spawned_ms = mono_ms();
+    g->spawned_ms = net_mono_ms();
     log_info("gateway.start", "pid=%d", (int)pid);
     g->ping_left = PING_TRIES;
     arm(g, PING_EVERY_MS);
@@ -171,7 +163,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         return;
     if (ping(g)) {
         g->up = true;
-        g->up_ms = mono_ms();
+        g->up_ms = net_mono_ms();
         g->backoff_ms = BACKOFF_MIN_MS;
         log_info("gateway.up", "pid=%d start_ms=%lld", (int)g->pid,
                  (long long)(g->up_ms - g->spawned_ms));
@@ -195,7 +187,7 @@ static void on_exit_cb(evutil_socket_t fd, short what, void *arg)
     if (g->child)
         waitpid(g->pid, &status, 0);
     /* A gateway that served a while crashed: sandboxes wait for it, restart now. */
-    bool stable = g->up && mono_ms() - g->up_ms >= STABLE_MS;
+    bool stable = g->up && net_mono_ms() - g->up_ms >= STABLE_MS;
     int delay = stable ? 0 : g->backoff_ms;
     log_error("gateway.exit", "pid=%d status=%d restart_in_ms=%d", (int)g->pid, status, delay);
     unwatch(g);
@@ -239,7 +231,7 @@ static bool adopt(struct net_gw *g)
         return false;
     }
     g->up = true;
-    g->up_ms = mono_ms() - STABLE_MS; /* served before us */
+    g->up_ms = net_mono_ms() - STABLE_MS; /* served before us */
     log_info("gateway.adopt", "pid=%d", pid);
     return true;
 }

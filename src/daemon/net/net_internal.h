@@ -2,10 +2,45 @@
 #ifndef SPACE_NET_INTERNAL_H
 #define SPACE_NET_INTERNAL_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/net/net.h"
+
+#define NET_ID_MAX 48 /* sandbox ids: [A-Za-z0-9_-]{1,48} (they name files and mounts) */
+#define NET_NS_PATH_MAX 320 /* netns_dir + prefix + id */
+
+/* What spaced knows about one sandbox's network; mirrored in <data_dir>/net/<id>.json. */
+struct net_rec {
+    char id[NET_ID_MAX + 1];
+    char tenant[64];
+    json_t *policy;       /* canonical policy (owned) */
+    json_t *creds;        /* [{"host","header","secret"}] (owned) */
+    bool nic;             /* has a namespace and tap (false only for policy none) */
+    uint64_t gen;         /* net_rec_touch: moves with every change the gateway must learn */
+    uint64_t claimed_gen; /* gen of the last claim that attached it (0: none) */
+    struct net_rec *next;
+};
+
+struct net {
+    struct event_base *base;
+    char rec_dir[PATH_MAX];
+    char netns_dir[200];
+    char prefix[32];
+    char ctl[PATH_MAX + 32];
+    int home_fd;            /* spaced's own network namespace */
+    int *pool;              /* ready namespace fds (owned) */
+    unsigned pool_n, pool_want;
+    struct event *refill;   /* fills the pool one namespace per loop turn */
+    struct net_rec *recs;   /* owned list, newest first */
+    uint64_t gen;           /* the last generation given to a record */
+    struct net_gw *gw;      /* NULL when not supervising a gateway */
+    struct net_resync *resync; /* owned */
+    void (*gateway_up)(void *arg); /* net_on_gateway_up: runs before each resync */
+    void *gateway_up_arg;
+};
 
 /* ---- net_ns.c: namespaces and taps (all on the calling thread) ---------------------- */
 
@@ -58,8 +93,26 @@ int net_json_save(const char *path, const json_t *o);
 
 /* Sends req (borrowed) and returns the reply object (new reference), or NULL with err
  * when the gateway cannot be reached or answers garbage. A reply with "ok": false is
- * returned as is. */
+ * returned as is. Blocks until the reply (a timeout bounds it). */
 json_t *net_ctl_call(const char *path, const json_t *req, char *err, size_t errlen);
+
+/* The same exchange without blocking: connected, sent and read from the event loop.
+ * done gets the reply (new reference, the callee's) or NULL and the error; it runs once,
+ * from the loop or from net_ctl_async_wait, never from inside net_ctl_async, and the
+ * request is freed when it runs. */
+struct net_ctl_async;
+typedef void (*net_ctl_done_fn)(json_t *reply, const char *err, void *arg);
+/* Starts req (borrowed). NULL only when out of memory (done will not run). */
+struct net_ctl_async *net_ctl_async(struct event_base *base, const char *path, const json_t *req,
+                                    net_ctl_done_fn done, void *arg);
+/* Finishes it now, blocking until the reply or the request's timeout; done runs before
+ * this returns. */
+void net_ctl_async_wait(struct net_ctl_async *c);
+/* Drops it unanswered: done never runs. NULL is accepted. */
+void net_ctl_async_cancel(struct net_ctl_async *c);
+
+/* CLOCK_MONOTONIC in milliseconds (deadlines, durations in the log). */
+int64_t net_mono_ms(void);
 
 /* ---- net_gw.c: supervision of space-gateway ----------------------------------------- */
 
@@ -80,8 +133,43 @@ void net_gw_stop(struct net_gw *g);
 
 /* ---- net.c --------------------------------------------------------------------------- */
 
-/* After net_on_gateway_up's function, attaches every record that has a namespace, with
- * policy and credentials. */
+/* Starts sending every record that has a namespace to the gateway again (net_resync.c),
+ * after net_on_gateway_up's function; called on each (re)start that answers. */
 void net_gateway_resync(struct net *n);
+
+struct net_rec *net_rec_find(struct net *n, const char *id);
+/* Marks a change of r the gateway must learn (policy, credentials, a claim's attach):
+ * a resync sending r meanwhile does it again (net_resync.c). Returns the new gen. */
+uint64_t net_rec_touch(struct net *n, struct net_rec *r);
+/* Where the sandbox's namespace is mounted (cap >= NET_NS_PATH_MAX). */
+void net_rec_ns_path(const struct net *n, const char *id, char *out, size_t cap);
+
+/* The control requests for r (new references): attach on the namespace at nspath with
+ * the policy; the policy alone; the credential rules (secrets as "value", the gateway's
+ * name for them). */
+json_t *net_req_attach(const struct net_rec *r, const char *nspath);
+json_t *net_req_policy(const struct net_rec *r);
+json_t *net_req_creds(const struct net_rec *r);
+/* Sorts out a reply to req (both borrowed; rep NULL: unreachable, with err): true when
+ * it says ok; otherwise false with the refusal's code in code ("" when there is none),
+ * logged unless the code is "exists" (expected: a claim or resync then replaces or
+ * updates the attachment). */
+bool net_reply_ok(const json_t *req, const json_t *rep, const char *err, char *code,
+                  size_t codelen);
+
+/* ---- net_resync.c: the resync, on the loop ---------------------------------------------- */
+
+struct net_resync;
+struct net_resync *net_resync_new(struct net *n);
+/* Drops a resync under way (the request in flight unanswered). NULL is accepted. */
+void net_resync_free(struct net_resync *rs);
+/* Starts one; while one runs, it starts over once its request in flight is answered. */
+void net_resync_start(struct net_resync *rs);
+/* Before any synchronous request about a sandbox (claim, policy, creds, release): waits
+ * for the resync's request in flight, if any, so that the gateway sees it first, and
+ * sends nothing more until the loop runs again. Blocks for one request at most. */
+void net_resync_settle(struct net_resync *rs);
+/* True while a resync is under way (tests). */
+bool net_resync_running(const struct net_resync *rs);
 
 #endif
