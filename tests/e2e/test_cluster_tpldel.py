@@ -21,12 +21,16 @@ then lets go:
 - delete_stalls: the template's own row (FOR UPDATE); the create comes while X's delete
   waits to write it.
 - build_stalls: the quota row again, for a build FROM the template.
+- create_holds: the sandboxes table (LOCK TABLE ... IN SHARE MODE: reads go on, inserts
+  wait); Y's create has checked the template and waits to insert its row when the delete
+  reaches X. This one the create wins (409 template_in_use; its sandbox then runs).
 
 Before deletes were atomic (the holder counted users, then marked the row deleted, in
 separate steps) each case ended with the delete answered 200 and the create or build
 accepted: a sandbox row of a deleted template (whose image the holder had removed), or a
-build of a deleted base. One build VM (TCG); the templates of the later cases are copies
-of the built one, made as a build leaves them (files on X, a ready row naming X)."""
+build of a deleted base. One build VM and one sandbox VM (TCG); the templates of the
+later cases are copies of the built one, made as a build leaves them (files on X, a
+ready row naming X)."""
 import concurrent.futures
 import os
 import shutil
@@ -101,8 +105,9 @@ def race(pool, pg_url, lock_stmt, first, first_table, second, second_table):  # 
         wait_for(lambda: waiters(pg_url, first_table) >= 1 or f1.done(), 60, "the first request never waited")
         assert not f1.done(), f1.result()
         f2 = pool.submit(second)
+        want = 2 if second_table == first_table else 1
         deadline = time.monotonic() + 10
-        while not f2.done() and waiters(pg_url, second_table) < 2 and time.monotonic() < deadline:
+        while not f2.done() and waiters(pg_url, second_table) < want and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         lock.release()
@@ -160,6 +165,7 @@ def check_delete_vs_build(control, pg_url, name, child, deleted, built):  # noqa
 
 def test_template_delete_never_races_a_create(cluster, pg_url):  # noqa: F811
     control, nodes, _, second_control = cluster
+    control.pg_url = pg_url  # for build()
     wait_live(control)
     c2 = second_control()
     x, y = nodes
@@ -169,6 +175,7 @@ def test_template_delete_never_races_a_create(cluster, pg_url):  # noqa: F811
     drain(control, x.node_id, True)  # creates and builds through a control go to Y now
     copy_template(pg_url, x, NAME, NAME + "-b")
     copy_template(pg_url, x, NAME, NAME + "-c")
+    copy_template(pg_url, x, NAME, NAME + "-d")
 
     def create(name):
         return lambda: control.request("POST", "/v1/sandboxes", dict(BODY, template=name))
@@ -200,6 +207,12 @@ def test_template_delete_never_races_a_create(cluster, pg_url):  # noqa: F811
                                   "name": NAME + "-child", "base": name, "steps": [{"run": "true"}]}),
                               "tenant_quotas", delete(name), "templates")
         broken.append(check_delete_vs_build(control, pg_url, name, NAME + "-child", deleted, built))
+
+        # create_holds: Y's create waits to insert its sandbox row; the delete reaches X.
+        name = NAME + "-d"
+        created, deleted = race(pool, pg_url, "LOCK TABLE sandboxes IN SHARE MODE", create(name), "sandboxes",
+                                delete(name), "templates")
+        broken.append(check_delete_vs_create(control, pg_url, x, name, deleted, created))
     broken = [b for b in broken if b]
     assert not broken, "\n".join(broken)
 
