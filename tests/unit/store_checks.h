@@ -480,6 +480,25 @@ static void check_reservations(void **state)
     store_close(st);
 }
 
+/* Forks a racer. In the parent: NULL, *pid set. In the child: its own handle, once the
+ * parent has closed go[1] (so that every racer starts at once); with `ready`, the child
+ * writes 'o' there once its handle is open and 'r' as it starts. A child that cannot
+ * get that far exits 20. */
+static struct store *fork_racer(int go[2], int ready[2], pid_t *pid)
+{
+    *pid = fork();
+    assert_true(*pid >= 0);
+    if (*pid > 0)
+        return NULL;
+    close(go[1]);
+    char err[128], c;
+    struct store *mine = checks_open_quiet(err, sizeof err);
+    if (!mine || (ready && write(ready[1], "o", 1) != 1) || read(go[0], &c, 1) != 0 ||
+        (ready && write(ready[1], "r", 1) != 1))
+        _exit(20);
+    return mine;
+}
+
 /* Six processes, each on its own handle, reserve 1 vCPU on a node with 2 free at the same
  * moment: exactly two succeed, whatever the interleaving (the node row's lock). */
 static void check_reservations_race(void **state)
@@ -498,16 +517,8 @@ static void check_reservations_race(void **state)
     enum { RACERS = 6 };
     pid_t pids[RACERS];
     for (int i = 0; i < RACERS; i++) {
-        pids[i] = fork();
-        assert_true(pids[i] >= 0);
-        if (pids[i] == 0) {
-            close(go[1]);
-            char err[128], c;
-            struct store *mine = checks_open_quiet(err, sizeof err);
-            if (!mine)
-                _exit(20);
-            if (read(go[0], &c, 1) != 0) /* until the parent closes: all start together */
-                _exit(21);
+        struct store *mine = fork_racer(go, NULL, &pids[i]);
+        if (mine) {
             struct store_resv r = {.node = "nrace", .vcpus = 1, .memory_mib = 64, .created_ms = 1};
             snprintf(r.id, sizeof r.id, "rvrace%d", i);
             int rc = store_resv_take(mine, &r, 5000);
@@ -734,23 +745,14 @@ static void assert_tpl_state(struct store *st, const char *name, const char *sta
     store_tpl_clear(&t);
 }
 
-/* A child process deleting template `name` of tenant A on its own handle once the
- * parent closes go[1]; with `ready`, it writes 'o' there once its handle is open and 'r'
- * when it is about to delete. Exits 0 (deleted), 10 (in use), 11 (not found) or 20+
- * (failed). */
+/* A racer (fork_racer) deleting template `name` of tenant A: exits 0 (deleted), 10 (in
+ * use), 11 (not found) or 20+ (failed). */
 static pid_t fork_tpl_delete(const char *name, int go[2], int ready[2])
 {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid > 0)
+    pid_t pid;
+    struct store *mine = fork_racer(go, ready, &pid);
+    if (!mine)
         return pid;
-    close(go[1]);
-    char err[128], c;
-    struct store *mine = checks_open_quiet(err, sizeof err);
-    if (!mine || (ready && write(ready[1], "o", 1) != 1))
-        _exit(20);
-    if (read(go[0], &c, 1) < 0 || (ready && write(ready[1], "r", 1) != 1))
-        _exit(21);
     int rc = store_tpl_delete_unused(mine, name, "A", 2000, NULL);
     store_close(mine);
     _exit(rc == 0 ? 0 : rc == STORE_IN_USE ? 10 : rc == STORE_NOTFOUND ? 11 : 22);
@@ -855,14 +857,10 @@ static void check_tpl_delete_vs_create(void **state)
     enum { CREATORS = 5 };
     pid_t pids[CREATORS + 1];
     for (int i = 0; i < CREATORS; i++) {
-        pids[i] = fork();
-        assert_true(pids[i] >= 0);
-        if (pids[i] == 0) {
-            close(go[1]);
-            char err[128], c;
-            struct store *mine = checks_open_quiet(err, sizeof err);
-            if (!mine || read(go[0], &c, 1) < 0 || store_begin(mine) != 0)
-                _exit(20);
+        struct store *mine = fork_racer(go, NULL, &pids[i]);
+        if (mine) {
+            if (store_begin(mine) != 0)
+                _exit(21);
             int rc = store_tpl_hold(mine, "tdx");
             char id[24];
             snprintf(id, sizeof id, "sbtdx%d", i);
