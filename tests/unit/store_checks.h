@@ -480,6 +480,25 @@ static void check_reservations(void **state)
     store_close(st);
 }
 
+/* Forks a racer. In the parent: NULL, *pid set. In the child: its own handle, once the
+ * parent has closed go[1] (so that every racer starts at once); with `ready`, the child
+ * writes 'o' there once its handle is open and 'r' as it starts. A child that cannot
+ * get that far exits 20. */
+static struct store *fork_racer(int go[2], int ready[2], pid_t *pid)
+{
+    *pid = fork();
+    assert_true(*pid >= 0);
+    if (*pid > 0)
+        return NULL;
+    close(go[1]);
+    char err[128], c;
+    struct store *mine = checks_open_quiet(err, sizeof err);
+    if (!mine || (ready && write(ready[1], "o", 1) != 1) || read(go[0], &c, 1) != 0 ||
+        (ready && write(ready[1], "r", 1) != 1))
+        _exit(20);
+    return mine;
+}
+
 /* Six processes, each on its own handle, reserve 1 vCPU on a node with 2 free at the same
  * moment: exactly two succeed, whatever the interleaving (the node row's lock). */
 static void check_reservations_race(void **state)
@@ -498,16 +517,8 @@ static void check_reservations_race(void **state)
     enum { RACERS = 6 };
     pid_t pids[RACERS];
     for (int i = 0; i < RACERS; i++) {
-        pids[i] = fork();
-        assert_true(pids[i] >= 0);
-        if (pids[i] == 0) {
-            close(go[1]);
-            char err[128], c;
-            struct store *mine = checks_open_quiet(err, sizeof err);
-            if (!mine)
-                _exit(20);
-            if (read(go[0], &c, 1) != 0) /* until the parent closes: all start together */
-                _exit(21);
+        struct store *mine = fork_racer(go, NULL, &pids[i]);
+        if (mine) {
             struct store_resv r = {.node = "nrace", .vcpus = 1, .memory_mib = 64, .created_ms = 1};
             snprintf(r.id, sizeof r.id, "rvrace%d", i);
             int rc = store_resv_take(mine, &r, 5000);
@@ -702,6 +713,194 @@ static void check_tpl_routes(void **state)
     assert_int_equal(store_tpl_route_expire(st, 25), 0); /* B's (20) goes, A's (30) stays */
     assert_int_equal(store_tpl_route_get(st, "B", "web", &g), STORE_NOTFOUND);
     assert_int_equal(store_tpl_route_get(st, "A", "web", &g), 0);
+    store_close(st);
+}
+
+/* ---- template deletion against creates ---- */
+
+static void put_tpl(struct store *st, const char *name, const char *tenant, const char *state, const char *spec)
+{
+    struct store_tpl t = {.created_ms = 1, .updated_ms = 1};
+    snprintf(t.name, sizeof t.name, "%s", name);
+    snprintf(t.tenant, sizeof t.tenant, "%s", tenant);
+    snprintf(t.state, sizeof t.state, "%s", state);
+    snprintf(t.dir, sizeof t.dir, "/t/%s", name);
+    t.spec_json = (char *)spec;
+    assert_int_equal(store_tpl_put(st, &t), 0);
+}
+
+static void put_user(struct store *st, const char *id, const char *tpl, const char *state, const char *node)
+{
+    struct store_sbx s;
+    fill_sbx(&s, id, "A", tpl, state, NULL);
+    snprintf(s.node, sizeof s.node, "%s", node);
+    assert_int_equal(store_sbx_put(st, &s), 0);
+}
+
+static void assert_tpl_state(struct store *st, const char *name, const char *state)
+{
+    struct store_tpl t;
+    assert_int_equal(store_tpl_get(st, name, &t), 0);
+    assert_string_equal(t.state, state);
+    store_tpl_clear(&t);
+}
+
+/* A racer (fork_racer) deleting template `name` of tenant A: exits 0 (deleted), 10 (in
+ * use), 11 (not found) or 20+ (failed). */
+static pid_t fork_tpl_delete(const char *name, int go[2], int ready[2])
+{
+    pid_t pid;
+    struct store *mine = fork_racer(go, ready, &pid);
+    if (!mine)
+        return pid;
+    int rc = store_tpl_delete_unused(mine, name, "A", 2000, NULL);
+    store_close(mine);
+    _exit(rc == 0 ? 0 : rc == STORE_IN_USE ? 10 : rc == STORE_NOTFOUND ? 11 : 22);
+}
+
+static int exit_code(pid_t pid)
+{
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* store_tpl_delete_unused and store_tpl_hold: what a delete counts and what it leaves;
+ * a delete waits for a create holding the template and counts its sandbox, or goes on
+ * when that create wrote nothing; a create after a delete finds the template gone; and
+ * with creates and a delete racing, every outcome keeps the invariant (deleted => no
+ * sandbox of it; in use => still ready). Both sides on separate handles (processes). */
+static void check_tpl_delete_vs_create(void **state)
+{
+    (void)state;
+    struct store *st = checks_open();
+    struct store_tpl_users u;
+    put_tpl(st, "td", "A", "ready", "{\"base\":\"base\"}");
+    assert_int_equal(store_tpl_delete_unused(st, "td", "B", 2000, &u), STORE_NOTFOUND); /* not B's */
+    assert_int_equal(store_tpl_delete_unused(st, "nosuch", "A", 2000, &u), STORE_NOTFOUND);
+    /* Sandboxes on any node count, in any state but deleted. */
+    const char *ids[] = {"sbtd1", "sbtd2", "sbtd3"}, *node[] = {"node-b", "node-a", "node-a"},
+               *live[] = {"suspended", "failed", "creating"};
+    for (int i = 0; i < 3; i++)
+        put_user(st, ids[i], "td", live[i], node[i]);
+    put_user(st, "sbtd4", "td", "deleted", "node-c");
+    put_user(st, "sbtd5", "other", "running", "node-d");
+    assert_int_equal(store_tpl_delete_unused(st, "td", "A", 2000, &u), STORE_IN_USE);
+    assert_int_equal(u.sandboxes, 3);
+    assert_int_equal(u.builds, 0);
+    assert_string_equal(u.nodes, "node-a,node-b");
+    assert_tpl_state(st, "td", "ready");
+    for (int i = 0; i < 3; i++)
+        put_user(st, ids[i], "td", "deleted", node[i]);
+    /* So do builds with it as their base (and only while they build); a template being
+     * built is not deleted. */
+    put_tpl(st, "tdchild", "A", "building", "{\"base\":\"td\",\"name\":\"tdchild\"}");
+    put_tpl(st, "tdother", "A", "building", "{\"base\":\"base\",\"name\":\"tdother\"}");
+    assert_int_equal(store_tpl_delete_unused(st, "td", "A", 2000, &u), STORE_IN_USE);
+    assert_int_equal(u.sandboxes, 0);
+    assert_int_equal(u.builds, 1);
+    assert_int_equal(store_tpl_delete_unused(st, "tdchild", "A", 2000, &u), STORE_NOT_READY);
+    put_tpl(st, "tdchild", "A", "failed", "{\"base\":\"td\",\"name\":\"tdchild\"}");
+    assert_int_equal(store_tpl_delete_unused(st, "tdchild", "A", 2000, &u), 0); /* a failed one goes */
+    assert_tpl_state(st, "tdchild", "deleted");
+    /* Unused now: deleted, once. A create then finds it gone. */
+    assert_int_equal(store_tpl_delete_unused(st, "td", "A", 2000, NULL), 0);
+    assert_tpl_state(st, "td", "deleted");
+    assert_int_equal(store_tpl_delete_unused(st, "td", "A", 2000, &u), STORE_NOTFOUND);
+    assert_int_equal(store_begin(st), 0);
+    assert_int_equal(store_tpl_hold(st, "td"), STORE_NOTFOUND);
+    assert_int_equal(store_tpl_hold(st, "nosuch"), STORE_NOTFOUND);
+    assert_int_equal(store_tpl_hold(st, "tdother"), STORE_NOTFOUND); /* not ready */
+    store_rollback(st);
+
+    /* A create holding the template: the delete (another process) waits for its commit,
+     * then counts its sandbox. Then one that rolls back: the delete goes on. */
+    put_tpl(st, "tdr", "A", "ready", NULL);
+    for (int commit = 1; commit >= 0; commit--) {
+        int go[2], ready[2];
+        assert_int_equal(pipe(go), 0);
+        assert_int_equal(pipe(ready), 0);
+        pid_t pid = fork_tpl_delete("tdr", go, ready);
+        close(go[0]);
+        close(ready[1]);
+        char c;
+        assert_int_equal(read(ready[0], &c, 1), 1); /* its handle is open (SQLite: before our lock) */
+        assert_int_equal(store_begin(st), 0);
+        assert_int_equal(store_tpl_hold(st, "tdr"), 0);
+        close(go[1]);
+        assert_int_equal(read(ready[0], &c, 1), 1);
+        close(ready[0]);
+        usleep(300 * 1000);
+        siginfo_t early = {0}; /* still waiting for the lock: not exited (asserted after our
+                                  commit, so that a failure leaves no transaction open) */
+        assert_int_equal(waitid(P_PID, (id_t)pid, &early, WEXITED | WNOHANG | WNOWAIT), 0);
+        if (commit) {
+            put_user(st, "sbtdr", "tdr", "creating", "node-a");
+            assert_int_equal(store_commit(st), 0);
+            assert_int_equal(early.si_pid, 0);
+            assert_int_equal(exit_code(pid), 10);
+            assert_tpl_state(st, "tdr", "ready");
+            put_user(st, "sbtdr", "tdr", "deleted", "node-a");
+        } else {
+            store_rollback(st);
+            assert_int_equal(early.si_pid, 0);
+            assert_int_equal(exit_code(pid), 0);
+            assert_tpl_state(st, "tdr", "deleted");
+        }
+    }
+
+    /* Five creates and one delete at the same moment, each on its own handle. */
+    put_tpl(st, "tdx", "A", "ready", NULL);
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    enum { CREATORS = 5 };
+    pid_t pids[CREATORS + 1];
+    for (int i = 0; i < CREATORS; i++) {
+        struct store *mine = fork_racer(go, NULL, &pids[i]);
+        if (mine) {
+            if (store_begin(mine) != 0)
+                _exit(21);
+            int rc = store_tpl_hold(mine, "tdx");
+            char id[24];
+            snprintf(id, sizeof id, "sbtdx%d", i);
+            struct store_sbx s;
+            fill_sbx(&s, id, "A", "tdx", "creating", NULL);
+            if (rc == 0 && (store_sbx_put(mine, &s) != 0 || store_commit(mine) != 0))
+                _exit(21);
+            if (rc != 0)
+                store_rollback(mine);
+            store_close(mine);
+            _exit(rc == 0 ? 0 : rc == STORE_NOTFOUND ? 11 : 22);
+        }
+    }
+    pids[CREATORS] = fork_tpl_delete("tdx", go, NULL);
+    close(go[0]);
+    usleep(200 * 1000); /* every child connected */
+    close(go[1]);
+    int created = 0;
+    for (int i = 0; i < CREATORS; i++) {
+        int rc = exit_code(pids[i]);
+        assert_true(rc == 0 || rc == 11);
+        created += rc == 0;
+    }
+    int deleted = exit_code(pids[CREATORS]);
+    struct store_sbx_filter f = {.tenant = "A", .template_name = "tdx", .limit = 100};
+    bool more;
+    char listed[256] = "";
+    assert_int_equal(store_sbx_list(st, &f, count_cb, listed, &more), 0);
+    int rows = 0;
+    for (const char *p = listed; (p = strstr(p, "sbtdx")); p++)
+        rows++;
+    assert_int_equal(rows, created);
+    if (deleted == 0) {
+        assert_int_equal(created, 0);
+        assert_tpl_state(st, "tdx", "deleted");
+    } else {
+        assert_int_equal(deleted, 10);
+        assert_true(created > 0);
+        assert_tpl_state(st, "tdx", "ready");
+    }
     store_close(st);
 }
 

@@ -107,6 +107,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(check_quotas, setup, teardown),
         cmocka_unit_test_setup_teardown(check_snapshots, setup, teardown),
         cmocka_unit_test_setup_teardown(check_tpl_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(check_tpl_delete_vs_create, setup, teardown),
         cmocka_unit_test_setup_teardown(check_sandbox_move, setup, teardown),
         cmocka_unit_test_setup_teardown(check_crash_mid_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(check_crash_loses_nothing_acknowledged, setup, teardown),

@@ -110,6 +110,7 @@ static void test_reservations_race(void **state) { NEED_PG(); check_reservations
 static void test_quotas(void **state) { NEED_PG(); check_quotas(state); }
 static void test_snapshots(void **state) { NEED_PG(); check_snapshots(state); }
 static void test_tpl_routes(void **state) { NEED_PG(); check_tpl_routes(state); }
+static void test_tpl_delete_vs_create(void **state) { NEED_PG(); check_tpl_delete_vs_create(state); }
 static void test_sandbox_move(void **state) { NEED_PG(); check_sandbox_move(state); }
 static void test_crash_mid_transaction(void **state) { NEED_PG(); check_crash_mid_transaction(state); }
 static void test_crash_loses_nothing_acknowledged(void **state)
@@ -412,6 +413,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_quotas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tpl_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tpl_delete_vs_create, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sandbox_move, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quota_lock_serialises_replicas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_open_migrates_once, setup, teardown),

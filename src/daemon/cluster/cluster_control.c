@@ -113,47 +113,12 @@ static void forward_to_holder(struct spaced *sp, struct http_req *req, const cha
     cluster_forward_to_holder(sp, req, name, nodes, NULL);
 }
 
-/* Sandboxes made from a template, over every node: how many, and on which nodes. */
-struct tpl_users {
-    unsigned n;
-    char nodes[256];
-};
-
-static int count_tpl_user(const struct store_sbx *s, void *arg)
-{
-    struct tpl_users *u = arg;
-    u->n++;
-    size_t len = strlen(u->nodes);
-    if (s->node[0] && !tpl_nodes_have(u->nodes, s->node) && len + strlen(s->node) + 2 < sizeof u->nodes)
-        snprintf(u->nodes + len, sizeof u->nodes - len, "%s%s", len ? "," : "", s->node);
-    return 0;
-}
-
-/* A template is deleted through the control only when no node has a sandbox made from
- * it (the node a delete reaches sees only its own): true when refused (replied). */
-static bool template_in_use(struct spaced *sp, struct http_req *req, const char *tenant, const char *name)
-{
-    struct tpl_users u = {0};
-    struct store_sbx_filter f = {.tenant = tenant, .template_name = name, .limit = 1000};
-    bool more = false;
-    if (store_sbx_list(sp->store, &f, count_tpl_user, &u, &more) != 0) {
-        http_reply_error(req, 503, "store_unavailable", "cannot read the sandboxes of template %s: %s", name,
-                         store_errmsg(sp->store));
-        return true;
-    }
-    if (!u.n)
-        return false;
-    http_reply_error(req, 409, "template_in_use",
-                     "%u%s sandbox(es) on node(s) %s were created from template %s (in any state but deleted); "
-                     "delete them first: their disks are backed by its image", u.n, more ? "+" : "",
-                     u.nodes[0] ? u.nodes : "?", name);
-    return true;
-}
-
 /* /v1/templates through the control: a build goes to a node chosen like a create; a
- * deletion to the template's builder (it holds the row's logic and the image); listings
- * are answered here from the store (false). A template of another tenant is answered as
- * missing, by the local routes. */
+ * deletion to the template's first live holder (it removes its image), which refuses it
+ * while a sandbox or build on any node uses the template, counted in the store in the
+ * transaction that marks it deleted (tpl_delete); listings are answered here from the
+ * store (false). A template of another tenant is answered as missing, by the local
+ * routes. */
 static bool template_route(struct spaced *sp, struct http_req *req, const char *method, const char *path,
                            const char *tenant)
 {
@@ -175,8 +140,7 @@ static bool template_route(struct spaced *sp, struct http_req *req, const char *
     store_tpl_clear(&row);
     if (!mine)
         return false;
-    if (!template_in_use(sp, req, tenant, name))
-        forward_to_holder(sp, req, name, nodes);
+    forward_to_holder(sp, req, name, nodes);
     return true;
 }
 

@@ -20,7 +20,9 @@ static unsigned disk_mib(const char *image)
 }
 
 /* The new sandbox row, stamped with its op's time; the quota check shares the
- * transaction (quota.h). */
+ * transaction (quota.h), and so does the template's row: read as ready before, it may
+ * have been deleted since (on another node, or through another control), and a delete
+ * from now on waits for this row and counts it (tpl_hold). */
 static int write_new_sandbox(struct spaced *sp, const struct store_op *op, void *arg,
                              struct spaced_err *err)
 {
@@ -29,7 +31,7 @@ static int write_new_sandbox(struct spaced *sp, const struct store_op *op, void 
     rec->deadline_ms = rec->timeout_s ? op->created_ms + rec->timeout_s * 1000 : 0;
     struct store_quota_vals want = {.sandboxes = 1, .vcpus = rec->vcpus,
                                     .memory_mib = rec->memory_mib, .disk_mib = rec->disk_mib};
-    if (quota_check(sp, op->tenant, &want, err) != 0)
+    if (quota_check(sp, op->tenant, &want, err) != 0 || tpl_hold(sp, rec->template_name, err) != 0)
         return -1;
     return store_sbx_put(sp->store, rec) == 0 ? 0 : -1;
 }

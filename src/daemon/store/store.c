@@ -565,6 +565,124 @@ int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *)
                       (int (*)(const void *, void *))fn, arg);
 }
 
+/* ---- template deletion against creates ------------------------------------------------- */
+
+/* Ends a transaction that failed or decided against writing, keeping the reason in
+ * st->err (the failure, not the rollback, is the news); returns rc. */
+static int tx_abort(struct store *st, int rc)
+{
+    char err[sizeof st->err];
+    memcpy(err, st->err, sizeof err);
+    st->ops->rollback(st);
+    memcpy(st->err, err, sizeof err);
+    return rc;
+}
+
+/* The locked template row's tenant and state. */
+struct tpl_locked {
+    bool found;
+    char tenant[STORE_ID_MAX];
+    char state[STORE_STATE_MAX];
+};
+
+static int read_tpl_locked(void *arg, const char *const *cols, int ncols)
+{
+    struct tpl_locked *r = arg;
+    r->found = true;
+    snprintf(r->tenant, sizeof r->tenant, "%s", ncols > 0 && cols[0] ? cols[0] : "");
+    snprintf(r->state, sizeof r->state, "%s", ncols > 1 && cols[1] ? cols[1] : "");
+    return 1;
+}
+
+/* Reads template `name`'s row with the lock clause `lock` (the driver's for_update or
+ * for_share). */
+static int tpl_lock(struct store *st, const char *name, const char *lock, struct tpl_locked *r)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT tenant, state FROM templates WHERE name=?%s", lock);
+    struct store_arg a = STORE_ARG_S(name);
+    return q(st, sql, &a, 1, read_tpl_locked, r);
+}
+
+/* One row per node: its count of sandboxes of the template. */
+static int read_tpl_user(void *arg, const char *const *cols, int ncols)
+{
+    struct store_tpl_users *u = arg;
+    const char *node = ncols > 0 && cols[0] ? cols[0] : "";
+    u->sandboxes += ncols > 1 && cols[1] ? strtoll(cols[1], NULL, 10) : 0;
+    size_t len = strlen(u->nodes);
+    if (node[0] && len + strlen(node) + 2 < sizeof u->nodes)
+        snprintf(u->nodes + len, sizeof u->nodes - len, "%s%s", len ? "," : "", node);
+    return 0;
+}
+
+/* A template being built: counted when its spec's base is the template. Specs are
+ * parsed here rather than in SQL (JSON operators differ between the backends, and few
+ * builds run at a time). */
+struct tpl_base_scan {
+    const char *name;
+    int64_t n;
+};
+
+static int read_tpl_build(void *arg, const char *const *cols, int ncols)
+{
+    struct tpl_base_scan *b = arg;
+    json_t *spec = ncols > 0 && cols[0] ? json_loads(cols[0], 0, NULL) : NULL;
+    const char *base = json_string_value(json_object_get(spec, "base"));
+    if (base && strcmp(base, b->name) == 0)
+        b->n++;
+    json_decref(spec);
+    return 0;
+}
+
+/* store_tpl_delete_unused inside its transaction. */
+static int tpl_delete_locked(struct store *st, const char *name, const char *tenant, int64_t now_ms,
+                             struct store_tpl_users *u)
+{
+    struct tpl_locked r = {0};
+    if (tpl_lock(st, name, st->ops->for_update, &r) != 0)
+        return -1;
+    if (!r.found || strcmp(r.tenant, tenant) != 0 || strcmp(r.state, "deleted") == 0)
+        return STORE_NOTFOUND;
+    if (strcmp(r.state, "building") == 0)
+        return STORE_NOT_READY;
+    /* Read after the lock was granted: every create or build that held the row has
+     * committed (or rolled back) by now, and its rows are counted. */
+    struct store_arg a = STORE_ARG_S(name);
+    struct tpl_base_scan b = {name, 0};
+    if (q(st, "SELECT node, COUNT(*) FROM sandboxes WHERE template=? AND state<>'deleted' GROUP BY node ORDER BY node",
+          &a, 1, read_tpl_user, u) != 0 ||
+        q(st, "SELECT spec FROM templates WHERE state='building'", NULL, 0, read_tpl_build, &b) != 0)
+        return -1;
+    u->builds = b.n;
+    if (u->sandboxes || u->builds)
+        return STORE_IN_USE;
+    struct store_arg w[] = {STORE_ARG_I(now_ms), STORE_ARG_S(name)};
+    return q(st, "UPDATE templates SET state='deleted', failure=NULL, updated_ms=? WHERE name=?", w, 2, NULL, NULL);
+}
+
+int store_tpl_delete_unused(struct store *st, const char *name, const char *tenant, int64_t now_ms,
+                            struct store_tpl_users *users)
+{
+    struct store_tpl_users scratch;
+    struct store_tpl_users *u = users ? users : &scratch;
+    memset(u, 0, sizeof *u);
+    if (st->ops->begin(st) != 0)
+        return -1;
+    int rc = tpl_delete_locked(st, name, tenant, now_ms, u);
+    if (rc != 0)
+        return tx_abort(st, rc);
+    return st->ops->commit(st) == 0 ? 0 : -1;
+}
+
+int store_tpl_hold(struct store *st, const char *name)
+{
+    struct tpl_locked r = {0};
+    if (tpl_lock(st, name, st->ops->for_share, &r) != 0)
+        return -1;
+    return r.found && strcmp(r.state, "ready") == 0 ? 0 : STORE_NOTFOUND;
+}
+
 /* ---- quotas --------------------------------------------------------------------------- */
 
 int store_quota_put(struct store *st, const struct store_quota *q) { return rec_put(st, &store_tbl_quotas, q); }
@@ -786,11 +904,7 @@ int store_resv_take(struct store *st, const struct store_resv *r, int64_t live_s
     }
     if (rc == 0)
         return st->ops->commit(st) == 0 ? 0 : -1;
-    char err[sizeof st->err];
-    memcpy(err, st->err, sizeof err);
-    st->ops->rollback(st);
-    memcpy(st->err, err, sizeof err); /* the failure, not the rollback, is the news */
-    return rc;
+    return tx_abort(st, rc);
 }
 
 int store_resv_release(struct store *st, const char *id)

@@ -61,6 +61,8 @@
 #define STORE_CONFLICT 2
 #define STORE_FULL 3 /* store_resv_take: the node has no room (or takes no new sandbox) */
 #define STORE_MOVED 4 /* store_sbx_put: the row names another node now; nothing written */
+#define STORE_IN_USE 5 /* store_tpl_delete_unused: sandboxes or builds use the template */
+#define STORE_NOT_READY 6 /* store_tpl_delete_unused: the template is being built */
 
 #define STORE_ID_MAX 64     /* ids: sandbox, op, key, tenant, session, template names */
 #define STORE_STATE_MAX 24  /* enum names stored as text ("running", "succeeded") */
@@ -271,6 +273,35 @@ void store_tpl_clear(struct store_tpl *t);
 int store_tpl_put(struct store *st, const struct store_tpl *t);   /* insert or replace */
 int store_tpl_get(struct store *st, const char *name, struct store_tpl *out);
 int store_tpl_each(struct store *st, int (*fn)(const struct store_tpl *, void *), void *arg);
+
+/* Deleting a template races with creating sandboxes or building templates from it on
+ * any node (docs/multinode.md, "Templates that travel between nodes"): both sides take
+ * the template row's lock, the delete exclusively and a create or build shared, so one
+ * of them always sees the other's commit. */
+
+/* What keeps a template from being deleted. */
+struct store_tpl_users {
+    int64_t sandboxes;           /* made from it, in any state but deleted, on any node */
+    int64_t builds;              /* templates being built with it as their base */
+    char nodes[STORE_NODES_MAX]; /* the nodes of those sandboxes, ',' between ("" = none
+                                  * named: a single host) */
+};
+/* In one transaction (not inside another): locks template `name`'s row (PostgreSQL:
+ * SELECT ... FOR UPDATE; SQLite: BEGIN IMMEDIATE), counts the sandboxes and builds
+ * using it (a build's base is read from its spec, the only place it is kept) and, only
+ * when there are none, sets its state to "deleted" (failure cleared, updated_ms =
+ * now_ms). A ready or failed template can be deleted. Returns 0 (deleted), STORE_IN_USE
+ * (*users filled when not NULL, nothing written), STORE_NOTFOUND (no row, another
+ * tenant's, or deleted already), STORE_NOT_READY (being built) or -1. */
+int store_tpl_delete_unused(struct store *st, const char *name, const char *tenant, int64_t now_ms,
+                            struct store_tpl_users *users);
+/* Inside the transaction that writes a sandbox or a build made from template `name`,
+ * before committing it: 0 while the template's row is ready, its lock then shared until
+ * commit or rollback (PostgreSQL: FOR SHARE; SQLite: BEGIN IMMEDIATE's write lock), so a
+ * concurrent store_tpl_delete_unused waits and then counts what this transaction wrote;
+ * STORE_NOTFOUND when the row is absent, deleted or not ready (a delete committed
+ * first); -1. */
+int store_tpl_hold(struct store *st, const char *name);
 
 /* Which node holds a template build that has no templates row yet: an E2B build is
  * requested (POST /v3/templates), its files uploaded and then started in separate calls,

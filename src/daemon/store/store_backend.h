@@ -53,6 +53,11 @@ struct store_ops {
     /* Statement run first inside the migration transaction so that concurrent openers
      * of one database migrate one after the other; NULL when begin already does that. */
     const char *migrate_lock_sql;
+    /* Appended to a SELECT inside a transaction to lock the rows it reads until commit:
+     * exclusively (for_update) or shared (for_share). "" when begin already serialises
+     * every writer (SQLite's BEGIN IMMEDIATE takes the database's write lock). */
+    const char *for_update;
+    const char *for_share;
 };
 
 struct store {

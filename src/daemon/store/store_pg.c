@@ -182,6 +182,11 @@ static const struct store_ops pg_ops = {
     /* Transaction-scoped advisory lock, key "spac": replicas starting together migrate
      * one after the other, and the later ones find nothing left to apply. */
     .migrate_lock_sql = "SELECT pg_advisory_xact_lock(1936744803)",
+    /* Row locks held to commit. READ COMMITTED: a locking SELECT that waited returns the
+     * row as the other transaction committed it, and the statements after it see that
+     * transaction's writes. */
+    .for_update = " FOR UPDATE",
+    .for_share = " FOR SHARE",
 };
 
 struct store *store_pg_open(const char *url, char *err, size_t errlen)

@@ -127,6 +127,8 @@ static const struct store_ops sqlite_ops = {
     .close = sq_close,
     .lazy = sq_lazy,
     .migrate_lock_sql = NULL,
+    .for_update = "", /* BEGIN IMMEDIATE already holds the database's write lock */
+    .for_share = "",
 };
 
 /* The schema orders keys with COLLATE "C" (PostgreSQL's byte order); here it is the

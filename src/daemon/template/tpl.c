@@ -469,6 +469,40 @@ static void count_user(const char *template_name, const char *const *layers, uns
         u->n++;
 }
 
+static int in_use_err(struct spaced_err *err, const char *name, long long sandboxes, const char *nodes)
+{
+    return spaced_err_set(err, 409, "template_in_use",
+                          "%lld sandbox(es)%s%s were created from template %s (in any state but deleted); "
+                          "delete them first: their disks are backed by its image",
+                          sandboxes, nodes[0] ? " on node(s) " : "", nodes, name);
+}
+
+static int build_uses_err(struct spaced_err *err, const char *name)
+{
+    return spaced_err_set(err, 409, "template_in_use",
+                          "a template build uses %s as its base; retry when it is done", name);
+}
+
+/* Marks the row deleted unless a sandbox or build anywhere uses it (checked in the
+ * same transaction: store_tpl_delete_unused). */
+static int mark_deleted(struct spaced *sp, const char *tenant, const char *name, struct spaced_err *err)
+{
+    struct store_tpl_users u;
+    switch (store_tpl_delete_unused(sp->store, name, tenant, spaced_now_ms(), &u)) {
+    case 0:
+        return 0;
+    case STORE_NOTFOUND:
+        return spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
+    case STORE_NOT_READY:
+        return spaced_err_set(err, 409, "conflict", "template %s is being built; wait for the build", name);
+    case STORE_IN_USE:
+        return u.sandboxes ? in_use_err(err, name, (long long)u.sandboxes, u.nodes) : build_uses_err(err, name);
+    default:
+        return spaced_err_set(err, 500, "store_failed", "cannot record the deletion: %s",
+                              store_errmsg(sp->store));
+    }
+}
+
 int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t **out,
                struct spaced_err *err)
 {
@@ -484,40 +518,41 @@ int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t *
         return spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
     int rc = 0;
     struct use_ctx use = {name, 0};
+    /* What only this daemon knows first (its sandboxes, builds and snapshots); what
+     * every node shares is checked when the row is marked. */
     if (strcmp(row.tenant, tenant) != 0 || strcmp(row.state, "deleted") == 0)
         rc = spaced_err_set(err, 404, "not_found", "template %.64s not found", name);
     else if (strcmp(row.state, "building") == 0)
         rc = spaced_err_set(err, 409, "conflict", "template %s is being built; wait for the build", name);
     else if ((tpl_users_each(sp, count_user, &use), use.n > 0))
-        rc = spaced_err_set(err, 409, "template_in_use",
-                            "%u sandbox(es) were created from template %s (in any state but "
-                            "deleted); delete them first: their disks are backed by its image",
-                            use.n, name);
+        rc = in_use_err(err, name, use.n, tpl_self_node(sp));
     else if (tpl_builds_use(sp, name))
-        rc = spaced_err_set(err, 409, "template_in_use",
-                            "a template build uses %s as its base; retry when it is done", name);
+        rc = build_uses_err(err, name);
     else if (tpl_snapshots_busy(sp, name))
         rc = spaced_err_set(err, 409, "conflict",
                             "a memory snapshot of template %s is being made; retry in a minute", name);
-    if (rc == 0) {
-        snprintf(row.state, sizeof row.state, "deleted");
-        free(row.failure);
-        row.failure = NULL;
-        row.updated_ms = spaced_now_ms();
-        if (store_tpl_put(sp->store, &row) != 0)
-            rc = spaced_err_set(err, 500, "store_failed", "cannot record the deletion: %s",
-                                store_errmsg(sp->store));
-    }
-    if (rc == 0) {
-        tpl_snapshots_forget(sp, name);
-        char dir[TPL_PATH_MAX];
-        snprintf(dir, sizeof dir, "%s/templates/%s", sp->opt.data_dir, name);
-        spaced_rm_rf(dir);
-        tpl_snapshots_gc_soon(sp, NULL); /* its digest-named image, unless a sandbox uses it */
-        log_info("template.deleted", "template=%s tenant=%s", name, tenant);
-        *out = json_pack("{s:{s:s, s:s, s:b}}", "template", "name", name, "state", "deleted",
-                         "builtin", 0);
-    }
     store_tpl_clear(&row);
-    return rc;
+    if (rc != 0 || (rc = mark_deleted(sp, tenant, name, err)) != 0)
+        return rc;
+    tpl_snapshots_forget(sp, name);
+    char dir[TPL_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/templates/%s", sp->opt.data_dir, name);
+    spaced_rm_rf(dir);
+    tpl_snapshots_gc_soon(sp, NULL); /* its digest-named image, unless a sandbox uses it */
+    log_info("template.deleted", "template=%s tenant=%s", name, tenant);
+    *out = json_pack("{s:{s:s, s:s, s:b}}", "template", "name", name, "state", "deleted", "builtin", 0);
+    return 0;
+}
+
+int tpl_hold(struct spaced *sp, const char *name, struct spaced_err *err)
+{
+    struct tpl_info t;
+    if (tpl_builtin_peek(sp, name, &t))
+        return 0;
+    int rc = store_tpl_hold(sp->store, name);
+    if (rc == STORE_NOTFOUND)
+        return spaced_err_set(err, 409, "template_deleted",
+                              "template %s was deleted while this request was being accepted; build it "
+                              "again or use another template", name);
+    return rc == 0 ? 0 : spaced_err_store(err, sp->store, "checking the template");
 }

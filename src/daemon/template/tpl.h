@@ -170,7 +170,9 @@ void tpl_image_serve(struct spaced *sp, struct http_req *req, const char *name);
 /* Template builds are operations of the engine (op.h, target = template name).
  * tpl_submit_build (tpl_submit.c): writes the templates row (state "building", spec_json,
  * a new name checked against the tenant's quota: 403 quota_exceeded) and the op in one
- * transaction; 409 "conflict" if a build of that name is already open. 0 + *out, or -1.
+ * transaction, holding the spec's base (tpl_hold: 409 template_deleted when it was
+ * deleted meanwhile); 409 "conflict" if a build of that name is already open. 0 + *out,
+ * or -1.
  * tpl_ops_register (main.c, once): registers the template_build executor: run =
  * tpl_build_start; on recovery a build is never resumed (tpl_build_interrupted marks the
  * row failed and the engine fails the op with "interrupted"). */
@@ -203,9 +205,18 @@ json_t *tpl_get_json(struct spaced *sp, const char *tenant, const char *name);
 
 /* DELETE /v1/templates/{name}: removes a template `tenant` built, its image and every
  * snapshot version. 404 if absent or another tenant's, 409 for a built-in, a template
- * being built or snapshotted, or one any sandbox (not deleted) or build still uses. On
- * success *out is its representation with state "deleted" (new reference). */
+ * being built or snapshotted, or one any sandbox (not deleted) or build still uses
+ * (template_in_use): on a cluster node, sandboxes and builds on every node count. The
+ * row is marked deleted by store_tpl_delete_unused, atomically against the creates and
+ * builds that tpl_hold the template. On success *out is its representation with state
+ * "deleted" (new reference). */
 int tpl_delete(struct spaced *sp, const char *tenant, const char *name, json_t **out,
                struct spaced_err *err);
+
+/* Inside the transaction that writes a sandbox, or a template build, made from template
+ * `name` (before committing it): 0 when `name` is a built-in (never deleted) or its row
+ * is still ready, which it stays until commit (store_tpl_hold); otherwise -1 with err:
+ * 409 template_deleted when a delete committed first, 503 when the store failed. */
+int tpl_hold(struct spaced *sp, const char *name, struct spaced_err *err);
 
 #endif
