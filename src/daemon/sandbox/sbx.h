@@ -33,7 +33,8 @@
  * backing.json, and what it tells the template module), sbx_pool.c (warm pools),
  * sbx_spec.c, sbx_state.c, sbx_traffic.c, sbx_resv.c (on a cluster node: capacity
  * reserved before a VM comes back), sbx_parts.c / sbx_travel.c / sbx_move.c (on a
- * cluster node: snapshots and suspended sandboxes whose files travel between nodes).
+ * cluster node: snapshots and suspended sandboxes whose files travel between nodes),
+ * sbx_runtime.c (a saved state restores only under the VM runtime that saved it).
  * Prefix sbx_.
  *
  * Layering: below cluster/ and above template/, net/, jail/, vm/. It knows no role

@@ -1250,10 +1250,10 @@ static void on_moved_in(struct sbx *s, const struct spaced_err *err)
         sbx_act(s->sp, s, s->op_kind, op);
         return;
     }
-    bool mismatch = strstr(err->code, "digest_mismatch") != NULL || strcmp(err->code, "snapshot_incompatible") == 0;
+    bool back = strstr(err->code, "digest_mismatch") != NULL || strcmp(err->code, "snapshot_incompatible") == 0;
     act_fail(s, s->state, err->code, "%s%s", err->message,
-             mismatch ? "; the sandbox stays on the node it came from: run the verb again" : "");
-    if (mismatch)
+             back ? "; the sandbox stays on the node it came from: run the verb again" : "");
+    if (back)
         sbx_move_hand_back(s); /* s may be freed */
 }
 

@@ -46,7 +46,8 @@
  * internal vm_cgroup.h, vm_cmdline.h, vm_memmap.h: a capture's stream split into a RAM
  * file, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
  * (accel.h: the KVM probe), pool_ (pool.h: the warm pool), vmg_ (vm_greet.h: boot or
- * restore and wait for the agent's HELLO, with the lost-HELLO retry). Errors travel as
+ * restore and wait for the agent's HELLO, with the lost-HELLO retry), vm_sig_ (vm_sig.h:
+ * the VM runtime signature a saved state records and is checked against). Errors travel as
  * enum vm_error plus a message in the caller's msg[msglen] (or a callback's msg).
  *
  * Disk consistency for templates: the guest page cache inside a template snapshot must
