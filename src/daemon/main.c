@@ -31,6 +31,7 @@
 #include "daemon/store/store.h"
 #include "daemon/template/tpl.h"
 #include "daemon/vm/vm.h"
+#include "daemon/vm/vm_sig.h"
 #include "daemon/volume/vol_trash.h"
 #include "http_hdr.h"
 #include "log.h"
@@ -97,7 +98,43 @@ static void usage(FILE *f)
             "  SPACE_E2B_DOMAIN     the sandbox domain E2B getHost() names (docs/e2b.md)\n"
             "  SPACE_E2B_PORT_LISTEN ADDR:PORT  E2B sandbox-port listener (default: none)\n"
             "  SPACE_PUBLIC_URL     http[s]://host[:port] clients reach spaced at (behind a TLS\n"
-            "                       proxy): links spaced hands out use it (default: http://Host)\n");
+            "                       proxy): links spaced hands out use it (default: http://Host)\n"
+            "  SPACE_TEST_VM_SIG    tests only: this node's VM runtime signature instead of the\n"
+            "                       computed one (a test double for another QEMU release on the\n"
+            "                       same machine, which cannot be installed side by side;\n"
+            "                       src/daemon/vm/vm_sig.h). Never set it in production: states\n"
+            "                       saved under it restore only under it\n");
+}
+
+_Static_assert(STORE_RUNTIME_MAX == VM_SIG_MAX, "a node row holds a whole runtime signature");
+
+/* This node's VM runtime signature (vm_sig.h), once, by the roles that run VMs: the test
+ * double SPACE_TEST_VM_SIG if given (refused when malformed), else probed from the QEMU
+ * binary spaced runs. A failed probe leaves it unknown (""): states are saved without
+ * one and loaded as before, and a cluster moves none here. 0, or -1 (exit). */
+static int runtime_init(struct spaced *sp)
+{
+    char why[320], q[400];
+    if (!cluster_runs_sandboxes(sp))
+        return 0;
+    if (sp->opt.test_vm_sig) {
+        if (!vm_sig_valid(sp->opt.test_vm_sig)) {
+            fprintf(stderr, "spaced: SPACE_TEST_VM_SIG must be 1..%d printable ASCII bytes\n", VM_SIG_MAX - 1);
+            return -1;
+        }
+        snprintf(sp->runtime, sizeof sp->runtime, "%s", sp->opt.test_vm_sig);
+        log_warn("vm.runtime", "runtime=%s source=SPACE_TEST_VM_SIG note=\"a test double: never set it in "
+                 "production\"", log_quote(sp->runtime, q, sizeof q));
+        return 0;
+    }
+    if (vm_sig_probe(sp->opt.qemu, vm_accel_resolve((enum vm_accel)sp->opt.accel), sp->runtime,
+                     sizeof sp->runtime, why, sizeof why) < 0) {
+        log_warn("vm.runtime", "runtime=unknown reason=%s note=\"saved VM states are recorded without a "
+                 "runtime and not checked before they are loaded\"", log_quote(why, q, sizeof q));
+        return 0;
+    }
+    log_info("vm.runtime", "runtime=%s", log_quote(sp->runtime, q, sizeof q));
+    return 0;
 }
 
 /* An environment variable, NULL when unset or empty. */
@@ -206,6 +243,7 @@ static int parse_opts(int argc, char **argv, struct spaced_opts *o)
     o->e2b_domain = env_opt("SPACE_E2B_DOMAIN");
     o->e2b_port_listen = env_opt("SPACE_E2B_PORT_LISTEN");
     o->public_url = env_opt("SPACE_PUBLIC_URL");
+    o->test_vm_sig = env_opt("SPACE_TEST_VM_SIG");
     o->node_token = getenv("SPACE_NODE_TOKEN");
     o->guest_dir = default_guest_dir();
     o->console_dir = default_console_dir();
@@ -396,6 +434,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "spaced: %s\n", cerr);
         return 2;
     }
+    if (runtime_init(&sp) < 0)
+        return 2;
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     sp.started_ms = spaced_now_ms();

@@ -102,6 +102,9 @@ struct spaced_opts {
                               listener (e2b/e2b_portlisten.c); NULL = no listener */
     const char *public_url; /* SPACE_PUBLIC_URL: scheme://host[:port] clients reach spaced at,
                               for links spaced hands out; NULL = http:// and the request's Host */
+    const char *test_vm_sig; /* SPACE_TEST_VM_SIG: tests only, this node's VM runtime
+                              signature instead of the computed one (vm/vm_sig.h: stands
+                              in for another QEMU release on one machine); NULL = computed */
 };
 
 /* Backoff for writes retried while the store is down (the op engine's outcomes, the
@@ -146,6 +149,10 @@ struct spaced {
     struct e2b *e2b;           /* E2B API and sandbox-port pipes (e2b/e2b.h), NULL when the
                                   role runs no sandboxes */
     int64_t started_ms;        /* wall clock at start, for /healthz uptime */
+    /* This node's VM runtime signature (vm/vm_sig.h), computed once at start by the roles
+     * that run VMs: recorded with every saved VM state, compared before one is loaded,
+     * reported in the node's heartbeat. "" = unknown (the control role; a failed probe). */
+    char runtime[STORE_RUNTIME_MAX];
     /* The byte charges of the volume uploads running now, one per tenant
      * (volume/vol_quota.c); each upload releases its own. */
     struct vol_charge *vol_charges;

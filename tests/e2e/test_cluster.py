@@ -49,7 +49,7 @@ def sql(url, query):
     r = subprocess.run(["psql", "-X", "-At", "-d", url, "-c", query], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    return r.stdout.split()
+    return r.stdout.splitlines()  # one row a line (a value may hold spaces: a runtime)
 
 
 class Cluster:

@@ -315,13 +315,25 @@ static int node_ids(const struct store_node *n, void *arg)
     return 0;
 }
 
-/* Nodes (multi-node roles): upsert by id, lookup, id order; a sandbox keeps its node. */
+/* The runtime each node row reaches store_node_usage with (placement reads it there). */
+static int node_runtimes(const struct store_node *n, const struct store_node_use *u, void *arg)
+{
+    (void)u;
+    strcat(arg, n->id);
+    strcat(arg, "=");
+    strcat(arg, n->runtime);
+    strcat(arg, ";");
+    return 0;
+}
+
+/* Nodes (multi-node roles): upsert by id, lookup, id order; a sandbox keeps its node; a
+ * node's runtime (migration 17) as its heartbeat last wrote it. */
 static void check_nodes(void **state)
 {
     (void)state;
     struct store *st = checks_open();
     struct store_node n = {.id = "node-b", .url = "http://127.0.0.1:1", .vcpus = 4, .memory_mib = 2048,
-                           .heartbeat_ms = 10, .started_ms = 5};
+                           .heartbeat_ms = 10, .started_ms = 5, .runtime = "QEMU 7.2/tcg/max"};
     assert_int_equal(store_node_put(st, &n), 0);
     snprintf(n.id, sizeof n.id, "node-a");
     assert_int_equal(store_node_put(st, &n), 0);
@@ -334,7 +346,20 @@ static void check_nodes(void **state)
     assert_string_equal(got.url, "http://127.0.0.1:2");
     assert_int_equal(got.vcpus, 4);
     assert_int_equal(got.memory_mib, 2048);
+    assert_string_equal(got.runtime, "QEMU 7.2/tcg/max");
     assert_int_equal(store_node_get(st, "node-c", &got), STORE_NOTFOUND);
+    /* A heartbeat after an upgrade of the node's QEMU writes the new runtime; a node of an
+     * earlier version writes none ("" = unknown). */
+    snprintf(n.runtime, sizeof n.runtime, "QEMU 8.0/tcg/max");
+    assert_int_equal(store_node_put(st, &n), 0);
+    snprintf(n.id, sizeof n.id, "node-b");
+    n.runtime[0] = '\0';
+    assert_int_equal(store_node_put(st, &n), 0);
+    char rts[128] = "";
+    assert_int_equal(store_node_usage(st, node_runtimes, rts), 0);
+    assert_string_equal(rts, "node-a=QEMU 8.0/tcg/max;node-b=;");
+    snprintf(n.id, sizeof n.id, "node-a");
+    snprintf(n.runtime, sizeof n.runtime, "QEMU 7.2/tcg/max");
     char ids[64] = "";
     assert_int_equal(store_node_each(st, node_ids, ids), 0);
     assert_string_equal(ids, "node-a,node-b,");

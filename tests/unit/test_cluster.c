@@ -135,25 +135,27 @@ static void test_score(void **state)
         struct cluster_cand c;
         double want; /* -1: takes none */
     } cases[] = {
-        {"empty node: 7/8 vCPUs, 7/8 memory left", {8, 8192, 8, 8192, true, false, false, 0, false}, 0.875},
+        {"empty node: 7/8 vCPUs, 7/8 memory left", {8, 8192, 8, 8192, true, false, false, 0, false, false}, 0.875},
         {"fraction, not absolute: the scarcer resource counts (memory 1/8 left)",
-         {8, 8192, 8, 2048, true, false, false, 0, false}, 0.125},
-        {"a small node as free as a big one scores the same", {2, 2048, 2, 2048, true, false, false, 0, false}, 0.5},
-        {"exact fit leaves 0", {1, 1024, 1, 1024, true, false, false, 0, false}, 0},
-        {"too few vCPUs", {8, 8192, 0, 8192, true, false, false, 0, false}, -1},
-        {"too little memory", {8, 8192, 8, 1023, true, false, false, 0, false}, -1},
-        {"overcommitted already (negative free)", {8, 8192, -2, 8192, true, false, false, 0, false}, -1},
-        {"not live", {8, 8192, 8, 8192, false, false, false, 0, false}, -1},
-        {"draining", {8, 8192, 8, 8192, true, true, false, 0, false}, -1},
-        {"no capacity reported", {0, 0, 0, 0, true, false, false, 0, false}, -1},
-        {"snapshot of the template at this shape", {8, 8192, 8, 8192, true, false, true, 0, false},
+         {8, 8192, 8, 2048, true, false, false, 0, false, false}, 0.125},
+        {"a small node as free as a big one scores the same", {2, 2048, 2, 2048, true, false, false, 0, false, false}, 0.5},
+        {"exact fit leaves 0", {1, 1024, 1, 1024, true, false, false, 0, false, false}, 0},
+        {"too few vCPUs", {8, 8192, 0, 8192, true, false, false, 0, false, false}, -1},
+        {"too little memory", {8, 8192, 8, 1023, true, false, false, 0, false, false}, -1},
+        {"overcommitted already (negative free)", {8, 8192, -2, 8192, true, false, false, 0, false, false}, -1},
+        {"not live", {8, 8192, 8, 8192, false, false, false, 0, false, false}, -1},
+        {"draining", {8, 8192, 8, 8192, true, true, false, 0, false, false}, -1},
+        {"no capacity reported", {0, 0, 0, 0, true, false, false, 0, false, false}, -1},
+        {"snapshot of the template at this shape", {8, 8192, 8, 8192, true, false, true, 0, false, false},
          0.875 + CLUSTER_SCORE_SNAPSHOT},
-        {"warm clone ready (with its snapshot)", {8, 8192, 8, 8192, true, false, true, 2, false},
+        {"warm clone ready (with its snapshot)", {8, 8192, 8, 8192, true, false, true, 2, false, false},
          0.875 + CLUSTER_SCORE_SNAPSHOT + CLUSTER_SCORE_WARM},
-        {"locality never makes room", {8, 8192, 0, 8192, true, false, true, 3, false}, -1},
+        {"locality never makes room", {8, 8192, 0, 8192, true, false, true, 3, false, false}, -1},
         {"holds the built template's image (others fetch it first)",
-         {8, 8192, 8, 8192, true, false, false, 0, true}, 0.875 + CLUSTER_SCORE_IMAGE},
-        {"an image never makes room", {8, 8192, 8, 1000, true, false, false, 0, true}, -1},
+         {8, 8192, 8, 8192, true, false, false, 0, true, false}, 0.875 + CLUSTER_SCORE_IMAGE},
+        {"an image never makes room", {8, 8192, 8, 1000, true, false, false, 0, true, false}, -1},
+        {"another VM runtime than the saved state's: takes none, however local",
+         {8, 8192, 8, 8192, true, false, true, 2, true, true}, -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double got = cluster_score(&cases[i].c, 1, 1024);
@@ -162,7 +164,7 @@ static void test_score(void **state)
     }
     /* A warm clone on a busier node beats an idle node without one, unless the busy
      * node is much fuller: the weights are relative to the free fraction. */
-    struct cluster_cand warm = {8, 8192, 4, 4096, true, false, true, 1, false}, idle = {8, 8192, 8, 8192, true, false, false, 0, false};
+    struct cluster_cand warm = {8, 8192, 4, 4096, true, false, true, 1, false, false}, idle = {8, 8192, 8, 8192, true, false, false, 0, false, false};
     assert_true(cluster_score(&warm, 1, 1024) > cluster_score(&idle, 1, 1024));
 }
 
@@ -241,7 +243,7 @@ static void test_capacity_and_placement(void **state)
     struct store_node c = {.id = "c", .url = "http://127.0.0.1:3", .vcpus = 4, .memory_mib = 4096,
                            .heartbeat_ms = now};
     assert_int_equal(store_node_put(sp.store, &c), 0);
-    struct cluster_want w = {"base", 1, 256, ""};
+    struct cluster_want w = {"base", 1, 256, "", ""};
     struct cluster_pick p;
     assert_int_equal(cluster_pick(&sp, &w, &p), 0);
     assert_string_equal(p.node.id, "c");
@@ -252,7 +254,7 @@ static void test_capacity_and_placement(void **state)
     /* A built template's image: its holders score CLUSTER_SCORE_IMAGE more; a node
      * without it stays eligible and wins when emptier by more than that (a: 4/8 left
      * after the sandbox + 0.2 = 0.7 < c's 3/4). */
-    struct cluster_want built = {"mine", 1, 256, "c"};
+    struct cluster_want built = {"mine", 1, 256, "c", ""};
     assert_int_equal(cluster_pick(&sp, &built, &p), 0);
     assert_string_equal(p.node.id, "c");
     assert_true(p.score > 0.75 + CLUSTER_SCORE_IMAGE - 1e-9 && p.score < 0.75 + CLUSTER_SCORE_IMAGE + 1e-9);
@@ -270,10 +272,46 @@ static void test_capacity_and_placement(void **state)
     assert_string_equal(p.node.id, "a");
     assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
 
+    /* A saved state (a travelling snapshot, a suspended sandbox that moves) goes only to a
+     * node running the VM runtime that saved it (vm/vm_sig.h): c is emptier but runs
+     * another QEMU; a node reporting none (an earlier version) is no candidate either.
+     * None running it: refused, found (live nodes were considered) but runtime_found
+     * false, which the control answers with 409 snapshot_incompatible. */
+    snprintf(a.runtime, sizeof a.runtime, "QEMU 7.2/tcg/max");
+    snprintf(c.runtime, sizeof c.runtime, "QEMU 8.0/tcg/max");
+    assert_int_equal(store_node_put(sp.store, &a), 0);
+    assert_int_equal(store_node_put(sp.store, &c), 0);
+    struct cluster_want saved = {"sn0123456789abcdef", 1, 256, "", "QEMU 7.2/tcg/max"};
+    assert_int_equal(cluster_pick(&sp, &saved, &p), 0);
+    assert_string_equal(p.node.id, "a");
+    assert_true(p.runtime_found);
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+    snprintf(saved.runtime, sizeof saved.runtime, "QEMU 8.0/tcg/max");
+    assert_int_equal(cluster_pick(&sp, &saved, &p), 0);
+    assert_string_equal(p.node.id, "c");
+    assert_int_equal(store_resv_release(sp.store, p.resv_id), 0);
+    snprintf(saved.runtime, sizeof saved.runtime, "QEMU 9.0/tcg/max");
+    assert_int_equal(cluster_pick(&sp, &saved, &p), 1);
+    assert_true(p.found);
+    assert_false(p.runtime_found);
+    saved.memory_mib = 1 << 20; /* none has room either: still "no runtime", the cause */
+    assert_int_equal(cluster_pick(&sp, &saved, &p), 1);
+    assert_false(p.runtime_found);
+    snprintf(saved.runtime, sizeof saved.runtime, "QEMU 7.2/tcg/max"); /* runs it, no room */
+    assert_int_equal(cluster_pick(&sp, &saved, &p), 1);
+    assert_true(p.runtime_found);
+    assert_string_equal(p.node.id, "a");
+    a.runtime[0] = c.runtime[0] = '\0';
+    assert_int_equal(store_node_put(sp.store, &a), 0);
+    assert_int_equal(store_node_put(sp.store, &c), 0);
+    saved.memory_mib = 256;
+    assert_int_equal(cluster_pick(&sp, &saved, &p), 1);
+    assert_false(p.runtime_found);
+
     /* Reservations count as used until released: three creates of 2 vCPUs on c (4
      * free) and a (5 free) fit four times in all (c twice, a twice); the fifth is refused
      * and names the largest free shape (a, 1 vCPU). */
-    w = (struct cluster_want){"other", 2, 256, ""};
+    w = (struct cluster_want){"other", 2, 256, "", ""};
     char ids[5][STORE_ID_MAX];
     int placed = 0;
     for (int i = 0; i < 5; i++) {
@@ -299,7 +337,7 @@ static void test_capacity_and_placement(void **state)
     /* cluster_place keeps its reservation listed until released; a draining node is
      * skipped; nothing live: found is false. */
     assert_int_equal(store_node_set_draining(sp.store, "c", true), 0);
-    w = (struct cluster_want){"", 1, 4096, ""};
+    w = (struct cluster_want){"", 1, 4096, "", ""};
     assert_int_equal(cluster_pick(&sp, &w, &p), 0);
     assert_string_equal(p.node.id, "a");
     struct cluster_resv *r = calloc(1, sizeof *r);

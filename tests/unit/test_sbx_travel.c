@@ -126,6 +126,47 @@ static void test_sandbox_record(void **state)
     assert_int_equal(sbx_parts_parse(NULL, &p), -1);
 }
 
+/* The VM runtime that saved the state (vm/vm_sig.h) travels in the record: parsed,
+ * round-tripped, read by placement (sbx_parts_runtime); absent in a record written
+ * before runtimes were (accepted: ""), refused when it is no valid signature. */
+static void test_runtime(void **state)
+{
+    (void)state;
+    struct sbx_parts p;
+    char rt[VM_SIG_MAX];
+    snprintf(buf, sizeof buf, "{\"node\":\"node-a\",\"runtime\":\"QEMU 7.2/tcg/max\",\"files\":[%s],\"chain\":[%s]}",
+             GOOD_FILES, GOOD_CHAIN);
+    assert_int_equal(sbx_parts_parse(buf, &p), 0);
+    assert_string_equal(p.runtime, "QEMU 7.2/tcg/max");
+    assert_true(sbx_travel_parts_ok(buf));
+    sbx_parts_runtime(buf, rt, sizeof rt);
+    assert_string_equal(rt, "QEMU 7.2/tcg/max");
+    char *js = sbx_parts_json(&p);
+    struct sbx_parts q;
+    assert_int_equal(sbx_parts_parse(js, &q), 0);
+    assert_string_equal(q.runtime, "QEMU 7.2/tcg/max");
+    free(js);
+    /* none recorded: "" (anywhere, as before), and none written back */
+    assert_int_equal(sbx_parts_parse(rec(GOOD_FILES, GOOD_CHAIN), &p), 0);
+    assert_string_equal(p.runtime, "");
+    js = sbx_parts_json(&p);
+    assert_null(strstr(js, "runtime"));
+    free(js);
+    sbx_parts_runtime(rec(GOOD_FILES, GOOD_CHAIN), rt, sizeof rt);
+    assert_string_equal(rt, "");
+    sbx_parts_runtime(NULL, rt, sizeof rt);
+    assert_string_equal(rt, "");
+    sbx_parts_runtime("{not json", rt, sizeof rt);
+    assert_string_equal(rt, "");
+    /* not a signature: the whole record is refused */
+    static const char *const bad[] = {"7", "\"\"", "\"QEMU\\n7.2\"", NULL};
+    for (const char *const *b = bad; *b; b++) {
+        snprintf(buf, sizeof buf, "{\"runtime\":%s,\"files\":[%s],\"chain\":[%s]}", *b, GOOD_FILES, GOOD_CHAIN);
+        if (sbx_parts_parse(buf, &p) != -1)
+            fail_msg("runtime %s accepted", *b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -134,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_sizes_and_digests),
         cmocka_unit_test(test_counts_and_chain),
         cmocka_unit_test(test_sandbox_record),
+        cmocka_unit_test(test_runtime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

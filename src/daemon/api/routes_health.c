@@ -17,10 +17,11 @@ static void h_healthz(struct http_req *req, void *arg)
 {
     struct spaced *sp = arg;
     bool store_ok = store_ping(sp->store) == 0;
-    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s}", "status", store_ok ? "ok" : "degraded",
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s?, s:s}", "status", store_ok ? "ok" : "degraded",
                              "version", SPACE_VERSION, "uptime_s",
                              (json_int_t)((spaced_now_ms() - sp->started_ms) / 1000), "accel",
-                             vm_accel_name(vm_accel_resolve((enum vm_accel)sp->opt.accel)), "store",
+                             vm_accel_name(vm_accel_resolve((enum vm_accel)sp->opt.accel)), "runtime",
+                             sp->runtime[0] ? sp->runtime : NULL, "store",
                              store_ok ? "ok" : store_errmsg(sp->store));
     if (!store_ok)
         http_reply_add_header(req, "Retry-After", "1");

@@ -152,6 +152,7 @@ static void heartbeat(struct spaced *sp)
                            .heartbeat_ms = spaced_now_ms(), .started_ms = sp->cluster->started_ms};
     snprintf(n.id, sizeof n.id, "%s", sp->opt.node_id);
     snprintf(n.url, sizeof n.url, "%s", sp->opt.advertise);
+    snprintf(n.runtime, sizeof n.runtime, "%s", sp->runtime); /* where its saved VMs load */
     struct shapes_scan scan = {sp, &n};
     tpl_snapshots_each_ready(sp, add_shape, &scan);
     const json_t *load = hostload_get(sp->hostload, n.heartbeat_ms, 0);
@@ -163,9 +164,11 @@ static void heartbeat(struct spaced *sp)
     int64_t gone = 0;
     if (!ok)
         log_warn("cluster.heartbeat", "node=%s msg=\"%s\"", n.id, store_errmsg(sp->store));
-    else if (!sp->cluster->reported)
-        log_info("cluster.heartbeat", "node=%s url=%s vcpus=%u memory_mib=%u", n.id, n.url, n.vcpus,
-                 n.memory_mib);
+    else if (!sp->cluster->reported) {
+        char q[STORE_RUNTIME_MAX + 32];
+        log_info("cluster.heartbeat", "node=%s url=%s vcpus=%u memory_mib=%u runtime=%s", n.id, n.url, n.vcpus,
+                 n.memory_mib, log_quote(n.runtime[0] ? n.runtime : "unknown", q, sizeof q));
+    }
     if (ok && store_resv_expire(sp->store, n.id, n.heartbeat_ms - CLUSTER_RESV_TTL_MS, &gone) == 0 && gone)
         log_warn("cluster.heartbeat", "node=%s reservations_expired=%lld", n.id, (long long)gone);
     sp->cluster->reported = ok;

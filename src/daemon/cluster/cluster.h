@@ -169,10 +169,14 @@ struct cluster_want {
     char template_name[STORE_ID_MAX]; /* "" when the body names none (or is bad) */
     unsigned vcpus, memory_mib;
     char holders[STORE_NODES_MAX];    /* a built template's: the nodes holding its image */
+    char runtime[STORE_RUNTIME_MAX];  /* a saved state's (a snapshot's, a suspended
+                                         sandbox's): only nodes running this VM runtime
+                                         (vm/vm_sig.h) take it; "" = any node */
 };
 /* Places a create: reserves its size on the best node (cluster_pick) and returns 0 with
  * the node and the reservation (released when the node's reply head arrives or the
- * forwarded request ends), or replies itself (503 no_node, 503 no_capacity naming the
+ * forwarded request ends), or replies itself (503 no_node, 409 snapshot_incompatible
+ * when w->runtime is set and no live undrained node runs it, 503 no_capacity naming the
  * largest free shape, 503 store_unavailable) and returns -1. */
 int cluster_place(struct spaced *sp, struct http_req *req, const struct cluster_want *w,
                   const struct cluster_fwd *fwd, struct store_node *to, struct cluster_resv **resv);
@@ -212,10 +216,12 @@ struct cluster_cand {
     bool snapshot;                         /* has the template's snapshot at this shape */
     unsigned warm;                         /* warm clones ready at this shape */
     bool image;                            /* holds a built template's image */
+    bool other_runtime;                    /* runs another VM runtime than the saved state
+                                              placed needs (or reports none) */
 };
 /* The node's score for a sandbox of vcpus x memory_mib: -1 when it takes none (not live,
- * draining, no room, no capacity), else the free fraction left plus the bonuses above.
- * Pure. */
+ * draining, another runtime than the state needs, no room, no capacity), else the free
+ * fraction left plus the bonuses above. Pure. */
 double cluster_score(const struct cluster_cand *c, unsigned vcpus, unsigned memory_mib);
 /* What a node's shapes report ("tpl/VxM:W,...", store_node.shapes) says of template tpl
  * at vcpus x memory_mib: whether a snapshot is ready and how many warm clones (summed
@@ -234,13 +240,15 @@ struct cluster_pick {
     long long free_memory_mib;
     double score;
     bool found;                 /* some live, undrained node was considered */
+    bool runtime_found;         /* one of them runs the wanted runtime (or none is wanted) */
     char resv_id[STORE_ID_MAX]; /* the reservation taken (0 returned) */
 };
 /* Placement: scores every node (cluster_score), then reserves the sandbox's size
  * (store_resv_take) on the best one, or the next best when another control daemon took
  * the room first. Returns 0 with *out the node reserved on, 1 when no node has room
- * (*out then describes the live undrained node with the most free memory, found false
- * when there is none), -1 on a store error. */
+ * (*out then describes the live undrained node with the most free memory, among those
+ * running w->runtime when any does; found false when there is none, runtime_found false
+ * when none of them runs w->runtime), -1 on a store error. */
 int cluster_pick(struct spaced *sp, const struct cluster_want *w, struct cluster_pick *out);
 /* Keeps the reservation placement took (p->resv_id) as the control's own, released
  * with cluster_resv_release; NULL (the reservation released) when out of memory. */

@@ -69,6 +69,9 @@ static int choose_create(struct spaced *sp, struct http_req *req, const char *bo
             t.vcpus = snap.vcpus;
             t.memory_mib = snap.memory_mib;
             snprintf(w.holders, sizeof w.holders, "%s", snap.node);
+            /* Its memory loads only where the runtime that saved it runs (vm/vm_sig.h). A
+             * snapshot named by name is not resolved here: the node refuses it (409). */
+            sbx_parts_runtime(snap.parts, w.runtime, sizeof w.runtime);
             known = true;
         }
         sbx_spec_shape(&spec, known ? &t : NULL, &w.vcpus, &w.memory_mib);
@@ -172,9 +175,10 @@ static bool comes_back(struct http_req *req)
  * sandboxes that move"): when it is suspended or stopped with its files recorded, a
  * node is chosen like a create's (where a reservation fits), the row moves there in one
  * conditional update (store_sbx_move), and the verb goes to it, which reserves the VM's
- * room itself and fetches the files first.
- * Otherwise (not movable, no other node, the row changed meanwhile) the verb goes to the
- * draining node, which brings it back itself. */
+ * room itself and fetches the files first. Only nodes running the VM runtime that saved a
+ * suspended sandbox's memory are chosen (its parts' "runtime", vm/vm_sig.h).
+ * Otherwise (not movable, no other node, none with room or that runtime, the row changed
+ * meanwhile) the verb goes to the draining node, which brings it back itself. */
 static int choose_move(struct spaced *sp, struct http_req *req, const char *body, size_t len,
                        struct store_node *to, struct cluster_resv **resv)
 {
@@ -194,8 +198,18 @@ static int choose_move(struct spaced *sp, struct http_req *req, const char *body
                    (strcmp(s.state, "suspended") == 0 || strcmp(s.state, "stopped") == 0);
     struct cluster_want w = {.vcpus = s.vcpus, .memory_mib = s.memory_mib};
     snprintf(w.template_name, sizeof w.template_name, "%s", s.template_name);
+    /* A suspended sandbox's memory loads only into the VM runtime that saved it (vm/
+     * vm_sig.h; its parts say which): no node running it, no move (A serves the verb). A
+     * stopped one's record names none: its disk boots anywhere. */
+    sbx_parts_runtime(s.parts, w.runtime, sizeof w.runtime);
     struct cluster_pick p;
-    if (movable && cluster_pick(sp, &w, &p) == 0) {
+    int picked = movable ? cluster_pick(sp, &w, &p) : -1;
+    if (picked == 1 && !p.runtime_found) {
+        char q[STORE_RUNTIME_MAX + 32];
+        log_info("cluster.move", "sandbox=%s from=%s result=not_moved reason=no_node_with_runtime runtime=%s", id,
+                 s.node, log_quote(w.runtime, q, sizeof q));
+    }
+    if (picked == 0) {
         int rc = store_sbx_move(sp->store, id, s.node, p.node.id, s.parts, s.parts, spaced_now_ms());
         log_info("cluster.move", "sandbox=%s from=%s to=%s result=%s", id, s.node, p.node.id,
                  rc == 0 ? "moved" : rc == STORE_NOTFOUND ? "changed" : "store_failed");

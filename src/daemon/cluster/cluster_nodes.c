@@ -2,7 +2,8 @@
  * role; the rows live in the shared store, so any control daemon answers):
  *   GET    /v1/nodes               each node: url, live, draining, capacity, use (sandboxes'
  *                                   and reservations'), the shapes it has ready, its host's
- *                                   measured load at its heartbeat; `host`: the load of
+ *                                   measured load at its heartbeat, its VM runtime
+ *                                   signature (vm/vm_sig.h; null: unknown); `host`: the load of
  *                                   the host this daemon runs on (metrics/hostload.h); and
  *                                   `pool`: this daemon's warm pools (sbx_pools_json)
  *   POST   /v1/nodes/{id}/drain    no new sandbox is placed there (running ones stay): 204
@@ -30,14 +31,15 @@ static json_t *node_json(const struct store_node *n, const struct store_node_use
     char hb[32];
     /* Measured by the node itself at its heartbeat (metrics/hostload.h); null before. */
     json_t *load = n->host_load[0] ? json_loads(n->host_load, 0, NULL) : NULL;
-    return json_pack("{s:s, s:s, s:b, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:s, s:s, s:o}",
+    return json_pack("{s:s, s:s, s:b, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:s, s:s, s:o, s:s?}",
                      "id", n->id, "url", n->url, "live", live, "draining", n->draining, "capacity",
                      "vcpus", (json_int_t)n->vcpus, "memory_mib", (json_int_t)n->memory_mib, "used",
                      "vcpus", (json_int_t)u->used_vcpus, "memory_mib", (json_int_t)u->used_memory_mib,
                      "reserved", "vcpus", (json_int_t)u->reserved_vcpus, "memory_mib",
                      (json_int_t)u->reserved_memory_mib, "shapes", n->shapes, "heartbeat_at",
                      spaced_fmt_time(n->heartbeat_ms, hb), "load",
-                     json_is_object(load) ? load : (json_decref(load), json_null()));
+                     json_is_object(load) ? load : (json_decref(load), json_null()), "runtime",
+                     n->runtime[0] ? n->runtime : NULL);
 }
 
 static void add_node(const struct store_node *n, const struct store_node_use *u, bool live, void *arg)

@@ -19,7 +19,7 @@
 
 double cluster_score(const struct cluster_cand *c, unsigned vcpus, unsigned memory_mib)
 {
-    if (!c->live || c->draining || !c->cap_vcpus || !c->cap_memory_mib)
+    if (!c->live || c->draining || c->other_runtime || !c->cap_vcpus || !c->cap_memory_mib)
         return -1;
     long long fv = c->free_vcpus - vcpus, fm = c->free_memory_mib - memory_mib;
     if (fv < 0 || fm < 0)
@@ -147,6 +147,9 @@ static void collect(const struct store_node *n, const struct store_node_use *u, 
     cluster_shapes_find(n->shapes, s->w->template_name, s->w->vcpus, s->w->memory_mib, &e->cand.snapshot,
                         &e->cand.warm);
     e->cand.image = tpl_nodes_have(s->w->holders, n->id);
+    /* A saved VM state loads only into the runtime that saved it (vm/vm_sig.h); a node
+     * reporting none (an earlier version, a failed probe) cannot be known to run it. */
+    e->cand.other_runtime = s->w->runtime[0] && strcmp(n->runtime, s->w->runtime) != 0;
     e->score = cluster_score(&e->cand, s->w->vcpus, s->w->memory_mib);
 }
 
@@ -161,6 +164,7 @@ static int by_score(const void *a, const void *b)
 
 static void describe(struct cluster_pick *out, const struct scored *e)
 {
+    out->runtime_found = !e->cand.other_runtime;
     out->node = e->node;
     out->free_vcpus = e->cand.free_vcpus;
     out->free_memory_mib = e->cand.free_memory_mib;
@@ -201,14 +205,18 @@ int cluster_pick(struct spaced *sp, const struct cluster_want *w, struct cluster
         log_info("cluster.place", "node=%s reserve=lost", r.node);
         s.v[i].cand.free_vcpus = s.v[i].cand.free_memory_mib = 0;
     }
-    if (rc == 1) /* the refusal names the live, undrained node with the most free memory */
-        for (size_t i = 0; i < s.n; i++) {
-            const struct scored *e = &s.v[i];
-            if (e->cand.live && !e->cand.draining &&
-                (!out->found || e->cand.free_memory_mib > out->free_memory_mib ||
-                 (e->cand.free_memory_mib == out->free_memory_mib && e->cand.free_vcpus > out->free_vcpus)))
-                describe(out, e);
-        }
+    /* The refusal names the live, undrained node with the most free memory: of those
+     * running the wanted runtime when any does (the others could never take it). */
+    for (size_t i = 0; rc == 1 && i < s.n; i++) {
+        const struct scored *e = &s.v[i];
+        if (!e->cand.live || e->cand.draining || (out->runtime_found && e->cand.other_runtime))
+            continue;
+        if (!e->cand.other_runtime && !out->runtime_found) /* the first that runs it */
+            out->found = false;                              /* (describe sets both) */
+        if (!out->found || e->cand.free_memory_mib > out->free_memory_mib ||
+            (e->cand.free_memory_mib == out->free_memory_mib && e->cand.free_vcpus > out->free_vcpus))
+            describe(out, e);
+    }
     free(s.v);
     return rc;
 }
@@ -257,6 +265,14 @@ int cluster_place(struct spaced *sp, struct http_req *req, const struct cluster_
     if (!p.found) {
         cluster_reply_fail(req, fwd, 503, "no_node", "no node takes new sandboxes: none reported in the "
                            "last %d s, or every live one is draining", CLUSTER_DEAD_MS / 1000);
+        return -1;
+    }
+    if (rc == 1 && !p.runtime_found) {
+        cluster_reply_fail(req, fwd, 409, "snapshot_incompatible",
+                           "snapshot %s was saved by %s; no live node that takes new sandboxes runs it: it "
+                           "cannot be restored on this cluster now (a node with that QEMU release, "
+                           "accelerator and CPU must report and not be draining)",
+                           w->template_name, w->runtime);
         return -1;
     }
     if (rc == 1) {

@@ -33,7 +33,8 @@
  * backing.json, and what it tells the template module), sbx_pool.c (warm pools),
  * sbx_spec.c, sbx_state.c, sbx_traffic.c, sbx_resv.c (on a cluster node: capacity
  * reserved before a VM comes back), sbx_parts.c / sbx_travel.c / sbx_move.c (on a
- * cluster node: snapshots and suspended sandboxes whose files travel between nodes).
+ * cluster node: snapshots and suspended sandboxes whose files travel between nodes),
+ * sbx_runtime.c (a saved state restores only under the VM runtime that saved it).
  * Prefix sbx_.
  *
  * Layering: below cluster/ and above template/, net/, jail/, vm/. It knows no role
@@ -336,13 +337,22 @@ int sbx_snap_delete(struct spaced *sp, const char *tenant, const char *id_or_nam
                     struct spaced_err *err);
 /* A create whose template is no template: the tenant's snapshot with that id or name,
  * ready and taken with (nic) or without a network device like the create asks. 1 with
- * *out, 0 when there is none, -1 with err (409 not ready, 400 network mismatch, 503). */
+ * *out, 0 when there is none, -1 with err (409 not ready, 400 network mismatch, 409
+ * snapshot_incompatible: saved by another VM runtime than this node's, 503). */
 int sbx_snap_for_create(struct spaced *sp, const char *tenant, const char *id_or_name,
                         bool nic, struct store_snap *out, struct spaced_err *err);
+
+/* The VM runtime recorded in a parts record (a snapshots or sandboxes row's `parts`,
+ * sbx_parts.c; vm/vm_sig.h) into out[cap]: "" when it names none or is unreadable. For
+ * placement (cluster/), which moves a saved state only to a node of that runtime. */
+void sbx_parts_runtime(const char *parts, char *out, size_t cap);
 
 /* Any other verb on an existing sandbox of `tenant`. Checks the transition against the
  * sandbox's desired state (409 "invalid_state" naming the current state if illegal,
  * 404 "not_found" for unknown or other tenants' sandboxes), records intent, schedules.
+ * A restore or wake of a suspended sandbox whose saved state another VM runtime wrote
+ * (vm/vm_sig.h) is refused with 409 "snapshot_incompatible" before its op exists: the
+ * sandbox stays suspended, restorable where (or once) that runtime runs.
  * A delete cancels the sandbox's still-pending ops. Returns 0 with *out filled. */
 int sbx_submit(struct spaced *sp, const char *tenant, enum op_kind kind,
                const char *sandbox_id, struct store_op *out, struct spaced_err *err);

@@ -800,8 +800,9 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
             start_vm(s, NULL);
             return;
         }
-        act_fail(s, SBX_FAILED, vm_error_code(verr), "cannot start the VM: %s",
-                 msg[0] ? msg : vm_error_code(verr));
+        /* A suspend image of another runtime is intact: the sandbox stays suspended. */
+        enum sbx_state to = verr == VM_E_INCOMPATIBLE && s->state == SBX_RESTORING ? SBX_SUSPENDED : SBX_FAILED;
+        act_fail(s, to, vm_error_code(verr), "cannot start the VM: %s", msg[0] ? msg : vm_error_code(verr));
         return;
     }
     arm_agent_timeout(s);
@@ -1192,6 +1193,15 @@ static void act_restore(struct sbx *s)
             arm_agent_timeout(s);
         return;
     }
+    /* Checked at submit too (sbx_submit); again here for an op queued before a restart
+     * of spaced under another runtime. */
+    char what[STORE_ID_MAX + 40];
+    struct spaced_err e;
+    snprintf(what, sizeof what, "the saved state of sandbox %s", s->rec.id);
+    if (sbx_runtime_check_dir(s->sp, dir, what, &e) < 0) {
+        act_fail(s, SBX_SUSPENDED, e.code, "%s", e.message);
+        return;
+    }
     sbx_set_state(s, SBX_RESTORING, NULL);
     start_vm(s, dir);
 }
@@ -1229,8 +1239,9 @@ static void act_delete(struct sbx *s)
 }
 
 /* The files of a sandbox moved here arrived (sbx_move.c): the verb goes on; or they did
- * not, and it fails with the sandbox as it was. Bytes other than the old node recorded
- * give the sandbox back to that node, which can still restore it. */
+ * not, and it fails with the sandbox as it was. Bytes other than the old node recorded,
+ * or a state another VM runtime saved (vm/vm_sig.h), give the sandbox back to that node,
+ * which can still restore it. */
 static void on_moved_in(struct sbx *s, const struct spaced_err *err)
 {
     if (!err) {
@@ -1239,10 +1250,10 @@ static void on_moved_in(struct sbx *s, const struct spaced_err *err)
         sbx_act(s->sp, s, s->op_kind, op);
         return;
     }
-    bool mismatch = strstr(err->code, "digest_mismatch") != NULL;
+    bool back = strstr(err->code, "digest_mismatch") != NULL || strcmp(err->code, "snapshot_incompatible") == 0;
     act_fail(s, s->state, err->code, "%s%s", err->message,
-             mismatch ? "; the sandbox stays on the node it came from: run the verb again" : "");
-    if (mismatch)
+             back ? "; the sandbox stays on the node it came from: run the verb again" : "");
+    if (back)
         sbx_move_hand_back(s); /* s may be freed */
 }
 
@@ -1261,7 +1272,7 @@ void sbx_act(struct spaced *sp, struct sbx *s, enum op_kind kind, const char *op
         struct spaced_err e;
         int m = sbx_move_need(s, on_moved_in, &e);
         if (m < 0)
-            act_fail(s, s->state, e.code, "%s", e.message);
+            on_moved_in(s, &e); /* fails the verb (and may hand the sandbox back) */
         if (m != 0)
             return; /* failed, or on_moved_in goes on */
     }

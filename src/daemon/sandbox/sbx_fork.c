@@ -530,6 +530,10 @@ int sbx_fork_source(struct sbx *s, char *snap, size_t cap, struct sbx_chain *cha
         sbx_chain_read(p, chain) < 0)
         return spaced_err_set(err, 409, "capture_gone", "the capture %s this fork restores "
                               "from is gone (a restart interrupted the fork)", s->rec.source);
+    char what[STORE_ID_MAX + 16];
+    snprintf(what, sizeof what, "snapshot %s", s->rec.source);
+    if (sbx_runtime_check_dir(s->sp, dir, what, err) < 0) /* e.g. spaced restarted under a new QEMU */
+        return -1;
     snprintf(snap, cap, "%s", dir);
     return 0;
 }

@@ -5,6 +5,7 @@
 #define SPACE_SBX_INTERNAL_H
 
 #include "daemon/vm/vm.h"
+#include "daemon/vm/vm_sig.h"
 #include "daemon/volume/vol_mount.h"
 #include "sbx.h"
 
@@ -252,6 +253,9 @@ struct sbx_part {
 /* A parts record (sbx_parts.c's header says the JSON). */
 struct sbx_parts {
     char node[STORE_ID_MAX];     /* the node holding them, "" when the record has none */
+    char runtime[VM_SIG_MAX];    /* the VM runtime that saved the state among them
+                                    (vm_sig.h), "" when there is none (a stopped sandbox's
+                                    disk; a state saved before runtimes were recorded) */
     struct sbx_part f[SBX_PARTS_MAX];
     unsigned n;
     unsigned chain[VM_DISK_BACKING_MAX]; /* index into f, nearest layer first */
@@ -298,6 +302,16 @@ struct sbx_parts_fetch *sbx_parts_fetch(struct spaced *sp, const struct sbx_part
 void sbx_parts_fetch_cancel(struct sbx_parts_fetch *f);
 /* The path of chain layer `part` (layer<i>) by the chain file at chain_file: 0, or -1. */
 int sbx_parts_layer_path(const char *chain_file, const char *part, char *out, size_t cap);
+
+/* ---- saved states and this node's runtime (sbx_runtime.c) ---- */
+
+/* Whether a state saved by runtime `saved` (vm_sig.h; NULL or "": recorded before
+ * runtimes were, accepted) restores on this node: 0, or -1 with 409
+ * snapshot_incompatible "<what> was saved by <saved>; this node runs <ours>: ...". */
+int sbx_runtime_check(const struct spaced *sp, const char *saved, const char *what, struct spaced_err *err);
+/* The same for the state in directory dir (its snapshot.json's "runtime"; none readable:
+ * 0, vm_restore decides). */
+int sbx_runtime_check_dir(const struct spaced *sp, const char *dir, const char *what, struct spaced_err *err);
 
 /* ---- snapshots that travel between nodes (sbx_travel.c) ---- */
 

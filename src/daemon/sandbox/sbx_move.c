@@ -4,13 +4,15 @@
  * The old node (A): when a sandbox becomes suspended or stopped on a cluster node, its
  * files are hashed like a snapshot's (sbx_parts.c, on a worker thread): suspend/state,
  * suspend/mem and suspend/snapshot.json when present (named state, mem, snapshot.json),
- * disk.qcow2, and the layers of its backing.json (layer<i>). The record, with "node": A,
- * goes into the sandbox row's `parts` once every file is hashed and only if nothing was
- * done to the sandbox meanwhile; any verb on it clears the record first (the files
- * change), so a recorded `parts` always describes the files on disk.
+ * disk.qcow2, and the layers of its backing.json (layer<i>). The record, with "node": A
+ * and, for a suspended one, the runtime its snapshot.json names (vm/vm_sig.h: where its
+ * memory can come back), goes into the sandbox row's `parts` once every file is hashed
+ * and only if nothing was done to the sandbox meanwhile; any verb on it clears the record
+ * first (the files change), so a recorded `parts` always describes the files on disk.
  *
  * The control: a restore/start/resume/wake of a sandbox whose node is live but draining
- * and whose row has parts moves the row to a node chosen like a create, in one
+ * and whose row has parts moves the row to a node chosen like a create among those
+ * running the record's runtime (none: it stays, and A serves the verb), in one
  * conditional update (store_sbx_move: only while it names A with these parts, suspended
  * or stopped, nothing queued), then forwards the verb there (cluster_control.c).
  *
@@ -22,8 +24,11 @@
  * run_dir under this node's data directory), renames the directory into place and only
  * then clears the row's parts: from that write on, A may remove its copy. A digest
  * mismatch hands the sandbox back to A (the row names A again with no parts, so it is
- * not moved again and A restores it itself); any other failure leaves it on B, suspended
- * or stopped, and a later verb fetches again.
+ * not moved again and A restores it itself); so does a record whose saved state another
+ * VM runtime than B's wrote (vm/vm_sig.h: refused before anything is fetched; the control
+ * does not choose such a B, but a record it read before B's QEMU changed may say
+ * otherwise); any other failure leaves it on B, suspended or stopped, and a later verb
+ * fetches again.
  *
  * A, every reconcile period: a sandbox of its table whose row names another node leaves
  * the table (its files stay); a sandbox directory that is in no table entry and whose
@@ -148,6 +153,10 @@ void sbx_move_record(struct sbx *s)
         rc |= sbx_parts_add(p, name, c.path[i]);
         p->chain[p->nchain] = p->n - 1;
         snprintf(p->format[p->nchain++], sizeof p->format[0], "%s", c.format[i]);
+    }
+    if (s->state == SBX_SUSPENDED) { /* where its memory can come back (vm_sig.h) */
+        sbx_path(s, "suspend", path, sizeof path);
+        rc |= vm_sig_of_snapshot(path, p->runtime, sizeof p->runtime);
     }
     if (rc != 0 || (s->state == SBX_SUSPENDED && sbx_parts_find(p, "state") < 0)) {
         log_warn("sandbox.move", "sandbox=%s record=skipped reason=files_unexpected", s->rec.id);
@@ -332,6 +341,12 @@ int sbx_move_need(struct sbx *s, sbx_move_done done, struct spaced_err *err)
     if (!on_cluster(s) || !s->rec.parts || parts_here(s, s->rec.parts, &p))
         return 0;
     struct spaced *sp = s->sp;
+    char what[STORE_ID_MAX + 16];
+    snprintf(what, sizeof what, "sandbox %s", s->rec.id);
+    if (sbx_runtime_check(sp, p.runtime, what, err) < 0) { /* before a byte moves */
+        log_warn("sandbox.move", "sandbox=%s source=%s result=refused code=%s", s->rec.id, p.node, err->code);
+        return -1;
+    }
     struct sbx_move *m = calloc(1, sizeof *m);
     if (!m)
         return spaced_err_set(err, 500, "internal", "out of memory");
@@ -353,9 +368,8 @@ int sbx_move_need(struct sbx *s, sbx_move_done done, struct spaced_err *err)
         total += p.f[i].size;
     log_info("sandbox.move", "sandbox=%s source=%s parts=%u bytes=%lld result=started", s->rec.id, p.node, p.n,
              (long long)total);
-    char route[128], what[80];
+    char route[128];
     snprintf(route, sizeof route, "/internal/sandboxes/%s/parts/", s->rec.id);
-    snprintf(what, sizeof what, "sandbox %s", s->rec.id);
     struct sbx_parts_from from = {.node = p.node, .route = route, .dir = m->tmp, .what = what, .code = "sandbox"};
     if (!(m->fetch = sbx_parts_fetch(sp, &m->parts, &from, on_fetched, m, err))) {
         log_warn("sandbox.move", "sandbox=%s source=%s result=failed code=%s", s->rec.id, p.node, err->code);

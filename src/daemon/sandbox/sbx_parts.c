@@ -3,11 +3,15 @@
  * or a suspended or stopped sandbox's files (sbx_move.c).
  *
  * The record, JSON in a row:
- *   {"node": N, "files": [{"name": F, "size": B, "sha256": H}, ...],
+ *   {"node": N, "runtime": R, "files": [{"name": F, "size": B, "sha256": H}, ...],
  *    "chain": [{"part": F, "format": "qcow2"|"raw"}, ...]}
  * where "node" (optional: a snapshot row has its own column) is the node holding the
- * files, a file's name is one of a fixed set (snapshot.json, state, mem, disk.qcow2,
- * disk.raw, template) or layer<i> for the i-th layer of a disk chain outside the set,
+ * files, "runtime" (optional) the VM runtime that saved the state among them (vm/
+ * vm_sig.h: its snapshot.json's; absent for a stopped sandbox's disk and for states saved
+ * before runtimes were recorded, which go anywhere as before): the control moves them,
+ * and a node fetches them, only where that runtime runs; a file's name is one of a fixed
+ * set (snapshot.json, state, mem, disk.qcow2, disk.raw, template) or layer<i> for the
+ * i-th layer of a disk chain outside the set,
  * and "chain" lists the read-only layers a disk stands on, nearest first.
  *
  * Here: parsing with every value checked (only the row's values are trusted as limits),
@@ -61,13 +65,16 @@ int sbx_parts_parse(const char *s, struct sbx_parts *out)
     memset(out, 0, sizeof *out);
     json_t *j = s ? json_loads(s, 0, NULL) : NULL;
     json_t *files = json_object_get(j, "files"), *chain = json_object_get(j, "chain");
-    json_t *node = json_object_get(j, "node");
+    json_t *node = json_object_get(j, "node"), *rt = json_object_get(j, "runtime");
     int rc = json_is_array(files) && json_is_array(chain) && json_array_size(files) <= SBX_PARTS_MAX &&
                      json_array_size(chain) >= 1 && json_array_size(chain) <= VM_DISK_BACKING_MAX &&
-                     (!node || (json_is_string(node) && json_string_length(node) < sizeof out->node))
+                     (!node || (json_is_string(node) && json_string_length(node) < sizeof out->node)) &&
+                     (!rt || (json_is_string(rt) && vm_sig_valid(json_string_value(rt))))
                  ? 0 : -1;
     if (rc == 0 && node)
         snprintf(out->node, sizeof out->node, "%s", json_string_value(node));
+    if (rc == 0 && rt)
+        snprintf(out->runtime, sizeof out->runtime, "%s", json_string_value(rt));
     size_t i;
     json_t *e;
     json_array_foreach(rc == 0 ? files : NULL, i, e) {
@@ -112,9 +119,17 @@ char *sbx_parts_json(const struct sbx_parts *p)
     json_t *j = json_pack("{s:o, s:o}", "files", files, "chain", chain);
     if (j && p->node[0])
         json_object_set_new(j, "node", json_string(p->node));
+    if (j && p->runtime[0])
+        json_object_set_new(j, "runtime", json_string(p->runtime));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
+}
+
+void sbx_parts_runtime(const char *parts, char *out, size_t cap)
+{
+    struct sbx_parts p;
+    snprintf(out, cap, "%s", parts && sbx_parts_parse(parts, &p) == 0 ? p.runtime : "");
 }
 
 int sbx_parts_add(struct sbx_parts *p, const char *name, const char *path)

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon/quota/quota.h"
 #include "log.h"
@@ -192,7 +193,16 @@ int sbx_snap_for_create(struct spaced *sp, const char *tenant, const char *id_or
                               "device: network.mode must be %s", out->id,
                               out->nic ? "with" : "without",
                               out->nic ? "\"open\" or \"allowlist\"" : "\"none\"");
-    return 1;
+    /* Its memory restores only into the VM runtime that saved it (vm/vm_sig.h): the
+     * capture's own record when it is here, else the one its holder hashed. */
+    char dir[SBX_PATH_MAX], p[SBX_PATH_MAX + 32], saved[VM_SIG_MAX], what[STORE_ID_MAX + 16];
+    sbx_capture_dir(sp, out->id, dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/snapshot.json", dir);
+    snprintf(what, sizeof what, "snapshot %s", out->id);
+    if (access(p, F_OK) == 0)
+        return sbx_runtime_check_dir(sp, dir, what, err) < 0 ? -1 : 1;
+    sbx_parts_runtime(out->parts, saved, sizeof saved);
+    return sbx_runtime_check(sp, saved, what, err) < 0 ? -1 : 1;
 }
 
 /* ---- API ------------------------------------------------------------------------------- */

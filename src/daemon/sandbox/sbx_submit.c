@@ -115,6 +115,16 @@ int sbx_submit(struct spaced *sp, const char *tenant, enum op_kind kind, const c
     struct spaced_err terr;
     if (sbx_transition(sbx_desired(s), sbx_state(s), kind, &target, &terr) < 0)
         return spaced_err_set(err, terr.status, terr.code, "sandbox %s: %s", sandbox_id, terr.message);
+    /* A suspended sandbox's memory comes back only into the VM runtime that saved it
+     * (vm/vm_sig.h): refused before its op exists, the sandbox stays suspended. Files of a
+     * sandbox moved here are checked before they are fetched (sbx_move_need). */
+    if (target == SBX_RUNNING && sbx_desired(s) == SBX_SUSPENDED && !s->vm) {
+        char dir[SBX_PATH_MAX], what[STORE_ID_MAX + 40];
+        sbx_path(s, "suspend", dir, sizeof dir);
+        snprintf(what, sizeof what, "the saved state of sandbox %s", sandbox_id);
+        if (sbx_runtime_check_dir(sp, dir, what, err) < 0)
+            return -1;
+    }
     /* A VM coming back needs room on a cluster node, checked before the op exists. */
     bool had_resv = s->resv_id[0] != '\0';
     if (sbx_resv_take(s, target, err) < 0)

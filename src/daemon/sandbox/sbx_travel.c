@@ -18,6 +18,10 @@
  * disk.raw, template) or layer<i> for the chain's i-th layer outside the capture. The
  * node serves them (GET /internal/snapshots/{id}/parts/{name}, node token only).
  *
+ * The record also names the VM runtime that saved the capture (vm/vm_sig.h, from its
+ * snapshot.json): a node running another refuses to fetch it (409 snapshot_incompatible,
+ * before a byte moves), and the control places such creates only on nodes running it.
+ *
  * Fetching side: a create from a snapshot whose capture is not here and whose row names
  * another holder fetches every part (sbx_parts.c: streamed, size and SHA-256 checked) into
  * captures/.fetch-<snapshot>/ (the capture collection skips dot names; one fetch per
@@ -133,6 +137,9 @@ static int rec_list(struct sbx_travel_rec *t)
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && sbx_parts_add(p, *o, path) < 0)
             return -1;
     }
+    /* Which runtime can restore it (vm_sig.h): others are not sent to fetch it. */
+    if (vm_sig_of_snapshot(t->dir, p->runtime, sizeof p->runtime) < 0)
+        return -1;
     struct sbx_chain c;
     char cp[SBX_PATH_MAX + 16];
     snprintf(cp, sizeof cp, "%s/chain.json", t->dir);
@@ -310,6 +317,13 @@ static struct travel_fetch *fetch_start(struct spaced *sp, const struct store_sn
                        "on that node", row->id, row->node);
         return NULL;
     }
+    char what[STORE_ID_MAX + 16];
+    snprintf(what, sizeof what, "snapshot %s", row->id);
+    if (sbx_runtime_check(sp, f->parts.runtime, what, err) < 0) { /* before a byte moves */
+        log_warn("snapshot.fetch", "snapshot=%s source=%s result=refused code=%s", row->id, row->node, err->code);
+        free(f);
+        return NULL;
+    }
     f->sp = sp;
     f->started_ms = spaced_now_ms();
     snprintf(f->snap, sizeof f->snap, "%s", row->id);
@@ -328,9 +342,8 @@ static struct travel_fetch *fetch_start(struct spaced *sp, const struct store_sn
         total += f->parts.f[i].size;
     log_info("snapshot.fetch", "snapshot=%s source=%s parts=%u bytes=%lld result=started", f->snap, f->node,
              f->parts.n, (long long)total);
-    char route[128], what[80];
+    char route[128];
     snprintf(route, sizeof route, "/internal/snapshots/%s/parts/", f->snap);
-    snprintf(what, sizeof what, "snapshot %s", f->snap);
     struct sbx_parts_from from = {.node = f->node, .route = route, .dir = f->tmp, .what = what,
                                   .code = "snapshot"};
     /* The first part is asked for now: a holder that is not live fails the create here. */

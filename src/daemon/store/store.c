@@ -116,6 +116,9 @@ static const char *const store_migrations[] = {
     /* 16: suspended and stopped sandboxes that move off a drained node (sandbox/
      * sbx_move.c): the names, sizes and SHA-256s of their files, and where they are. */
     "ALTER TABLE sandboxes ADD COLUMN parts TEXT;",
+    /* 17: each node's VM runtime signature (vm/vm_sig.h), from its heartbeat: a suspended
+     * sandbox moves, and a snapshot travels, only to a node with the one that saved it. */
+    "ALTER TABLE nodes ADD COLUMN runtime TEXT NOT NULL DEFAULT '';",
 };
 
 #define SQL_CAP 2048

@@ -387,6 +387,9 @@ int store_snap_each(struct store *st, const char *tenant,
 
 /* ---- nodes (multi-node roles: src/daemon/cluster) ------------------------------------- */
 
+/* Bytes of a node's VM runtime signature with its NUL (vm/vm_sig.h's VM_SIG_MAX; main.c
+ * checks that they agree). */
+#define STORE_RUNTIME_MAX 160
 struct store_node {
     char id[STORE_ID_MAX]; /* --node-id of the node daemon */
     char url[256];         /* where the control plane reaches its API ("http://host:port") */
@@ -401,6 +404,10 @@ struct store_node {
                               ready; complete entries only (cluster.h) */
     char host_load[512];   /* the host's measured load at its heartbeat: JSON text of
                               metrics/hostload.h, "" before the first (or unreadable) */
+    char runtime[STORE_RUNTIME_MAX]; /* its VM runtime signature (vm/vm_sig.h: QEMU
+                              release, accelerator, CPU), from its heartbeat: a saved VM
+                              state moves only to a node with the same; "" = unknown (a
+                              node of an earlier version, or its probe failed) */
 };
 
 int store_node_put(struct store *st, const struct store_node *n); /* insert or replace */

@@ -135,6 +135,7 @@ static const struct store_col node_cols[] = {
     COL("draining", STORE_COL_BOOL, struct store_node, draining, true),
     TEXT(struct store_node, shapes, false),
     TEXT(struct store_node, host_load, false),
+    TEXT(struct store_node, runtime, false),
 };
 static const struct store_col snap_cols[] = {
     TEXT(struct store_snap, id, true),

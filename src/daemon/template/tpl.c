@@ -245,6 +245,7 @@ int tpl_vm_base(struct spaced *sp, struct vm_config *cfg, struct spaced_err *err
     cfg->initramfs = r->initramfs;
     cfg->qemu = sp->opt.qemu;
     cfg->accel = (enum vm_accel)sp->opt.accel;
+    cfg->runtime = sp->runtime;
     cfg->net.tap_fd = -1;
     return 0;
 }

@@ -5,12 +5,17 @@
  * Fingerprint: SHA-256 over the identity (path, device, inode, size, mtime) of the
  * kernel, the initramfs and the template's rootfs, the bytes of its template.json (start
  * command, ready check, defaults), the kernel command line (a restored clone runs the
- * kernel as the template booted it), the shape and how the template VM was prepared
- * (TPL_SNAP_PREPARATION: warmed up by tpl_warm.c, then started and checked ready). Any rebuild of the guest or the template
- * writes new files, so it gives a new fingerprint: a snapshot made from the old files is
- * never restored under the new ones; the next create cold-boots while a new version is
- * made beside the old one. (Hashing contents would cost seconds
- * for a 2 GiB image on every create; a rewrite always changes the identity.)
+ * kernel as the template booted it), the shape, how the template VM was prepared
+ * (TPL_SNAP_PREPARATION: warmed up by tpl_warm.c, then started and checked ready) and the
+ * node's VM runtime (vm/vm_sig.h: QEMU release, accelerator, CPU). Any rebuild of the
+ * guest or the template writes new files, so it gives a new fingerprint: a snapshot made
+ * from the old files is never restored under the new ones; the next create cold-boots
+ * while a new version is made beside the old one. A QEMU upgrade (or a move of the data
+ * directory to another CPU) does the same: the old version's state would not load into
+ * the new QEMU (vm_restore refuses it: VM_E_INCOMPATIBLE), so it is not current any more,
+ * creates cold-boot until the new one is ready, and the sweep removes the old one once no
+ * sandbox stands on it. (Hashing contents would cost seconds for a 2 GiB image on every
+ * create; a rewrite always changes the identity.)
  *
  * A version directory (<data>/templates/<name>/snapshots/<v>x<m>[-net]-<fp16>/):
  *   disk.qcow2    the template VM's overlay, frozen: every clone's overlay backs onto it
@@ -116,12 +121,12 @@ static json_t *fingerprint(struct spaced *sp, const struct tpl_info *t, unsigned
         for (size_t i = 0; i < sizeof md; i++)
             sprintf(mh + 2 * i, "%02x", md[i]);
     }
-    json_t *in = json_pack("{s:o, s:o, s:o, s:s, s:s, s:I, s:I, s:b, s:s}", "kernel",
+    json_t *in = json_pack("{s:o, s:o, s:o, s:s, s:s, s:I, s:I, s:b, s:s, s:s}", "kernel",
                            file_id(sp->tpl->kernel), "initramfs", file_id(sp->tpl->initramfs),
                            "rootfs", file_id(t->rootfs), "template_json_sha256", mh,
                            "kernel_cmdline", vm_kernel_cmdline(), "vcpus", (json_int_t)vcpus,
                            "memory_mib", (json_int_t)mem_mib, "nic", nic, "preparation",
-                           TPL_SNAP_PREPARATION);
+                           TPL_SNAP_PREPARATION, "runtime", sp->runtime);
     char *canon = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!canon) {
         json_decref(in);

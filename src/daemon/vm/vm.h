@@ -36,14 +36,18 @@
  *                 after the snapshot: it is root-owned 0444 from then on, and clones open
  *                 it read-only)
  *   snapshot.json kind ("template" | "suspend" | "mapped": a capture split by
- *                 vm_memmap.h), mem_mib, vcpus, qemu version, sizes;
- *                 vm_restore refuses a snapshot whose shape differs from the config.
+ *                 vm_memmap.h), mem_mib, vcpus, state_bytes, created, accel, and
+ *                 runtime (the VM runtime signature of the QEMU that saved it, vm_sig.h;
+ *                 absent when unknown, and in states saved before it was recorded);
+ *                 vm_restore refuses a snapshot whose shape differs from the config, or
+ *                 whose runtime differs from the config's (VM_E_INCOMPATIBLE).
  *
  * Files and prefixes of src/daemon/vm/ (one prefix per header): vm_ (this header, and the
  * internal vm_cgroup.h, vm_cmdline.h, vm_memmap.h: a capture's stream split into a RAM
  * file, vm_spawn.h), qmp_ (qmp.h: the QMP client), accel_
  * (accel.h: the KVM probe), pool_ (pool.h: the warm pool), vmg_ (vm_greet.h: boot or
- * restore and wait for the agent's HELLO, with the lost-HELLO retry). Errors travel as
+ * restore and wait for the agent's HELLO, with the lost-HELLO retry), vm_sig_ (vm_sig.h:
+ * the VM runtime signature a saved state records and is checked against). Errors travel as
  * enum vm_error plus a message in the caller's msg[msglen] (or a callback's msg).
  *
  * Disk consistency for templates: the guest page cache inside a template snapshot must
@@ -76,6 +80,8 @@ enum vm_error {
     VM_E_BUSY,     /* another operation is in progress on this VM */
     VM_E_STATE,    /* the VM is not in a state that allows the operation */
     VM_E_JAIL,     /* namespaces, cgroup or uid switch failed */
+    VM_E_INCOMPATIBLE, /* snapshot saved by another VM runtime (QEMU release, accelerator,
+                          CPU: vm_sig.h): it cannot be loaded here */
 };
 
 /* Short stable identifier for an error ("vm_start_failed", ...). */
@@ -210,6 +216,10 @@ struct vm_config {
     size_t console_max;        /* console.log bound in bytes; 0 = 1 MiB */
     struct vm_net net;
     struct vm_jail jail;
+    const char *runtime;       /* this node's VM runtime signature (vm_sig.h): a save
+                                  records it in snapshot.json, vm_restore refuses a state
+                                  recorded with another; NULL or "" = unknown (nothing
+                                  recorded, nothing compared) */
 };
 
 /* Completion of an asynchronous operation: err is enum vm_error, msg a human message
@@ -306,7 +316,10 @@ struct vm *vm_boot(struct event_base *base, const struct vm_config *cfg,
  * template's frozen overlay, and cfg->mem_path is ignored (the snapshot's mem is mapped
  * private copy-on-write). A snapshot whose snapshot.json disagrees with cfg (memory,
  * vCPUs) or whose files are missing/truncated fails synchronously with VM_E_SNAPSHOT;
- * one that QEMU cannot load fails through on_ready(VM_E_SNAPSHOT, QEMU's message). */
+ * one saved by another runtime (its "runtime" differs from cfg->runtime, both known:
+ * vm_sig_compatible) with VM_E_INCOMPATIBLE and a message naming both, before any QEMU
+ * starts; one that QEMU cannot load fails through on_ready(VM_E_SNAPSHOT, QEMU's
+ * message). */
 struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
                       const char *snapshot_dir, int paused,
                       const struct vm_callbacks *cbs, void *arg, int *err, char *msg,

@@ -4,6 +4,7 @@
  * process (a recycled pid never gets adopted). The QMP and agent sockets are files in
  * run_dir that QEMU still listens on, so reconnecting needs nothing from the old spaced. */
 #include "vm_internal.h"
+#include "vm_sig.h"
 #include "vm_spawn.h"
 
 #include <dirent.h>
@@ -60,6 +61,10 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
     json_int_t uid = json_integer_value(json_object_get(j, "uid"));
     json_int_t vcpus = json_integer_value(json_object_get(j, "vcpus"));
     json_int_t mem = json_integer_value(json_object_get(j, "mem_mib"));
+    /* What a save of it records (vm_sig.h): the runtime it was started as; a record from
+     * before runtimes were kept has none, and its saves record none (accepted anywhere,
+     * as before). */
+    const char *runtime = json_string_value(json_object_get(j, "runtime"));
     /* The size is what a save of this VM writes into snapshot.json (a restore compares
      * it with its own config). A record from before it was kept has none: 0, and such a
      * VM is not saved (vm_save.c) rather than saved under a made-up size. */
@@ -70,7 +75,8 @@ struct vm *vm_adopt(struct event_base *base, struct vm_jailer *jailer, const cha
                              .disk = json_string_value(json_object_get(j, "disk")),
                              .accel = accel && !strcmp(accel, "kvm") ? VM_ACCEL_KVM : VM_ACCEL_TCG,
                              .jail = { .enabled = json_integer_value(json_object_get(j, "jail")) != 0,
-                                       .jailer = jailer, .cgroup_parent = cg } };
+                                       .jailer = jailer, .cgroup_parent = cg },
+                             .runtime = vm_sig_valid(runtime) ? runtime : NULL };
     if (uid > 0 && uid < (json_int_t)VM_JAIL_UID_AUTO)
         cfg.jail.uid = cfg.jail.gid = (uid_t)uid; /* held again below: no other VM gets it */
     struct vm *vm = NULL;

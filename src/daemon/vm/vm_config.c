@@ -30,6 +30,7 @@ int vm_config_copy(struct vm_config *dst, const struct vm_config *src)
     r |= dup_str(&dst->mem_path, src->mem_path);
     r |= dup_str(&dst->net.mac, src->net.mac);
     r |= dup_str(&dst->jail.cgroup_parent, src->jail.cgroup_parent);
+    r |= dup_str(&dst->runtime, src->runtime);
     for (unsigned i = 0; i < VM_DISK_BACKING_MAX; i++) {
         r |= dup_str(&dst->backing[i].path, i < src->n_backing ? src->backing[i].path : NULL);
         r |= dup_str(&dst->backing[i].format, i < src->n_backing ? src->backing[i].format : NULL);
@@ -53,6 +54,7 @@ void vm_config_free(struct vm_config *c)
     free((char *)c->mem_path);
     free((char *)c->net.mac);
     free((char *)c->jail.cgroup_parent);
+    free((char *)c->runtime);
     for (unsigned i = 0; i < VM_DISK_BACKING_MAX; i++) {
         free((char *)c->backing[i].path);
         free((char *)c->backing[i].format);
@@ -118,6 +120,7 @@ const char *vm_error_code(int err)
     case VM_E_BUSY: return "vm_busy";
     case VM_E_STATE: return "vm_wrong_state";
     case VM_E_JAIL: return "vm_jail_failed";
+    case VM_E_INCOMPATIBLE: return "snapshot_incompatible";
     }
     return "vm_error";
 }

@@ -33,6 +33,7 @@
 #include "vm_internal.h"
 #include "log.h"
 #include "vm_memmap.h"
+#include "vm_sig.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -94,6 +95,10 @@ static int write_meta(struct vm *vm, const char *dir, int tmpl, long long state_
                           tmpl ? "template" : "suspend", "mem_mib", (int)vm->cfg.mem_mib,
                           "vcpus", (int)vm->cfg.vcpus, "state_bytes", (json_int_t)state_bytes,
                           "created", (json_int_t)time(NULL), "accel", vm_accel_name(vm->accel));
+    /* Which QEMU (release, accelerator, CPU) can load this stream again (vm_sig.h); an
+     * unknown runtime records none, as before signatures existed. */
+    if (j && vm->cfg.runtime && vm->cfg.runtime[0])
+        json_object_set_new(j, "runtime", json_string(vm->cfg.runtime));
     char *s = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
     json_decref(j);
     int r = s && snap_path(dir, "snapshot.json", p, sizeof(p)) == 0
@@ -699,7 +704,11 @@ void vm_restore_begin(struct vm *vm)
 
 /* Reads and checks dir/snapshot.json against cfg. Returns 0 with *mapped set (the RAM
  * comes from dir/mem: a template's, x-ignore-shared, or a mapped capture's, whose stream
- * was taken without it) and *ignore_shared. */
+ * was taken without it) and *ignore_shared; else VM_E_SNAPSHOT or VM_E_INCOMPATIBLE with
+ * msg. The runtime is compared first: another QEMU's stream is refused before its sizes
+ * are read, with a message that says so rather than what QEMU would fail with later. A
+ * snapshot.json without "runtime" (saved before it was recorded) is accepted as before
+ * (vm_sig_compatible). */
 static int check_meta(const char *dir, const struct vm_config *cfg, int *mapped,
                       int *ignore_shared, char *msg, size_t msglen)
 {
@@ -707,20 +716,28 @@ static int check_meta(const char *dir, const struct vm_config *cfg, int *mapped,
     json_error_t je;
     if (snap_path(dir, "snapshot.json", p, sizeof(p)) < 0) {
         snprintf(msg, msglen, "snapshot path too long");
-        return -1;
+        return VM_E_SNAPSHOT;
     }
     json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
         snprintf(msg, msglen, "snapshot %s: missing or corrupt snapshot.json", dir);
-        return -1;
+        return VM_E_SNAPSHOT;
     }
     const char *kind = json_string_value(json_object_get(j, "kind"));
     json_int_t mem = json_integer_value(json_object_get(j, "mem_mib"));
     json_int_t cpus = json_integer_value(json_object_get(j, "vcpus"));
     json_int_t bytes = json_integer_value(json_object_get(j, "state_bytes"));
-    int r = -1;
+    json_t *rt = json_object_get(j, "runtime");
+    int r = VM_E_SNAPSHOT;
     struct stat st;
-    if (!kind || (strcmp(kind, "template") && strcmp(kind, "suspend") && strcmp(kind, "mapped")))
+    if (rt && (!json_is_string(rt) || !vm_sig_valid(json_string_value(rt))))
+        snprintf(msg, msglen, "snapshot %s: invalid runtime in snapshot.json", dir);
+    else if (rt && !vm_sig_compatible(json_string_value(rt), cfg->runtime)) {
+        char what[4200];
+        snprintf(what, sizeof what, "snapshot %s", dir);
+        vm_sig_refusal(what, json_string_value(rt), cfg->runtime, msg, msglen);
+        r = VM_E_INCOMPATIBLE;
+    } else if (!kind || (strcmp(kind, "template") && strcmp(kind, "suspend") && strcmp(kind, "mapped")))
         snprintf(msg, msglen, "snapshot %s: unknown kind", dir);
     else if (mem != cfg->mem_mib || cpus != cfg->vcpus)
         snprintf(msg, msglen, "snapshot %s was taken with %lld MiB / %lld vCPUs, config asks "
@@ -735,7 +752,7 @@ static int check_meta(const char *dir, const struct vm_config *cfg, int *mapped,
               st.st_size != (off_t)cfg->mem_mib << 20))
         snprintf(msg, msglen, "snapshot %s: RAM file missing or of the wrong size", dir);
     else
-        r = 0;
+        r = VM_OK;
     json_decref(j);
     return r;
 }
@@ -747,10 +764,12 @@ struct vm *vm_restore(struct event_base *base, const struct vm_config *cfg,
 {
     char state[4096], mem[4096];
     int mapped = 0, ignore_shared = 0;
-    if (!snapshot_dir || check_meta(snapshot_dir, cfg, &mapped, &ignore_shared, msg, msglen) < 0) {
+    int bad = snapshot_dir ? check_meta(snapshot_dir, cfg, &mapped, &ignore_shared, msg, msglen)
+                           : VM_E_SNAPSHOT;
+    if (bad != VM_OK) {
         if (!snapshot_dir)
             snprintf(msg, msglen, "no snapshot directory");
-        *err = VM_E_SNAPSHOT;
+        *err = bad;
         return NULL;
     }
     struct vm *vm = vm_new(base, cfg, cbs, arg, err, msg, msglen);

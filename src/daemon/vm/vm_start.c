@@ -311,6 +311,10 @@ int vm_write_record(struct vm *vm)
                           "uid", (json_int_t)(vm->cfg.jail.enabled ? vm->cfg.jail.uid : 0),
                           "disk", vm->cfg.disk, "vcpus", (int)vm->cfg.vcpus, "mem_mib",
                           (int)vm->cfg.mem_mib);
+    /* The runtime this QEMU was started as (vm_sig.h): a save of the VM adopted after a
+     * restart records it, not the restarted spaced's (whose QEMU may be newer). */
+    if (j && vm->cfg.runtime && vm->cfg.runtime[0])
+        json_object_set_new(j, "runtime", json_string(vm->cfg.runtime));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     int r = -1;
