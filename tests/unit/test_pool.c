@@ -24,6 +24,7 @@ static char work[64];
 static double called_at[CALLS];
 static unsigned calls, discards;
 static int refuse; /* prepare says no capacity */
+static struct event_base *break_in_prepare; /* stop the loop as the first fill starts */
 
 static double now_s(void)
 {
@@ -38,6 +39,8 @@ static int prepare(struct vm_config *cfg, void *arg)
     if (calls < CALLS)
         called_at[calls] = now_s();
     calls++;
+    if (break_in_prepare)
+        event_base_loopbreak(break_in_prepare);
     if (refuse)
         return -1;
     snprintf(id, sizeof id, "pool%u", calls);
@@ -112,6 +115,46 @@ static void test_failed_fill_retries_with_backoff(void **state) { run_case(0); }
 
 static void test_refused_prepare_retries_with_backoff(void **state) { run_case(1); }
 
+/* spaced stops (pool_free after its loop has ended) while qemu-img still makes a clone's
+ * overlay: the clone is stopped and handed back for cleanup then, since no later loop
+ * turn would report qemu-img's end (it leaked before, and its namespace was never
+ * released). */
+static void test_free_during_overlay(void **state)
+{
+    (void)state;
+    snprintf(work, sizeof work, "/tmp/test-pool-XXXXXX");
+    assert_non_null(mkdtemp(work));
+    calls = discards = 0;
+    refuse = 0;
+    char raw[128];
+    snprintf(raw, sizeof raw, "%s/rootfs.raw", work);
+    FILE *f = fopen(raw, "w");
+    assert_non_null(f);
+    fputs("a raw image\n", f);
+    fclose(f);
+    struct event_base *base = event_base_new();
+    break_in_prepare = base;
+    struct pool_config pc = {.snapshot_dir = work, .template_overlay = raw,
+                             .base = {.vcpus = 1, .mem_mib = 128, .kernel = "/nonexistent",
+                                      .backing = {{raw, "raw"}}, .n_backing = 1,
+                                      .net.tap_fd = -1},
+                             .size = 1, .prepare = prepare, .discard = discard};
+    struct pool *p = pool_new(base, &pc);
+    assert_non_null(p);
+    run_until_calls(base); /* returns as the first fill's qemu-img starts */
+    break_in_prepare = NULL;
+    assert_int_equal(calls, 1);
+    assert_int_equal(discards, 0);
+    pool_free(p);
+    assert_int_equal(discards, 1); /* handed back at once, its overlay removed */
+    char disk[160];
+    snprintf(disk, sizeof disk, "%s/missing/pool1.qcow2", work);
+    assert_int_equal(access(disk, F_OK), -1);
+    event_base_free(base);
+    unlink(raw);
+    rmdir(work);
+}
+
 /* The target follows the last minute's claims, between the floor and the budget's cap. */
 static void test_demand_target(void **state)
 {
@@ -165,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_refused_prepare_retries_with_backoff),
         cmocka_unit_test(test_demand_target),
         cmocka_unit_test(test_misses_count_as_demand),
+        cmocka_unit_test(test_free_during_overlay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,7 +140,7 @@ static struct done make_overlay(const struct vm_disk_layer *chain, unsigned n, c
 {
     struct event_base *base = loop_base = event_base_new();
     struct done d = {0};
-    assert_int_equal(vm_disk_overlay_create(base, chain, n, out, on_done, &d), VM_OK);
+    assert_int_equal(vm_disk_overlay_create(base, chain, n, out, on_done, &d, NULL), VM_OK);
     run_job(base, &d, reader);
     return d;
 }
@@ -260,11 +260,11 @@ static void test_overlay_bad_chain(void **state)
     struct vm_disk_layer no_raw[1] = {{hostile, "qcow2"}};
     struct vm_disk_layer bad_fmt[1] = {{base_raw, "vmdk"}};
     struct vm_disk_layer gone[1] = {{missing, "raw"}};
-    assert_int_equal(vm_disk_overlay_create(base, raw_first, 2, clone, on_done, &d), VM_E_INVAL);
-    assert_int_equal(vm_disk_overlay_create(base, no_raw, 1, clone, on_done, &d), VM_E_INVAL);
-    assert_int_equal(vm_disk_overlay_create(base, bad_fmt, 1, clone, on_done, &d), VM_E_INVAL);
-    assert_int_equal(vm_disk_overlay_create(base, NULL, 0, clone, on_done, &d), VM_E_INVAL);
-    assert_int_equal(vm_disk_overlay_create(base, gone, 1, clone, on_done, &d), VM_E_NOENT);
+    assert_int_equal(vm_disk_overlay_create(base, raw_first, 2, clone, on_done, &d, NULL), VM_E_INVAL);
+    assert_int_equal(vm_disk_overlay_create(base, no_raw, 1, clone, on_done, &d, NULL), VM_E_INVAL);
+    assert_int_equal(vm_disk_overlay_create(base, bad_fmt, 1, clone, on_done, &d, NULL), VM_E_INVAL);
+    assert_int_equal(vm_disk_overlay_create(base, NULL, 0, clone, on_done, &d, NULL), VM_E_INVAL);
+    assert_int_equal(vm_disk_overlay_create(base, gone, 1, clone, on_done, &d, NULL), VM_E_NOENT);
     assert_int_equal(access(clone, F_OK), -1);
     event_base_free(base);
 }

@@ -190,7 +190,7 @@ static int vmh_overlay(struct event_base *base, const char *backing, const char 
     struct vm_disk_layer chain[2] = {{backing, fmt}, {vmh_guest.rootfs, "raw"}};
     int raw = strcmp(fmt, "raw") == 0;
     int r = vm_disk_overlay_create(base, raw ? &chain[0] : chain, raw ? 1 : 2, overlay,
-                                   vmh_done_cb, &d);
+                                   vmh_done_cb, &d, NULL);
     if (r)
         return r;
     vmh_run_until(base, &d.done, 30000);

@@ -1069,7 +1069,7 @@ static void stage_disk_overlay(struct sbx *s, struct sbx_create *c)
         on_disk_made(NULL, VM_OK, NULL, s);
         return;
     }
-    if (vm_disk_overlay_create(s->sp->base, layers, n, c->disk, on_disk_made, s) != 0)
+    if (vm_disk_overlay_create(s->sp->base, layers, n, c->disk, on_disk_made, s, NULL) != 0)
         act_fail(s, SBX_FAILED, "host_io", "cannot start qemu-img for %s", c->disk);
 }
 

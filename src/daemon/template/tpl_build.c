@@ -826,7 +826,7 @@ int tpl_build_start(struct spaced *sp, const char *op_id, const char *name)
         return -1;
     }
     struct vm_disk_layer layer = {b->base_rootfs, "raw"};
-    if (vm_disk_overlay_create(sp->base, &layer, 1, b->overlay, on_overlay, b) != 0) {
+    if (vm_disk_overlay_create(sp->base, &layer, 1, b->overlay, on_overlay, b, NULL) != 0) {
         build_end(b, "host_io", "cannot start qemu-img");
         return -1;
     }

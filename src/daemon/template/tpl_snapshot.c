@@ -443,7 +443,7 @@ static void snap_build(struct tpl_snap *s)
              s->vcpus, s->mem_mib, s->fp, s->d.ready ? " ready_check=yes" : "");
     snap_path(s, "disk.qcow2", p, sizeof p);
     struct vm_disk_layer base = {s->rootfs, "raw"};
-    if (vm_disk_overlay_create(s->sp->base, &base, 1, p, on_overlay, s) != 0)
+    if (vm_disk_overlay_create(s->sp->base, &base, 1, p, on_overlay, s, NULL) != 0)
         snap_fail(s, "cannot start qemu-img");
 }
 

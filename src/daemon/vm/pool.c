@@ -55,7 +55,7 @@ struct pool_entry {
                              has its own copy (vm_restore), then closed and -1 */
     struct vm *vm;        /* NULL while the overlay is being made */
     int ready;            /* restored and paused */
-    int orphan;           /* pool freed while qemu-img ran: on_overlay cleans up */
+    struct vm_disk_job *overlay_job; /* qemu-img making the overlay, until on_overlay */
     int agent_fd;         /* warm-up connection to the agent, handed over at claim */
     struct event *agent_ev; /* owned: reads the agent's HELLO during warm-up */
     struct vmg *greet;    /* owned: the warm-up's HELLO, retried on a fresh connection */
@@ -63,7 +63,7 @@ struct pool_entry {
     unsigned warm_open;   /* warm-up channels (bit per WARM_CH_*) not yet closed */
     uint8_t in[1024];     /* warm-up input not yet parsed */
     size_t in_len;
-    pool_discard_cb discard; /* copied from the pool for the orphan case */
+    pool_discard_cb discard; /* copied from the pool */
     void *arg;
 };
 
@@ -408,15 +408,7 @@ static void on_overlay(struct vm *unused, int err, const char *msg, void *arg)
 {
     struct pool_entry *e = arg;
     struct pool *p = e->p;
-    if (e->orphan) {
-        entry_tap_close(e);
-        unlink(e->cfg.disk);
-        if (e->discard)
-            e->discard(e->cfg.id, e->cfg.run_dir, e->arg);
-        vm_config_free(&e->cfg);
-        free(e);
-        return;
-    }
+    e->overlay_job = NULL; /* it frees itself after this callback */
     char m[600];
     int verr = err;
     if (!err && !p->freeing && !(e->greet = vmg_new(p->base, &warm_greet_ops, e))) {
@@ -488,7 +480,7 @@ static void refill(evutil_socket_t fd, short what, void *arg)
     p->entries = e;
     p->filling = 1;
     if (vm_disk_overlay_create(p->base, e->cfg.backing, e->cfg.n_backing, e->cfg.disk,
-                               on_overlay, e) != VM_OK) {
+                               on_overlay, e, &e->overlay_job) != VM_OK) {
         p->filling = 0;
         entry_discard(p, e);
         backoff(p, "cannot start qemu-img");
@@ -593,13 +585,12 @@ void pool_free(struct pool *p)
      * pooled VMs are killed synchronously and silently. */
     while (p->entries) {
         struct pool_entry *e = p->entries;
-        if (!e->vm) {
-            /* qemu-img still running: its completion frees the entry */
-            entry_unlink(p, e);
-            e->orphan = 1;
-            continue;
-        }
-        vm_kill_sync(e->vm);
+        /* qemu-img still running: stopped here, since pool_free runs when spaced stops
+         * and no loop turn would ever report its end (entry_discard removes the overlay) */
+        vm_disk_job_cancel(e->overlay_job);
+        e->overlay_job = NULL;
+        if (e->vm)
+            vm_kill_sync(e->vm);
         entry_discard(p, e);
     }
     event_free(p->refill);

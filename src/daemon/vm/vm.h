@@ -251,10 +251,14 @@ struct vm_callbacks {
  * virtual size is the raw image's file size, and the header records chain[0] by
  * absolute path and format for humans (QEMU gets the chain node by node). Returns VM_OK
  * (cb follows, with vm == NULL and qemu-img's message on failure) or an error with no
- * callback: VM_E_NOENT if a layer is missing, VM_E_INVAL for a bad chain. Deleting a
- * sandbox's disk is a plain unlink of its overlay. */
+ * callback: VM_E_NOENT if a layer is missing, VM_E_INVAL for a bad chain. *job, if job
+ * != NULL, is the run until the callback (vm_disk_job_cancel stops it: an owner going
+ * away while the loop will not run again). Deleting a sandbox's disk is a plain unlink of
+ * its overlay. */
+struct vm_disk_job;
 int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *chain,
-                           unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg);
+                           unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg,
+                           struct vm_disk_job **job);
 
 /* Remembered overlays: what vm_disk_overlay_create writes depends only on chain[0]'s
  * format and absolute path and the raw image's size, so an overlay it made can stand in

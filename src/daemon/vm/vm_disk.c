@@ -171,7 +171,8 @@ static int chain_check(const struct vm_disk_layer *chain, unsigned n, uint64_t *
 }
 
 int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *chain,
-                           unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg)
+                           unsigned n_chain, const char *overlay, vm_done_cb cb, void *arg,
+                           struct vm_disk_job **job)
 {
     uint64_t size = 0;
     int rc = overlay ? chain_check(chain, n_chain, &size) : VM_E_INVAL;
@@ -189,7 +190,7 @@ int vm_disk_overlay_create(struct event_base *base, const struct vm_disk_layer *
     char *const argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F",
                            (char *)chain[0].format, "-b", abs, "-u", (char *)overlay, sz,
                            NULL };
-    return job_start(base, argv, overlay, "qemu-img create", false, cb, arg, NULL);
+    return job_start(base, argv, overlay, "qemu-img create", false, cb, arg, job);
 }
 
 /* ---- remembered overlays ----------------------------------------------------------- */
