@@ -19,6 +19,18 @@
  * command is not handed the socket itself: programs expect a pipe, e.g. opening
  * /dev/stdout fails on a socket.)
  *
+ * Batching: each read the thread forwards becomes one frame to the host, and a frame
+ * costs about the same whatever its size (under TCG ~1 ms: the guest's wakeups and the
+ * virtio-serial kick), so a command writing 4 KiB at a time (coreutils' buffer) was
+ * relayed at one frame per 4 KiB. While output flows (the last forward was under
+ * RELAY_BURST_NS ago), the thread lets the pipe fill for RELAY_BATCH_NS before reading,
+ * so one read takes what the command wrote meanwhile (up to RELAY_CHUNK, a frame's
+ * payload). The first output after a pause goes at once: an interactive prompt or a
+ * line of progress waits for nothing; a stream's later pieces wait at most
+ * RELAY_BATCH_NS. Measured through the API (TCG, 16 MiB): `head -c` (4 KiB writes)
+ * 4.7 -> 9.2 MiB/s, which is what `head -c | cat` reaches inside the guest itself; 64 KiB
+ * writes (`dd bs=64k`) 15 MiB/s either way.
+ *
  * Bounds: the thread holds at most RELAY_CHUNK bytes and each socket end at most its
  * SO_SNDBUF, so when the loop stops reading (no credit from the host) the thread's
  * send blocks, it stops reading the pipe, and the command blocks on its full pipe as
@@ -34,18 +46,29 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/thread.h"
 
-#define RELAY_CHUNK (16 * 1024)
-#define RELAY_STACK (64 * 1024)
+#define RELAY_CHUNK (64 * 1024)          /* one read, one frame (FRAME_MAX_PAYLOAD) */
+#define RELAY_STACK (64 * 1024)          /* the buffer is in struct relay, not here */
+#define RELAY_BURST_NS (5 * 1000000LL)   /* output this soon after the last is a stream */
+#define RELAY_BATCH_NS (1 * 1000000LL)   /* how long a stream's pipe fills before a read */
 
 struct relay {
     int pipe_fd;              /* the command's pipe end (owned) */
     int sock_fd;              /* the thread's socket end (owned) */
     enum agent_relay_dir dir;
+    uint8_t buf[RELAY_CHUNK];
 };
+
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 /* Writes all of p to fd (a blocking one). false when fd fails (EPIPE: the reader left). */
 static bool relay_write_all(int fd, const uint8_t *p, size_t n, bool sock)
@@ -66,8 +89,8 @@ static bool relay_write_all(int fd, const uint8_t *p, size_t n, bool sock)
  * exited, or the loop dropped the stream) forwards what the pipe holds and stops. */
 static void relay_from_cmd(struct relay *r)
 {
-    uint8_t buf[RELAY_CHUNK];
     bool draining = false;
+    int64_t last_ns = 0; /* when the last bytes were forwarded; 0: never */
     for (;;) {
         if (!draining) {
             struct pollfd pf[2] = {{.fd = r->pipe_fd, .events = POLLIN},
@@ -81,15 +104,20 @@ static void relay_from_cmd(struct relay *r)
             if (!pf[0].revents && !draining)
                 continue;
         }
+        if (!draining && last_ns && mono_ns() - last_ns < RELAY_BURST_NS) {
+            struct timespec batch = {0, RELAY_BATCH_NS};
+            nanosleep(&batch, NULL); /* a signal cuts it short: harmless */
+        }
         /* The read may wait on the pipe's mutex (a sendfile into it waiting for FUSE):
          * the loop is free meanwhile and relays the reply that releases it. */
-        ssize_t n = read(r->pipe_fd, buf, sizeof buf);
+        ssize_t n = read(r->pipe_fd, r->buf, sizeof r->buf);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN && !draining)
             continue;
-        if (n <= 0 || !relay_write_all(r->sock_fd, buf, (size_t)n, true))
+        if (n <= 0 || !relay_write_all(r->sock_fd, r->buf, (size_t)n, true))
             return;
+        last_ns = mono_ns();
     }
 }
 
@@ -97,7 +125,6 @@ static void relay_from_cmd(struct relay *r)
  * command closes the pipe's read end (POLLERR on our write end, or EPIPE). */
 static void relay_to_cmd(struct relay *r)
 {
-    uint8_t buf[RELAY_CHUNK];
     for (;;) {
         struct pollfd pf[2] = {{.fd = r->sock_fd, .events = POLLIN},
                                {.fd = r->pipe_fd, .events = 0}};
@@ -108,11 +135,11 @@ static void relay_to_cmd(struct relay *r)
         }
         if (pf[1].revents)
             return;
-        ssize_t n = recv(r->sock_fd, buf, sizeof buf, MSG_DONTWAIT);
+        ssize_t n = recv(r->sock_fd, r->buf, sizeof r->buf, MSG_DONTWAIT);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         /* May wait on the pipe's mutex (a splice from it waiting for FUSE), or for room. */
-        if (n <= 0 || !relay_write_all(r->pipe_fd, buf, (size_t)n, false))
+        if (n <= 0 || !relay_write_all(r->pipe_fd, r->buf, (size_t)n, false))
             return;
     }
 }
@@ -147,7 +174,9 @@ int agent_relay_start(int pipe_fd, enum agent_relay_dir dir)
         setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     if (fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0 || !(r = malloc(sizeof *r)))
         goto fail;
-    *r = (struct relay){.pipe_fd = pipe_fd, .sock_fd = sv[1], .dir = dir};
+    r->pipe_fd = pipe_fd; /* not a compound literal: that would zero the buffer too */
+    r->sock_fd = sv[1];
+    r->dir = dir;
     if (agent_thread_start(relay_main, r, RELAY_STACK) == 0)
         return sv[0];
 fail:

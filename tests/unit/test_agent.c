@@ -310,7 +310,7 @@ static void test_backpressure(void **state)
     json_decref(hl);
     assert_int_equal(k.len[FRAME_STREAM_OUT], FRAME_WINDOW_INITIAL);
     /* ... blocked, through the pipe's relay thread (relay.c): what it wrote is the window
-     * plus the buffers on the way (loop 64 KiB, thread 16 KiB, socket, pipe 64 KiB). */
+     * plus the buffers on the way (loop 64 KiB, thread 64 KiB, socket, pipe 64 KiB). */
     ah_step(&h);
     ah_step(&h);
     json_int_t pid = json_integer_value(json_object_get(json_array_get(k.events, 0), "pid"));
