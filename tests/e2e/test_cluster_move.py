@@ -241,3 +241,68 @@ def test_stopped_sandbox_moved_by_a_control_that_died(cluster, pg_url):  # noqa:
     assert res["stdout"] == b"moved-42\n", (res, b.log())
     assert row(pg_url, sid) == ("running", b.node_id, None)
     wait_for("A to remove its copy", lambda: not os.path.exists(os.path.join(a.data_dir, "sandboxes", sid)))
+
+
+def net_record(node, sid):
+    """The node's network record of the sandbox (secrets included) and its mode, or None."""
+    path = os.path.join(node.data_dir, "net", sid + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f), os.stat(path).st_mode & 0o777
+
+
+def test_credential_rules_move_with_the_sandbox(cluster, pg_url):  # noqa: F811
+    """A sandbox's credential rules (secrets included) travel with it: suspended on A
+    with a rule, moved to B by a restore through the control, B holds the same rule and
+    secret in its own network record (0600) and A none; a change of the rules on B while
+    its files are recorded drops that record first, so the move back to A carries the new
+    rules, not the ones hashed before. No traffic: the sandbox has no NIC (policy none)
+    and the rules are read back through the API and from the nodes' records. A secret
+    is never logged."""
+    control, nodes, _, _ = cluster
+    sid, a, b = sandbox_with_state(control, nodes)
+    url = "/v1/sandboxes/%s/credentials" % sid
+    first = [{"host": "api.test", "header": "Authorization", "secret": "Bearer one-" + os.urandom(8).hex()}]
+    r = control.request("PUT", url, first)
+    assert r.status == 200 and r.headers.get("x-space-node") == a.node_id, r
+    verb(control, sid, "suspend")
+    wait_for("the parts on A", lambda: row(pg_url, sid)[2])
+    space(control, "node", "drain", a.node_id)
+    r, _ = verb(control, sid, "restore")
+    assert r.headers.get("x-space-node") == b.node_id, r
+    got = control.request("GET", url)
+    assert got.status == 200 and got.json["credentials"] == [{"host": "api.test", "header": "Authorization"}], got
+    rec, mode = net_record(b, sid)
+    assert rec["creds"] == first and mode == 0o600, (rec, mode)
+    assert not os.path.exists(os.path.join(b.data_dir, "sandboxes", sid, "creds"))
+    wait_for("A to release its record", lambda: net_record(a, sid) is None)
+    _, res = run(control, sid, {"cmd": CHECK})
+    assert res["stdout"] == b"moved-42\nmem-42\nalive\n", (res, b.log())
+
+    # Back to A, the rules changed on B after its files were hashed: the record is
+    # dropped and made again, so A gets the new rules.
+    verb(control, sid, "suspend")
+    hashed = wait_for("the parts on B", lambda: row(pg_url, sid)[2])
+    assert "creds" in {f["name"] for f in hashed["files"]}, hashed
+    second = [{"host": "other.test", "header": "X-Key", "secret": "two-" + os.urandom(8).hex()}]
+    r = control.request("PUT", url, second)
+    assert r.status == 200 and r.headers.get("x-space-node") == b.node_id, r
+
+    def remade():
+        parts = row(pg_url, sid)[2]
+        return parts if parts and parts != hashed else None
+    assert wait_for("the parts made again", remade)["node"] == b.node_id
+    space(control, "node", "undrain", a.node_id)
+    space(control, "node", "drain", b.node_id)
+    r, _ = verb(control, sid, "restore")
+    assert r.headers.get("x-space-node") == a.node_id, r
+    rec, mode = net_record(a, sid)
+    assert rec["creds"] == second and mode == 0o600, (rec, mode)
+    wait_for("B to release its record", lambda: net_record(b, sid) is None)
+    for n in (a, b, control):
+        log = full_log(n)
+        assert first[0]["secret"] not in log and second[0]["secret"] not in log, n.log_path
+    space(control, "node", "undrain", b.node_id)
+    d = control.request("DELETE", "/v1/sandboxes/" + sid)
+    assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
