@@ -13,7 +13,8 @@ digest check: the restore fails with sandbox_digest_mismatch, A keeps nothing, t
 names B again (without parts, so it is not moved again) and, the byte restored, the
 sandbox comes back on B. Then kills between the steps: of the old node (the move stored,
 its files unreachable) and of the new node mid-fetch; and a stopped sandbox whose row a
-control moved just before it died. One sandbox VM per test (TCG)."""
+control moved just before it died. Credential rules (secrets included) move with the
+sandbox, and a change of them drops the record first. One sandbox VM per test (TCG)."""
 import json
 import os
 import signal
@@ -200,6 +201,10 @@ def test_kill9_of_either_node_during_a_move(cluster, pg_url):  # noqa: F811
     state, node, parts = row(pg_url, sid)
     assert (state, node, parts["node"]) == ("suspended", b.node_id, a.node_id), (state, node, parts)
     assert not [e for e in os.listdir(os.path.join(b.data_dir, "sandboxes")) if e.startswith(".move")]
+    # Its credential rules come with A's files: a change on B is refused until B has them
+    # (the fetch would otherwise bring back the older ones).
+    r = control.request("PUT", "/v1/sandboxes/%s/credentials" % sid, [])
+    assert r.status == 409 and r.json["error"]["code"] == "sandbox_moving", r
     # A, back, does not take the sandbox (its row names B) and keeps its files for B.
     assert os.path.exists(os.path.join(a.data_dir, "sandboxes", sid, "suspend", "state"))
     status, body = node_get(a, control, "/v1/sandboxes/" + sid)

@@ -44,12 +44,15 @@ static void test_names(void **state)
 {
     (void)state;
     static const char *const bad[] = {"../state", "chain.json", "layer", "layer01", "layer99",
-                                      "layer-1", "disk.qcow2.tmp", "", "state/", NULL};
+                                      "layer-1", "disk.qcow2.tmp", "", "state/", "creds/",
+                                      "creds.json", NULL};
     for (const char *const *b = bad; *b; b++) {
         char files[1024];
         snprintf(files, sizeof files, GOOD_FILES ",{\"name\":\"%s\",\"size\":1,\"sha256\":\"" H "\"}", *b);
         assert_false(sbx_travel_parts_ok(rec(files, GOOD_CHAIN)));
     }
+    /* a moving sandbox's credential rules are never a snapshot's part */
+    assert_false(sbx_travel_parts_ok(rec(GOOD_FILES "," F("creds", 10), GOOD_CHAIN)));
     /* the same name twice */
     assert_false(sbx_travel_parts_ok(rec(GOOD_FILES "," F("state", 1), GOOD_CHAIN)));
     /* required parts */

@@ -176,9 +176,7 @@ static void put_creds_body(struct http_req *req, const char *data, size_t len, v
     if (!rules)
         return;
     struct spaced_err err;
-    int rc = sbx_network_record(net, s, &err);
-    if (rc == 0)
-        rc = net_set_creds(net, sbx_id(s), rules, &err);
+    int rc = sbx_network_creds_put(net, s, rules, &err);
     json_decref(rules);
     if (rc != 0) {
         routes_reply_err(sp, req, &err);

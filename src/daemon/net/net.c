@@ -671,6 +671,14 @@ json_t *net_creds_get(struct net *n, const char *sandbox, struct spaced_err *err
     return out;
 }
 
+int net_creds_save(struct net *n, const char *sandbox, const char *path)
+{
+    struct net_rec *r = id_ok(sandbox) ? net_rec_find(n, sandbox) : NULL;
+    if (!r || !json_array_size(r->creds))
+        return 0;
+    return net_json_save(path, r->creds) == 0 ? 1 : -1;
+}
+
 json_t *net_log(struct net *n, const char *sandbox, int64_t since, struct spaced_err *err)
 {
     struct net_rec *r = rec_or_404(n, sandbox, err);

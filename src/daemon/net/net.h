@@ -19,7 +19,9 @@
  *
  * State: spaced is the source of truth, the gateway's state is derived. Each sandbox's
  * policy and credential rules are kept in <data_dir>/net/<id>.json (0600; secrets live
- * only there and in the gateway's memory, never in the VM and never in an API reply),
+ * only there, in the gateway's memory and, for a sandbox that may move to another node,
+ * in its move record's `creds` file (net_creds_save); never in the VM and never in an
+ * API reply),
  * written before the gateway is told. After spaced or the gateway restarts, every
  * record with a namespace is attached again with its policy and credentials, in the
  * background on the event loop, one request in flight at a time (net_resync.c): with
@@ -159,6 +161,13 @@ int net_set_creds(struct net *n, const char *sandbox, const json_t *rules,
                   struct spaced_err *err);
 /* The rules without secrets: [{"host","header"}...] (new reference), or NULL (404). */
 json_t *net_creds_get(struct net *n, const char *sandbox, struct spaced_err *err);
+
+/* Writes the sandbox's credential rules with their secrets ([{"host","header","secret"}
+ * ...], the form net_set_creds takes) to path (0600, synced, renamed into place), for a
+ * suspended or stopped sandbox that may move to another node (sandbox/sbx_move.c: the
+ * new node installs them with net_set_creds; never for an API reply). 1 when written, 0
+ * when it has none (no record, or no rules: nothing written), -1 on a write failure. */
+int net_creds_save(struct net *n, const char *sandbox, const char *path);
 
 /* The gateway's decision log for the sandbox from sequence `since` on
  * ({"entries":[...]}, new reference); 503 when the gateway cannot be reached. */

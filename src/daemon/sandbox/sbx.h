@@ -130,6 +130,14 @@ int sbx_network_set(struct spaced *sp, struct sbx *s, const json_t *policy,
                     struct spaced_err *err);
 /* Makes sure net holds a record for s (from the create request's policy). 0 or -1. */
 int sbx_network_record(struct net *net, const struct sbx *s, struct spaced_err *err);
+/* Sets s's credential rules ([{"host","header","secret"}...], checked) in net, making
+ * its record first: the body of PUT .../credentials, and how a node a sandbox moved to
+ * installs the rules that came with it (sbx_move.c). 0 or -1 with err. */
+int sbx_network_creds(struct net *net, const struct sbx *s, const json_t *rules, struct spaced_err *err);
+/* PUT /v1/sandboxes/{id}/credentials: on a cluster node a move record of s is dropped
+ * first and made again after (it carries the rules, sbx_move.c), then sbx_network_creds.
+ * 0 or -1 with err (409 sandbox_moving, 503, and sbx_network_creds's). */
+int sbx_network_creds_put(struct net *net, struct sbx *s, const json_t *rules, struct spaced_err *err);
 /* s's policy as given at create (new reference; {"mode":"none"} if none is usable). */
 json_t *sbx_network_created(const struct sbx *s);
 /* The size of a sandbox made from spec: what the client asked, else what template t's

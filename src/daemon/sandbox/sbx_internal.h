@@ -336,7 +336,7 @@ void sbx_travel_cancel(struct sbx *s);
  * 16 files named from the fixed set (snapshot.json, state, mem, disk.qcow2, disk.raw,
  * template, layer0..layer<VM_DISK_BACKING_MAX-1>), each once, with a size in 0..4 TiB
  * and a 64-hex SHA-256; a chain of 1..VM_DISK_BACKING_MAX listed parts, each qcow2 or
- * raw; snapshot.json and state present. */
+ * raw; snapshot.json and state present; no creds (a moving sandbox's part). */
 bool sbx_travel_parts_ok(const char *parts);
 
 /* ---- waiting for the egress gateway (sbx_gwwait.c) ---- */
@@ -366,6 +366,13 @@ void sbx_move_record(struct sbx *s);
  * dropped (the files change; stored with the next state). A record naming another node
  * (a sandbox moved here whose files are not fetched yet) stays. */
 void sbx_move_op_begins(struct sbx *s);
+/* Before s's credential rules change (PUT .../credentials): a hashing in progress stops
+ * and a record of files held here is dropped and stored now, so the row never offers
+ * the old rules to another node (the caller records again once they are set). 0, or -1
+ * with err: 409 sandbox_moving while its files are still on the node it moved from
+ * (they carry that node's rules), 503 when the store did not take the write (or the row
+ * moved meanwhile); nothing changed then. */
+int sbx_move_unrecord(struct sbx *s, struct spaced_err *err);
 /* Before a verb brings back s's VM: 0 when its files are here; 1 when they are being
  * fetched from the node it moved from (done(s, NULL) once they are in place and the
  * row's parts cleared, done(s, err) after removing what was fetched); -1 with err. */

@@ -4,11 +4,14 @@
  * The old node (A): when a sandbox becomes suspended or stopped on a cluster node, its
  * files are hashed like a snapshot's (sbx_parts.c, on a worker thread): suspend/state,
  * suspend/mem and suspend/snapshot.json when present (named state, mem, snapshot.json),
- * disk.qcow2, and the layers of its backing.json (layer<i>). The record, with "node": A
- * and, for a suspended one, the runtime its snapshot.json names (vm/vm_sig.h: where its
- * memory can come back), goes into the sandbox row's `parts` once every file is hashed
- * and only if nothing was done to the sandbox meanwhile; any verb on it clears the record
- * first (the files change), so a recorded `parts` always describes the files on disk.
+ * disk.qcow2, the layers of its backing.json (layer<i>) and, when it has credential
+ * rules, the file `creds` the net module writes into its directory (net_creds_save: the
+ * rules with their secrets, 0600). The record, with "node": A and, for a suspended one,
+ * the runtime its snapshot.json names (vm/vm_sig.h: where its memory can come back), goes
+ * into the sandbox row's `parts` once every file is hashed and only if nothing was done
+ * to the sandbox meanwhile; any verb on it clears the record first (the files change), so
+ * a recorded `parts` always describes the files on disk; so does a change of its
+ * credential rules (sbx_move_unrecord, then a new record).
  *
  * The control: a restore/start/resume/wake of a sandbox whose node is live but draining
  * and whose row has parts moves the row to a node chosen like a create among those
@@ -16,26 +19,29 @@
  * conditional update (store_sbx_move: only while it names A with these parts, suspended
  * or stopped, nothing queued), then forwards the verb there (cluster_control.c).
  *
- * The new node (B): a request for a sandbox it does not have loads the row when it
- * names B (sbx_move_adopt). A verb that brings its VM back first fetches the files
- * named by a record whose node is another one (here: GET /internal/sandboxes/{id}/parts/
- * {part} on A, node token only, each verified: size bound and SHA-256) into
- * sandboxes/.move-<id>/, lays them out (suspend/, backing.json with this node's paths,
- * run_dir under this node's data directory), renames the directory into place and only
- * then clears the row's parts: from that write on, A may remove its copy. A digest
- * mismatch hands the sandbox back to A (the row names A again with no parts, so it is
- * not moved again and A restores it itself); so does a record whose saved state another
- * VM runtime than B's wrote (vm/vm_sig.h: refused before anything is fetched; the control
- * does not choose such a B, but a record it read before B's QEMU changed may say
- * otherwise); any other failure leaves it on B, suspended or stopped, and a later verb
- * fetches again.
+ * The new node (B): a request for a sandbox it does not have loads the row when it names
+ * B (sbx_move_adopt). A verb that brings its VM back first fetches the files named by a
+ * record whose node is another one (here: GET /internal/sandboxes/{id}/parts/{part} on
+ * A, node token only, each verified: size bound and SHA-256) into sandboxes/.move-<id>/,
+ * lays them out (suspend/, backing.json with this node's paths, run_dir under this node's
+ * data directory), installs the credential rules of `creds` the way PUT .../credentials
+ * does (sbx_network_creds: this node's network record, and its gateway when the VM
+ * attaches; the file is then removed), renames the directory into place and only then
+ * clears the row's parts: from that write on, A may remove its copy. A digest mismatch
+ * hands the sandbox back to A (the row names A again with no parts, so it is not moved
+ * again and A restores it itself); so does a record whose saved state another VM runtime
+ * than B's wrote (vm/vm_sig.h: refused before anything is fetched; the control does not
+ * choose such a B, but a record it read before B's QEMU changed may say otherwise); any
+ * other failure leaves it on B, suspended or stopped, and a later verb fetches again.
  *
  * A, every reconcile period: a sandbox of its table whose row names another node leaves
  * the table (its files stay); a sandbox directory that is in no table entry and whose
  * row names another node is removed once that row's parts no longer name A (B has the
- * files) or the sandbox is deleted. A node's write of a row that names another node
- * changes nothing (store_sbx_put), and a node loads only rows that name it, so a node
- * coming back never adopts a sandbox that moved. Prefix sbx_move_. */
+ * files) or the sandbox is deleted; its network record (the rules' secrets) goes with
+ * them when it had rules (a digest mismatch may hand the sandbox back), else as it
+ * leaves the table. A node's write of a row that names another node changes nothing
+ * (store_sbx_put), and a node loads only rows that name it, so a node coming back never
+ * adopts a sandbox that moved. Prefix sbx_move_. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +79,9 @@ static bool is_suspend_file(const char *name)
             return true;
     return false;
 }
+
+/* The file of the record's credential rules (secrets: 0600). */
+static void creds_file(const struct sbx *s, char *out, size_t cap) { sbx_path(s, "creds", out, cap); }
 
 static void sandboxes_dir(const struct spaced *sp, const char *leaf, char *out, size_t cap)
 {
@@ -154,12 +163,22 @@ void sbx_move_record(struct sbx *s)
         p->chain[p->nchain] = p->n - 1;
         snprintf(p->format[p->nchain++], sizeof p->format[0], "%s", c.format[i]);
     }
+    struct net *net = net_get(s->sp);
+    creds_file(s, path, sizeof path);
+    int creds = net ? net_creds_save(net, s->rec.id, path) : 0;
+    if (creds == 1)
+        rc |= sbx_parts_add(p, "creds", path);
+    else
+        unlink(path); /* none now: no older rules left behind */
+    rc |= creds < 0;
     if (s->state == SBX_SUSPENDED) { /* where its memory can come back (vm_sig.h) */
         sbx_path(s, "suspend", path, sizeof path);
         rc |= vm_sig_of_snapshot(path, p->runtime, sizeof p->runtime);
     }
     if (rc != 0 || (s->state == SBX_SUSPENDED && sbx_parts_find(p, "state") < 0)) {
         log_warn("sandbox.move", "sandbox=%s record=skipped reason=files_unexpected", s->rec.id);
+        creds_file(s, path, sizeof path);
+        unlink(path);
         free(m);
         return;
     }
@@ -179,6 +198,36 @@ void sbx_move_op_begins(struct sbx *s)
         free(s->rec.parts); /* the files change now: stored with the next state */
         s->rec.parts = NULL;
     }
+    char path[SBX_PATH_MAX];
+    creds_file(s, path, sizeof path); /* its secrets are in the network record */
+    unlink(path);
+}
+
+int sbx_move_unrecord(struct sbx *s, struct spaced_err *err)
+{
+    struct sbx_parts p;
+    if (s->rec.parts && !parts_here(s, s->rec.parts, &p))
+        return spaced_err_set(err, 409, "sandbox_moving",
+                              "sandbox %s moved to this node and its files are still on node %s: restore "
+                              "(or start) it here first, then change its credential rules", s->rec.id, p.node);
+    if (s->move && s->move->hash)
+        sbx_move_cancel(s);
+    if (!s->rec.parts)
+        return 0;
+    char *old = s->rec.parts;
+    s->rec.parts = NULL;
+    if (sbx_persist(s) != 0) { /* the store down, or the row moved meanwhile: nothing changes */
+        s->rec.parts = old;
+        return spaced_err_set(err, 503, "store_unavailable",
+                              "sandbox %s: its move record could not be dropped (the store failed, or the "
+                              "sandbox moved to another node); try again", s->rec.id);
+    }
+    free(old);
+    char path[SBX_PATH_MAX];
+    creds_file(s, path, sizeof path);
+    unlink(path);
+    log_info("sandbox.move", "sandbox=%s record=dropped reason=credentials_changed", s->rec.id);
+    return 0;
 }
 
 /* ---- A: serving ------------------------------------------------------------------------- */
@@ -203,8 +252,8 @@ void sbx_move_serve(struct spaced *sp, struct http_req *req, const char *id, con
         sandboxes_dir(sp, id, dir, sizeof dir);
         if (is_suspend_file(part))
             snprintf(path, sizeof path, "%s/suspend/%s", dir, part);
-        else if (strcmp(part, "disk.qcow2") == 0)
-            snprintf(path, sizeof path, "%s/disk.qcow2", dir);
+        else if (strcmp(part, "disk.qcow2") == 0 || strcmp(part, "creds") == 0)
+            snprintf(path, sizeof path, "%s/%s", dir, part);
         else { /* the chain's layer, by this node's backing.json */
             char cp[SBX_PATH_MAX + 16];
             snprintf(cp, sizeof cp, "%s/backing.json", dir);
@@ -276,6 +325,29 @@ static void fetch_end(struct sbx_move *m, const struct spaced_err *err, int64_t 
     done(s, err);
 }
 
+/* The credential rules of part `creds` (verified) into this node's network record, as
+ * PUT .../credentials puts them (before the VM comes back: its claim attaches them);
+ * the file is removed (the record holds them now). Sets err on failure. */
+static void install_creds(struct sbx_move *m, struct spaced_err *err)
+{
+    char path[SBX_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/creds", m->tmp);
+    json_t *rules = json_load_file(path, 0, NULL);
+    struct net *net = net_get(m->s->sp);
+    if (!net)
+        spaced_err_set(err, 503, "network_unavailable",
+                       "sandbox %s has credential rules and networking is not available on this host "
+                       "(see spaced's log)", m->s->rec.id);
+    else if (!rules)
+        spaced_err_set(err, 500, "host_io", "cannot read the credential rules of sandbox %s", m->s->rec.id);
+    struct spaced_err e; /* set by a lookup on the way even when it succeeds */
+    if (net && rules && sbx_network_creds(net, m->s, rules, &e) == 0)
+        unlink(path);
+    else if (net && rules)
+        *err = e;
+    json_decref(rules);
+}
+
 /* Every part verified: the layout of a sandbox directory, then in place. */
 static void on_fetched(void *arg, const struct spaced_err *err, int64_t bytes)
 {
@@ -313,6 +385,8 @@ static void on_fetched(void *arg, const struct spaced_err *err, int64_t bytes)
     snprintf(a, sizeof a, "%s/backing.json", m->tmp);
     if (!e.status && sbx_chain_write(a, &c) < 0)
         spaced_err_set(&e, 500, "host_io", "cannot write %s", a);
+    if (!e.status && sbx_parts_find(&m->parts, "creds") >= 0)
+        install_creds(m, &e);
     if (!e.status) {
         spaced_rm_rf(final); /* a copy an earlier, interrupted fetch put in place */
         if (rename(m->tmp, final) < 0)
@@ -417,9 +491,12 @@ static void check_moved(struct sbx *s, void *arg)
     }
     if (gone) {
         log_info("sandbox.move", "sandbox=%s event=moved_out to=%s files=kept_until_fetched", s->rec.id, row.node);
-        char p2[SBX_PATH_MAX];
+        char p2[SBX_PATH_MAX], c[SBX_PATH_MAX];
         sbx_path(s, "net.claimed", p2, sizeof p2);
-        if (access(p2, F_OK) == 0 && net_get(sp))
+        creds_file(s, c, sizeof c);
+        /* With credential rules the network record stays until the new node has them
+         * (a digest mismatch hands the sandbox back): it goes with the files. */
+        if (access(p2, F_OK) == 0 && access(c, F_OK) != 0 && net_get(sp))
             net_release(net_get(sp), s->rec.id);
         spaced_retry_mark(&sp->store_retry, &s->unsaved, false); /* the row is the other node's now */
         sbx_table_remove(sp, s);
@@ -466,6 +543,10 @@ void sbx_move_tick(struct spaced *sp)
         char p[SBX_PATH_MAX];
         log_info("sandbox.move", "sandbox=%s event=files_removed reason=on_another_node", e->d_name);
         sandboxes_dir(sp, e->d_name, p, sizeof p);
+        char c[SBX_PATH_MAX + 300];
+        snprintf(c, sizeof c, "%s/creds", p);
+        if (access(c, F_OK) == 0 && net_get(sp)) /* the rules' secrets: the new node has them */
+            net_release(net_get(sp), e->d_name);
         spaced_rm_rf(p);
         snprintf(p, sizeof p, "%s/run/%s", sp->opt.data_dir, e->d_name);
         spaced_rm_rf(p);

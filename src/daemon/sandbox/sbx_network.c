@@ -1,11 +1,12 @@
 /* sbx_network.c: a sandbox's egress policy, changed live (sbx.h sbx_network_set): the
  * body of PUT /v1/sandboxes/{id}/network (api/routes_network.c) and of E2B's network
- * update (e2b/e2b_api.c), one code path below both. */
+ * update (e2b/e2b_api.c), one code path below both; and its credential rules (PUT
+ * .../credentials, and a node a sandbox moved to installing those that came with it). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/net/net.h"
-#include "sbx.h"
+#include "sbx_internal.h"
 
 /* The sandbox's policy as given at create, for a sandbox whose network was never set
  * up (new reference; {"mode":"none"} if the record holds nothing usable). */
@@ -27,6 +28,22 @@ int sbx_network_record(struct net *net, const struct sbx *s, struct spaced_err *
     json_t *given = sbx_network_created(s);
     int rc = net_set_policy(net, sbx_id(s), sbx_tenant(s), given, err);
     json_decref(given);
+    return rc;
+}
+
+int sbx_network_creds(struct net *net, const struct sbx *s, const json_t *rules, struct spaced_err *err)
+{
+    int rc = sbx_network_record(net, s, err);
+    return rc == 0 ? net_set_creds(net, sbx_id(s), rules, err) : rc;
+}
+
+int sbx_network_creds_put(struct net *net, struct sbx *s, const json_t *rules, struct spaced_err *err)
+{
+    if (sbx_move_unrecord(s, err) != 0)
+        return -1;
+    int rc = sbx_network_creds(net, s, rules, err);
+    if (!sbx_busy(s)) /* a verb in progress records when it ends */
+        sbx_move_record(s);
     return rc;
 }
 

@@ -10,7 +10,8 @@
  * vm_sig.h: its snapshot.json's; absent for a stopped sandbox's disk and for states saved
  * before runtimes were recorded, which go anywhere as before): the control moves them,
  * and a node fetches them, only where that runtime runs; a file's name is one of a fixed
- * set (snapshot.json, state, mem, disk.qcow2, disk.raw, template) or layer<i> for the
+ * set (snapshot.json, state, mem, disk.qcow2, disk.raw, template, and creds: a moving
+ * sandbox's credential rules, sbx_move.c) or layer<i> for the
  * i-th layer of a disk chain outside the set,
  * and "chain" lists the read-only layers a disk stands on, nearest first.
  *
@@ -37,7 +38,8 @@
 #define PARTS_SOURCE_DEAD_MS 10000
 #define PARTS_TIMEOUT_S 60 /* until a part's first byte, and between bytes */
 
-static const char *const own_files[] = {"snapshot.json", "state", "mem", "disk.qcow2", "disk.raw", "template", NULL};
+static const char *const own_files[] = {"snapshot.json", "state", "mem", "disk.qcow2", "disk.raw", "template",
+                                        "creds", NULL};
 
 const char *const *sbx_parts_own_names(void) { return own_files; }
 
@@ -276,7 +278,9 @@ static void on_part(void *arg, const struct spaced_err *err)
     }
     char p[SBX_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/%s", f->dir, f->parts.f[f->next_file].name);
-    chmod(p, 0444); /* read-only like a capture taken here (its RAM file is mapped by every fork) */
+    /* Read-only like a capture taken here (its RAM file is mapped by every fork); credential
+     * rules hold secrets: their owner's only, like the network records they go into. */
+    chmod(p, strcmp(f->parts.f[f->next_file].name, "creds") == 0 ? 0600 : 0444);
     f->bytes += f->parts.f[f->next_file].size;
     f->next_file++;
     if (f->next_file >= f->parts.n)

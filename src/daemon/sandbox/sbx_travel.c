@@ -53,11 +53,12 @@ static bool snap_id_ok(const char *id)
     return id && strlen(id) == 18 && strncmp(id, "sn", 2) == 0 && strspn(id + 2, "0123456789abcdef") == 16;
 }
 
-/* A snapshot's record: sbx_parts_parse's checks, and snapshot.json and state present. */
+/* A snapshot's record: sbx_parts_parse's checks, snapshot.json and state present, and
+ * no creds (a moving sandbox's credential rules, sbx_move.c: never a snapshot's). */
 static int parts_parse(const char *s, struct sbx_parts *out)
 {
     return sbx_parts_parse(s, out) == 0 && sbx_parts_find(out, "snapshot.json") >= 0 &&
-                   sbx_parts_find(out, "state") >= 0
+                   sbx_parts_find(out, "state") >= 0 && sbx_parts_find(out, "creds") < 0
                ? 0 : -1;
 }
 
@@ -132,6 +133,8 @@ static int rec_list(struct sbx_travel_rec *t)
     struct stat st;
     for (const char *const *o = sbx_parts_own_names(); *o; o++) {
         char path[SBX_PATH_MAX];
+        if (strcmp(*o, "creds") == 0)
+            continue; /* a moving sandbox's, never a snapshot's */
         if (snprintf(path, sizeof path, "%s/%s", t->dir, *o) >= (int)sizeof path)
             return -1;
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && sbx_parts_add(p, *o, path) < 0)
