@@ -27,9 +27,8 @@
  * so one read takes what the command wrote meanwhile (up to RELAY_CHUNK, a frame's
  * payload). The first output after a pause goes at once: an interactive prompt or a
  * line of progress waits for nothing; a stream's later pieces wait at most
- * RELAY_BATCH_NS. Measured through the API (TCG, 16 MiB): `head -c` (4 KiB writes)
- * 4.7 -> 9.2 MiB/s, which is what `head -c | cat` reaches inside the guest itself; 64 KiB
- * writes (`dd bs=64k`) 15 MiB/s either way.
+ * RELAY_BATCH_NS. Measured: docs/benchmarks.md "What shaped these numbers" (`head -c`,
+ * 4 KiB writes, about 2x through the API under TCG).
  *
  * Bounds: the thread holds at most RELAY_CHUNK bytes and each socket end at most its
  * SO_SNDBUF, so when the loop stops reading (no credit from the host) the thread's

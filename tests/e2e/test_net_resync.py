@@ -23,21 +23,19 @@ keeps its namespace and is re-attached like a running one, and costs no CPU here
 Runs in the network lab (tests/netsec's fake internet, as test_network.py); skips, saying
 why, without it."""
 import http.client
-import json
 import os
 import re
 import signal
-import socket
 import sys
 import time
 
 import pytest
 
 import spacedlib
-from test_network import ALLOW, guest_has_net_code, lab, sh_in  # noqa: F401 (fixtures)
+from test_network import ALLOW, lab, sh_in, start_net_spaced  # noqa: F401 (fixtures)
 
 sys.path.insert(0, os.path.join(spacedlib.ROOT, "tests", "netsec"))
-import vmlab  # noqa: E402
+import netlab  # noqa: E402
 
 N = 16          # sandboxes with a NIC
 RUNNING_AT = (0, 2, 3)  # which of them (creation order) run a VM; the rest are stopped
@@ -65,14 +63,8 @@ def wait_ops(sp, op_ids):
 
 @pytest.fixture(scope="module")
 def fleet(lab):
-    why = spacedlib.vm_missing()
-    if why:
-        pytest.skip(why)
-    if not guest_has_net_code():
-        pytest.skip("the guest initramfs predates agent_net_up: rebuild it with `make guest`")
-    sp = spacedlib.Spaced(spacedlib.GUEST)
+    sp = start_net_spaced(lab)
     try:
-        vmlab.start_spaced(lab, sp)
         f = Fleet(sp)
         # One at a time first (the template's snapshot), then in small batches.
         while len(f.ids) < N:
@@ -95,20 +87,7 @@ def fleet(lab):
 
 def gw_ctl(sp, req):
     """One request on spaced's gateway's control socket."""
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(10)
-    try:
-        s.connect(os.path.join(sp.data_dir, "gateway", "gateway.sock"))
-        s.sendall((json.dumps(req) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    finally:
-        s.close()
-    return json.loads(buf)
+    return netlab.gateway_call(os.path.join(sp.data_dir, "gateway", "gateway.sock"), req)
 
 
 def kill_gateway(sp):

@@ -171,8 +171,9 @@ def guest_has_net_code():
         return False
 
 
-@pytest.fixture(scope="module")
-def net_spaced(lab):
+def start_net_spaced(lab):
+    """A spaced with the lab's gateway setup, started; skips (saying why) without VMs or
+    a guest that brings its NIC up. The caller stops it."""
     why = spacedlib.vm_missing()
     if why:
         pytest.skip(why)
@@ -181,6 +182,16 @@ def net_spaced(lab):
     sp = spacedlib.Spaced(spacedlib.GUEST)
     try:
         vmlab.start_spaced(lab, sp)
+    except BaseException:
+        sp.stop()
+        raise
+    return sp
+
+
+@pytest.fixture(scope="module")
+def net_spaced(lab):
+    sp = start_net_spaced(lab)
+    try:
         yield sp
     finally:
         sp.stop()  # also ends the gateway spaced leaves running for a successor

@@ -100,6 +100,24 @@ def make_certs(d):
             "-days", "2", "-extfile", ext)
 
 
+
+def gateway_call(path, req):
+    """One request on a gateway's control socket at path (one JSON line each way)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    try:
+        s.connect(path)
+        s.sendall((json.dumps(req) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        s.close()
+    return json.loads(buf)
+
 class Lab:
     def __init__(self):
         self.prefix = "spn%d" % (os.getpid() % 100000)
@@ -203,18 +221,7 @@ class Lab:
 
     # ---- observing
     def ctl(self, req):
-        s = socket.socket(socket.AF_UNIX)
-        s.settimeout(10)
-        s.connect(self.ctl_path)
-        s.sendall((json.dumps(req) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-        s.close()
-        return json.loads(buf)
+        return gateway_call(self.ctl_path, req)
 
     def events(self):
         try:

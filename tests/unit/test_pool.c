@@ -77,18 +77,25 @@ static void run_until_calls(struct event_base *base)
     event_free(tick);
 }
 
-static void run_case(int refuse_prepare)
+/* A fresh work dir holding a small file standing for the template's raw image (its path
+ * in raw); the counters reset. */
+static void make_work(char *raw, size_t cap)
 {
     snprintf(work, sizeof work, "/tmp/test-pool-XXXXXX");
     assert_non_null(mkdtemp(work));
     calls = discards = 0;
-    refuse = refuse_prepare;
-    char bad[128];
-    snprintf(bad, sizeof bad, "%s/rootfs.raw", work);
-    FILE *f = fopen(bad, "w");
+    snprintf(raw, cap, "%s/rootfs.raw", work);
+    FILE *f = fopen(raw, "w");
     assert_non_null(f);
     fputs("a raw image\n", f);
     fclose(f);
+}
+
+static void run_case(int refuse_prepare)
+{
+    char bad[128];
+    make_work(bad, sizeof bad);
+    refuse = refuse_prepare;
     struct event_base *base = event_base_new();
     struct pool_config pc = {.snapshot_dir = work, .template_overlay = bad,
                              .base = {.vcpus = 1, .mem_mib = 128, .kernel = "/nonexistent",
@@ -122,16 +129,9 @@ static void test_refused_prepare_retries_with_backoff(void **state) { run_case(1
 static void test_free_during_overlay(void **state)
 {
     (void)state;
-    snprintf(work, sizeof work, "/tmp/test-pool-XXXXXX");
-    assert_non_null(mkdtemp(work));
-    calls = discards = 0;
-    refuse = 0;
     char raw[128];
-    snprintf(raw, sizeof raw, "%s/rootfs.raw", work);
-    FILE *f = fopen(raw, "w");
-    assert_non_null(f);
-    fputs("a raw image\n", f);
-    fclose(f);
+    make_work(raw, sizeof raw);
+    refuse = 0;
     struct event_base *base = event_base_new();
     break_in_prepare = base;
     struct pool_config pc = {.snapshot_dir = work, .template_overlay = raw,
