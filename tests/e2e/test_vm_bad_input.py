@@ -1,22 +1,26 @@
 """Bad input to the VM runtime, end to end (issue 3, "Bad input"): a missing kernel or
-template image, QEMU failing to start, a corrupt suspend snapshot, a full disk while
-suspending, and a template whose guest never becomes ready. Each must end in a failed
+template image, QEMU failing to start, a corrupt suspend snapshot, a full disk (while
+suspending, under the store, under a writing guest), and a template whose guest never
+becomes ready. Each must end in a failed
 operation with a clear error, and nothing of the sandbox (QEMU process, files, network
 namespace) may be left once it is deleted.
 
 Builds its own guest directories next to the real one (symlinks plus what the case
 breaks). Skips, saying why, without the guest artifacts, QEMU, root or busybox."""
+import json
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.request
 
 import pytest
 
 import spacedlib
-from spacedlib import GUEST, RUN_DIR, procs_naming, vm_missing
+from spacedlib import GUEST, RUN_DIR, procs_naming, session_output, vm_missing
 
 BASE = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
 
@@ -168,9 +172,11 @@ def test_full_disk_while_suspending(fresh_spaced):
         sid = running(sp)
         fillers = fill_up(mnt, leave=8 << 20)
         r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
-        op = sp.wait_op(r.json["operation"]["id"])
+        assert r.status == 202, r
+        op = sp.wait_op(r.json["operation"]["id"], timeout=60)
         assert op["state"] == "failed", op
         print("full disk:", op["error"])
+        assert op["error"]["code"] == "no_space", op
         assert "No space left" in op["error"]["message"], op
         assert state(sp, sid)["state"] == "running", state(sp, sid)
         assert not os.path.exists(os.path.join(mnt, "sandboxes", sid, "suspend", "state")), \
@@ -179,6 +185,93 @@ def test_full_disk_while_suspending(fresh_spaced):
             os.unlink(f)
         r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
         assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+        delete_clean(sp, sid)
+        sp.stop()
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+
+
+def healthz(sp):
+    return json.loads(urllib.request.urlopen(sp.url + "/healthz", timeout=10).read())
+
+
+def test_full_disk_store_keeps_its_word(fresh_spaced):
+    """The data dir filled to the last byte: the API still takes a suspend and the store
+    records how it ended (the store's reserve file, given up when the disk is full, makes
+    room for it); /healthz says the disk is full; once there is room again the reserve
+    comes back and the suspend works. On a store without a reserve the suspend was either
+    refused outright or its operation stayed `running` for good."""
+    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
+    try:
+        sp = fresh_spaced(data_dir=mnt)
+        reserve = os.path.join(mnt, "space.db-reserve")
+        assert os.path.getsize(reserve) == 16 << 20, "the store keeps no reserve"
+        sid = running(sp)
+        # paused: a guest writing its disk while the host's is full would stop on an I/O
+        # error, which is not what this test is about
+        r = sp.request("POST", "/v1/sandboxes/%s/pause" % sid)
+        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+        fillers = fill_up(mnt, leave=0)
+        assert os.statvfs(mnt).f_bavail == 0
+        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+        assert r.status == 202, r
+        op = sp.wait_op(r.json["operation"]["id"], timeout=60)
+        assert op["state"] == "failed", op
+        assert op["error"]["code"] == "no_space", op
+        assert not os.path.exists(reserve), "the reserve was not given to the store"
+        h = healthz(sp)
+        assert h["status"] == "degraded" and "full" in h["disk"], h
+        assert state(sp, sid)["state"] == "paused", state(sp, sid)
+        for f in fillers:
+            os.unlink(f)
+        deadline = time.monotonic() + 30
+        while healthz(sp)["status"] != "ok":
+            assert time.monotonic() < deadline, ("the reserve did not come back", healthz(sp))
+            time.sleep(0.5)
+        assert os.path.getsize(reserve) == 16 << 20
+        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+        delete_clean(sp, sid)
+        sp.stop()
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+
+
+def test_full_disk_while_the_guest_writes(fresh_spaced):
+    """The host's disk fills while the guest writes to its own disk: QEMU stops the guest
+    on the refused write. The sandbox stays running (it was marked failed: "crashed:
+    io-error"), and once there is room the guest continues where it was and its write
+    completes whole."""
+    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
+    try:
+        sp = fresh_spaced(data_dir=mnt)
+        sid = running(sp)
+        fillers = fill_up(mnt, leave=0)
+        out = {}
+        cmd = "cd && dd if=/dev/urandom of=big bs=1M count=48 conv=fsync 2>/dev/null && stat -c %s big"
+        t = threading.Thread(target=lambda: out.update(r=session_output(sp, sid, cmd)))
+        t.start()
+        deadline = time.monotonic() + 60
+        while "event=vm.disk_full" not in sp.log():
+            assert time.monotonic() < deadline, "the guest's write never met the full disk"
+            assert t.is_alive(), ("the write finished on a full disk", out)
+            time.sleep(0.2)
+        time.sleep(3)  # a few supervision ticks (2 s) with the guest stopped
+        assert state(sp, sid)["state"] == "running", state(sp, sid)
+        assert t.is_alive(), ("the write ended while the disk was full", out)
+        for f in fillers:
+            os.unlink(f)
+        t.join(120)
+        assert not t.is_alive(), "the guest did not continue once there was room"
+        assert out["r"] == (b"%d\n" % (48 << 20), 0), out
+        assert "event=continued" in sp.log()
+        assert state(sp, sid)["state"] == "running", state(sp, sid)
         delete_clean(sp, sid)
         sp.stop()
     finally:

@@ -23,6 +23,14 @@ static void h_healthz(struct http_req *req, void *arg)
                              vm_accel_name(vm_accel_resolve((enum vm_accel)sp->opt.accel)), "runtime",
                              sp->runtime[0] ? sp->runtime : NULL, "store",
                              store_ok ? "ok" : store_errmsg(sp->store));
+    /* A full data dir: the store still records (on its reserve), but little else can
+     * be written there; said, still 200 (this daemon serves). */
+    char disk[300];
+    const char *disk_bad = store_ok ? store_disk(sp->store, disk, sizeof disk) : NULL;
+    if (disk_bad) {
+        json_object_set_new(body, "status", json_string("degraded"));
+        json_object_set_new(body, "disk", json_string(disk_bad));
+    }
     if (!store_ok)
         http_reply_add_header(req, "Retry-After", "1");
     http_reply_json(req, store_ok ? 200 : 503, body);

@@ -718,6 +718,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     for (unsigned i = 0; i < e->ntick; i++)
         e->tick_hooks[i].fn(sp, e->tick_hooks[i].arg);
+    store_tick(sp->store); /* the store may have room again before the retries */
     op_retry(sp); /* after the hooks: the sandbox rows an outcome goes with come first */
     op_pump(sp);
 }

@@ -1117,14 +1117,18 @@ static void on_resumed(struct vm *vm, int err, const char *msg, void *arg)
     act_ok(s, SBX_RUNNING);
 }
 
+/* The state a sandbox whose suspend failed is in: its VM runs on as it was. */
+static enum sbx_state suspend_back(const struct sbx *s)
+{
+    return s->vm && vm_state(s->vm) == VM_STATE_PAUSED ? SBX_PAUSED : SBX_RUNNING;
+}
+
 static void on_suspend_saved(struct vm *vm, int err, const char *msg, void *arg)
 {
     struct sbx *s = arg;
     (void)vm;
-    if (err != VM_OK) {
-        enum sbx_state back = s->vm && vm_state(s->vm) == VM_STATE_PAUSED ? SBX_PAUSED : SBX_RUNNING;
-        act_fail(s, back, vm_error_code(err), "suspend failed: %s", msg ? msg : "");
-    }
+    if (err != VM_OK)
+        act_fail(s, suspend_back(s), vm_error_code(err), "suspend failed: %s", msg ? msg : "");
     /* success: on_exit(VM_EXIT_SAVED) follows and completes the op */
 }
 
@@ -1175,10 +1179,16 @@ static void act_suspend(struct sbx *s)
         return;
     }
     spaced_rm_rf(dir);
+    char room[400];
+    int rc = vm_save_room(s->vm, dir, 0, room, sizeof room);
+    if (rc != VM_OK) {
+        act_fail(s, suspend_back(s), vm_error_code(rc), "suspend failed: %s", room);
+        return;
+    }
     sbx_set_state(s, SBX_SUSPENDING, NULL);
     s->expect_exit = true;
     if (vm_suspend(s->vm, dir, on_suspend_saved, s) != 0)
-        act_fail(s, SBX_RUNNING, "vm_busy", "the VM refused to suspend now");
+        act_fail(s, suspend_back(s), "vm_busy", "the VM refused to suspend now");
 }
 
 static void act_restore(struct sbx *s)

@@ -468,6 +468,11 @@ static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
         fork_fail_all(f, "cannot write the capture directory");
         return;
     }
+    char room[400];
+    if (vm_save_room(p->vm, dir, 1, room, sizeof room) != VM_OK) {
+        fork_fail_all(f, room);
+        return;
+    }
     int rc = vm_fork_capture(p->vm, dir, on_captured, f);
     if (rc != VM_OK) {
         char why[200];

@@ -452,6 +452,17 @@ int store_ping(struct store *st)
     return q(st, "SELECT 1", NULL, 0, NULL, NULL) == 0 ? 0 : -1;
 }
 
+void store_tick(struct store *st)
+{
+    if (st->ops->tick)
+        st->ops->tick(st);
+}
+
+const char *store_disk(struct store *st, char *buf, size_t cap)
+{
+    return st->ops->disk ? st->ops->disk(st, buf, cap) : NULL;
+}
+
 int store_sbx_count_by_state(struct store *st, void (*fn)(const char *, int64_t, void *), void *arg)
 {
     struct count_scan sc = {fn, arg};

@@ -84,6 +84,12 @@ const char *store_errmsg(struct store *st);
 const char *store_backend_name(const struct store *st);
 /* One trivial query: 0 when the store answers now, -1 (store_errmsg says why) when not. */
 int store_ping(struct store *st);
+/* Upkeep, called often (the op engine's tick); cheap when there is nothing to do. SQLite:
+ * takes the disk reserve again once the data dir has room (store_sqlite.c). */
+void store_tick(struct store *st);
+/* NULL while the store's disk is fine; else what is wrong with it ("full: the store's
+ * reserve ... is in use"), in buf. PostgreSQL's disk is the database server's: NULL. */
+const char *store_disk(struct store *st, char *buf, size_t cap);
 
 /* Transactions: group several writes into one atomic commit ("intent first": the
  * sandbox's desired state and the operation row land together). Not nestable. */

@@ -50,6 +50,10 @@ struct store_ops {
      * synchronous=NORMAL in WAL mode, the commit reaches the OS without an fsync);
      * lazy=false restores the default. A no-op inside a transaction. */
     int (*lazy)(struct store *st, bool lazy);
+    /* Optional: periodic upkeep (store_tick), on the loop thread. */
+    void (*tick)(struct store *st);
+    /* Optional (NULL: the disk is not this driver's concern): store_disk. */
+    const char *(*disk)(struct store *st, char *buf, size_t cap);
     /* Statement run first inside the migration transaction so that concurrent openers
      * of one database migrate one after the other; NULL when begin already does that. */
     const char *migrate_lock_sql;

@@ -3,17 +3,46 @@
  * Statements are prepared per call: the control plane makes a handful per request, far
  * below where caching matters. Every call runs on the event loop thread; the
  * connection is not shared. Rows are streamed: a row callback may itself call the
- * store (SQLite allows other statements while one is being stepped). */
+ * store (SQLite allows other statements while one is being stepped).
+ *
+ * The reserve. The database shares its file system with what fills disks (snapshots,
+ * disk overlays, uploads). Were the disk full, spaced could act (fail a suspend, stop a
+ * VM) and not record it: an operation would stay `running` for good. So the driver
+ * keeps STORE_RESERVE bytes allocated beside the database (<db>-reserve) and gives them
+ * up at the first write the disk refuses (SQLITE_FULL), then runs that write again, or
+ * before a transaction when less than STORE_NEARLY_FULL is free (SQLite may roll back a
+ * whole transaction whose COMMIT the disk refused, which no retry here can undo). The
+ * records written since live on that room until the disk has room again, when the tick
+ * (store_tick) allocates the reserve anew. store_disk says which. */
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "store_backend.h"
+
+#define STORE_RESERVE (16LL << 20)
+/* Taken anew only with this much free beside it: room for the next snapshot's header
+ * and some records, so the reserve is not made and given up again at once. */
+#define STORE_RESERVE_AGAIN (4 * STORE_RESERVE)
+#define STORE_RESERVE_CHECK_S 5
+/* Less free than this when a transaction begins: the reserve is given up first (room for
+ * any transaction spaced writes, which are a few pages each). */
+#define STORE_NEARLY_FULL (4LL << 20)
 
 struct store_sqlite {
     struct store base; /* first: the handle store.c sees */
     sqlite3 *db;       /* owned */
+    char *reserve;     /* the reserve file's path; NULL: none kept (in-memory database) */
+    bool held;         /* the reserve is allocated */
+    time_t checked;    /* last attempt to take the reserve again (monotonic seconds) */
 };
 
 static sqlite3 *db_of(struct store *st) { return ((struct store_sqlite *)st)->db; }
@@ -22,6 +51,96 @@ static int sq_fail(struct store *st, const char *what)
 {
     snprintf(st->err, sizeof st->err, "%s: %s", what, sqlite3_errmsg(db_of(st)));
     return -1;
+}
+
+static struct store_sqlite *sq_of(struct store *st) { return (struct store_sqlite *)st; }
+
+static time_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
+
+/* Bytes free to an unprivileged writer on the file system of the database; -1: unknown.
+ * Asked of the directory: the reserve file may be gone. */
+static long long sq_free_bytes(const struct store_sqlite *sq)
+{
+    char dir[4096];
+    const char *slash = strrchr(sq->reserve, '/');
+    int n = !slash ? snprintf(dir, sizeof dir, ".")
+            : slash == sq->reserve ? snprintf(dir, sizeof dir, "/")
+            : snprintf(dir, sizeof dir, "%.*s", (int)(slash - sq->reserve), sq->reserve);
+    struct statvfs v;
+    if (n < 0 || (size_t)n >= sizeof dir || statvfs(dir, &v) < 0)
+        return -1;
+    return (long long)v.f_bavail * (long long)v.f_frsize;
+}
+
+/* Allocates the reserve (all of it, or nothing is left behind). */
+static void reserve_take(struct store_sqlite *sq)
+{
+    int fd = open(sq->reserve, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    int err = fd < 0 ? errno : posix_fallocate(fd, 0, STORE_RESERVE);
+    if (fd >= 0)
+        close(fd);
+    sq->held = err == 0;
+    if (!sq->held) {
+        unlink(sq->reserve);
+        log_warn("store.reserve", "event=not_taken path=%s bytes=%lld errno=%d msg=\"%s\"",
+                 sq->reserve, STORE_RESERVE, err, strerror(err));
+    }
+}
+
+/* Gives the reserve up (logged). False when there was none to give. */
+static bool reserve_give_up(struct store_sqlite *sq, const char *why)
+{
+    if (!sq->held)
+        return false;
+    sq->held = false;
+    sq->checked = mono_s();
+    if (unlink(sq->reserve) < 0 && errno != ENOENT)
+        return false;
+    log_error("store.reserve", "event=used path=%s bytes=%lld why=%s note=\"the data dir's disk "
+              "is full: the store writes on its reserve until there is room again\"",
+              sq->reserve, STORE_RESERVE, why);
+    return true;
+}
+
+/* The disk refused a write (SQLITE_FULL): gives up the reserve, once. True when the
+ * statement may run again: the reserve was just given up and the failure took back no
+ * more than the statement (a transaction it ran in is still open). */
+static bool sq_full_retry(struct store *st, bool was_auto)
+{
+    struct store_sqlite *sq = sq_of(st);
+    return (sqlite3_errcode(sq->db) & 0xff) == SQLITE_FULL && reserve_give_up(sq, "write_refused") &&
+           sqlite3_get_autocommit(sq->db) == was_auto;
+}
+
+static void sq_tick(struct store *st)
+{
+    struct store_sqlite *sq = sq_of(st);
+    time_t now = mono_s();
+    if (!sq->reserve || sq->held || now - sq->checked < STORE_RESERVE_CHECK_S)
+        return;
+    sq->checked = now;
+    long long avail = sq_free_bytes(sq);
+    if (avail < STORE_RESERVE_AGAIN)
+        return;
+    reserve_take(sq);
+    if (sq->held)
+        log_info("store.reserve", "event=taken path=%s bytes=%lld free=%lld", sq->reserve,
+                 STORE_RESERVE, avail);
+}
+
+static const char *sq_disk(struct store *st, char *buf, size_t cap)
+{
+    struct store_sqlite *sq = sq_of(st);
+    if (!sq->reserve || sq->held)
+        return NULL;
+    snprintf(buf, cap, "full: the store's reserve (%lld MiB) is in use; %lld MiB free for %s",
+             STORE_RESERVE >> 20, sq_free_bytes(sq) >> 20, sq->reserve);
+    return buf;
 }
 
 static int sq_bind(sqlite3_stmt *stmt, const struct store_arg *args, int nargs)
@@ -51,13 +170,18 @@ static int sq_query(struct store *st, const char *sql, const struct store_arg *a
         sqlite3_finalize(stmt);
         return -1;
     }
-    int ncols = sqlite3_column_count(stmt), ret = 0;
+    int ncols = sqlite3_column_count(stmt), ret = 0, rows = 0;
     if (ncols > STORE_MAX_COLS)
         ncols = STORE_MAX_COLS;
+    bool was_auto = sqlite3_get_autocommit(db);
     for (;;) {
         int rc = sqlite3_step(stmt);
         if (rc == SQLITE_DONE)
             break;
+        if (rc != SQLITE_ROW && rows == 0 && sq_full_retry(st, was_auto)) {
+            sqlite3_reset(stmt);
+            continue;
+        }
         if (rc != SQLITE_ROW) {
             int ext = sqlite3_extended_errcode(db);
             if (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -71,6 +195,7 @@ static int sq_query(struct store *st, const char *sql, const struct store_arg *a
         const char *cols[STORE_MAX_COLS];
         for (int i = 0; i < ncols; i++)
             cols[i] = (const char *)sqlite3_column_text(stmt, i);
+        rows++;
         if (fn && fn(arg, cols, ncols))
             break;
     }
@@ -83,7 +208,14 @@ static int sq_query(struct store *st, const char *sql, const struct store_arg *a
 static int sq_script(struct store *st, const char *sql)
 {
     char *msg = NULL;
-    if (sqlite3_exec(db_of(st), sql, NULL, NULL, &msg) != SQLITE_OK) {
+    bool was_auto = sqlite3_get_autocommit(db_of(st));
+    int rc = sqlite3_exec(db_of(st), sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK && sq_full_retry(st, was_auto)) {
+        sqlite3_free(msg);
+        msg = NULL;
+        rc = sqlite3_exec(db_of(st), sql, NULL, NULL, &msg);
+    }
+    if (rc != SQLITE_OK) {
         snprintf(st->err, sizeof st->err, "%.60s...: %s", sql, msg ? msg : "?");
         sqlite3_free(msg);
         return -1;
@@ -93,7 +225,19 @@ static int sq_script(struct store *st, const char *sql)
 
 /* IMMEDIATE takes the write lock at once, so a transaction never fails half-way for
  * lock contention; it also serialises migrations of concurrent openers. */
-static int sq_begin(struct store *st) { return sq_script(st, "BEGIN IMMEDIATE"); }
+static int sq_begin(struct store *st)
+{
+    /* A transaction the disk refuses may be rolled back whole (SQLite's COMMIT on
+     * SQLITE_FULL), which sq_full_retry cannot undo: nearly out of room, the reserve is
+     * given up before one starts. A statvfs per transaction: microseconds. */
+    struct store_sqlite *sq = sq_of(st);
+    if (sq->held) {
+        long long avail = sq_free_bytes(sq);
+        if (avail >= 0 && avail < STORE_NEARLY_FULL)
+            reserve_give_up(sq, "nearly_full");
+    }
+    return sq_script(st, "BEGIN IMMEDIATE");
+}
 static int sq_commit(struct store *st) { return sq_script(st, "COMMIT"); }
 static void sq_rollback(struct store *st)
 {
@@ -114,6 +258,7 @@ static int sq_lazy(struct store *st, bool lazy)
 static void sq_close(struct store *st)
 {
     sqlite3_close(db_of(st));
+    free(sq_of(st)->reserve);
     free(st);
 }
 
@@ -126,6 +271,8 @@ static const struct store_ops sqlite_ops = {
     .rollback = sq_rollback,
     .close = sq_close,
     .lazy = sq_lazy,
+    .tick = sq_tick,
+    .disk = sq_disk,
     .migrate_lock_sql = NULL,
     .for_update = "", /* BEGIN IMMEDIATE already holds the database's write lock */
     .for_share = "",
@@ -138,6 +285,27 @@ static int collate_c(void *arg, int na, const void *a, int nb, const void *b)
     (void)arg;
     int n = memcmp(a, b, (size_t)(na < nb ? na : nb));
     return n ? n : na - nb;
+}
+
+/* A database in a file keeps its reserve beside it (see the top of this file). */
+static struct store *sq_reserve_open(struct store_sqlite *sq, const char *path, char *err,
+                                     size_t errlen)
+{
+    if (!strcmp(path, ":memory:") || !strncmp(path, "file:", 5) || !path[0])
+        return &sq->base;
+    size_t n = strlen(path) + sizeof "-reserve";
+    if (!(sq->reserve = malloc(n))) {
+        snprintf(err, errlen, "out of memory");
+        sq_close(&sq->base);
+        return NULL;
+    }
+    snprintf(sq->reserve, n, "%s-reserve", path);
+    struct stat st;
+    sq->held = stat(sq->reserve, &st) == 0 && st.st_blocks * 512LL >= STORE_RESERVE;
+    if (!sq->held)
+        reserve_take(sq);
+    sq->checked = mono_s();
+    return &sq->base;
 }
 
 struct store *store_sqlite_open(const char *path, char *err, size_t errlen)
@@ -157,7 +325,7 @@ struct store *store_sqlite_open(const char *path, char *err, size_t errlen)
     if (sqlite3_create_collation(sq->db, "C", SQLITE_UTF8, NULL, collate_c) != SQLITE_OK)
         sq_fail(&sq->base, "collation");
     else if (sq_script(&sq->base, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;") == 0)
-        return &sq->base;
+        return sq_reserve_open(sq, path, err, errlen);
     snprintf(err, errlen, "cannot initialise %s: %s", path, sq->base.err);
     sq_close(&sq->base);
     return NULL;

@@ -285,8 +285,11 @@ static void on_ping_reply(struct qmp *q, int err, const char *msg, json_t *ret, 
     if (err)
         return; /* the connection is going away: on_qmp_close handles it */
     const char *st = json_string_value(json_object_get(ret, "status"));
-    if (st && (!strcmp(st, "guest-panicked") || !strcmp(st, "internal-error") ||
-               !strcmp(st, "io-error")))
+    if (st && !strcmp(st, "running"))
+        vm->room_waiting = 0; /* continued (by vm_room.c or a resume) */
+    else if (st && !strcmp(st, "io-error"))
+        vm_room_io_error(vm); /* a full host disk: waits for room, not a crash (vm_room.c) */
+    else if (st && (!strcmp(st, "guest-panicked") || !strcmp(st, "internal-error")))
         vm_kill_reason(vm, VM_EXIT_CRASHED, st);
 }
 

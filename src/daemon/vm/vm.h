@@ -82,6 +82,7 @@ enum vm_error {
     VM_E_JAIL,     /* namespaces, cgroup or uid switch failed */
     VM_E_INCOMPATIBLE, /* snapshot saved by another VM runtime (QEMU release, accelerator,
                           CPU: vm_sig.h): it cannot be loaded here */
+    VM_E_NOSPACE,  /* the host's disk has no room for what the operation writes */
 };
 
 /* Short stable identifier for an error ("vm_start_failed", ...). */
@@ -355,6 +356,23 @@ int vm_resume(struct vm *vm, vm_done_cb cb, void *arg);
  * the result; on success on_exit(VM_EXIT_SAVED) follows. On failure the VM keeps
  * running (paused state is restored to what it was). */
 int vm_suspend(struct vm *vm, const char *dir, vm_done_cb cb, void *arg);
+
+/* Room left on the disk after a save, for everything else that writes there (the
+ * store, logs, other sandboxes' disks). */
+#define VM_SAVE_KEEP_FREE (64LL << 20)
+
+/* Whether the file system of `dir` (or of its parent while dir does not exist) has room
+ * for vm_suspend (fork 0) or vm_fork_capture (fork 1) of vm, checked before either so
+ * that a save never fills the disk under the sandboxes that share it: the guest's RAM
+ * size (what the stream can reach), a fork's copy of the disk overlay, 1 MiB of device
+ * state, and VM_SAVE_KEEP_FREE. VM_OK, or VM_E_NOSPACE with what is needed and free in
+ * msg (starting "No space left on device"). A file system it cannot ask: VM_OK (the
+ * save's own write errors then say). */
+int vm_save_room(const struct vm *vm, const char *dir, int fork, char *msg, size_t msglen);
+
+/* 1 while the VM is stopped because the host's disk refused a guest write for lack of
+ * space (it continues by itself once there is room: vm_room.c), else 0. */
+int vm_room_waiting(const struct vm *vm);
 
 /* Fork capture: stops the VM, writes its full memory + device state to dir/state (and
  * dir/snapshot.json, kind "suspend": vm_restore takes the directory like a suspend's),

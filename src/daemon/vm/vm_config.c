@@ -121,6 +121,7 @@ const char *vm_error_code(int err)
     case VM_E_STATE: return "vm_wrong_state";
     case VM_E_JAIL: return "vm_jail_failed";
     case VM_E_INCOMPATIBLE: return "snapshot_incompatible";
+    case VM_E_NOSPACE: return "no_space";
     }
     return "vm_error";
 }

@@ -41,6 +41,9 @@ struct vm {
     uint64_t ping_excused_ms; /* of its age, time that does not count (see vm.h VM_HANG_MS) */
     uint64_t ping_runq_ms;    /* QEMU's threads' run-queue wait at the last check */
     int ping_runq_set;        /* ping_runq_ms holds a baseline for the outstanding ping */
+    int room_waiting;         /* stopped by a full host disk (vm_room.c) */
+    int room_cont_outstanding; /* its cont is on the way */
+    uint64_t room_wait_since_ms;
     int con_fd;               /* console socket, -1 if not connected */
     struct event *con_ev;     /* owned */
     int log_fd;               /* console.log, O_APPEND */
@@ -117,6 +120,12 @@ void vm_restore_begin(struct vm *vm);
  * become root-owned 0444 (no VM uid can write them from now on). Returns VM_OK, or
  * VM_E_IO with msg[cap]. */
 int vm_save_seal(struct vm *vm, char *msg, size_t msglen);
+/* vm_room.c: the ping found QEMU in run state "io-error" (a full host disk stopped it):
+ * waits for room, then continues the VM. Called at every such ping. */
+void vm_room_io_error(struct vm *vm);
+/* Bytes free to an unprivileged writer on path's file system (or its parent's while path
+ * does not exist); -1 when it cannot be asked. */
+long long vm_free_bytes(const char *path);
 /* Save/restore side: a MIGRATION event (status string). */
 void vm_save_on_migration(struct vm *vm, const char *status);
 
