@@ -14,7 +14,8 @@ names B again (without parts, so it is not moved again) and, the byte restored, 
 sandbox comes back on B. Then kills between the steps: of the old node (the move stored,
 its files unreachable) and of the new node mid-fetch; and a stopped sandbox whose row a
 control moved just before it died. Credential rules (secrets included) move with the
-sandbox, and a change of them drops the record first. One sandbox VM per test (TCG)."""
+sandbox, a change of them drops the record first, and the old node keeps them across a
+restart until the new node has them (a hand back finds them). One sandbox VM per test (TCG)."""
 import json
 import os
 import signal
@@ -309,5 +310,54 @@ def test_credential_rules_move_with_the_sandbox(cluster, pg_url):  # noqa: F811
         log = full_log(n)
         assert first[0]["secret"] not in log and second[0]["secret"] not in log, n.log_path
     space(control, "node", "undrain", b.node_id)
+    d = control.request("DELETE", "/v1/sandboxes/" + sid)
+    assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"
+
+
+def test_old_node_restarted_before_a_hand_back_keeps_the_rules(cluster, pg_url):  # noqa: F811
+    """The old node A restarted while the sandbox's row names B and B has not fetched its
+    files: A keeps the network record with the credential rules (they go with A's files,
+    which B may still refuse), so when B's fetch finds a digest mismatch and hands the
+    sandbox back, A restores it with its rules. A's startup sweep released the record of
+    a sandbox not in its table, and the rules' secrets were gone for good."""
+    control, nodes, restart, _ = cluster
+    sid, a, b = sandbox_with_state(control, nodes)
+    url = "/v1/sandboxes/%s/credentials" % sid
+    rules = [{"host": "api.test", "header": "Authorization", "secret": "Bearer kept-" + os.urandom(8).hex()}]
+    r = control.request("PUT", url, rules)
+    assert r.status == 200 and r.headers.get("x-space-node") == a.node_id, r
+    verb(control, sid, "suspend")
+    wait_for("the parts on A", lambda: row(pg_url, sid)[2])
+    mark = "sandbox.move sandbox=%s source=%s" % (sid, a.node_id)
+
+    # The move stored, A stopped as B's fetch begins, then killed and started again.
+    space(control, "node", "drain", a.node_id)
+    a.proc.send_signal(signal.SIGSTOP)
+    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    assert r.status == 202 and r.headers.get("x-space-node") == b.node_id, r
+    wait_for("B's fetch", lambda: full_log(b).count(mark + " parts=") == 1)
+    restart(a)
+    assert control.wait_op(r.json["operation"]["id"], timeout=600)["state"] == "failed"
+    assert row(pg_url, sid)[:2] == ("suspended", b.node_id)
+    kept = net_record(a, sid)
+    assert kept and kept[0]["creds"] == rules, ("A lost the rules at its restart", kept)
+
+    # B's next fetch is refused (A's saved state altered after it was hashed): the
+    # sandbox goes back to A, which restores it, rules included.
+    state_path = os.path.join(a.data_dir, "sandboxes", sid, "suspend", "state")
+    size = os.path.getsize(state_path)
+    flip(state_path, size // 2)
+    r, op = verb(control, sid, "restore", want="failed")
+    assert op["error"]["code"] == "sandbox_digest_mismatch", op
+    assert row(pg_url, sid) == ("suspended", a.node_id, None)
+    flip(state_path, size // 2)
+    r, _ = verb(control, sid, "restore")
+    assert r.headers.get("x-space-node") == a.node_id, r
+    got = control.request("GET", url)
+    assert got.status == 200 and got.json["credentials"] == [{"host": "api.test", "header": "Authorization"}], got
+    assert net_record(a, sid)[0]["creds"] == rules
+    _, res = run(control, sid, {"cmd": CHECK})
+    assert res["stdout"] == b"moved-42\nmem-42\nalive\n", (res, a.log())
+    space(control, "node", "undrain", a.node_id)
     d = control.request("DELETE", "/v1/sandboxes/" + sid)
     assert d.status == 202 and control.wait_op(d.json["operation"]["id"])["state"] == "succeeded"

@@ -200,8 +200,10 @@ const struct store_sbx *sbx_record(const struct sbx *s);
  * pause/suspend/restore and freed when the VM goes away). */
 struct agentc *sbx_agent(struct sbx *s);
 
-/* Whether sandbox `id` is in the table and not deleted (any tenant); arg = sp. The
- * `known` of net_spaced_new (main.c passes it: net/ knows no sandbox table). */
+/* Whether the network record of sandbox `id` is this node's to keep: it is in the table
+ * and not deleted (any tenant), or it moved away with credential rules whose files are
+ * still here (sbx_move.c: the record goes with them); arg = sp. The `known` of
+ * net_spaced_new (main.c passes it: net/ knows no sandbox table). */
 bool sbx_known(const char *id, void *sp);
 
 /* The sandboxes' use of templates (sbx_chain.c), the tpl_users_fn main.c registers with

@@ -391,6 +391,11 @@ void sbx_move_tick(struct spaced *sp);
 /* For sbx_template_users: the layers of sandbox directories in no table entry (moved
  * away, files not yet fetched by the new node). */
 void sbx_move_users(struct spaced *sp, tpl_use_fn use, void *arg);
+/* For sbx_known, on a cluster node: sandbox `id` (in no table entry) moved away with
+ * credential rules and its files, `creds` among them, are still here; its network
+ * record (the rules' secrets) stays until they go (sbx_move_tick), across a restart too:
+ * the new node may still refuse the files and hand the sandbox back. */
+bool sbx_move_holds_net(struct spaced *sp, const char *id);
 /* A row loaded on a cluster node gets this node's run directory. */
 void sbx_move_fix_run_dir(struct spaced *sp, struct store_sbx *rec);
 

@@ -527,6 +527,17 @@ static bool files_released(struct spaced *sp, const char *id)
     return released;
 }
 
+bool sbx_move_holds_net(struct spaced *sp, const char *id)
+{
+    char c[SBX_PATH_MAX + 300];
+    if (!sp->sbx->node_id[0] || !sbx_id_valid(id))
+        return false;
+    sandboxes_dir(sp, id, c, SBX_PATH_MAX);
+    size_t n = strlen(c);
+    snprintf(c + n, sizeof c - n, "/creds");
+    return access(c, F_OK) == 0;
+}
+
 void sbx_move_tick(struct spaced *sp)
 {
     if (!sp->sbx->node_id[0])
@@ -543,9 +554,7 @@ void sbx_move_tick(struct spaced *sp)
         char p[SBX_PATH_MAX];
         log_info("sandbox.move", "sandbox=%s event=files_removed reason=on_another_node", e->d_name);
         sandboxes_dir(sp, e->d_name, p, sizeof p);
-        char c[SBX_PATH_MAX + 300];
-        snprintf(c, sizeof c, "%s/creds", p);
-        if (access(c, F_OK) == 0 && net_get(sp)) /* the rules' secrets: the new node has them */
+        if (sbx_move_holds_net(sp, e->d_name) && net_get(sp)) /* the new node has the rules */
             net_release(net_get(sp), e->d_name);
         spaced_rm_rf(p);
         snprintf(p, sizeof p, "%s/run/%s", sp->opt.data_dir, e->d_name);

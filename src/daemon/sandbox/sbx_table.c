@@ -151,7 +151,10 @@ struct sbx *sbx_find(struct spaced *sp, const char *tenant, const char *id)
     return NULL;
 }
 
-bool sbx_known(const char *id, void *sp) { return sbx_find(sp, NULL, id) != NULL; }
+bool sbx_known(const char *id, void *sp)
+{
+    return sbx_find(sp, NULL, id) != NULL || sbx_move_holds_net(sp, id);
+}
 
 const char *sbx_id(const struct sbx *s) { return s->rec.id; }
 const char *sbx_tenant(const struct sbx *s) { return s->rec.tenant; }
