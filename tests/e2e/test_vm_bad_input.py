@@ -263,7 +263,8 @@ def test_full_disk_while_the_guest_writes(fresh_spaced):
             assert t.is_alive(), ("the write finished on a full disk", out)
             time.sleep(0.2)
         time.sleep(3)  # a few supervision ticks (2 s) with the guest stopped
-        assert state(sp, sid)["state"] == "running", state(sp, sid)
+        st = state(sp, sid)
+        assert st["state"] == "running" and "disk is full" in st.get("stalled", ""), st
         assert t.is_alive(), ("the write ended while the disk was full", out)
         for f in fillers:
             os.unlink(f)
@@ -271,7 +272,8 @@ def test_full_disk_while_the_guest_writes(fresh_spaced):
         assert not t.is_alive(), "the guest did not continue once there was room"
         assert out["r"] == (b"%d\n" % (48 << 20), 0), out
         assert "event=continued" in sp.log()
-        assert state(sp, sid)["state"] == "running", state(sp, sid)
+        st = state(sp, sid)
+        assert st["state"] == "running" and "stalled" not in st, st
         delete_clean(sp, sid)
         sp.stop()
     finally:

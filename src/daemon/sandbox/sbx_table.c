@@ -403,5 +403,8 @@ json_t *sbx_to_json(const struct sbx *s)
     char tok[AUTH_TOKEN_MAX];
     if (j && sbx_traffic_token(s, tok, sizeof tok) == 1)
         json_object_set_new(json_object_get(j, "ports"), "traffic_access_token", json_string(tok));
+    if (j && s->vm && vm_room_waiting(s->vm)) /* running, but not moving: say why */
+        json_object_set_new(j, "stalled", json_string("the host's disk is full: the guest is stopped "
+                                                      "until there is room, then continues"));
     return j;
 }
