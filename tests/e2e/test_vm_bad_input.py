@@ -191,6 +191,40 @@ def test_full_disk_while_suspending(fresh_spaced):
         subprocess.run(["umount", "-l", mnt])
 
 
+def test_full_disk_while_forking(fresh_spaced):
+    """A fork with no room for its capture (the parent's memory and disk overlay, and 64
+    MiB kept free) fails at once saying what it needs and what is free; the parent runs
+    on and nothing of the capture or the children is left."""
+    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
+    try:
+        sp = fresh_spaced(data_dir=mnt)
+        sid = running(sp)
+        fillers = fill_up(mnt, leave=100 << 20)
+        r = sp.request("POST", "/v1/sandboxes/%s/fork" % sid, {"count": 2})
+        assert r.status == 202, r
+        op = sp.wait_op(r.json["operation"]["id"], timeout=60)
+        print("fork on a full disk:", op["error"])
+        assert op["state"] == "failed" and "No space left" in op["error"]["message"], op
+        assert "MiB are free" in op["error"]["message"], op
+        assert state(sp, sid)["state"] == "running", state(sp, sid)
+        for child in r.json["sandboxes"]:
+            assert state(sp, child)["state"] in ("failed", "deleted"), state(sp, child)
+            assert not qemu_of(sp, child)
+        caps = os.path.join(mnt, "captures")
+        assert not os.path.isdir(caps) or not os.listdir(caps), os.listdir(caps)
+        out, code = session_output(sp, sid, "echo still-here")
+        assert (out, code) == (b"still-here\n", 0)
+        for f in fillers:
+            os.unlink(f)
+        delete_clean(sp, sid)
+        sp.stop()
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+
+
 def healthz(sp):
     return json.loads(urllib.request.urlopen(sp.url + "/healthz", timeout=10).read())
 
