@@ -210,7 +210,9 @@ static int sq_script(struct store *st, const char *sql)
     char *msg = NULL;
     bool was_auto = sqlite3_get_autocommit(db_of(st));
     int rc = sqlite3_exec(db_of(st), sql, NULL, NULL, &msg);
-    if (rc != SQLITE_OK && sq_full_retry(st, was_auto)) {
+    /* One statement (BEGIN, COMMIT) runs again; a script of several may have done some
+     * of them already (a migration fails whole and is redone at the next start). */
+    if (rc != SQLITE_OK && !strchr(sql, ';') && sq_full_retry(st, was_auto)) {
         sqlite3_free(msg);
         msg = NULL;
         rc = sqlite3_exec(db_of(st), sql, NULL, NULL, &msg);
