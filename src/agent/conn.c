@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 struct agent_conn {
@@ -20,7 +20,7 @@ struct agent_conn {
     bool hello;                            /* host HELLO received */
     bool broken;                           /* unrecoverable framing error seen */
     bool congested;                        /* out was above HIGH; wake producers at LOW */
-    int64_t in_at_ns;                      /* CLOCK_MONOTONIC of the input being handled */
+    int64_t in_at_ns;                      /* clock_mono_ns() of the input being handled */
 };
 
 static void conn_send(struct agent_conn *c, uint32_t channel, enum frame_type type,
@@ -325,16 +325,9 @@ static void conn_dispatch(struct agent_conn *c, const struct frame *f)
     }
 }
 
-static int64_t conn_mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 int64_t agent_conn_input_age_ns(const struct agent_conn *c)
 {
-    int64_t age = c->in_at_ns ? conn_mono_ns() - c->in_at_ns : 0;
+    int64_t age = c->in_at_ns ? clock_mono_ns() - c->in_at_ns : 0;
     return age > 0 ? age : 0;
 }
 
@@ -342,7 +335,7 @@ int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n)
 {
     if (c->broken)
         return -1;
-    c->in_at_ns = conn_mono_ns();
+    c->in_at_ns = clock_mono_ns();
     if (agent_buf_add(&c->in, p, n) < 0) {
         c->broken = true;
         return -1;

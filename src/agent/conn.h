@@ -85,7 +85,7 @@ int agent_conn_input(struct agent_conn *c, const uint8_t *p, size_t n);
  * without one). For an op that has answered and still has work to do that the host need
  * not wait for (refresh: the CPU-time baseline after its result). */
 void agent_conn_flush(struct agent_conn *c);
-/* How long ago (ns, CLOCK_MONOTONIC) the input now being handled arrived: 0 outside
+/* How long ago (ns, clock_mono_ns) the input now being handled arrived: 0 outside
  * agent_conn_input. A request handled behind others of the same input (the host's HELLO,
  * then a pipelined refresh) can correct a time it carries by this (refresh's time_ns). */
 int64_t agent_conn_input_age_ns(const struct agent_conn *c);

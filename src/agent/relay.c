@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "agent/thread.h"
+#include "clock.h"
 
 #define RELAY_CHUNK (64 * 1024)          /* one read, one frame (FRAME_MAX_PAYLOAD) */
 #define RELAY_STACK (64 * 1024)          /* the buffer is in struct relay, not here */
@@ -61,13 +62,6 @@ struct relay {
     enum agent_relay_dir dir;
     uint8_t buf[RELAY_CHUNK];
 };
-
-static int64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 /* Writes all of p to fd (a blocking one). false when fd fails (EPIPE: the reader left). */
 static bool relay_write_all(int fd, const uint8_t *p, size_t n, bool sock)
@@ -103,7 +97,7 @@ static void relay_from_cmd(struct relay *r)
             if (!pf[0].revents && !draining)
                 continue;
         }
-        if (!draining && last_ns && mono_ns() - last_ns < RELAY_BURST_NS) {
+        if (!draining && last_ns && clock_mono_ns() - last_ns < RELAY_BURST_NS) {
             struct timespec batch = {0, RELAY_BATCH_NS};
             nanosleep(&batch, NULL); /* a signal cuts it short: harmless */
         }
@@ -116,7 +110,7 @@ static void relay_from_cmd(struct relay *r)
             continue;
         if (n <= 0 || !relay_write_all(r->sock_fd, r->buf, (size_t)n, true))
             return;
-        last_ns = mono_ns();
+        last_ns = clock_mono_ns();
     }
 }
 

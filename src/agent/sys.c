@@ -17,6 +17,7 @@
 #include "agent/proc.h"
 #include "agent/req.h"
 #include "b64.h"
+#include "clock.h"
 
 #define SYS_ENTROPY_MIN 32
 #define SYS_ENTROPY_MAX 4096
@@ -24,7 +25,7 @@
 
 static bool sys_pid1;
 static bool sys_shutdown;
-static struct timespec sys_started;
+static int64_t sys_started_ms;     /* clock_mono_ms() at agent_sys_init */
 static char sys_boot_id[33];       /* hex of 16 random bytes */
 static char *sys_token;            /* access token from refresh (owned), NULL if none */
 
@@ -45,7 +46,7 @@ void agent_sys_init(bool pid1)
 {
     sys_pid1 = pid1;
     sys_shutdown = false;
-    clock_gettime(CLOCK_MONOTONIC, &sys_started);
+    sys_started_ms = clock_mono_ms();
     sys_new_boot_id();
 }
 
@@ -221,10 +222,7 @@ void agent_op_refresh(struct agent_chan *ch, json_t *req)
 
 void agent_op_health(struct agent_chan *ch, json_t *req)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long long up = (now.tv_sec - sys_started.tv_sec) * 1000LL +
-                   (now.tv_nsec - sys_started.tv_nsec) / 1000000;
+    long long up = (long long)(clock_mono_ms() - sys_started_ms);
     agent_op_result(ch, json_pack("{s:s, s:I, s:i, s:i, s:I, s:I, s:s, s:b}", "status", "ok",
                                   "uptime_ms", (json_int_t)up, "processes",
                                   (int)agent_proc_count(), "channels",

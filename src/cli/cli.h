@@ -70,9 +70,6 @@ int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what, json_t *
  * become '?', at most cap-1 bytes ("" for NULL). Returns out. */
 const char *cli_clean(const char *s, bool lines, char *out, size_t cap);
 
-/* Monotonic clock in milliseconds. */
-int64_t cli_now_ms(void);
-
 /* A network policy object {"mode"[, "allow"]}: with allow entries it is an allowlist
  * whatever mode says (new reference). */
 json_t *cli_policy(const char *mode, char *const *allow, int n_allow);

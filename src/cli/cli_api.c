@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Largest JSON response the CLI accepts (a full sandbox listing fits easily). */
 #define CLI_JSON_MAX (64 * 1024 * 1024)
 
@@ -198,7 +200,7 @@ static void op_line(const json_t *op, const char *what, int64_t start_ms, char *
     cli_clean(d, false, detail, sizeof detail);
     snprintf(line, cap, "%s: %s %d%%%s%s (%.1fs)", what, state,
              pct >= 0 && pct <= 100 ? (int)pct : 0, d ? " " : "", detail,
-             (double)(cli_now_ms() - start_ms) / 1000.0);
+             (double)(clock_mono_ms() - start_ms) / 1000.0);
 }
 
 int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what, json_t **final)
@@ -210,7 +212,7 @@ int cli_wait_op(struct cli_ctx *x, const char *op_id, const char *what, json_t *
     }
     /* The long-poll returns early only at the end: a short one lets stages show. */
     snprintf(path, sizeof path, "/v1/operations/%s?wait=1", id);
-    int64_t start = cli_now_ms();
+    int64_t start = clock_mono_ms();
     for (;;) {
         json_t *r = cli_call(x, "GET", path, NULL, NULL);
         json_t *op = json_object_get(r, "operation");

@@ -3,16 +3,10 @@
 #include "cli.h"
 
 #include <stdio.h>
-#include <time.h>
+
+#include "clock.h"
 
 #define REDRAW_MS 250
-
-int64_t cli_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void draw(const struct cli_progress *p, int64_t now)
 {
@@ -34,7 +28,7 @@ void cli_progress_start(const struct cli_ctx *x, struct cli_progress *p, const c
     p->what = what;
     p->total = total;
     p->done = 0;
-    p->start_ms = p->shown_ms = cli_now_ms();
+    p->start_ms = p->shown_ms = clock_mono_ms();
     if (x->tty)
         draw(p, p->start_ms);
 }
@@ -44,7 +38,7 @@ void cli_progress_update(const struct cli_ctx *x, struct cli_progress *p, int64_
     p->done += n;
     if (!x->tty)
         return;
-    int64_t now = cli_now_ms();
+    int64_t now = clock_mono_ms();
     if (now - p->shown_ms >= REDRAW_MS) {
         p->shown_ms = now;
         draw(p, now);
@@ -55,6 +49,6 @@ void cli_progress_end(const struct cli_ctx *x, struct cli_progress *p)
 {
     if (!x->tty)
         return;
-    draw(p, cli_now_ms());
+    draw(p, clock_mono_ms());
     fputc('\n', stderr);
 }

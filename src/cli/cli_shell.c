@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli_sse.h"
+#include "clock.h"
 
 #define SHELL_REATTACH_MAX 5
 /* Consecutive failures to open the stdin upload before input is given up. */
@@ -114,7 +115,7 @@ static void send_input(struct tty_run *t, const char *buf, size_t n)
             t->in.fd = -1;
         if (t->in.fd >= 0 && cli_http_send_chunk(&t->in, buf, n) == 0) {
             t->in_failures = 0;
-            t->in_last_ms = cli_now_ms();
+            t->in_last_ms = clock_mono_ms();
             return;
         }
         cli_http_close(&t->in);
@@ -238,7 +239,7 @@ static int run_loop(struct tty_run *t, int sigfd)
                               {.fd = t->in.fd, .events = POLLIN}};
         int wait = -1;
         if (t->in.fd >= 0) {
-            int64_t left = t->in_last_ms + SHELL_INPUT_IDLE_MS - cli_now_ms();
+            int64_t left = t->in_last_ms + SHELL_INPUT_IDLE_MS - clock_mono_ms();
             wait = left > 0 ? (int)left : 0;
         }
         /* Bytes already buffered in the connection do not show in poll. */
@@ -250,7 +251,7 @@ static int run_loop(struct tty_run *t, int sigfd)
          * it is over before any keystroke of this round goes out. */
         if (p[3].revents && t->in.fd == p[3].fd)
             input_answered(t);
-        else if (t->in.fd >= 0 && cli_now_ms() - t->in_last_ms >= SHELL_INPUT_IDLE_MS)
+        else if (t->in.fd >= 0 && clock_mono_ms() - t->in_last_ms >= SHELL_INPUT_IDLE_MS)
             end_upload(t);
         if (p[1].revents)
             t->out_starved = false;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dns_server.h"
 
 #define DNS_READS_PER_EVENT 32 /* fairness: one sandbox's flood cannot starve the loop */
@@ -38,7 +39,7 @@ static void answer(struct gw_sandbox *sb, const struct dns_asker *to, const stru
         for (size_t i = 0; i < e->naddrs; i++)
             if (policy_addr_allowed(&sb->policy, q->name, e->addrs[i], 0))
                 addrs[n++] = e->addrs[i];
-        uint64_t now = gw_now_ms();
+        int64_t now = clock_mono_ms();
         ttl = e->expires_ms > now ? (uint32_t)((e->expires_ms - now) / 1000) : 0;
         gw_decide(sb, "dns", n > 0, q->name, n ? "resolved" :
                   (e->naddrs ? "policy_addresses" :
@@ -174,7 +175,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         if (mh.msg_namelen != sizeof to.from || to.from.sin_family != AF_INET ||
             ntohl(to.from.sin_addr.s_addr) != sb->wiring.guest_ip)
             continue;
-        if (!gw_rate_take(&sb->dns_rate, gw_now_ms())) {
+        if (!gw_rate_take(&sb->dns_rate, clock_mono_ms())) {
             gw_rate_log(sb, &sb->dns_rate, "dns");
             continue;
         }

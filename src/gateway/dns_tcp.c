@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dns_server.h"
 
 struct dns_tcp {
@@ -82,7 +83,7 @@ static bool pump(struct dns_tcp *t)
         memcpy(msg, p + 2, len);
         evbuffer_drain(in, 2 + len);
         struct dns_asker to = {.tcp = t};
-        if (gw_rate_take(&t->sb->dns_rate, gw_now_ms())) {
+        if (gw_rate_take(&t->sb->dns_rate, clock_mono_ms())) {
             dns_handle(t->sb, msg, len, &to);
         } else {
             gw_rate_log(t->sb, &t->sb->dns_rate, "dns");

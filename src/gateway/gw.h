@@ -44,10 +44,10 @@
 
 struct gw_rate {
     double tokens, rate, burst;
-    uint64_t last_ms;
+    int64_t last_ms;              /* clock_mono_ms() of the last refill */
     uint64_t refused;             /* refusals since the last flood log line */
     uint64_t refused_total;
-    uint64_t last_log_ms;
+    int64_t last_log_ms;          /* clock_mono_ms() of the last flood log line */
 };
 
 struct gw_decision {
@@ -77,7 +77,7 @@ struct gw_cache_entry {
     uint32_t addrs[DNS_ANSWERS_MAX]; /* upstream answer minus forbidden addresses */
     size_t naddrs;
     size_t nforbidden;               /* upstream addresses dropped as forbidden */
-    uint64_t expires_ms;
+    int64_t expires_ms;              /* clock_mono_ms() from which the entry is stale */
 };
 
 struct gw_lookup;
@@ -127,8 +127,7 @@ struct gw {
 /* ---- gw_declog.c */
 void gw_rate_init(struct gw_rate *r, double rate, double burst);
 /* Takes one token; false (and counts a refusal) if empty. */
-bool gw_rate_take(struct gw_rate *r, uint64_t now_ms);
-uint64_t gw_now_ms(void);
+bool gw_rate_take(struct gw_rate *r, int64_t now_ms);
 /* Records a decision in sb's log and the process log. */
 void gw_decide(struct gw_sandbox *sb, const char *kind, bool allowed, const char *name,
                const char *reason, uint32_t dst, uint16_t port);

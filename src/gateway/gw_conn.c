@@ -12,6 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 #define HELLO_TIMEOUT_S 10         /* HELLO..CONNECT must finish within this */
 #define IDLE_TIMEOUT_S 600         /* an OPEN connection silent this long is closed */
 #define PIPE_HIGH (256 * 1024)     /* per direction buffering before back-pressure */
@@ -495,7 +497,7 @@ void gw_conn_accept(struct gw_sandbox *sb, int fd, bool tls)
     struct sockaddr_in dst;
     socklen_t dl = sizeof dst;
     struct gw_conn *c = NULL;
-    if (!gw_rate_take(&sb->conn_rate, gw_now_ms()) || sb->nconns >= GW_CONNS_MAX) {
+    if (!gw_rate_take(&sb->conn_rate, clock_mono_ms()) || sb->nconns >= GW_CONNS_MAX) {
         gw_rate_log(sb, &sb->conn_rate, tls ? "tls" : "http");
         goto refuse;
     }

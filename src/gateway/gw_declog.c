@@ -4,15 +4,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "gw.h"
 #include "log.h"
-
-uint64_t gw_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void gw_rate_init(struct gw_rate *r, double rate, double burst)
 {
@@ -20,10 +14,10 @@ void gw_rate_init(struct gw_rate *r, double rate, double burst)
     r->rate = rate;
     r->burst = burst;
     r->tokens = burst;
-    r->last_ms = gw_now_ms();
+    r->last_ms = clock_mono_ms();
 }
 
-bool gw_rate_take(struct gw_rate *r, uint64_t now_ms)
+bool gw_rate_take(struct gw_rate *r, int64_t now_ms)
 {
     if (now_ms > r->last_ms) {
         r->tokens += (double)(now_ms - r->last_ms) * r->rate / 1000.0;
@@ -42,7 +36,7 @@ bool gw_rate_take(struct gw_rate *r, uint64_t now_ms)
 
 void gw_rate_log(struct gw_sandbox *sb, struct gw_rate *r, const char *what)
 {
-    uint64_t now = gw_now_ms();
+    int64_t now = clock_mono_ms();
     if (now - r->last_log_ms < 1000)
         return;
     char reason[40];

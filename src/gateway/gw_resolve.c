@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "gw.h"
 
 #define TTL_MIN 5
@@ -19,7 +20,7 @@ struct gw_lookup {
 
 const struct gw_cache_entry *gw_cache_get(struct gw_sandbox *sb, const char *name)
 {
-    uint64_t now = gw_now_ms();
+    int64_t now = clock_mono_ms();
     for (size_t i = 0; i < GW_CACHE_MAX; i++)
         if (sb->cache[i].expires_ms > now && strcmp(sb->cache[i].name, name) == 0)
             return &sb->cache[i];
@@ -31,7 +32,7 @@ static struct gw_cache_entry *cache_store(struct gw_sandbox *sb, const char *nam
 {
     /* Reuse the name's slot, else an expired one, else the one expiring first. */
     struct gw_cache_entry *slot = &sb->cache[0];
-    uint64_t now = gw_now_ms();
+    int64_t now = clock_mono_ms();
     for (size_t i = 0; i < GW_CACHE_MAX; i++) {
         struct gw_cache_entry *e = &sb->cache[i];
         if (strcmp(e->name, name) == 0) {
@@ -53,7 +54,7 @@ static struct gw_cache_entry *cache_store(struct gw_sandbox *sb, const char *nam
         else
             slot->addrs[slot->naddrs++] = addrs[i];
     }
-    slot->expires_ms = now + (uint64_t)ttl * 1000;
+    slot->expires_ms = now + (int64_t)ttl * 1000;
     return slot;
 }
 

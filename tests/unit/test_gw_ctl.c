@@ -137,7 +137,7 @@ static void test_rate_and_log(void **state)
 {
     struct gw_rate r;
     gw_rate_init(&r, 10, 3);
-    uint64_t t = r.last_ms;
+    int64_t t = r.last_ms;
     assert_true(gw_rate_take(&r, t));
     assert_true(gw_rate_take(&r, t));
     assert_true(gw_rate_take(&r, t));

@@ -29,9 +29,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/net/net.h"
 #include "daemon/net/net_internal.h"
 
@@ -93,11 +93,9 @@ static void serve(struct fake *f, int c, bool may_hold);
 /* Holds an attach: what connects meanwhile is served before it. */
 static void hold(struct fake *f)
 {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = clock_mono_ms();
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long left = HOLD_MS - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        int64_t left = HOLD_MS - (clock_mono_ms() - t0);
         struct pollfd p = {.fd = f->lfd, .events = POLLIN};
         if (left <= 0)
             break;
@@ -242,18 +240,11 @@ static int fake_count(struct fake *f, size_t from, const char *entry, long *firs
 
 /* ---- the test ------------------------------------------------------------------------ */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Runs the loop until cond(f) (or 10 s). */
 static void loop_until(struct event_base *base, struct fake *f, bool (*cond)(struct fake *f))
 {
-    int64_t end = now_ms() + 10000;
-    while (!cond(f) && now_ms() < end) {
+    int64_t end = clock_mono_ms() + 10000;
+    while (!cond(f) && clock_mono_ms() < end) {
         event_base_loop(base, EVLOOP_NONBLOCK);
         usleep(1000);
     }
@@ -314,9 +305,9 @@ static void test_resync_in_flight_change(void **state)
     /* The gateway restarts; D's attach is held. The resync does not hold the loop. */
     size_t from = fake_forget(&f);
     fake_hold(&f, "sbrsD");
-    int64_t t0 = now_ms();
+    int64_t t0 = clock_mono_ms();
     net_gateway_resync(n);
-    assert_true(now_ms() - t0 < HOLD_MS / 2);
+    assert_true(clock_mono_ms() - t0 < HOLD_MS / 2);
     loop_until(base, &f, fake_holding);
 
     /* D's policy changes while its attach (with the old one) is in flight. */

@@ -13,31 +13,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/vm/pool.h"
 
 #define CALLS 3
 
 static char work[64];
-static double called_at[CALLS];
+static int64_t called_at_ms[CALLS];
 static unsigned calls, discards;
 static int refuse; /* prepare says no capacity */
 static struct event_base *break_in_prepare; /* stop the loop as the first fill starts */
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static int prepare(struct vm_config *cfg, void *arg)
 {
     static char id[32], run[128], disk[160];
     if (calls < CALLS)
-        called_at[calls] = now_s();
+        called_at_ms[calls] = clock_mono_ms();
     calls++;
     if (break_in_prepare)
         event_base_loopbreak(break_in_prepare);
@@ -107,8 +100,8 @@ static void run_case(int refuse_prepare)
     run_until_calls(base);
     assert_int_equal(calls, CALLS); /* it kept trying ... */
     /* ... backing off: 1 s before the 2nd try, 2 s before the 3rd */
-    assert_true(called_at[1] - called_at[0] >= 0.95);
-    assert_true(called_at[2] - called_at[1] >= 1.95);
+    assert_true(called_at_ms[1] - called_at_ms[0] >= 950);
+    assert_true(called_at_ms[2] - called_at_ms[1] >= 1950);
     /* every failed clone was handed back for cleanup; prepare refusing left nothing */
     assert_int_equal(discards, refuse_prepare ? 0 : CALLS);
     assert_int_equal(pool_ready(p), 0);

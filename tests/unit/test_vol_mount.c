@@ -10,11 +10,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <cmocka.h>
 
 #include "agent/fuse_relay.h"
+#include "clock.h"
 #include "agentc_fake.h"
 #include "daemon/volume/vol_mount.h"
 
@@ -51,13 +51,6 @@ static struct volm *start(struct fake *f, const char *prog, uint32_t *id)
     return m;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Runs the loop for ms milliseconds, reading what agentc sends (CREDIT grants added to
  * *granted when given) and, when chunk is given, sending DATA OUT on channel id as long
  * as the credit allows (*sent counts it). Returns the peak of volm_buffered. */
@@ -65,7 +58,7 @@ static size_t run_for(struct fake *f, struct volm *m, int ms, uint32_t id, const
                       uint64_t *sent, uint64_t *granted)
 {
     size_t peak = 0;
-    int64_t end = now_ms() + ms;
+    int64_t end = clock_mono_ms() + ms;
     do {
         if (chunk && *sent + FRAME_MAX_PAYLOAD <= FRAME_WINDOW_INITIAL + *granted) {
             fake_send(f, id, FRAME_DATA, FRAME_STREAM_OUT, chunk, FRAME_MAX_PAYLOAD);
@@ -83,7 +76,7 @@ static size_t run_for(struct fake *f, struct volm *m, int ms, uint32_t id, const
             if (granted && fr.type == FRAME_CREDIT && frame_credit_value(&fr, &g) == 0)
                 *granted += g;
         }
-    } while (now_ms() < end);
+    } while (clock_mono_ms() < end);
     return peak;
 }
 

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 #define AGENTC_ERR_CODE_MAX 64
@@ -59,7 +59,7 @@ struct agentc {
                                                queued; stall_ev ends the connection */
     struct event *stall_ev;                 /* owned; fires from the loop */
     double ping_tokens;                     /* PING budget (AGENTC_PING_RATE per second) */
-    double ping_at;                         /* when it was last refilled (s, monotonic) */
+    int64_t ping_at_us;                     /* when it was last refilled (clock_mono_us) */
 };
 
 static void agentc_destroy(struct agentc *c);
@@ -364,21 +364,14 @@ static void on_chan_frame(struct agentc *c, const struct frame *f)
     }
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Token bucket: AGENTC_PING_RATE per second, as many in a burst. */
 static bool ping_allowed(struct agentc *c)
 {
-    double now = mono_now();
-    c->ping_tokens += (now - c->ping_at) * AGENTC_PING_RATE;
+    int64_t now = clock_mono_us();
+    c->ping_tokens += (double)(now - c->ping_at_us) * AGENTC_PING_RATE / 1e6;
     if (c->ping_tokens > AGENTC_PING_RATE)
         c->ping_tokens = AGENTC_PING_RATE;
-    c->ping_at = now;
+    c->ping_at_us = now;
     if (c->ping_tokens < 1)
         return false;
     c->ping_tokens -= 1;
@@ -528,7 +521,7 @@ struct agentc *agentc_new(struct event_base *base, int fd, const struct agentc_c
     c->arg = arg;
     c->next_id = 1;
     c->ping_tokens = AGENTC_PING_RATE;
-    c->ping_at = mono_now();
+    c->ping_at_us = clock_mono_us();
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, AGENTC_OUTQ_SOFT / 2, 0);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);

@@ -26,10 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <openssl/crypto.h>
 
+#include "clock.h"
 #include "daemon/http/ratelimit.h"
 #include "daemon/auth/auth.h"
 #include "daemon/cluster/cluster.h"
@@ -39,13 +39,6 @@ struct routes_rl {
     struct spaced *sp;
     struct rl_table *t; /* owned */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static bool exempt(struct http_req *req)
 {
@@ -110,7 +103,7 @@ static bool ratelimit_hook(struct http_req *req, void *arg)
         return false;
     char client[RL_KEY_MAX];
     bool by_key = client_key(R, req, client, sizeof client);
-    int64_t wait_ms = rl_take(R->t, client, mono_ms());
+    int64_t wait_ms = rl_take(R->t, client, clock_mono_ms());
     if (wait_ms == 0)
         return false;
     char after[24];

@@ -55,6 +55,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "clock.h"
 #include "daemon/agentc/agentc.h"
 #include "http_parse.h"
 #include "daemon/http/ratelimit.h"
@@ -602,10 +603,8 @@ static bool pl_admit(struct e2b *e, evutil_socket_t fd, const char *addr)
     }
     char key[RL_KEY_MAX];
     snprintf(key, sizeof key, "ip:%s", addr);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     struct rl_table *rl = e->pipes.rl;
-    int64_t wait_ms = rl ? rl_take(rl, key, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) : 0;
+    int64_t wait_ms = rl ? rl_take(rl, key, clock_mono_ms()) : 0;
     if (wait_ms > 0) {
         pl_refuse(fd, (wait_ms + 999) / 1000, addr, "too many new connections");
         return false;

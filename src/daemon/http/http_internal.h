@@ -104,7 +104,7 @@ struct http_req {
     uint64_t bytes_out;              /* body bytes written */
     http_drain_fn drain_cb;
     void *drain_arg;
-    struct timespec start;           /* when the head was dispatched */
+    int64_t start_us;                /* when the head was dispatched (clock_mono_us) */
     http_upgrade_fn upgrade_cb;      /* set by http_req_upgrade: hand-over pending */
     void *upgrade_arg;
 };

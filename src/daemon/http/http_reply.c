@@ -10,6 +10,7 @@
 
 #include <event2/buffer.h>
 
+#include "clock.h"
 #include "log.h"
 
 const char *http_status_reason(int status)
@@ -75,13 +76,7 @@ static const char *server_date(struct http_server *s)
 void http_log_response(struct http_conn *c, const struct http_req *r, int status, uint64_t bytes)
 {
     char qm[48], qp[512];
-    long long ms = 0;
-    if (r) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        ms = (long long)(now.tv_sec - r->start.tv_sec) * 1000 +
-             (now.tv_nsec - r->start.tv_nsec) / 1000000;
-    }
+    long long ms = r ? (long long)(clock_mono_us() - r->start_us) / 1000 : 0;
     log_info("request", "method=%s path=%s status=%d bytes=%llu ms=%lld peer=%s",
              log_quote(r ? r->head.method : "-", qm, sizeof qm),
              log_quote(r ? r->path : "-", qp, sizeof qp), status, (unsigned long long)bytes, ms,

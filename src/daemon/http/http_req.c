@@ -8,6 +8,8 @@
 
 #include <event2/buffer.h>
 
+#include "clock.h"
+
 static const char *const known_methods[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
                                             "OPTIONS"};
 
@@ -63,7 +65,7 @@ struct http_req *http_req_new(struct http_conn *c, struct http_head *head,
     r->head = *head;
     memset(head, 0, sizeof *head);
     r->stream_len = -1;
-    clock_gettime(CLOCK_MONOTONIC, &r->start);
+    r->start_us = clock_mono_us();
     r->extra_headers = evbuffer_new();
     if (!r->extra_headers)
         return bad(r, err, 503, "unavailable", "out of memory");

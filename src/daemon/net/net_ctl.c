@@ -15,9 +15,9 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/net/net_internal.h"
 
 #define CTL_TIMEOUT_S 5
@@ -149,13 +149,6 @@ json_t *net_ctl_call(const char *path, const json_t *req, char *err, size_t errl
     return reply;
 }
 
-int64_t net_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the asynchronous kind ---------------------------------------------------------- */
 
 struct net_ctl_async {
@@ -163,7 +156,7 @@ struct net_ctl_async {
     int fd;                 /* -1 when the connect failed */
     struct event *ev;       /* fd ready (the direction the exchange needs) or timeout */
     struct exchange x;
-    int64_t deadline_ms;    /* net_mono_ms() past which the gateway has timed out */
+    int64_t deadline_ms;    /* clock_mono_ms() past which the gateway has timed out */
     bool failed;            /* err is set: the next event ends it */
     char err[256];
     net_ctl_done_fn done;
@@ -204,7 +197,7 @@ static void async_cb(evutil_socket_t fd, short what, void *arg);
 /* Waits for the socket in the direction the exchange needs, until the deadline. */
 static void async_arm(struct net_ctl_async *c)
 {
-    int64_t left = c->deadline_ms - net_mono_ms();
+    int64_t left = c->deadline_ms - clock_mono_ms();
     struct timeval tv = {.tv_sec = left > 0 ? left / 1000 : 0,
                          .tv_usec = left > 0 ? (left % 1000) * 1000 : 0};
     event_del(c->ev);
@@ -218,7 +211,7 @@ static void async_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     int r = c->failed ? -1 : exchange_step(c->fd, &c->x, c->err, sizeof c->err);
-    if (r == 0 && net_mono_ms() >= c->deadline_ms) {
+    if (r == 0 && clock_mono_ms() >= c->deadline_ms) {
         snprintf(c->err, sizeof c->err, "gateway timed out (%d s)", CTL_TIMEOUT_S);
         r = -1;
     }
@@ -238,7 +231,7 @@ struct net_ctl_async *net_ctl_async(struct event_base *base, const char *path, c
     c->fd = -1;
     c->done = done;
     c->arg = arg;
-    c->deadline_ms = net_mono_ms() + CTL_TIMEOUT_S * 1000;
+    c->deadline_ms = clock_mono_ms() + CTL_TIMEOUT_S * 1000;
     c->ev = event_new(base, -1, 0, async_cb, c);
     c->x.out = request_line(req, &c->x.out_len);
     if (!c->ev || !c->x.out) {
@@ -260,7 +253,7 @@ void net_ctl_async_wait(struct net_ctl_async *c)
     event_del(c->ev); /* also takes back a pending activation */
     int r = c->failed ? -1 : 0;
     while (r == 0 && (r = exchange_step(c->fd, &c->x, c->err, sizeof c->err)) == 0) {
-        int64_t left = c->deadline_ms - net_mono_ms();
+        int64_t left = c->deadline_ms - clock_mono_ms();
         struct pollfd p = {.fd = c->fd, .events = async_wants(c) == EV_WRITE ? POLLOUT : POLLIN};
         if (left <= 0 || (poll(&p, 1, (int)left) < 0 && errno != EINTR)) {
             snprintf(c->err, sizeof c->err, "gateway timed out (%d s)", CTL_TIMEOUT_S);

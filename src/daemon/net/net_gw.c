@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/net/net_internal.h"
 #include "log.h"
 
@@ -53,7 +54,7 @@ struct net_gw {
     int backoff_ms;
     int ping_left;               /* pings before giving up on a fresh gateway */
     bool up;                     /* answered a ping since it was (re)started */
-    int64_t spawned_ms;          /* CLOCK_MONOTONIC of the last spawn (0: adopted) */
+    int64_t spawned_ms;          /* clock_mono_ms() of the last spawn (0: adopted) */
     int64_t up_ms;               /* of its first answered ping */
 };
 
@@ -146,7 +147,7 @@ static void spawn(struct net_gw *g)
         return;
     }
     write_pid(g);
-    g->spawned_ms = net_mono_ms();
+    g->spawned_ms = clock_mono_ms();
     log_info("gateway.start", "pid=%d", (int)pid);
     g->ping_left = PING_TRIES;
     arm(g, PING_EVERY_MS);
@@ -163,7 +164,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         return;
     if (ping(g)) {
         g->up = true;
-        g->up_ms = net_mono_ms();
+        g->up_ms = clock_mono_ms();
         g->backoff_ms = BACKOFF_MIN_MS;
         log_info("gateway.up", "pid=%d start_ms=%lld", (int)g->pid,
                  (long long)(g->up_ms - g->spawned_ms));
@@ -187,7 +188,7 @@ static void on_exit_cb(evutil_socket_t fd, short what, void *arg)
     if (g->child)
         waitpid(g->pid, &status, 0);
     /* A gateway that served a while crashed: sandboxes wait for it, restart now. */
-    bool stable = g->up && net_mono_ms() - g->up_ms >= STABLE_MS;
+    bool stable = g->up && clock_mono_ms() - g->up_ms >= STABLE_MS;
     int delay = stable ? 0 : g->backoff_ms;
     log_error("gateway.exit", "pid=%d status=%d restart_in_ms=%d", (int)g->pid, status, delay);
     unwatch(g);
@@ -231,7 +232,7 @@ static bool adopt(struct net_gw *g)
         return false;
     }
     g->up = true;
-    g->up_ms = net_mono_ms() - STABLE_MS; /* served before us */
+    g->up_ms = clock_mono_ms() - STABLE_MS; /* served before us */
     log_info("gateway.adopt", "pid=%d", pid);
     return true;
 }

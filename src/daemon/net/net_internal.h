@@ -111,9 +111,6 @@ void net_ctl_async_wait(struct net_ctl_async *c);
 /* Drops it unanswered: done never runs. NULL is accepted. */
 void net_ctl_async_cancel(struct net_ctl_async *c);
 
-/* CLOCK_MONOTONIC in milliseconds (deadlines, durations in the log). */
-int64_t net_mono_ms(void);
-
 /* ---- net_gw.c: supervision of space-gateway ----------------------------------------- */
 
 struct net_gw;

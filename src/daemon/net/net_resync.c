@@ -39,6 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/net/net_internal.h"
 #include "log.h"
 
@@ -139,7 +140,7 @@ static void begin(struct net_resync *rs)
     rs->tenants_sent = false;
     rs->again = false;
     rs->running = true;
-    rs->t0_ms = net_mono_ms();
+    rs->t0_ms = clock_mono_ms();
     schedule(rs, 0);
 }
 
@@ -167,7 +168,7 @@ static void next_record(struct net_resync *rs)
 static void finish(struct net_resync *rs, const char *event)
 {
     log_info(event, "attached=%u ms=%lld failed=%u redone=%u of=%zu", rs->attached,
-             (long long)(net_mono_ms() - rs->t0_ms), rs->failed, rs->redone, rs->count);
+             (long long)(clock_mono_ms() - rs->t0_ms), rs->failed, rs->redone, rs->count);
     rs->running = false;
     free(rs->ids);
     rs->ids = NULL;

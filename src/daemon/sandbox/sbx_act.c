@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/agentc/agentc.h"
 #include "daemon/jail/jail.h"
 #include "daemon/net/net.h"
@@ -71,32 +72,25 @@ struct sbx_create {
     const char *how;
     int64_t spawn_us;           /* of the vm stage: vm_restore/vm_boot itself (the jailed
                                    spawn, synchronous), or the pool claim */
-    /* timing (CLOCK_MONOTONIC, us) */
+    /* timing (the monotonic clock, clock.h) */
     int64_t queued_ms;          /* submission until the engine started the create */
     int64_t start_us;
     int64_t spent_us[CS_COUNT];
     int64_t began_us[CS_COUNT]; /* 0: the stage is not running */
 };
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Stage timing; a no-op outside a create (start_vm and send_refresh serve every verb). */
 static void stage_begin(struct sbx *s, enum create_stage st)
 {
     if (s->create && !s->create->began_us[st])
-        s->create->began_us[st] = mono_us();
+        s->create->began_us[st] = clock_mono_us();
 }
 
 static void stage_end(struct sbx *s, enum create_stage st)
 {
     struct sbx_create *c = s->create;
     if (c && c->began_us[st]) {
-        c->spent_us[st] += mono_us() - c->began_us[st];
+        c->spent_us[st] += clock_mono_us() - c->began_us[st];
         c->began_us[st] = 0;
     }
 }
@@ -118,7 +112,7 @@ static void create_end(struct sbx *s, bool ok)
              c->how ? c->how : "none", (long long)c->queued_ms, (long long)ms[CS_TEMPLATE],
              (long long)ms[CS_DISK], (long long)ms[CS_VM], (long long)((c->spawn_us + 500) / 1000),
              (long long)ms[CS_NET], (long long)ms[CS_REFRESH], (long long)ms[CS_PERSIST],
-             (long long)((mono_us() - c->start_us + 500) / 1000));
+             (long long)((clock_mono_us() - c->start_us + 500) / 1000));
     /* A pooled create, or a restore (which asked the shape's pool first and found it
      * empty): the answer is out, the pool's refill (a jailed spawn) may start. */
     bool asked_pool = c->how && (strcmp(c->how, "pool") == 0 || strcmp(c->how, "restore") == 0);
@@ -786,12 +780,12 @@ static void start_vm(struct sbx *s, const char *snapshot_dir)
     if (s->create)
         s->create->how = snapshot_dir ? "restore" : "boot";
     stage_begin(s, CS_VM);
-    int64_t t0 = mono_us();
+    int64_t t0 = clock_mono_us();
     s->vm = snapshot_dir
                 ? vm_restore(s->sp->base, &cfg, snapshot_dir, 0, &sbx_vm_cbs, s, &verr, msg, sizeof msg)
                 : vm_boot(s->sp->base, &cfg, &sbx_vm_cbs, s, &verr, msg, sizeof msg);
     if (s->create)
-        s->create->spawn_us += mono_us() - t0;
+        s->create->spawn_us += clock_mono_us() - t0;
     if (lease.tap_fd >= 0)
         close(lease.tap_fd); /* QEMU holds its own copy from the spawn */
     if (!s->vm) {
@@ -839,7 +833,7 @@ static void create_begin(struct sbx *s)
     s->create = calloc(1, sizeof *s->create);
     if (!s->create)
         return; /* act_create fails it */
-    s->create->start_us = mono_us();
+    s->create->start_us = clock_mono_us();
     int64_t q = spaced_now_ms() - s->rec.created_ms;
     s->create->queued_ms = q > 0 && !s->recovering ? q : 0;
 }
@@ -1002,10 +996,10 @@ static bool stage_vm_pooled(struct sbx *s, struct sbx_create *c)
     if (n && !net_gateway_up(n)) /* restore instead: start_vm waits for the gateway */
         return false;
     stage_begin(s, CS_VM);
-    int64_t t0 = mono_us();
+    int64_t t0 = clock_mono_us();
     s->vm = sbx_pool_claim(s->sp, &s->rec, c->snap, c->nic, c->overlay, c->t.rootfs, c->disk,
                            &sbx_vm_cbs, s);
-    c->spawn_us += mono_us() - t0;
+    c->spawn_us += clock_mono_us() - t0;
     if (!s->vm) {
         stage_end(s, CS_VM);
         return false;

@@ -48,22 +48,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon/quota/quota.h"
 #include "log.h"
 #include "sbx_internal.h"
 
 #define CAPTURE_ID_HEX 16
-
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void sbx_capture_dir(const struct spaced *sp, const char *id, char *out, size_t cap)
 {
@@ -259,7 +251,7 @@ static void fork_end(struct sbx_fork *f)
     snprintf(p, sizeof p, "%s/snapshot.json", dir);
     unlink(p);
     log_info("sandbox.fork", "parent=%s capture=%s forks=%u failed=%u total_ms=%lld", f->parent,
-             f->capture, f->n, f->failed, (long long)((mono_us() - f->started_us) / 1000));
+             f->capture, f->n, f->failed, (long long)((clock_mono_us() - f->started_us) / 1000));
     char op[STORE_ID_MAX], msg[700];
     snprintf(op, sizeof op, "%s", f->op_id);
     snprintf(msg, sizeof msg, "%u of %u forks failed (first: %s)", f->failed, f->n, f->why);
@@ -323,7 +315,7 @@ static void capture_ready(struct vm *vm, int err, const char *msg, void *arg)
     }
     char detail[128];
     snprintf(detail, sizeof detail, "captured in %lld ms; restoring %u forks",
-             (long long)((mono_us() - f->started_us) / 1000), f->n);
+             (long long)((clock_mono_us() - f->started_us) / 1000), f->n);
     op_progress(f->sp, f->op_id, 50, detail);
     unsigned n = f->n;
     for (unsigned i = 0; i < n && f->done < n; i++) {
@@ -377,7 +369,7 @@ static void on_flattened(struct vm *vm, int err, const char *msg, void *arg)
     snprintf(p, sizeof p, "%s/disk.qcow2", dir);
     unlink(p);
     log_info("sandbox.fork", "event=flattened capture=%s layers=%u ms=%lld", f->capture,
-             f->flat_base.n + 1, (long long)((mono_us() - f->started_us) / 1000));
+             f->flat_base.n + 1, (long long)((clock_mono_us() - f->started_us) / 1000));
     capture_ready(vm, VM_OK, NULL, f);
 }
 
@@ -430,7 +422,7 @@ static void fork_run(struct spaced *sp, const struct store_op *op, void *arg)
         op_finish(sp, op->id, false, "interrupted", "interrupted by a restart of spaced");
         return;
     }
-    f->started_us = mono_us();
+    f->started_us = clock_mono_us();
     struct sbx *p = sbx_find(sp, NULL, f->parent);
     if (!p || p->state != SBX_RUNNING || !p->vm || vm_state(p->vm) != VM_STATE_RUNNING) {
         char why[200];

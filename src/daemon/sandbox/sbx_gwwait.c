@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "daemon/net/net.h"
 #include "log.h"
 #include "sbx_internal.h"
@@ -30,13 +30,6 @@ struct sbx_gw_wait {
     sbx_gw_resume_fn resume;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* a bound in wall-clock time moves with the clock */
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void on_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct sbx *s = arg;
@@ -46,7 +39,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     if (!s->op_id[0])
         return; /* the action ended meanwhile */
     struct net *n = net_get(s->sp);
-    if (n && !net_gateway_up(n) && mono_ms() < w->deadline_ms) {
+    if (n && !net_gateway_up(n) && clock_mono_ms() < w->deadline_ms) {
         struct timeval tv = {0, SBX_GW_POLL_MS * 1000};
         evtimer_add(w->ev, &tv);
         return;
@@ -59,7 +52,7 @@ enum sbx_gw sbx_gw_check(struct sbx *s, const char *snap, sbx_gw_resume_fn resum
 {
     struct net *n = net_get(s->sp);
     struct sbx_gw_wait *w = s->gw;
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (!n || net_gateway_up(n)) {
         if (w && w->since_ms)
             log_info("sandbox.gateway_wait", "sandbox=%s result=up waited_ms=%lld", s->rec.id,

@@ -193,7 +193,7 @@ struct sbx_fork {
     char why[512];       /* the first fork's failure */
     char snapshot[STORE_ID_MAX]; /* a snapshot job (sbx_snap.c): its id = the capture's;
                                     n == 0 */
-    int64_t started_us;  /* the op's start (CLOCK_MONOTONIC) */
+    int64_t started_us;  /* the op's start (clock_mono_us) */
     /* The parent's chain when the capture's (its overlay copy over it) would exceed
      * VM_DISK_BACKING_MAX: the copy is flattened over it into one raw image (n == 0:
      * no flattening). */

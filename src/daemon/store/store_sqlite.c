@@ -22,9 +22,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "store_backend.h"
 
@@ -38,11 +38,11 @@
 #define STORE_NEARLY_FULL (4LL << 20)
 
 struct store_sqlite {
-    struct store base; /* first: the handle store.c sees */
-    sqlite3 *db;       /* owned */
-    char *reserve;     /* the reserve file's path; NULL: none kept (in-memory database) */
-    bool held;         /* the reserve is allocated */
-    time_t checked;    /* last attempt to take the reserve again (monotonic seconds) */
+    struct store base;  /* first: the handle store.c sees */
+    sqlite3 *db;        /* owned */
+    char *reserve;      /* the reserve file's path; NULL: none kept (in-memory database) */
+    bool held;          /* the reserve is allocated */
+    int64_t checked_ms; /* last attempt to take the reserve again (clock_mono_ms) */
 };
 
 static sqlite3 *db_of(struct store *st) { return ((struct store_sqlite *)st)->db; }
@@ -54,13 +54,6 @@ static int sq_fail(struct store *st, const char *what)
 }
 
 static struct store_sqlite *sq_of(struct store *st) { return (struct store_sqlite *)st; }
-
-static time_t mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
 
 /* Bytes free to an unprivileged writer on the file system of the database; -1: unknown.
  * Asked of the directory: the reserve file may be gone. */
@@ -98,7 +91,7 @@ static bool reserve_give_up(struct store_sqlite *sq, const char *why)
     if (!sq->held)
         return false;
     sq->held = false;
-    sq->checked = mono_s();
+    sq->checked_ms = clock_mono_ms();
     if (unlink(sq->reserve) < 0 && errno != ENOENT)
         return false;
     log_error("store.reserve", "event=used path=%s bytes=%lld why=%s note=\"the data dir's disk "
@@ -120,10 +113,10 @@ static bool sq_full_retry(struct store *st, bool was_auto)
 static void sq_tick(struct store *st)
 {
     struct store_sqlite *sq = sq_of(st);
-    time_t now = mono_s();
-    if (!sq->reserve || sq->held || now - sq->checked < STORE_RESERVE_CHECK_S)
+    int64_t now = clock_mono_ms();
+    if (!sq->reserve || sq->held || now - sq->checked_ms < STORE_RESERVE_CHECK_S * 1000)
         return;
-    sq->checked = now;
+    sq->checked_ms = now;
     long long avail = sq_free_bytes(sq);
     if (avail < STORE_RESERVE_AGAIN)
         return;
@@ -306,7 +299,7 @@ static struct store *sq_reserve_open(struct store_sqlite *sq, const char *path, 
     sq->held = stat(sq->reserve, &st) == 0 && st.st_blocks * 512LL >= STORE_RESERVE;
     if (!sq->held)
         reserve_take(sq);
-    sq->checked = mono_s();
+    sq->checked_ms = clock_mono_ms();
     return &sq->base;
 }
 

@@ -17,8 +17,8 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "daemon/agentc/agentc.h"
 #include "log.h"
 #include "tpl_internal.h"
@@ -31,7 +31,7 @@ struct tpl_warm {
     struct agentc_chan *ch; /* the step in flight */
     unsigned step;          /* index into the steps below */
     unsigned failed;        /* steps that answered with an error */
-    struct timespec t0;     /* for the log */
+    int64_t t0_ms;          /* clock_mono_ms() at the start, for the log */
     char label[96];         /* for the log: the template's snapshot */
 };
 
@@ -66,11 +66,9 @@ static void on_close(void *arg)
     w->step++;
     if (next_step(w) == 0)
         return;
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     log_info("template.warm", "snapshot=%s result=%s steps=%u failed=%u ms=%lld", w->label,
              w->failed || w->step < WARM_STEPS ? "partial" : "ok", w->step, w->failed,
-             (long long)(t1.tv_sec - w->t0.tv_sec) * 1000 + (t1.tv_nsec - w->t0.tv_nsec) / 1000000);
+             (long long)(clock_mono_ms() - w->t0_ms));
     w->done(w->arg); /* may free w */
 }
 
@@ -100,7 +98,7 @@ struct tpl_warm *tpl_warm_start(struct agentc *agent, const struct tpl_defaults 
         return NULL;
     *w = (struct tpl_warm){.agent = agent, .d = d, .done = done, .arg = arg};
     snprintf(w->label, sizeof w->label, "%s", label);
-    clock_gettime(CLOCK_MONOTONIC, &w->t0);
+    w->t0_ms = clock_mono_ms();
     if (next_step(w) < 0) {
         free(w);
         return NULL;

@@ -13,6 +13,7 @@
  * new host. */
 #include "pool.h"
 #include "b64.h"
+#include "clock.h"
 #include "frame.h"
 #include "log.h"
 #include "vm_greet.h"
@@ -83,16 +84,9 @@ struct pool {
     struct event *refill;                  /* owned */
     int64_t refill_due_ms;                 /* when the pending refill timer fires */
     pool_cap_cb cap;                       /* NULL: fixed size */
-    int64_t claims_ms[POOL_DEMAND_MAX];    /* CLOCK_MONOTONIC ms of recent claims (ring) */
+    int64_t claims_ms[POOL_DEMAND_MAX];    /* clock_mono_ms() of recent claims (ring) */
     unsigned nclaims;                      /* claims recorded, ever */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 unsigned pool_count(const struct pool *p)
 {
@@ -115,14 +109,14 @@ unsigned pool_demand(const int64_t *claims_ms, unsigned nclaims, int64_t now_ms,
 
 unsigned pool_target(struct pool *p)
 {
-    return p->cap ? pool_demand(p->claims_ms, p->nclaims, mono_ms(), p->size, p->cap(p->arg))
+    return p->cap ? pool_demand(p->claims_ms, p->nclaims, clock_mono_ms(), p->size, p->cap(p->arg))
                   : p->size;
 }
 
 unsigned pool_recent(const struct pool *p)
 {
     /* pool_demand with no floor and no ceiling is the count itself */
-    return pool_demand(p->claims_ms, p->nclaims, mono_ms(), 0, POOL_DEMAND_MAX);
+    return pool_demand(p->claims_ms, p->nclaims, clock_mono_ms(), 0, POOL_DEMAND_MAX);
 }
 
 unsigned pool_ceiling(struct pool *p) { return p->cap ? p->cap(p->arg) : p->size; }
@@ -179,7 +173,7 @@ static void kick_after(struct pool *p, unsigned delay_ms)
 {
     if (p->freeing || p->fails)
         return;
-    int64_t due = mono_ms() + delay_ms;
+    int64_t due = clock_mono_ms() + delay_ms;
     if (delay_ms && event_pending(p->refill, EV_TIMEOUT, NULL) && p->refill_due_ms <= due)
         return;
     struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
@@ -205,7 +199,7 @@ static void backoff(struct pool *p, const char *why)
         s = POOL_RETRY_MAX_S;
     p->fails++;
     struct timeval tv = {.tv_sec = s};
-    p->refill_due_ms = mono_ms() + (int64_t)s * 1000;
+    p->refill_due_ms = clock_mono_ms() + (int64_t)s * 1000;
     log_warn("pool.backoff", "failures=%u retry_in_s=%u msg=\"%s\"", p->fails, s, why);
     if (!p->freeing)
         event_add(p->refill, &tv);
@@ -540,7 +534,7 @@ struct vm *pool_claim(struct pool *p, const struct vm_callbacks *cbs, void *arg)
             pick = e; /* the oldest ready one: entries are pushed at the head */
     /* Demand, met or not: a burst that empties the pool raises its target by every
      * create that had to restore, not only by those the pool served. */
-    p->claims_ms[p->nclaims++ % POOL_DEMAND_MAX] = mono_ms();
+    p->claims_ms[p->nclaims++ % POOL_DEMAND_MAX] = clock_mono_ms();
     if (!pick) {
         kick_after(p, POOL_MISS_DELAY_MS); /* the target may have grown */
         return NULL;

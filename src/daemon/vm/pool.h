@@ -76,7 +76,7 @@ unsigned pool_target(struct pool *p);      /* the size it fills to now (demand, 
 unsigned pool_recent(const struct pool *p); /* claims asked in the last window (demand) */
 unsigned pool_ceiling(struct pool *p);     /* what cap() allows now (size when fixed) */
 
-/* The demand-sized target: the claims (CLOCK_MONOTONIC ms, the last min(nclaims,
+/* The demand-sized target: the claims (clock_mono_ms(), the last min(nclaims,
  * POOL_DEMAND_MAX) of the ring) within POOL_DEMAND_WINDOW_S before now_ms, at least size,
  * at most cap unless cap is below size (the operator's floor wins). */
 unsigned pool_demand(const int64_t *claims_ms, unsigned nclaims, int64_t now_ms, unsigned size,

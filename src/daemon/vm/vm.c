@@ -3,6 +3,7 @@
  * vm_start.c, snapshots in vm_save.c, adoption in vm_adopt.c, the command line in
  * vm_cmdline.c, the jail in vm_spawn.c. */
 #include "vm_internal.h"
+#include "clock.h"
 #include "log.h"
 #include "vm_cgroup.h"
 #include "vm_spawn.h"
@@ -21,7 +22,6 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define QMP_LOST_GRACE_MS 300     /* monitor EOF -> wait this long for the exit itself */
@@ -205,13 +205,6 @@ static void on_pid(evutil_socket_t fd, short what, void *arg)
 
 /* ---- supervision: QMP ping ------------------------------------------------------------ */
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Milliseconds QEMU's threads have spent runnable but waiting for a CPU, summed over its
  * threads (field 2 of /proc/<pid>/task/<tid>/schedstat, in ns); 0 when unreadable. */
 static uint64_t runq_wait_ms(pid_t pid)
@@ -314,7 +307,7 @@ static void ping_send(struct vm *vm, uint64_t now)
 static void on_ping_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct vm *vm = arg;
-    uint64_t now = mono_ms();
+    uint64_t now = (uint64_t)clock_mono_ms();
     uint64_t gap = vm->ping_tick_ms ? now - vm->ping_tick_ms : VM_PING_INTERVAL_MS;
     vm->ping_tick_ms = now;
     vm_qemu_log_bound(vm);
@@ -369,7 +362,7 @@ static void on_qmp_event(struct qmp *q, const char *ev, json_t *data, void *arg)
         vm->state = VM_STATE_PAUSED;
         /* Not asked for by spaced: a query-status now tells an internal or I/O error
          * (on_ping_reply) without waiting for the next periodic ping. */
-        ping_send(vm, mono_ms());
+        ping_send(vm, (uint64_t)clock_mono_ms());
     } else if (vm->op == VM_OP_NONE && !strcmp(ev, "RESUME") && vm->state == VM_STATE_PAUSED) {
         vm->state = VM_STATE_RUNNING;
     }

@@ -43,7 +43,7 @@ struct vm {
     int ping_runq_set;        /* ping_runq_ms holds a baseline for the outstanding ping */
     int room_waiting;         /* stopped by a full host disk (vm_room.c) */
     int room_cont_outstanding; /* its cont is on the way */
-    uint64_t room_wait_since_ms;
+    int64_t room_wait_since_ms; /* clock_mono_ms() when it stopped */
     int con_fd;               /* console socket, -1 if not connected */
     struct event *con_ev;     /* owned */
     int log_fd;               /* console.log, O_APPEND */

@@ -10,24 +10,17 @@
  * is room again and then continues where it was; nothing the guest wrote is lost. A VM
  * spaced paused itself (vm_pause, a save) is left to whoever paused it. */
 #include "vm_internal.h"
+#include "clock.h"
 #include "log.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 
 /* Continued once this much is free: a little more than one write's worth, so that a VM
  * does not continue only to stop again at its next block. */
 #define VM_ROOM_RESUME (8LL << 20)
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 long long vm_free_bytes(const char *path)
 {
@@ -73,8 +66,8 @@ static void on_room_cont(struct qmp *q, int err, const char *msg, json_t *ret, v
         log_warn("vm.disk_full", "vm=%s event=cont_failed msg=\"%s\"", vm->cfg.id, msg ? msg : "?");
         return;
     }
-    log_info("vm.disk_full", "vm=%s event=continued stopped_ms=%llu", vm->cfg.id,
-             (unsigned long long)(mono_ms() - vm->room_wait_since_ms));
+    log_info("vm.disk_full", "vm=%s event=continued stopped_ms=%lld", vm->cfg.id,
+             (long long)(clock_mono_ms() - vm->room_wait_since_ms));
     vm->room_waiting = 0;
 }
 
@@ -82,7 +75,7 @@ void vm_room_io_error(struct vm *vm)
 {
     if (!vm->room_waiting) {
         vm->room_waiting = 1;
-        vm->room_wait_since_ms = mono_ms();
+        vm->room_wait_since_ms = clock_mono_ms();
         log_warn("vm.disk_full", "vm=%s event=stopped disk=%s msg=\"the host's disk refused a "
                  "guest write (no space): the guest waits, stopped, until there is room\"",
                  vm->cfg.id, vm->cfg.disk ? vm->cfg.disk : "?");

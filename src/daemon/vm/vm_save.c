@@ -31,6 +31,7 @@
  * or a command: QEMU's -sandbox spawn=deny forbids exec: migration, and the jailed QEMU
  * cannot see the snapshot directory at all. */
 #include "vm_internal.h"
+#include "clock.h"
 #include "log.h"
 #include "vm_memmap.h"
 #include "vm_sig.h"
@@ -165,11 +166,9 @@ struct vm_split {
 static void *split_main(void *arg)
 {
     struct vm_split *sp = arg;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = clock_mono_ms();
     sp->rc = vm_memmap_capture(sp->dir, sp->mem_mib, sp->why, sizeof(sp->why));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    sp->ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    sp->ms = clock_mono_ms() - t0;
     uint64_t one = 1;
     while (write(sp->efd, &one, sizeof one) < 0 && errno == EINTR)
         ;
@@ -257,11 +256,9 @@ static void capture_done(struct vm *vm)
     if (split_start(vm) == 0)
         return;
     char why[300];
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = clock_mono_ms();
     int r = vm_memmap_capture(vm->save_dir, vm->cfg.mem_mib, why, sizeof(why));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    split_log(vm, r, (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000, why);
+    split_log(vm, r, clock_mono_ms() - t0, why);
     vm_op_done(vm, VM_OK, NULL);
 }
 

@@ -13,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 #define PROBE_TIMEOUT_MS 10000
 #define DEFAULT_QEMU "qemu-system-x86_64"
@@ -152,12 +153,10 @@ static int run_version(const char *qemu, char *line, size_t cap, char *why, size
         return -1;
     }
     size_t got = 0;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = clock_mono_ms();
     bool timed_out = false;
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long left = PROBE_TIMEOUT_MS - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        int64_t left = PROBE_TIMEOUT_MS - (clock_mono_ms() - t0);
         struct pollfd pf = {p[0], POLLIN, 0};
         int ready = left > 0 ? poll(&pf, 1, (int)left) : 0;
         if (ready < 0 && errno == EINTR)

@@ -3,6 +3,7 @@
  * adoption record. The process is then supervised by vm.c. */
 #include "vm_internal.h"
 #include "accel.h"
+#include "clock.h"
 #include "log.h"
 #include "vm_cgroup.h"
 #include "vm_spawn.h"
@@ -18,7 +19,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define VM_START_TIMEOUT_MS 30000 /* QEMU up and (restore) state loaded */
@@ -27,13 +27,6 @@
  * every page in QEMU's main loop: its deadline grows by 1 s per VM_START_LOAD_MIB_PER_S
  * MiB of state, so a large or loaded host's restore is not killed for its size. */
 #define VM_START_LOAD_MIB_PER_S 4
-
-static int64_t start_mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static unsigned start_timeout_ms(const struct vm *vm)
 {
@@ -236,7 +229,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     }
     const char *shim = NULL;
     struct qemu_env env;
-    int64_t t_prep = start_mono_us();
+    int64_t t_prep = clock_mono_us();
     *err = VM_E_JAIL;
     if (!vm->cfg.jail.enabled && vm_jailer_policy(vm->cfg.jail.jailer)->required) {
         snprintf(msg, msglen, "QEMU must run jailed (unjailed QEMUs need spaced --no-jail)");
@@ -253,7 +246,7 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
     qemu_env_build(&env, shim, mem_path);
     s.envp = env.envp;
     *err = VM_E_START;
-    int64_t t_spawn = start_mono_us();
+    int64_t t_spawn = clock_mono_us();
     int sr = vm_spawn(&s, &vm->pid, msg, msglen);
     if (sr < 0) {
         if (sr == -2)
@@ -267,12 +260,12 @@ int vm_start_process(struct vm *vm, const char *mem_path, int mem_share, int inc
         waitpid(vm->pid, NULL, 0);
         goto out;
     }
-    int64_t t_record = start_mono_us();
+    int64_t t_record = clock_mono_us();
     vm_write_record(vm);
     vm->op = VM_OP_START;
     vm_arm_kill_timer(vm, start_timeout_ms(vm));
     char q[200];
-    int64_t t_end = start_mono_us();
+    int64_t t_end = clock_mono_us();
     /* The synchronous parts of a start, in us: the jail's preparation (uid, file
      * ownership, cgroup), the spawn until QEMU's exec, the run dir's record. */
     log_info("vm.start", "id=%s pid=%d accel=%s vcpus=%u mem_mib=%u restore=%s jail=%d uid=%u "
