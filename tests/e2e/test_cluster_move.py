@@ -174,6 +174,26 @@ def node_get(node, control, path):
                                      "Authorization": "Bearer " + control.admin_key})
 
 
+def fetch_mark(sid, a):
+    """What B logs as it begins to fetch sid's files from A."""
+    return "sandbox.move sandbox=%s source=%s" % (sid, a.node_id)
+
+
+def move_as_the_old_node_dies(control, pg_url, restart, sid, a, b):  # noqa: F811
+    """The sandbox suspended on A (its files recorded), A drained and stopped (SIGSTOP) so
+    that the restore through the control moves the row to B and B's fetch waits on A,
+    then A killed and started again. Returns the restore's operation once it ended."""
+    verb(control, sid, "suspend")
+    wait_for("the parts on A", lambda: row(pg_url, sid)[2])
+    space(control, "node", "drain", a.node_id)
+    a.proc.send_signal(signal.SIGSTOP)
+    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
+    assert r.status == 202 and r.headers.get("x-space-node") == b.node_id, r
+    wait_for("B's fetch", lambda: full_log(b).count(fetch_mark(sid, a) + " parts=") == 1)
+    restart(a)  # SIGKILL, then started again
+    return control.wait_op(r.json["operation"]["id"], timeout=600)
+
+
 def test_kill9_of_either_node_during_a_move(cluster, pg_url):  # noqa: F811
     """A move interrupted by a kill -9 of the old node (its files unreachable, the move
     already stored) or of the new one (mid-fetch): nothing is lost, the old node coming
@@ -183,20 +203,11 @@ def test_kill9_of_either_node_during_a_move(cluster, pg_url):  # noqa: F811
     progress."""
     control, nodes, restart, _ = cluster
     sid, a, b = sandbox_with_state(control, nodes)
-    verb(control, sid, "suspend")
-    wait_for("the parts on A", lambda: row(pg_url, sid)[2])
-    mark = "sandbox.move sandbox=%s source=%s" % (sid, a.node_id)
+    mark = fetch_mark(sid, a)
 
     # 1. A stops answering as the fetch begins, then is killed: the restore fails, the
     # sandbox stays on B, suspended, its files still recorded as A's.
-    space(control, "node", "drain", a.node_id)
-    a.proc.send_signal(signal.SIGSTOP)
-    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
-    assert r.status == 202 and r.headers.get("x-space-node") == b.node_id, r
-    wait_for("B's fetch", lambda: full_log(b).count(mark + " parts=") == 1)
-    op_id = r.json["operation"]["id"]
-    restart(a)  # SIGKILL, then started again
-    op = control.wait_op(op_id, timeout=600)
+    op = move_as_the_old_node_dies(control, pg_url, restart, sid, a, b)
     assert op["state"] == "failed" and op["error"]["code"] in (
         "sandbox_source_unavailable", "sandbox_fetch_failed"), op
     state, node, parts = row(pg_url, sid)
@@ -258,6 +269,17 @@ def net_record(node, sid):
         return json.load(f), os.stat(path).st_mode & 0o777
 
 
+def sandbox_with_rules(control, nodes, tag):
+    """sandbox_with_state with one credential rule put through the control (a secret
+    made of tag and random bytes): (id, its node, the other, the rules URL, the rules)."""
+    sid, a, b = sandbox_with_state(control, nodes)
+    url = "/v1/sandboxes/%s/credentials" % sid
+    rules = [{"host": "api.test", "header": "Authorization", "secret": "Bearer %s-%s" % (tag, os.urandom(8).hex())}]
+    r = control.request("PUT", url, rules)
+    assert r.status == 200 and r.headers.get("x-space-node") == a.node_id, r
+    return sid, a, b, url, rules
+
+
 def test_credential_rules_move_with_the_sandbox(cluster, pg_url):  # noqa: F811
     """A sandbox's credential rules (secrets included) travel with it: suspended on A
     with a rule, moved to B by a restore through the control, B holds the same rule and
@@ -267,11 +289,7 @@ def test_credential_rules_move_with_the_sandbox(cluster, pg_url):  # noqa: F811
     and the rules are read back through the API and from the nodes' records. A secret
     is never logged."""
     control, nodes, _, _ = cluster
-    sid, a, b = sandbox_with_state(control, nodes)
-    url = "/v1/sandboxes/%s/credentials" % sid
-    first = [{"host": "api.test", "header": "Authorization", "secret": "Bearer one-" + os.urandom(8).hex()}]
-    r = control.request("PUT", url, first)
-    assert r.status == 200 and r.headers.get("x-space-node") == a.node_id, r
+    sid, a, b, url, first = sandbox_with_rules(control, nodes, "one")
     verb(control, sid, "suspend")
     wait_for("the parts on A", lambda: row(pg_url, sid)[2])
     space(control, "node", "drain", a.node_id)
@@ -321,23 +339,9 @@ def test_old_node_restarted_before_a_hand_back_keeps_the_rules(cluster, pg_url):
     sandbox back, A restores it with its rules. A's startup sweep released the record of
     a sandbox not in its table, and the rules' secrets were gone for good."""
     control, nodes, restart, _ = cluster
-    sid, a, b = sandbox_with_state(control, nodes)
-    url = "/v1/sandboxes/%s/credentials" % sid
-    rules = [{"host": "api.test", "header": "Authorization", "secret": "Bearer kept-" + os.urandom(8).hex()}]
-    r = control.request("PUT", url, rules)
-    assert r.status == 200 and r.headers.get("x-space-node") == a.node_id, r
-    verb(control, sid, "suspend")
-    wait_for("the parts on A", lambda: row(pg_url, sid)[2])
-    mark = "sandbox.move sandbox=%s source=%s" % (sid, a.node_id)
-
+    sid, a, b, url, rules = sandbox_with_rules(control, nodes, "kept")
     # The move stored, A stopped as B's fetch begins, then killed and started again.
-    space(control, "node", "drain", a.node_id)
-    a.proc.send_signal(signal.SIGSTOP)
-    r = control.request("POST", "/v1/sandboxes/%s/restore" % sid)
-    assert r.status == 202 and r.headers.get("x-space-node") == b.node_id, r
-    wait_for("B's fetch", lambda: full_log(b).count(mark + " parts=") == 1)
-    restart(a)
-    assert control.wait_op(r.json["operation"]["id"], timeout=600)["state"] == "failed"
+    assert move_as_the_old_node_dies(control, pg_url, restart, sid, a, b)["state"] == "failed"
     assert row(pg_url, sid)[:2] == ("suspended", b.node_id)
     kept = net_record(a, sid)
     assert kept and kept[0]["creds"] == rules, ("A lost the rules at its restart", kept)

@@ -19,7 +19,6 @@ import urllib.request
 
 import pytest
 
-import spacedlib
 from spacedlib import GUEST, RUN_DIR, procs_naming, session_output, vm_missing
 
 BASE = {"template": "base", "timeout": 0, "network": {"mode": "none"}}
@@ -160,159 +159,144 @@ def fill_up(mnt, leave):
     raise AssertionError("could not fill %s (free: %d bytes)" % (mnt, os.statvfs(mnt).f_bavail))
 
 
-def test_full_disk_while_suspending(fresh_spaced):
-    """The data dir on a small tmpfs, filled up: the suspend fails saying so, the sandbox
-    keeps running, and no partial snapshot is left; once there is room it works."""
+@pytest.fixture
+def small_disk():
+    """A data dir on a 1200 MiB tmpfs of its own: a disk the test can fill without
+    touching the host's. Unmounted at the end (spaced, started after it by the test's
+    fresh_spaced, is stopped first)."""
     mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
     if r.returncode != 0:
         pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
-    try:
-        sp = fresh_spaced(data_dir=mnt)
-        sid = running(sp)
-        fillers = fill_up(mnt, leave=8 << 20)
-        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
-        assert r.status == 202, r
-        op = sp.wait_op(r.json["operation"]["id"], timeout=60)
-        assert op["state"] == "failed", op
-        print("full disk:", op["error"])
-        assert op["error"]["code"] == "no_space", op
-        assert "No space left" in op["error"]["message"], op
-        assert state(sp, sid)["state"] == "running", state(sp, sid)
-        assert not os.path.exists(os.path.join(mnt, "sandboxes", sid, "suspend", "state")), \
-            "a partial snapshot was left"
-        for f in fillers:
-            os.unlink(f)
-        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
-        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
-        delete_clean(sp, sid)
-        sp.stop()
-    finally:
-        subprocess.run(["umount", "-l", mnt])
+    yield mnt
+    subprocess.run(["umount", "-l", mnt])
 
 
-def test_full_disk_while_forking(fresh_spaced):
+def test_full_disk_while_suspending(small_disk, fresh_spaced):
+    """The data dir on a small tmpfs, filled up: the suspend fails saying so, the sandbox
+    keeps running, and no partial snapshot is left; once there is room it works."""
+    sp = fresh_spaced(data_dir=small_disk)
+    sid = running(sp)
+    fillers = fill_up(small_disk, leave=8 << 20)
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+    assert r.status == 202, r
+    op = sp.wait_op(r.json["operation"]["id"], timeout=60)
+    assert op["state"] == "failed", op
+    print("full disk:", op["error"])
+    assert op["error"]["code"] == "no_space", op
+    assert "No space left" in op["error"]["message"], op
+    assert state(sp, sid)["state"] == "running", state(sp, sid)
+    assert not os.path.exists(os.path.join(small_disk, "sandboxes", sid, "suspend", "state")), \
+        "a partial snapshot was left"
+    for f in fillers:
+        os.unlink(f)
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    delete_clean(sp, sid)
+    sp.stop()
+
+
+def test_full_disk_while_forking(small_disk, fresh_spaced):
     """A fork with no room for its capture (the parent's memory and disk overlay, and 64
     MiB kept free) fails at once saying what it needs and what is free; the parent runs
     on and nothing of the capture or the children is left."""
-    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
-    try:
-        sp = fresh_spaced(data_dir=mnt)
-        sid = running(sp)
-        fillers = fill_up(mnt, leave=100 << 20)
-        r = sp.request("POST", "/v1/sandboxes/%s/fork" % sid, {"count": 2})
-        assert r.status == 202, r
-        op = sp.wait_op(r.json["operation"]["id"], timeout=60)
-        print("fork on a full disk:", op["error"])
-        assert op["state"] == "failed" and "No space left" in op["error"]["message"], op
-        assert "MiB are free" in op["error"]["message"], op
-        assert state(sp, sid)["state"] == "running", state(sp, sid)
-        for child in r.json["sandboxes"]:
-            assert state(sp, child)["state"] in ("failed", "deleted"), state(sp, child)
-            assert not qemu_of(sp, child)
-        caps = os.path.join(mnt, "captures")
-        assert not os.path.isdir(caps) or not os.listdir(caps), os.listdir(caps)
-        out, code = session_output(sp, sid, "echo still-here")
-        assert (out, code) == (b"still-here\n", 0)
-        for f in fillers:
-            os.unlink(f)
-        delete_clean(sp, sid)
-        sp.stop()
-    finally:
-        subprocess.run(["umount", "-l", mnt])
+    sp = fresh_spaced(data_dir=small_disk)
+    sid = running(sp)
+    fillers = fill_up(small_disk, leave=100 << 20)
+    r = sp.request("POST", "/v1/sandboxes/%s/fork" % sid, {"count": 2})
+    assert r.status == 202, r
+    op = sp.wait_op(r.json["operation"]["id"], timeout=60)
+    print("fork on a full disk:", op["error"])
+    assert op["state"] == "failed" and "No space left" in op["error"]["message"], op
+    assert "MiB are free" in op["error"]["message"], op
+    assert state(sp, sid)["state"] == "running", state(sp, sid)
+    for child in r.json["sandboxes"]:
+        assert state(sp, child)["state"] in ("failed", "deleted"), state(sp, child)
+        assert not qemu_of(sp, child)
+    caps = os.path.join(small_disk, "captures")
+    assert not os.path.isdir(caps) or not os.listdir(caps), os.listdir(caps)
+    out, code = session_output(sp, sid, "echo still-here")
+    assert (out, code) == (b"still-here\n", 0)
+    for f in fillers:
+        os.unlink(f)
+    delete_clean(sp, sid)
+    sp.stop()
 
 
 def healthz(sp):
     return json.loads(urllib.request.urlopen(sp.url + "/healthz", timeout=10).read())
 
 
-def test_full_disk_store_keeps_its_word(fresh_spaced):
+def test_full_disk_store_keeps_its_word(small_disk, fresh_spaced):
     """The data dir filled to the last byte: the API still takes a suspend and the store
     records how it ended (the store's reserve file, given up when the disk is full, makes
     room for it); /healthz says the disk is full; once there is room again the reserve
     comes back and the suspend works. On a store without a reserve the suspend was either
     refused outright or its operation stayed `running` for good."""
-    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
-    try:
-        sp = fresh_spaced(data_dir=mnt)
-        reserve = os.path.join(mnt, "space.db-reserve")
-        assert os.path.getsize(reserve) == 16 << 20, "the store keeps no reserve"
-        sid = running(sp)
-        # paused: a guest writing its disk while the host's is full would stop on an I/O
-        # error, which is not what this test is about
-        r = sp.request("POST", "/v1/sandboxes/%s/pause" % sid)
-        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
-        fillers = fill_up(mnt, leave=0)
-        assert os.statvfs(mnt).f_bavail == 0
-        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
-        assert r.status == 202, r
-        op = sp.wait_op(r.json["operation"]["id"], timeout=60)
-        assert op["state"] == "failed", op
-        assert op["error"]["code"] == "no_space", op
-        assert not os.path.exists(reserve), "the reserve was not given to the store"
-        h = healthz(sp)
-        assert h["status"] == "degraded" and "full" in h["disk"], h
-        assert state(sp, sid)["state"] == "paused", state(sp, sid)
-        for f in fillers:
-            os.unlink(f)
-        deadline = time.monotonic() + 30
-        while healthz(sp)["status"] != "ok":
-            assert time.monotonic() < deadline, ("the reserve did not come back", healthz(sp))
-            time.sleep(0.5)
-        assert os.path.getsize(reserve) == 16 << 20
-        r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
-        assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
-        delete_clean(sp, sid)
-        sp.stop()
-    finally:
-        subprocess.run(["umount", "-l", mnt])
+    sp = fresh_spaced(data_dir=small_disk)
+    reserve = os.path.join(small_disk, "space.db-reserve")
+    assert os.path.getsize(reserve) == 16 << 20, "the store keeps no reserve"
+    sid = running(sp)
+    # paused: a guest writing its disk while the host's is full would stop on an I/O
+    # error, which is not what this test is about
+    r = sp.request("POST", "/v1/sandboxes/%s/pause" % sid)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    fillers = fill_up(small_disk, leave=0)
+    assert os.statvfs(small_disk).f_bavail == 0
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+    assert r.status == 202, r
+    op = sp.wait_op(r.json["operation"]["id"], timeout=60)
+    assert op["state"] == "failed", op
+    assert op["error"]["code"] == "no_space", op
+    assert not os.path.exists(reserve), "the reserve was not given to the store"
+    h = healthz(sp)
+    assert h["status"] == "degraded" and "full" in h["disk"], h
+    assert state(sp, sid)["state"] == "paused", state(sp, sid)
+    for f in fillers:
+        os.unlink(f)
+    deadline = time.monotonic() + 30
+    while healthz(sp)["status"] != "ok":
+        assert time.monotonic() < deadline, ("the reserve did not come back", healthz(sp))
+        time.sleep(0.5)
+    assert os.path.getsize(reserve) == 16 << 20
+    r = sp.request("POST", "/v1/sandboxes/%s/suspend" % sid)
+    assert sp.wait_op(r.json["operation"]["id"])["state"] == "succeeded"
+    delete_clean(sp, sid)
+    sp.stop()
 
 
-def test_full_disk_while_the_guest_writes(fresh_spaced):
+def test_full_disk_while_the_guest_writes(small_disk, fresh_spaced):
     """The host's disk fills while the guest writes to its own disk: QEMU stops the guest
     on the refused write. The sandbox stays running (it was marked failed: "crashed:
     io-error"), and once there is room the guest continues where it was and its write
     completes whole."""
-    mnt = tempfile.mkdtemp(prefix="full", dir=RUN_DIR)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200m", "tmpfs", mnt], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs for the data dir: %s" % r.stderr.decode().strip())
-    try:
-        sp = fresh_spaced(data_dir=mnt)
-        sid = running(sp)
-        fillers = fill_up(mnt, leave=0)
-        out = {}
-        cmd = "cd && dd if=/dev/urandom of=big bs=1M count=48 conv=fsync 2>/dev/null && stat -c %s big"
-        t = threading.Thread(target=lambda: out.update(r=session_output(sp, sid, cmd)))
-        t.start()
-        # Asked of the API, not of spaced's log: the log is on the full disk too.
-        deadline = time.monotonic() + 60
-        while "stalled" not in state(sp, sid):
-            assert time.monotonic() < deadline, ("the guest's write never met the full disk", state(sp, sid))
-            assert t.is_alive(), ("the write finished on a full disk", out, state(sp, sid))
-            time.sleep(0.2)
-        time.sleep(3)  # a few supervision ticks (2 s) with the guest stopped
-        st = state(sp, sid)
-        assert st["state"] == "running" and "disk is full" in st.get("stalled", ""), st
-        assert t.is_alive(), ("the write ended while the disk was full", out)
-        for f in fillers:
-            os.unlink(f)
-        t.join(120)
-        assert not t.is_alive(), "the guest did not continue once there was room"
-        assert out["r"] == (b"%d\n" % (48 << 20), 0), out
-        assert "event=continued" in sp.log()
-        st = state(sp, sid)
-        assert st["state"] == "running" and "stalled" not in st, st
-        delete_clean(sp, sid)
-        sp.stop()
-    finally:
-        subprocess.run(["umount", "-l", mnt])
+    sp = fresh_spaced(data_dir=small_disk)
+    sid = running(sp)
+    fillers = fill_up(small_disk, leave=0)
+    out = {}
+    cmd = "cd && dd if=/dev/urandom of=big bs=1M count=48 conv=fsync 2>/dev/null && stat -c %s big"
+    t = threading.Thread(target=lambda: out.update(r=session_output(sp, sid, cmd)))
+    t.start()
+    # Asked of the API, not of spaced's log: the log is on the full disk too.
+    deadline = time.monotonic() + 60
+    while "stalled" not in state(sp, sid):
+        assert time.monotonic() < deadline, ("the guest's write never met the full disk", state(sp, sid))
+        assert t.is_alive(), ("the write finished on a full disk", out, state(sp, sid))
+        time.sleep(0.2)
+    time.sleep(3)  # a few supervision ticks (2 s) with the guest stopped
+    st = state(sp, sid)
+    assert st["state"] == "running" and "disk is full" in st.get("stalled", ""), st
+    assert t.is_alive(), ("the write ended while the disk was full", out)
+    for f in fillers:
+        os.unlink(f)
+    t.join(120)
+    assert not t.is_alive(), "the guest did not continue once there was room"
+    assert out["r"] == (b"%d\n" % (48 << 20), 0), out
+    assert "event=continued" in sp.log()
+    st = state(sp, sid)
+    assert st["state"] == "running" and "stalled" not in st, st
+    delete_clean(sp, sid)
+    sp.stop()
 
 
 def busybox_init_cpio():
