@@ -529,12 +529,11 @@ static bool files_released(struct spaced *sp, const char *id)
 
 bool sbx_move_holds_net(struct spaced *sp, const char *id)
 {
-    char c[SBX_PATH_MAX + 300];
+    char leaf[STORE_ID_MAX + 8], c[SBX_PATH_MAX];
     if (!sp->sbx->node_id[0] || !sbx_id_valid(id))
         return false;
-    sandboxes_dir(sp, id, c, SBX_PATH_MAX);
-    size_t n = strlen(c);
-    snprintf(c + n, sizeof c - n, "/creds");
+    snprintf(leaf, sizeof leaf, "%s/creds", id);
+    sandboxes_dir(sp, leaf, c, sizeof c);
     return access(c, F_OK) == 0;
 }
 

@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "fsroom.h"
 #include "log.h"
 #include "store_backend.h"
 
@@ -54,21 +54,6 @@ static int sq_fail(struct store *st, const char *what)
 }
 
 static struct store_sqlite *sq_of(struct store *st) { return (struct store_sqlite *)st; }
-
-/* Bytes free to an unprivileged writer on the file system of the database; -1: unknown.
- * Asked of the directory: the reserve file may be gone. */
-static long long sq_free_bytes(const struct store_sqlite *sq)
-{
-    char dir[4096];
-    const char *slash = strrchr(sq->reserve, '/');
-    int n = !slash ? snprintf(dir, sizeof dir, ".")
-            : slash == sq->reserve ? snprintf(dir, sizeof dir, "/")
-            : snprintf(dir, sizeof dir, "%.*s", (int)(slash - sq->reserve), sq->reserve);
-    struct statvfs v;
-    if (n < 0 || (size_t)n >= sizeof dir || statvfs(dir, &v) < 0)
-        return -1;
-    return (long long)v.f_bavail * (long long)v.f_frsize;
-}
 
 /* Allocates the reserve (all of it, or nothing is left behind). */
 static void reserve_take(struct store_sqlite *sq)
@@ -117,7 +102,7 @@ static void sq_tick(struct store *st)
     if (!sq->reserve || sq->held || now - sq->checked_ms < STORE_RESERVE_CHECK_S * 1000)
         return;
     sq->checked_ms = now;
-    long long avail = sq_free_bytes(sq);
+    long long avail = fsroom_avail(sq->reserve);
     if (avail < STORE_RESERVE_AGAIN)
         return;
     reserve_take(sq);
@@ -132,7 +117,7 @@ static const char *sq_disk(struct store *st, char *buf, size_t cap)
     if (!sq->reserve || sq->held)
         return NULL;
     snprintf(buf, cap, "full: the store's reserve (%lld MiB) is in use; %lld MiB free for %s",
-             STORE_RESERVE >> 20, sq_free_bytes(sq) >> 20, sq->reserve);
+             STORE_RESERVE >> 20, fsroom_avail(sq->reserve) >> 20, sq->reserve);
     return buf;
 }
 
@@ -227,7 +212,7 @@ static int sq_begin(struct store *st)
      * given up before one starts. A statvfs per transaction: microseconds. */
     struct store_sqlite *sq = sq_of(st);
     if (sq->held) {
-        long long avail = sq_free_bytes(sq);
+        long long avail = fsroom_avail(sq->reserve);
         if (avail >= 0 && avail < STORE_NEARLY_FULL)
             reserve_give_up(sq, "nearly_full");
     }

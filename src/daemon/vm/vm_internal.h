@@ -123,9 +123,7 @@ int vm_save_seal(struct vm *vm, char *msg, size_t msglen);
 /* vm_room.c: the ping found QEMU in run state "io-error" (a full host disk stopped it):
  * waits for room, then continues the VM. Called at every such ping. */
 void vm_room_io_error(struct vm *vm);
-/* Bytes free to an unprivileged writer on path's file system (or its parent's while path
- * does not exist); -1 when it cannot be asked. */
-long long vm_free_bytes(const char *path);
+
 /* Save/restore side: a MIGRATION event (status string). */
 void vm_save_on_migration(struct vm *vm, const char *status);
 

@@ -11,34 +11,21 @@
  * spaced paused itself (vm_pause, a save) is left to whoever paused it. */
 #include "vm_internal.h"
 #include "clock.h"
+#include "fsroom.h"
 #include "log.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 /* Continued once this much is free: a little more than one write's worth, so that a VM
  * does not continue only to stop again at its next block. */
 #define VM_ROOM_RESUME (8LL << 20)
 
-long long vm_free_bytes(const char *path)
-{
-    struct statvfs v;
-    if (statvfs(path, &v) < 0) {
-        char parent[4096];
-        const char *slash = strrchr(path, '/');
-        int n = slash ? snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path) : -1;
-        if (n <= 0 || (size_t)n >= sizeof parent || statvfs(parent, &v) < 0)
-            return -1;
-    }
-    return (long long)v.f_bavail * (long long)v.f_frsize;
-}
-
 int vm_save_room(const struct vm *vm, const char *dir, int fork, char *msg, size_t msglen)
 {
     struct stat ov;
-    long long avail = vm_free_bytes(dir);
+    long long avail = fsroom_avail(dir);
     if (avail < 0)
         return VM_OK;
     long long state = ((long long)vm->cfg.mem_mib << 20) + (1LL << 20);
@@ -86,7 +73,7 @@ void vm_room_io_error(struct vm *vm)
     }
     /* Only a VM that should be running; a save or pause in progress decides itself. */
     if (vm->room_cont_outstanding || vm->state != VM_STATE_RUNNING || vm->op != VM_OP_NONE ||
-        !vm->cfg.disk || vm_free_bytes(vm->cfg.disk) < VM_ROOM_RESUME)
+        !vm->cfg.disk || fsroom_avail(vm->cfg.disk) < VM_ROOM_RESUME)
         return;
     if (qmp_command(vm->qmp, "cont", NULL, -1, 0, on_room_cont, vm) == 0)
         vm->room_cont_outstanding = 1;
